@@ -1,2 +1,33 @@
+//! idempotent-tool: a service that executes tool calls for clients that retry,
+//! and guarantees that a retry never becomes a second side effect.
+//!
+//! Module map (each owns one concern):
+//!
+//! - [`config`]: command-line flags and their defaults.
+//! - [`http`]: HTTP/1.1 request parsing and response writing, by hand.
+//! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
+//! - [`api`]: routes, validation, and the mapping from errors to status codes.
+//! - [`store`]: the only module that speaks SQL — the `calls` state machine,
+//!   leases, fencing, unique constraints, recovery, and group commit.
+//! - [`runner`]: the worker pool that claims and runs calls, and the recovery loop.
+//! - [`tools`]: the four tools, their validation and their outcomes.
+//! - [`fingerprint`]: canonical JSON and the request fingerprint.
+//! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
+//! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
+//!   binaries, the bench and the tests.
+//!
+//! Architecture invariant: only `store` writes to the database, and only its
+//! writer thread holds a write transaction; tools never run inside one.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod app;
+pub mod chaos;
+pub mod client;
+pub mod config;
+pub mod fingerprint;
 pub mod http;
+pub mod runner;
 pub mod server;
+pub mod store;
+pub mod tools;

@@ -36,7 +36,81 @@ impl Default for Limits {
     }
 }
 
-/// Serve forever on an already-bound listener.
-pub fn serve(_listener: TcpListener, _handler: Handler, _limits: Limits) {
-    todo!()
+/// TEMPORARY minimal server until the real one lands.
+pub fn serve(listener: TcpListener, handler: Handler, _limits: Limits) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    for stream in listener.incoming().flatten() {
+        let handler = handler.clone();
+        std::thread::spawn(move || {
+            let _ = stream.set_nodelay(true);
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut stream = stream;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let parts: Vec<&str> = line.trim_end().split(' ').collect();
+                if parts.len() != 3 {
+                    return;
+                }
+                let mut headers = Vec::new();
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let h = h.trim_end();
+                    if h.is_empty() {
+                        break;
+                    }
+                    if let Some((n, v)) = h.split_once(':') {
+                        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+                    }
+                }
+                let len: usize = headers
+                    .iter()
+                    .find(|(n, _)| n == "content-length")
+                    .and_then(|(_, v)| v.parse().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0; len];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let (path, query) = match parts[1].split_once('?') {
+                    Some((p, q)) => (p.to_string(), Some(q.to_string())),
+                    None => (parts[1].to_string(), None),
+                };
+                let req = Request {
+                    method: parts[0].into(),
+                    target: parts[1].into(),
+                    path,
+                    query,
+                    version: crate::http::Version::Http11,
+                    headers,
+                    body,
+                };
+                let resp = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    handler(&req)
+                })) {
+                    Ok(r) => r,
+                    Err(_) => Response::error(500, "internal_error", "panic"),
+                };
+                let mut out = format!(
+                    "HTTP/1.1 {} X\r\nContent-Length: {}\r\n",
+                    resp.status,
+                    resp.body.len()
+                );
+                for (n, v) in &resp.headers {
+                    out.push_str(&format!("{n}: {v}\r\n"));
+                }
+                out.push_str("\r\n");
+                let mut bytes = out.into_bytes();
+                bytes.extend_from_slice(&resp.body);
+                if stream.write_all(&bytes).is_err() {
+                    return;
+                }
+            }
+        });
+    }
 }

@@ -1,0 +1,410 @@
+//! The HTTP API: routes, request validation, and the one mapping from every
+//! failure to a status and a stable error code.
+//!
+//! `Api::handle` takes a parsed request and returns a response; it knows nothing
+//! of sockets, so it can be tested without one. It validates everything before
+//! anything is accepted: a request that gets `202` has been checked, and its call
+//! is on disk. It never executes a tool itself — it hands new calls to the runner.
+
+use crate::chaos;
+use crate::fingerprint::{canonical, fingerprint};
+use crate::http::{Request, Response};
+use crate::runner::{Notifier, Runner};
+use crate::store::{Call, CallStore, Created, NewCall, StoreError};
+use crate::tools::Tool;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest `?wait=` a request may ask for.
+pub const MAX_WAIT_SECS: f64 = 30.0;
+/// Longest `Idempotency-Key`, in bytes.
+pub const MAX_KEY_LEN: usize = 255;
+/// Deepest JSON nesting accepted in a body.
+pub const MAX_JSON_DEPTH: usize = 32;
+/// Largest canonical `args`, in bytes.
+pub const MAX_ARGS_BYTES: usize = 64 * 1024;
+
+/// Every way a request can fail, each with one status and one code.
+#[derive(Debug)]
+pub enum ApiError {
+    MissingKey,
+    BadRequest(String),
+    ArgsTooLarge(usize),
+    /// The key is taken by another request: the key and its call's id.
+    Conflict {
+        key: String,
+        call_id: String,
+    },
+    NotFound(String),
+    MethodNotAllowed(&'static str),
+    Store(StoreError),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        ApiError::Store(e)
+    }
+}
+
+impl ApiError {
+    /// The one place errors become responses. Internal causes go to the log,
+    /// never to the client.
+    pub fn into_response(self) -> Response {
+        match self {
+            ApiError::MissingKey => Response::error(
+                400,
+                "missing_idempotency_key",
+                "the Idempotency-Key header is required",
+            ),
+            ApiError::BadRequest(message) => Response::error(400, "bad_request", message),
+            ApiError::ArgsTooLarge(size) => Response::error(
+                413,
+                "payload_too_large",
+                format!("args is {size} bytes; the limit is {MAX_ARGS_BYTES}"),
+            ),
+            ApiError::Conflict { key, call_id } => Response::error(
+                409,
+                "idempotency_conflict",
+                format!(
+                    "same key, different fingerprint: key {:?} belongs to call {} with other tool or args",
+                    key, call_id
+                ),
+            ),
+            ApiError::NotFound(what) => Response::error(404, "not_found", format!("{what} not found")),
+            ApiError::MethodNotAllowed(allow) => Response::error(
+                405,
+                "method_not_allowed",
+                format!("this path allows {allow}"),
+            )
+            .with_header("Allow", allow),
+            ApiError::Store(StoreError::Unavailable(cause)) => {
+                eprintln!("api: database unavailable: {cause}");
+                Response::error(
+                    503,
+                    "unavailable",
+                    "the database is busy or unavailable; retry with the same key",
+                )
+                .with_header("Retry-After", "1")
+            }
+            ApiError::Store(StoreError::Internal(cause)) => {
+                eprintln!("api: internal error: {cause}");
+                Response::error(500, "internal_error", "internal error")
+            }
+        }
+    }
+}
+
+/// The routes, over one store and one runner.
+pub struct Api {
+    pub store: Arc<CallStore>,
+    pub runner: Arc<Runner>,
+    pub notifier: Arc<Notifier>,
+    /// Whether chaos hooks are accepted in `args`.
+    pub chaos: bool,
+}
+
+impl Api {
+    pub fn handle(&self, req: &Request) -> Response {
+        self.route(req).unwrap_or_else(ApiError::into_response)
+    }
+
+    fn route(&self, req: &Request) -> Result<Response, ApiError> {
+        let method = req.method.as_str();
+        let path = req.path.as_str();
+        let allow = |allowed: &'static str| {
+            if allowed.split(", ").any(|m| m == method) {
+                Ok(())
+            } else {
+                Err(ApiError::MethodNotAllowed(allowed))
+            }
+        };
+        match path {
+            "/healthz" => {
+                allow("GET")?;
+                Ok(Response::json(200, &json!({"ok": true})))
+            }
+            "/stats" => {
+                allow("GET")?;
+                Ok(Response::json(200, &self.store.stats()?.to_json()))
+            }
+            "/v1/tool-calls" => {
+                allow("POST")?;
+                self.post_call(req)
+            }
+            _ => {
+                if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {
+                    allow("GET")?;
+                    let key = percent_decode(key).ok_or_else(|| {
+                        ApiError::BadRequest(
+                            "the key in the path is not valid percent-encoded UTF-8".into(),
+                        )
+                    })?;
+                    let call = self.store.find_by_key(&key)?;
+                    let call =
+                        call.ok_or_else(|| ApiError::NotFound(format!("call with key {key:?}")))?;
+                    self.respond_with_call(call, wait_param(req)?)
+                } else if let Some(call_id) = path.strip_prefix("/v1/tool-calls/") {
+                    allow("GET")?;
+                    let call = self.store.get(call_id)?;
+                    let call =
+                        call.ok_or_else(|| ApiError::NotFound(format!("call {call_id:?}")))?;
+                    self.respond_with_call(call, wait_param(req)?)
+                } else {
+                    Err(ApiError::NotFound(format!("path {path:?}")))
+                }
+            }
+        }
+    }
+
+    /// `POST /v1/tool-calls`: validate, then create-or-get under the key.
+    fn post_call(&self, req: &Request) -> Result<Response, ApiError> {
+        let key = idempotency_key(req)?;
+        let wait = wait_param(req)?;
+        let body = parse_body(&req.body)?;
+        let (tool, args) = tool_and_args(&body)?;
+        let (tool_args, hooks) = chaos::split(args).map_err(ApiError::BadRequest)?;
+        if let Some(hook) = chaos::names_a_hook(args) {
+            if !self.chaos {
+                return Err(ApiError::BadRequest(format!(
+                    "args.{hook} is a chaos hook; the server must run with --chaos"
+                )));
+            }
+        }
+        Tool::parse(tool, &tool_args).map_err(ApiError::BadRequest)?;
+        let args_json = canonical(&Value::Object(args.clone()));
+        if args_json.len() > MAX_ARGS_BYTES {
+            return Err(ApiError::ArgsTooLarge(args_json.len()));
+        }
+        let new = NewCall {
+            idem_key: key.to_string(),
+            fingerprint: fingerprint(tool, &tool_args),
+            tool: tool.to_string(),
+            args_json,
+            client_id: optional_string(&body, "client_id")?,
+            seq: optional_integer(&body, "seq")?,
+        };
+        let call = match self.create_or_get(new)? {
+            Created::New(call) => {
+                self.runner.submit(&call.call_id);
+                if let Some(delay) = hooks.delay_response {
+                    std::thread::sleep(delay);
+                }
+                call
+            }
+            Created::RetryReset(call) => {
+                self.runner.submit(&call.call_id);
+                call
+            }
+            Created::Existing(call) => call,
+            Created::Conflict(call) => {
+                return Err(ApiError::Conflict {
+                    key: call.idem_key,
+                    call_id: call.call_id,
+                })
+            }
+        };
+        self.respond_with_call(call, wait)
+    }
+
+    /// The fast path first: a committed row with this key and fingerprint that
+    /// needs no reset is the answer, without joining the write queue. Anything
+    /// else — no row yet, a conflict, a retryable failure — is decided inside
+    /// the writer's transaction.
+    fn create_or_get(&self, new: NewCall) -> Result<Created, ApiError> {
+        if let Some(existing) = self.store.find_by_key(&new.idem_key)? {
+            if existing.fingerprint == new.fingerprint && !existing.is_retryable_failure() {
+                return Ok(Created::Existing(existing));
+            }
+        }
+        Ok(self.store.create_or_get(new)?)
+    }
+
+    /// `200` with a terminal call, `202` while it is pending or running; with a
+    /// wait, first hold until it is terminal or the wait is over.
+    fn respond_with_call(&self, call: Call, wait: Option<Duration>) -> Result<Response, ApiError> {
+        let call = match wait {
+            Some(wait) if !call.status.is_terminal() => self.wait_terminal(call, wait)?,
+            _ => call,
+        };
+        let status = if call.status.is_terminal() { 200 } else { 202 };
+        Ok(Response::json(status, &call.to_json()))
+    }
+
+    fn wait_terminal(&self, call: Call, wait: Duration) -> Result<Call, ApiError> {
+        let deadline = Instant::now() + wait;
+        let mut latest = call;
+        let mut failure = None;
+        self.notifier
+            .wait_for(deadline, || match self.store.get(&latest.call_id) {
+                Ok(Some(now)) => {
+                    let done = now.status.is_terminal();
+                    latest = now;
+                    done.then_some(())
+                }
+                Ok(None) => None,
+                Err(e) => {
+                    failure = Some(e);
+                    Some(())
+                }
+            });
+        match failure {
+            Some(e) => Err(e.into()),
+            None => Ok(latest),
+        }
+    }
+}
+
+/// `Idempotency-Key`: 1–255 visible ASCII characters.
+fn idempotency_key(req: &Request) -> Result<&str, ApiError> {
+    let key = req.header("idempotency-key").ok_or(ApiError::MissingKey)?;
+    let visible = |b: u8| (0x21..=0x7e).contains(&b);
+    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(visible) {
+        return Err(ApiError::BadRequest(format!(
+            "Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters"
+        )));
+    }
+    Ok(key)
+}
+
+/// `?wait=SECONDS`, 0 to 30; other query parameters are ignored.
+fn wait_param(req: &Request) -> Result<Option<Duration>, ApiError> {
+    let Some(query) = &req.query else {
+        return Ok(None);
+    };
+    let Some(raw) = query.split('&').find_map(|pair| pair.strip_prefix("wait=")) else {
+        return Ok(None);
+    };
+    raw.parse::<f64>()
+        .ok()
+        .filter(|s| (0.0..=MAX_WAIT_SECS).contains(s))
+        .map(|s| Some(Duration::from_secs_f64(s)))
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "wait must be a number of seconds from 0 to 30, not {raw:?}"
+            ))
+        })
+}
+
+fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
+    if depth(&value) > MAX_JSON_DEPTH {
+        return Err(ApiError::BadRequest(format!(
+            "body nests deeper than {MAX_JSON_DEPTH} levels"
+        )));
+    }
+    let Value::Object(map) = value else {
+        return Err(ApiError::BadRequest("body must be a JSON object".into()));
+    };
+    if let Some(field) = map
+        .keys()
+        .find(|k| !["tool", "args", "client_id", "seq"].contains(&k.as_str()))
+    {
+        return Err(ApiError::BadRequest(format!(
+            "{field} is not a field of a tool call (expected: tool, args, client_id, seq)"
+        )));
+    }
+    Ok(map)
+}
+
+/// `tool` (required string) and `args` (object; absent or null means `{}`).
+fn tool_and_args(body: &Map<String, Value>) -> Result<(&str, &Map<String, Value>), ApiError> {
+    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    let tool = match body.get("tool") {
+        Some(Value::String(tool)) => tool.as_str(),
+        None | Some(Value::Null) => return Err(ApiError::BadRequest("tool is required".into())),
+        Some(_) => return Err(ApiError::BadRequest("tool must be a string".into())),
+    };
+    let args = match body.get("args") {
+        Some(Value::Object(args)) => args,
+        None | Some(Value::Null) => EMPTY.get_or_init(Map::new),
+        Some(_) => return Err(ApiError::BadRequest("args must be a JSON object".into())),
+    };
+    Ok((tool, args))
+}
+
+fn optional_string(body: &Map<String, Value>, field: &str) -> Result<Option<String>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.len() <= MAX_KEY_LEN => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::BadRequest(format!(
+            "{field} must be a string of at most {MAX_KEY_LEN} bytes"
+        ))),
+    }
+}
+
+fn optional_integer(body: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| ApiError::BadRequest(format!("{field} must be an integer"))),
+    }
+}
+
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Decode `%XX` escapes; `None` when an escape is malformed or the result is
+/// not UTF-8. `+` stays `+`: this is a path, not a form.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b%2Fc").as_deref(), Some("a b/c"));
+        assert_eq!(percent_decode("%E4%BD%A0").as_deref(), Some("你"));
+        assert_eq!(percent_decode("a+b").as_deref(), Some("a+b"));
+        assert_eq!(percent_decode("%2"), None);
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%FF"), None);
+    }
+
+    #[test]
+    fn json_depth_is_counted() {
+        assert_eq!(depth(&json!(1)), 0);
+        assert_eq!(depth(&json!({"a": [1, {"b": 2}]})), 3);
+    }
+
+    #[test]
+    fn body_fields_are_checked_and_named() {
+        let err = |body: &str| match parse_body(body.as_bytes())
+            .and_then(|b| tool_and_args(&b).map(|_| ()))
+        {
+            Err(ApiError::BadRequest(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(err("{").contains("not valid JSON"));
+        assert!(err("[1]").contains("JSON object"));
+        assert!(err(r#"{"args":{}}"#).contains("tool is required"));
+        assert!(err(r#"{"tool":"charge","args":[1]}"#).contains("args must be"));
+        assert!(err(r#"{"tool":"charge","extra":1}"#).contains("extra"));
+        let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
+        assert!(err(&deep).contains("deeper"));
+    }
+}

@@ -1,0 +1,219 @@
+//! Command-line configuration: every flag, its default, and its validation.
+//!
+//! `Config::parse` never exits or prints; `main` decides what a bad flag costs
+//! (usage on stderr, exit 2).
+
+use crate::runner::RunnerOptions;
+use crate::server::Limits;
+use crate::store::StoreOptions;
+use crate::tools::MAX_SLEEP_SECS;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const USAGE: &str = "\
+usage: idempotent-tool [options]
+
+  --host HOST                 address to bind (default 127.0.0.1)
+  --port PORT                 port to bind; 0 picks a free one (default 8081)
+  --db PATH                   SQLite database file (default idem.db)
+  --workers N                 worker threads running tools (default 8)
+  --lease-secs SECS           lease per attempt, fractions allowed (default 30);
+                              must exceed the longest tool run (sleep <= 10 s)
+  --recover-interval-ms MS    how often recovery runs (default 200)
+  --busy-timeout-ms MS        SQLite busy timeout (default 5000)
+  --request-timeout-ms MS     a request's head, then its body, must arrive
+                              within this (default 10000)
+  --idle-timeout-ms MS        idle keep-alive connections close after this
+                              (default 30000)
+  --max-connections N         open connections; more are answered 503 (default 1024)
+  --chaos                     honour chaos hooks in args (tests, fault injection)
+  --help                      print this help
+";
+
+/// Everything the service needs to start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub host: String,
+    pub port: u16,
+    pub db: PathBuf,
+    pub runner: RunnerOptions,
+    pub store: StoreOptions,
+    pub limits: Limits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host: "127.0.0.1".into(),
+            port: 8081,
+            db: PathBuf::from("idem.db"),
+            runner: RunnerOptions {
+                workers: 8,
+                lease: Duration::from_secs(30),
+                recover_interval: Duration::from_millis(200),
+                chaos: false,
+            },
+            store: StoreOptions::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub enum Command {
+    Run(Config),
+    Help,
+}
+
+/// A flag that is unknown, lacks its value, or has a bad one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Parse the arguments after the program name.
+    pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, ConfigError> {
+        let mut config = Config::default();
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            let mut value = || {
+                args.next()
+                    .ok_or_else(|| ConfigError(format!("{flag} needs a value")))
+            };
+            match flag.as_str() {
+                "--help" | "-h" => return Ok(Command::Help),
+                "--chaos" => config.runner.chaos = true,
+                "--host" => config.host = value()?,
+                "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,
+                "--db" => config.db = PathBuf::from(value()?),
+                "--workers" => config.runner.workers = number(&flag, &value()?, 1..=1024)? as usize,
+                "--lease-secs" => config.runner.lease = seconds(&flag, &value()?)?,
+                "--recover-interval-ms" => {
+                    config.runner.recover_interval = millis(&flag, &value()?, 1)?
+                }
+                "--busy-timeout-ms" => config.store.busy_timeout = millis(&flag, &value()?, 0)?,
+                "--request-timeout-ms" => {
+                    config.limits.request_timeout = millis(&flag, &value()?, 1)?
+                }
+                "--idle-timeout-ms" => config.limits.idle_timeout = millis(&flag, &value()?, 1)?,
+                "--max-connections" => {
+                    config.limits.max_connections =
+                        number(&flag, &value()?, 1..=1_000_000)? as usize
+                }
+                other => return Err(ConfigError(format!("unknown flag {other:?}"))),
+            }
+        }
+        if config.runner.lease.as_secs_f64() <= MAX_SLEEP_SECS && !config.runner.chaos {
+            // Allowed (tests use short leases), but a `sleep` could then be taken over.
+            eprintln!(
+                "warning: --lease-secs {} does not exceed the longest tool run ({MAX_SLEEP_SECS} s)",
+                config.runner.lease.as_secs_f64()
+            );
+        }
+        Ok(Command::Run(config))
+    }
+}
+
+fn number(
+    flag: &str,
+    value: &str,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<u64, ConfigError> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{flag} must be an integer from {} to {}, not {value:?}",
+                range.start(),
+                range.end()
+            ))
+        })
+}
+
+fn millis(flag: &str, value: &str, min: u64) -> Result<Duration, ConfigError> {
+    number(flag, value, min..=86_400_000).map(Duration::from_millis)
+}
+
+fn seconds(flag: &str, value: &str) -> Result<Duration, ConfigError> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{flag} must be a number of seconds above 0, not {value:?}"
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, ConfigError> {
+        Config::parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn defaults_match_the_documentation() {
+        let Command::Run(c) = parse(&[]).unwrap() else {
+            panic!()
+        };
+        assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8081));
+        assert_eq!(c.db, PathBuf::from("idem.db"));
+        assert_eq!(c.runner.workers, 8);
+        assert_eq!(c.runner.lease, Duration::from_secs(30));
+        assert_eq!(c.runner.recover_interval, Duration::from_millis(200));
+        assert!(!c.runner.chaos);
+    }
+
+    #[test]
+    fn flags_are_read() {
+        let Command::Run(c) = parse(&[
+            "--port",
+            "0",
+            "--db",
+            "x.db",
+            "--workers",
+            "2",
+            "--lease-secs",
+            "0.5",
+            "--chaos",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.port, 0);
+        assert_eq!(c.db, PathBuf::from("x.db"));
+        assert_eq!(c.runner.workers, 2);
+        assert_eq!(c.runner.lease, Duration::from_millis(500));
+        assert!(c.runner.chaos);
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        for bad in [
+            &["--nope"][..],
+            &["--port"],
+            &["--port", "70000"],
+            &["--workers", "0"],
+            &["--lease-secs", "-1"],
+            &["--lease-secs", "nan"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        assert!(matches!(parse(&["--help"]), Ok(Command::Help)));
+    }
+}

@@ -1,0 +1,202 @@
+//! Request fingerprints: what "the same request" means for one idempotency key.
+//!
+//! A fingerprint is the SHA-256 of the canonical JSON of `{"args": .., "tool": ..}`.
+//! The canonical form settles the contract points the design chapter leaves open
+//! (section 12.5.1), so that two clients that mean the same thing are not told
+//! `409 idempotency_conflict`:
+//!
+//! - object members are sorted by key (code-point order), separators are compact;
+//! - object members whose value is `null` are dropped (`{"a":null}` = `{}`);
+//!   `null` inside arrays is kept, because there position carries meaning;
+//! - numbers with an integral value print as integers, so `1`, `1.0` and `1e0`
+//!   are one number; other numbers print in the shortest form that round-trips;
+//! - strings and keys are NFC-normalized (`"é"` typed either way is one string)
+//!   and non-ASCII stays as UTF-8, never `\u` escapes.
+//!
+//! This module only computes; it never looks at the database. Chaos hooks are
+//! removed by the caller before fingerprinting (see `chaos`).
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::fmt::Write;
+use unicode_normalization::UnicodeNormalization;
+
+/// The hex SHA-256 of the canonical `{"args": args, "tool": tool}`.
+pub fn fingerprint(tool: &str, args: &Map<String, Value>) -> String {
+    let mut payload = String::with_capacity(64);
+    payload.push_str("{\"args\":");
+    write_object(&mut payload, args);
+    payload.push_str(",\"tool\":");
+    write_string(&mut payload, tool);
+    payload.push('}');
+    hex_sha256(payload.as_bytes())
+}
+
+/// The canonical JSON text of any value.
+pub fn canonical(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(&mut out, value);
+    out
+}
+
+/// Lower-case hex of SHA-256.
+pub fn hex_sha256(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    let mut hex = String::with_capacity(64);
+    for byte in digest {
+        // Writing to a String cannot fail.
+        let _ = write!(hex, "{byte:02x}");
+    }
+    hex
+}
+
+fn write_value(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(out, n),
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => write_object(out, map),
+    }
+}
+
+fn write_object(out: &mut String, map: &Map<String, Value>) {
+    let mut members: Vec<(String, &Value)> = map
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| (k.nfc().collect::<String>(), v))
+        .collect();
+    // Two keys can become equal after NFC; ordering them by value too keeps the
+    // output deterministic whatever order they arrived in.
+    members.sort_by_cached_key(|(k, v)| (k.clone(), canonical(v)));
+    out.push('{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(out, key);
+        out.push(':');
+        write_value(out, value);
+    }
+    out.push('}');
+}
+
+/// Integers print as integers; a float with an integral value that an `i64`
+/// holds exactly prints as that integer (so `-0.0` is `0`); any other float
+/// prints in serde_json's shortest round-trip form.
+fn write_number(out: &mut String, n: &serde_json::Number) {
+    if n.is_i64() || n.is_u64() {
+        out.push_str(&n.to_string());
+        return;
+    }
+    let f = n.as_f64().unwrap_or(f64::NAN);
+    const EXACT_LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if f.is_finite() && f.fract() == 0.0 && f.abs() <= EXACT_LIMIT {
+        let _ = write!(out, "{}", f as i64);
+    } else {
+        out.push_str(&n.to_string());
+    }
+}
+
+fn write_string(out: &mut String, s: &str) {
+    let normalized: String = s.nfc().collect();
+    // serde_json escapes only what JSON requires and keeps non-ASCII as UTF-8.
+    out.push_str(&Value::String(normalized).to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fp(tool: &str, args: Value) -> String {
+        fingerprint(tool, args.as_object().expect("test args are objects"))
+    }
+
+    #[test]
+    fn key_order_and_whitespace_do_not_matter() {
+        let a: Value = serde_json::from_str(r#"{"b": 2, "a": 1}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":1,"b":2}"#).unwrap();
+        assert_eq!(fp("charge", a), fp("charge", b));
+        assert_eq!(
+            canonical(&json!({"b": 2, "a": [1, {"d": 1, "c": 2}]})),
+            r#"{"a":[1,{"c":2,"d":1}],"b":2}"#
+        );
+    }
+
+    #[test]
+    fn integral_floats_equal_integers() {
+        assert_eq!(
+            fp("charge", json!({"amount": 1})),
+            fp("charge", json!({"amount": 1.0}))
+        );
+        let e: Value = serde_json::from_str(r#"{"amount": 1e2}"#).unwrap();
+        assert_eq!(fp("charge", e), fp("charge", json!({"amount": 100})));
+        assert_eq!(canonical(&json!(-0.0)), "0");
+        assert_eq!(canonical(&json!(1.5)), "1.5");
+        assert_ne!(
+            fp("charge", json!({"amount": 1})),
+            fp("charge", json!({"amount": 1.5}))
+        );
+    }
+
+    #[test]
+    fn null_members_are_dropped_but_null_array_items_kept() {
+        assert_eq!(
+            fp("send_email", json!({"to": "a@b", "subject": null})),
+            fp("send_email", json!({"to": "a@b"}))
+        );
+        assert_eq!(canonical(&json!({"x": {"y": null}})), r#"{"x":{}}"#);
+        assert_eq!(canonical(&json!([null, 1])), "[null,1]");
+    }
+
+    #[test]
+    fn strings_are_nfc_normalized_and_kept_as_utf8() {
+        // "é" precomposed (U+00E9) and decomposed (e + U+0301).
+        assert_eq!(
+            fp("send_email", json!({"to": "caf\u{e9}"})),
+            fp("send_email", json!({"to": "cafe\u{301}"}))
+        );
+        assert_eq!(canonical(&json!({"cafe\u{301}": 1})), "{\"caf\u{e9}\":1}");
+        assert_eq!(
+            canonical(&json!({"subject": "支付成功"})),
+            r#"{"subject":"支付成功"}"#
+        );
+        assert_ne!(
+            fp("send_email", json!({"to": "a", "subject": "支付成功"})),
+            fp("send_email", json!({"to": "a", "subject": "支付失败"}))
+        );
+    }
+
+    #[test]
+    fn chinese_text_matches_python_json_dumps() {
+        // json.dumps({"tool":"send_email","args":{"to":"张三","body":"你好"}},
+        //            sort_keys=True, separators=(",",":"), ensure_ascii=False)
+        let mut payload = String::new();
+        payload.push_str(r#"{"args":{"body":"你好","to":"张三"},"tool":"send_email"}"#);
+        assert_eq!(
+            fp("send_email", json!({"to": "张三", "body": "你好"})),
+            hex_sha256(payload.as_bytes())
+        );
+    }
+
+    #[test]
+    fn tool_name_is_part_of_the_fingerprint() {
+        assert_ne!(fp("charge", json!({})), fp("fail", json!({})));
+    }
+
+    #[test]
+    fn escapes_only_what_json_requires() {
+        assert_eq!(canonical(&json!("a\"b\\c\n")), r#""a\"b\\c\n""#);
+    }
+}

@@ -1,0 +1,1074 @@
+//! `CallStore`: the only module that speaks SQL. It owns the `calls` state
+//! machine, the lease and fencing rules, the unique constraints, recovery, and
+//! the one place where commits are grouped.
+//!
+//! State machine: `pending → running → succeeded | failed`, and `failed` (when
+//! its error says `retryable`) `→ pending` on a same-key retry. Every transition
+//! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
+//! wins, never an earlier `SELECT`.
+//!
+//! **Group commit.** All writes go through one writer thread that owns the only
+//! write connection. It takes every operation waiting in its channel, runs them in
+//! one `BEGIN IMMEDIATE` transaction — each inside its own `SAVEPOINT`, so a
+//! failing operation rolls back only itself — commits once (`synchronous=FULL`:
+//! the commit is on disk), and only then answers each caller. A caller therefore
+//! never sees an outcome that is not durable, and a busy server pays one fsync
+//! per batch instead of one per state change. Semantics are unchanged: operations
+//! in a batch run one after another on one connection, so each sees the previous
+//! one's writes, and several processes on one file stay correct because each
+//! batch is still one SQLite write transaction.
+//!
+//! Reads (`get`, `find_by_key`, `stats`, ...) use a small pool of separate
+//! connections; WAL lets them run beside the writer.
+//!
+//! This module never runs a tool, and never holds a transaction open across
+//! anything but SQL.
+
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
+use serde_json::{json, Map, Value};
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The seed's schema (section 12.3). Columns may be added, never removed.
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS calls (
+  call_id      TEXT PRIMARY KEY,
+  idem_key     TEXT NOT NULL UNIQUE,
+  fingerprint  TEXT NOT NULL,
+  client_id    TEXT,
+  seq          INTEGER,
+  tool         TEXT NOT NULL,
+  args_json    TEXT NOT NULL,
+  status       TEXT NOT NULL,
+  result_json  TEXT,
+  error_json   TEXT,
+  attempt      INTEGER NOT NULL DEFAULT 0,
+  lease_until  REAL,
+  owner        TEXT,
+  effect_id    TEXT,
+  created_at   REAL NOT NULL,
+  updated_at   REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_calls_status ON calls(status, lease_until);
+CREATE INDEX IF NOT EXISTS idx_calls_client_seq ON calls(client_id, seq);
+
+CREATE TABLE IF NOT EXISTS effects (
+  effect_id   TEXT PRIMARY KEY,
+  call_id     TEXT NOT NULL UNIQUE,
+  tool        TEXT NOT NULL,
+  amount      INTEGER,
+  created_at  REAL NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS audit (
+  id       INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts       REAL NOT NULL,
+  call_id  TEXT,
+  event    TEXT NOT NULL,
+  detail   TEXT
+);
+";
+
+const CALL_COLUMNS: &str = "call_id, idem_key, fingerprint, client_id, seq, tool, args_json, \
+     status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at";
+
+/// The most operations one commit carries; bounds how long the first waits.
+const MAX_BATCH: usize = 512;
+
+/// Idle read connections kept for reuse.
+const MAX_IDLE_READERS: usize = 32;
+
+/// Where a call is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Status {
+        match s {
+            "pending" => Status::Pending,
+            "running" => Status::Running,
+            "succeeded" => Status::Succeeded,
+            _ => Status::Failed,
+        }
+    }
+
+    /// `succeeded` and `failed` are never executed again (a retryable failure is
+    /// first reset to `pending` by its client's retry).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Succeeded | Status::Failed)
+    }
+}
+
+/// One row of `calls`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub call_id: String,
+    pub idem_key: String,
+    pub fingerprint: String,
+    pub client_id: Option<String>,
+    pub seq: Option<i64>,
+    pub tool: String,
+    pub args_json: String,
+    pub status: Status,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    /// How many times a worker has claimed this call.
+    pub attempt: i64,
+    /// Wall-clock seconds until which the current `owner` may execute.
+    pub lease_until: Option<f64>,
+    /// `pid:thread` of the worker holding the lease.
+    pub owner: Option<String>,
+    /// `eff_` + 16 hex of SHA-256(call_id): the same on every attempt.
+    pub effect_id: String,
+    pub created_at: f64,
+    pub updated_at: f64,
+}
+
+impl Call {
+    /// A failure whose error says the client may retry it with the same key.
+    pub fn is_retryable_failure(&self) -> bool {
+        self.status == Status::Failed
+            && self
+                .error
+                .as_ref()
+                .and_then(|e| e.get("retryable"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+    }
+
+    /// The JSON the API returns.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "idem_key": self.idem_key,
+            "tool": self.tool,
+            "args": serde_json::from_str::<Value>(&self.args_json).unwrap_or(Value::Null),
+            "client_id": self.client_id,
+            "seq": self.seq,
+            "status": self.status.as_str(),
+            "attempt": self.attempt,
+            "result": self.result,
+            "error": self.error,
+            "effect_id": self.effect_id,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "query_url": format!("/v1/tool-calls/{}", self.call_id),
+        })
+    }
+
+    fn from_row(row: &Row) -> rusqlite::Result<Call> {
+        let json_col = |i: usize| -> rusqlite::Result<Option<Value>> {
+            Ok(row
+                .get::<_, Option<String>>(i)?
+                .and_then(|s| serde_json::from_str(&s).ok()))
+        };
+        Ok(Call {
+            call_id: row.get(0)?,
+            idem_key: row.get(1)?,
+            fingerprint: row.get(2)?,
+            client_id: row.get(3)?,
+            seq: row.get(4)?,
+            tool: row.get(5)?,
+            args_json: row.get(6)?,
+            status: Status::parse(&row.get::<_, String>(7)?),
+            result: json_col(8)?,
+            error: json_col(9)?,
+            attempt: row.get(10)?,
+            lease_until: row.get(11)?,
+            owner: row.get(12)?,
+            effect_id: row.get::<_, Option<String>>(13)?.unwrap_or_default(),
+            created_at: row.get(14)?,
+            updated_at: row.get(15)?,
+        })
+    }
+}
+
+/// A request to create a call, already validated and fingerprinted.
+#[derive(Debug, Clone)]
+pub struct NewCall {
+    pub idem_key: String,
+    pub fingerprint: String,
+    pub tool: String,
+    /// Canonical JSON of the args as sent (chaos hooks included).
+    pub args_json: String,
+    pub client_id: Option<String>,
+    pub seq: Option<i64>,
+}
+
+/// What `create_or_get` found or did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// A new `pending` call: submit it.
+    New(Call),
+    /// The key's call, untouched: never execute it again.
+    Existing(Call),
+    /// A retryable failure reset to `pending`: submit it.
+    RetryReset(Call),
+    /// The key belongs to a request with another fingerprint.
+    Conflict(Call),
+}
+
+/// The right to execute one attempt of a call, held until `lease_until`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub call_id: String,
+    /// The attempt number this lease fences: completions apply only while the
+    /// row still has this attempt and is `running`.
+    pub attempt: i64,
+    pub tool: String,
+    pub args_json: String,
+    pub effect_id: String,
+    pub lease_until: f64,
+}
+
+/// Whether a fenced completion took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    Applied,
+    /// The lease was lost (another attempt took over, or the call is terminal):
+    /// the completion was discarded and audited as `stale_completion`.
+    Stale,
+}
+
+/// What `/stats` reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    pub calls: i64,
+    pub effects: i64,
+    pub by_status: Vec<(String, i64)>,
+    pub attempts: Vec<(i64, i64)>,
+}
+
+impl Stats {
+    pub fn to_json(&self) -> Value {
+        let by_status: Map<String, Value> = self
+            .by_status
+            .iter()
+            .map(|(s, n)| (s.clone(), json!(n)))
+            .collect();
+        let attempts: Map<String, Value> = self
+            .attempts
+            .iter()
+            .map(|(a, n)| (a.to_string(), json!(n)))
+            .collect();
+        json!({"calls": self.calls, "effects": self.effects, "by_status": by_status, "attempts": attempts})
+    }
+}
+
+/// Why the store could not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The database is locked past the busy timeout, full, read-only, or failing
+    /// I/O: nothing was changed, and the same request may succeed later.
+    Unavailable(String),
+    /// Anything else; a bug or a corrupt file.
+    Internal(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(m) => write!(f, "database unavailable: {m}"),
+            StoreError::Internal(m) => write!(f, "database error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        let transient = matches!(
+            e.sqlite_error_code(),
+            Some(
+                ErrorCode::DatabaseBusy
+                    | ErrorCode::DatabaseLocked
+                    | ErrorCode::DiskFull
+                    | ErrorCode::ReadOnly
+                    | ErrorCode::SystemIoFailure
+                    | ErrorCode::CannotOpen
+                    | ErrorCode::OutOfMemory
+            )
+        );
+        if transient {
+            StoreError::Unavailable(e.to_string())
+        } else {
+            StoreError::Internal(e.to_string())
+        }
+    }
+}
+
+/// Connection settings shared by the writer and the readers.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub busy_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One queued write: run it inside the batch's transaction, or abandon it when
+/// the transaction could not even begin.
+trait WriteJob: Send {
+    /// Run in a savepoint; returns what to tell the caller once the commit's
+    /// fate is known.
+    fn run(self: Box<Self>, conn: &Connection) -> Reply;
+    fn abandon(self: Box<Self>, err: &StoreError);
+}
+
+type Reply = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
+
+/// A write operation and the channel its caller waits on.
+struct Job<T, F> {
+    op: F,
+    caller: mpsc::SyncSender<Result<T, StoreError>>,
+}
+
+impl<T, F> WriteJob for Job<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> rusqlite::Result<T> + Send,
+{
+    fn run(self: Box<Self>, conn: &Connection) -> Reply {
+        let outcome = in_savepoint(conn, self.op);
+        let caller = self.caller;
+        Box::new(move |commit| {
+            let answer = match commit {
+                Ok(()) => outcome,
+                Err(e) => Err(e.clone()),
+            };
+            // The caller may have gone (its thread ended); nothing to tell.
+            let _ = caller.send(answer);
+        })
+    }
+
+    fn abandon(self: Box<Self>, err: &StoreError) {
+        let _ = self.caller.send(Err(err.clone()));
+    }
+}
+
+/// The SQLite-backed call store. Cheap to share behind an `Arc`.
+pub struct CallStore {
+    path: PathBuf,
+    options: StoreOptions,
+    /// The writer thread's queue; every write goes through it.
+    writer: Mutex<mpsc::Sender<Box<dyn WriteJob>>>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl CallStore {
+    /// Open (creating if absent) the database and start its writer thread.
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Arc<CallStore>, StoreError> {
+        let conn = open_connection(path, &options)?;
+        // WAL is a property of the file; set it once, from the writer.
+        let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Internal(format!(
+                "could not switch to WAL (journal_mode={mode})"
+            )));
+        }
+        conn.execute_batch(SCHEMA)?;
+        let (tx, rx) = mpsc::channel::<Box<dyn WriteJob>>();
+        std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || run_writer(conn, rx))
+            .map_err(|e| StoreError::Internal(format!("spawn writer: {e}")))?;
+        Ok(Arc::new(CallStore {
+            path: path.to_path_buf(),
+            options,
+            writer: Mutex::new(tx),
+            readers: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// Create the key's call, or return the one it already has. Runs in the
+    /// writer's `BEGIN IMMEDIATE` transaction, so the lookup and the insert cannot
+    /// interleave with another writer; `calls.idem_key UNIQUE` backs it up.
+    pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
+        self.write(move |conn| {
+            let now = now();
+            if let Some(existing) = select_call_by_key(conn, &new.idem_key)? {
+                return resolve_existing(conn, existing, &new.fingerprint, now);
+            }
+            let call_id = new_call_id(&new.idem_key);
+            let effect_id = effect_id_for(&call_id);
+            conn.prepare_cached(
+                "INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
+                                    status, attempt, effect_id, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
+            )?
+            .execute(params![
+                call_id,
+                new.idem_key,
+                new.fingerprint,
+                new.client_id,
+                new.seq,
+                new.tool,
+                new.args_json,
+                effect_id,
+                now
+            ])?;
+            audit(conn, now, &call_id, "created", &new.tool)?;
+            let call = select_call(conn, &call_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+            Ok(Created::New(call))
+        })
+    }
+
+    /// Take the lease on a call for one attempt. Only one claimer can win: the
+    /// conditional `UPDATE` matches a `pending` row, or a `running` row whose
+    /// lease has expired, and its row count decides.
+    pub fn claim(
+        &self,
+        call_id: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        let call_id = call_id.to_string();
+        let owner = owner.to_string();
+        self.write(move |conn| {
+            let now = now();
+            let lease_until = now + lease.as_secs_f64();
+            let lease = conn
+                .prepare_cached(
+                    "UPDATE calls
+                        SET status = 'running', attempt = attempt + 1,
+                            lease_until = ?1, owner = ?2, updated_at = ?3
+                      WHERE call_id = ?4
+                        AND (status = 'pending' OR (status = 'running' AND lease_until <= ?3))
+                  RETURNING attempt, tool, args_json, effect_id",
+                )?
+                .query_row(params![lease_until, owner, now, call_id], |r| {
+                    Ok(Lease {
+                        call_id: call_id.clone(),
+                        attempt: r.get(0)?,
+                        tool: r.get(1)?,
+                        args_json: r.get(2)?,
+                        effect_id: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                        lease_until,
+                    })
+                })
+                .optional()?;
+            if let Some(lease) = &lease {
+                let detail = format!("{owner} attempt={}", lease.attempt);
+                audit(conn, now, &call_id, "claimed", &detail)?;
+            }
+            Ok(lease)
+        })
+    }
+
+    /// Record success, fenced by the lease: the effect row and the `succeeded`
+    /// update commit together, and only if this lease's attempt still owns the
+    /// call. `effects.call_id UNIQUE` is the last gate: however many attempts
+    /// succeed, one call has at most one effect.
+    pub fn succeed(
+        &self,
+        lease: &Lease,
+        result: &Value,
+        effect_amount: Option<Option<i64>>,
+    ) -> Result<Completion, StoreError> {
+        let lease = lease.clone();
+        let result = result.to_string();
+        self.write(move |conn| {
+            let now = now();
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE calls
+                        SET status = 'succeeded', result_json = ?1, error_json = NULL,
+                            lease_until = NULL, owner = NULL, updated_at = ?2
+                      WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
+                )?
+                .execute(params![result, now, lease.call_id, lease.attempt])?;
+            if changed == 0 {
+                return discard_stale(conn, now, &lease, "succeeded");
+            }
+            if let Some(amount) = effect_amount {
+                conn.prepare_cached(
+                    "INSERT OR IGNORE INTO effects (effect_id, call_id, tool, amount, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(params![
+                    lease.effect_id,
+                    lease.call_id,
+                    lease.tool,
+                    amount,
+                    now
+                ])?;
+            }
+            audit(conn, now, &lease.call_id, "succeeded", &lease.effect_id)?;
+            Ok(Completion::Applied)
+        })
+    }
+
+    /// Record failure, fenced like `succeed`.
+    pub fn fail(&self, lease: &Lease, error: &Value) -> Result<Completion, StoreError> {
+        let lease = lease.clone();
+        let error = error.to_string();
+        self.write(move |conn| {
+            let now = now();
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE calls
+                        SET status = 'failed', error_json = ?1, result_json = NULL,
+                            lease_until = NULL, owner = NULL, updated_at = ?2
+                      WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
+                )?
+                .execute(params![error, now, lease.call_id, lease.attempt])?;
+            if changed == 0 {
+                return discard_stale(conn, now, &lease, "failed");
+            }
+            audit(conn, now, &lease.call_id, "failed", &error)?;
+            Ok(Completion::Applied)
+        })
+    }
+
+    /// Return `running` calls whose lease has expired to `pending`, and name them.
+    /// Live leases are left alone: their owner may still be executing (another
+    /// process on the same file), and the effect would then run twice.
+    pub fn recover(&self) -> Result<Vec<String>, StoreError> {
+        if !self.has_expired_leases()? {
+            return Ok(Vec::new());
+        }
+        self.write(|conn| {
+            let now = now();
+            let ids: Vec<(String, Option<String>)> = conn
+                .prepare_cached(
+                    "UPDATE calls
+                        SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
+                      WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1)
+                  RETURNING call_id, owner",
+                )?
+                .query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            for (call_id, owner) in &ids {
+                let detail = format!("lease expired (owner {})", owner.as_deref().unwrap_or("-"));
+                audit(conn, now, call_id, "recover", &detail)?;
+            }
+            Ok(ids.into_iter().map(|(id, _)| id).collect())
+        })
+    }
+
+    /// Up to `limit` `pending` calls, oldest first.
+    pub fn pending_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT call_id FROM calls WHERE status = 'pending' ORDER BY created_at LIMIT ?1",
+            )?
+            .query_map(params![limit as i64], |r| r.get(0))?
+            .collect()
+        })
+    }
+
+    pub fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
+        self.read(|conn| select_call(conn, call_id))
+    }
+
+    /// The key's call as last committed. Used for the fast path of a same-key
+    /// retry: `idem_key` and `fingerprint` never change once written, so a
+    /// committed row is a safe answer without taking the write lock.
+    pub fn find_by_key(&self, idem_key: &str) -> Result<Option<Call>, StoreError> {
+        self.read(|conn| select_call_by_key(conn, idem_key))
+    }
+
+    pub fn stats(&self) -> Result<Stats, StoreError> {
+        self.read(|conn| {
+            let calls = conn.query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
+            let effects = conn.query_row("SELECT count(*) FROM effects", [], |r| r.get(0))?;
+            let by_status = conn
+                .prepare_cached(
+                    "SELECT status, count(*) FROM calls GROUP BY status ORDER BY status",
+                )?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            let attempts = conn
+                .prepare_cached(
+                    "SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt",
+                )?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(Stats {
+                calls,
+                effects,
+                by_status,
+                attempts,
+            })
+        })
+    }
+
+    fn has_expired_leases(&self) -> Result<bool, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM calls
+                                 WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1))",
+            )?
+            .query_row(params![now()], |r| r.get(0))
+        })
+    }
+
+    /// Queue `op` for the writer and wait until its batch has committed.
+    fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
+        let job: Box<dyn WriteJob> = Box::new(Job { op, caller });
+        self.writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(job)
+            .map_err(|_| StoreError::Internal("the writer thread has stopped".into()))?;
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
+    }
+
+    /// Run `op` on a pooled read connection.
+    fn read<T>(
+        &self,
+        op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => open_connection(&self.path, &self.options)?,
+        };
+        let result = op(&conn).map_err(StoreError::from);
+        let mut idle = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+}
+
+/// The writer thread: the single place where commits are grouped.
+fn run_writer(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        commit_batch(&conn, batch);
+    }
+}
+
+/// One transaction for the whole batch; each job in its own savepoint. Replies go
+/// out only after `COMMIT` returned, so every answer describes durable state.
+fn commit_batch(conn: &Connection, batch: Vec<Box<dyn WriteJob>>) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let err = StoreError::from(e);
+        for job in batch {
+            job.abandon(&err);
+        }
+        return;
+    }
+    let replies: Vec<Reply> = batch.into_iter().map(|job| job.run(conn)).collect();
+    let commit = conn.execute_batch("COMMIT").map_err(StoreError::from);
+    if let Err(e) = &commit {
+        eprintln!(
+            "store: commit failed, batch of {} rolled back: {e}",
+            replies.len()
+        );
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    for reply in replies {
+        reply(commit.as_ref().map(|_| ()));
+    }
+}
+
+/// Run `op` inside a savepoint: its writes stay if it succeeds, and are undone
+/// alone (the rest of the batch unaffected) if it fails or panics.
+fn in_savepoint<T>(
+    conn: &Connection,
+    op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+) -> Result<T, StoreError> {
+    conn.execute_batch("SAVEPOINT op")?;
+    let outcome = catch_unwind(AssertUnwindSafe(|| op(conn)));
+    match outcome {
+        Ok(Ok(value)) => {
+            conn.execute_batch("RELEASE op")?;
+            Ok(value)
+        }
+        Ok(Err(e)) => {
+            conn.execute_batch("ROLLBACK TO op; RELEASE op")?;
+            Err(StoreError::from(e))
+        }
+        Err(_) => {
+            conn.execute_batch("ROLLBACK TO op; RELEASE op")?;
+            Err(StoreError::Internal("a store operation panicked".into()))
+        }
+    }
+}
+
+fn resolve_existing(
+    conn: &Connection,
+    existing: Call,
+    fingerprint: &str,
+    now: f64,
+) -> rusqlite::Result<Created> {
+    if existing.fingerprint != fingerprint {
+        return Ok(Created::Conflict(existing));
+    }
+    if !existing.is_retryable_failure() {
+        return Ok(Created::Existing(existing));
+    }
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls
+                SET status = 'pending', result_json = NULL, error_json = NULL,
+                    lease_until = NULL, owner = NULL, updated_at = ?1
+              WHERE call_id = ?2 AND status = 'failed'",
+        )?
+        .execute(params![now, existing.call_id])?;
+    if changed == 0 {
+        return Ok(Created::Existing(existing));
+    }
+    let detail = format!("after attempt {}", existing.attempt);
+    audit(conn, now, &existing.call_id, "retry_reset", &detail)?;
+    let call = select_call(conn, &existing.call_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    Ok(Created::RetryReset(call))
+}
+
+fn discard_stale(
+    conn: &Connection,
+    now: f64,
+    lease: &Lease,
+    outcome: &str,
+) -> rusqlite::Result<Completion> {
+    let detail = format!("attempt {} would have {outcome}; discarded", lease.attempt);
+    audit(conn, now, &lease.call_id, "stale_completion", &detail)?;
+    Ok(Completion::Stale)
+}
+
+fn audit(
+    conn: &Connection,
+    now: f64,
+    call_id: &str,
+    event: &str,
+    detail: &str,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO audit (ts, call_id, event, detail) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![now, call_id, event, detail])?;
+    Ok(())
+}
+
+fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Call>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1"
+    ))?
+    .query_row(params![call_id], Call::from_row)
+    .optional()
+}
+
+fn select_call_by_key(conn: &Connection, idem_key: &str) -> rusqlite::Result<Option<Call>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CALL_COLUMNS} FROM calls WHERE idem_key = ?1"
+    ))?
+    .query_row(params![idem_key], Call::from_row)
+    .optional()
+}
+
+fn open_connection(path: &Path, options: &StoreOptions) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(options.busy_timeout)?;
+    // FULL: a commit returns only after the WAL is synced, so "accepted" means on disk.
+    conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+    Ok(conn)
+}
+
+/// Wall-clock seconds: leases are compared across processes and restarts.
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// `eff_` + 16 hex of SHA-256(call_id): every attempt of a call hands the same
+/// downstream idempotency key to its tool.
+pub fn effect_id_for(call_id: &str) -> String {
+    format!(
+        "eff_{}",
+        &crate::fingerprint::hex_sha256(call_id.as_bytes())[..16]
+    )
+}
+
+/// `c_` + 16 hex, unique without a random-number crate: the key is already
+/// unique among calls, and the process id, time and a counter make a reused
+/// database (or a key replayed after a wipe) produce a fresh id.
+fn new_call_id(idem_key: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seed = format!(
+        "{}:{}:{}:{}",
+        std::process::id(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        idem_key
+    );
+    format!(
+        "c_{}",
+        &crate::fingerprint::hex_sha256(seed.as_bytes())[..16]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TempDb {
+        dir: PathBuf,
+    }
+
+    impl TempDb {
+        fn new(name: &str) -> TempDb {
+            let dir = std::env::temp_dir().join(format!(
+                "idem-store-{name}-{}-{}",
+                std::process::id(),
+                now()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDb { dir }
+        }
+        fn path(&self) -> PathBuf {
+            self.dir.join("t.db")
+        }
+    }
+
+    impl Drop for TempDb {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn new_call(key: &str, fp: &str) -> NewCall {
+        NewCall {
+            idem_key: key.into(),
+            fingerprint: fp.into(),
+            tool: "charge".into(),
+            args_json: r#"{"amount":1}"#.into(),
+            client_id: None,
+            seq: None,
+        }
+    }
+
+    fn created_call(c: Created) -> Call {
+        match c {
+            Created::New(c)
+            | Created::Existing(c)
+            | Created::RetryReset(c)
+            | Created::Conflict(c) => c,
+        }
+    }
+
+    fn effects(store: &CallStore) -> i64 {
+        store.stats().unwrap().effects
+    }
+
+    fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
+        let conn = Connection::open(db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT event FROM audit WHERE call_id = ?1 ORDER BY id")
+            .unwrap();
+        stmt.query_map([call_id], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn same_key_gives_one_call_and_other_fingerprint_conflicts() -> Result<(), StoreError> {
+        let db = TempDb::new("same-key");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let first = store.create_or_get(new_call("k", "fp1"))?;
+        assert!(matches!(first, Created::New(_)));
+        let again = store.create_or_get(new_call("k", "fp1"))?;
+        assert!(matches!(again, Created::Existing(_)));
+        assert_eq!(
+            created_call(first.clone()).call_id,
+            created_call(again).call_id
+        );
+        assert!(matches!(
+            store.create_or_get(new_call("k", "fp2"))?,
+            Created::Conflict(_)
+        ));
+        let call = created_call(first);
+        assert!(call.call_id.starts_with("c_") && call.call_id.len() == 18);
+        assert_eq!(call.effect_id, effect_id_for(&call.call_id));
+        Ok(())
+    }
+
+    #[test]
+    fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), StoreError> {
+        let db = TempDb::new("fence");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let call = created_call(store.create_or_get(new_call("k", "fp"))?);
+        // A zero-length lease expires at once, as after a long pause.
+        let a = store
+            .claim(&call.call_id, "1:a", Duration::ZERO)?
+            .expect("first claim");
+        assert_eq!(a.attempt, 1);
+        let b = store
+            .claim(&call.call_id, "1:b", Duration::from_secs(30))?
+            .expect("an expired lease can be taken over");
+        assert_eq!(b.attempt, 2);
+        assert_eq!(
+            store.claim(&call.call_id, "1:c", Duration::from_secs(30))?,
+            None
+        );
+
+        assert_eq!(
+            store.succeed(&b, &json!({"by": "b"}), Some(Some(1)))?,
+            Completion::Applied
+        );
+        assert_eq!(
+            store.succeed(&a, &json!({"by": "a"}), Some(Some(1)))?,
+            Completion::Stale
+        );
+        assert_eq!(
+            store.fail(&a, &json!({"retryable": true}))?,
+            Completion::Stale
+        );
+        let after = store.get(&call.call_id)?.unwrap();
+        assert_eq!(after.status, Status::Succeeded);
+        assert_eq!(after.result, Some(json!({"by": "b"})));
+        assert_eq!(effects(&store), 1);
+        assert_eq!(
+            audit_events(&db.path(), &call.call_id),
+            [
+                "created",
+                "claimed",
+                "claimed",
+                "succeeded",
+                "stale_completion",
+                "stale_completion"
+            ]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
+        let db = TempDb::new("recover");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let expired = created_call(store.create_or_get(new_call("a", "fp"))?);
+        let live = created_call(store.create_or_get(new_call("b", "fp"))?);
+        let done = created_call(store.create_or_get(new_call("c", "fp"))?);
+        store
+            .claim(&expired.call_id, "1:x", Duration::ZERO)?
+            .unwrap();
+        store
+            .claim(&live.call_id, "1:y", Duration::from_secs(30))?
+            .unwrap();
+        let lease = store.claim(&done.call_id, "1:z", Duration::ZERO)?.unwrap();
+        store.succeed(&lease, &json!({}), None)?;
+
+        assert_eq!(store.recover()?, vec![expired.call_id.clone()]);
+        assert_eq!(
+            store.get(&expired.call_id)?.unwrap().status,
+            Status::Pending
+        );
+        assert_eq!(store.get(&live.call_id)?.unwrap().status, Status::Running);
+        assert_eq!(store.get(&done.call_id)?.unwrap().status, Status::Succeeded);
+        assert_eq!(store.pending_ids(10)?, vec![expired.call_id]);
+        assert!(store.recover()?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn retryable_failure_is_reset_by_same_key_and_permanent_one_is_not() -> Result<(), StoreError> {
+        let db = TempDb::new("retry");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        for (key, retryable) in [("r", true), ("p", false)] {
+            let call = created_call(store.create_or_get(new_call(key, "fp"))?);
+            let lease = store
+                .claim(&call.call_id, "1:w", Duration::from_secs(30))?
+                .unwrap();
+            store.fail(
+                &lease,
+                &json!({"code": "tool_failed", "retryable": retryable}),
+            )?;
+            let again = store.create_or_get(new_call(key, "fp"))?;
+            if retryable {
+                assert!(matches!(&again, Created::RetryReset(c) if c.status == Status::Pending));
+            } else {
+                assert!(matches!(&again, Created::Existing(c) if c.status == Status::Failed));
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn many_threads_same_key_share_one_call() -> Result<(), StoreError> {
+        let db = TempDb::new("threads");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let ids: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..16)
+                .map(|_| {
+                    s.spawn(|| {
+                        created_call(store.create_or_get(new_call("k", "fp")).unwrap()).call_id
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(ids.iter().all(|id| id == &ids[0]));
+        assert_eq!(store.stats()?.calls, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn failing_operation_rolls_back_alone() -> Result<(), StoreError> {
+        let db = TempDb::new("savepoint");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let failing = store.write(|conn| {
+            conn.execute(
+                "INSERT INTO audit (ts, call_id, event, detail) VALUES (0, 'x', 'probe', '')",
+                [],
+            )?;
+            conn.execute("INSERT INTO no_such_table VALUES (1)", [])
+        });
+        assert!(matches!(failing, Err(StoreError::Internal(_))));
+        store.create_or_get(new_call("k", "fp"))?;
+        let probes: i64 = Connection::open(db.path())
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM audit WHERE event = 'probe'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(probes, 0);
+        assert_eq!(store.stats()?.calls, 1);
+        Ok(())
+    }
+}

@@ -1,0 +1,269 @@
+//! The four tools: how their arguments are validated (at POST time, so a bad
+//! request is refused before it is accepted) and what running them produces.
+//!
+//! A tool never touches the database: it returns an [`Outcome`], and the runner
+//! commits it. The side effect of `charge` and `send_email` is simulated by the
+//! `effects` row that the runner inserts in the same transaction as `succeeded`;
+//! a real tool would pass `effect_id` downstream as its idempotency key.
+
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// A validated tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tool {
+    Charge {
+        amount: i64,
+    },
+    SendEmail {
+        to: String,
+    },
+    Sleep {
+        seconds: f64,
+    },
+    Fail {
+        retryable: bool,
+        fail_times: Option<i64>,
+    },
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Success; `effect` says whether an `effects` row records it (and its amount).
+    Succeeded {
+        result: Value,
+        effect: Option<Effect>,
+    },
+    /// Failure; `error` is `{"code","message","retryable"}`.
+    Failed { error: Value },
+}
+
+/// The local record of a side effect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    pub amount: Option<i64>,
+}
+
+/// The longest a `sleep` may run; the lease must exceed it.
+pub const MAX_SLEEP_SECS: f64 = 10.0;
+
+/// Names of the tools, as accepted in `"tool"`.
+pub const TOOL_NAMES: [&str; 4] = ["charge", "send_email", "sleep", "fail"];
+
+impl Tool {
+    /// Validate `args` (chaos hooks already removed). The error names the field.
+    pub fn parse(name: &str, args: &Map<String, Value>) -> Result<Tool, String> {
+        match name {
+            "charge" => {
+                allow_only(args, &["amount"])?;
+                let amount = args
+                    .get("amount")
+                    .and_then(integer)
+                    .filter(|a| *a > 0)
+                    .ok_or("args.amount must be a positive integer")?;
+                Ok(Tool::Charge { amount })
+            }
+            "send_email" => {
+                allow_only(args, &["to", "subject", "body"])?;
+                let to = match args.get("to") {
+                    Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+                    _ => return Err("args.to must be a non-empty string".into()),
+                };
+                for field in ["subject", "body"] {
+                    if !matches!(args.get(field), None | Some(Value::Null | Value::String(_))) {
+                        return Err(format!("args.{field} must be a string"));
+                    }
+                }
+                Ok(Tool::SendEmail { to })
+            }
+            "sleep" => {
+                allow_only(args, &["seconds"])?;
+                let seconds = args
+                    .get("seconds")
+                    .and_then(Value::as_f64)
+                    .filter(|s| (0.0..=MAX_SLEEP_SECS).contains(s))
+                    .ok_or("args.seconds must be a number from 0 to 10")?;
+                Ok(Tool::Sleep { seconds })
+            }
+            "fail" => {
+                allow_only(args, &["retryable", "fail_times"])?;
+                let retryable = match args.get("retryable") {
+                    None | Some(Value::Null) => true,
+                    Some(Value::Bool(b)) => *b,
+                    Some(_) => return Err("args.retryable must be a boolean".into()),
+                };
+                let fail_times = match args.get("fail_times") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(
+                        integer(v)
+                            .filter(|n| *n >= 0)
+                            .ok_or("args.fail_times must be a non-negative integer")?,
+                    ),
+                };
+                Ok(Tool::Fail {
+                    retryable,
+                    fail_times,
+                })
+            }
+            "" => Err("tool is required".into()),
+            other => Err(format!(
+                "tool {other:?} is unknown; known tools: {}",
+                TOOL_NAMES.join(", ")
+            )),
+        }
+    }
+
+    /// Run the tool for attempt number `attempt` (1-based). `effect_id` is the
+    /// call's downstream idempotency key, the same on every attempt.
+    pub fn run(&self, attempt: i64, effect_id: &str) -> Outcome {
+        match self {
+            Tool::Charge { amount } => Outcome::Succeeded {
+                result: json!({"charged": amount, "effect_id": effect_id}),
+                effect: Some(Effect {
+                    amount: Some(*amount),
+                }),
+            },
+            Tool::SendEmail { to } => Outcome::Succeeded {
+                result: json!({"sent_to": to, "effect_id": effect_id}),
+                effect: Some(Effect { amount: None }),
+            },
+            Tool::Sleep { seconds } => {
+                std::thread::sleep(Duration::from_secs_f64(*seconds));
+                Outcome::Succeeded {
+                    result: json!({"slept": seconds}),
+                    effect: None,
+                }
+            }
+            Tool::Fail {
+                retryable,
+                fail_times,
+            } => {
+                if fail_times.is_none_or(|n| attempt <= n) {
+                    Outcome::Failed {
+                        error: json!({
+                            "code": "tool_failed",
+                            "message": format!("fail tool failed on attempt {attempt}"),
+                            "retryable": retryable,
+                        }),
+                    }
+                } else {
+                    Outcome::Succeeded {
+                        result: json!({"failed_attempts": attempt - 1}),
+                        effect: None,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An integer, also when written as an integral float (`1.0`), because the
+/// fingerprint treats the two as one number.
+fn integer(value: &Value) -> Option<i64> {
+    if let Some(i) = value.as_i64() {
+        return Some(i);
+    }
+    let f = value.as_f64()?;
+    (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
+}
+
+/// Unknown fields are refused: a typo in a payment request must not be ignored.
+fn allow_only(args: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
+    match args.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(field) => Err(format!(
+            "args.{field} is not a field of this tool (expected: {})",
+            known.join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(name: &str, args: Value) -> Result<Tool, String> {
+        Tool::parse(name, args.as_object().unwrap())
+    }
+
+    #[test]
+    fn charge_needs_a_positive_integer_amount() {
+        assert_eq!(
+            parse("charge", json!({"amount": 5})),
+            Ok(Tool::Charge { amount: 5 })
+        );
+        assert_eq!(
+            parse("charge", json!({"amount": 5.0})),
+            Ok(Tool::Charge { amount: 5 })
+        );
+        for bad in [
+            json!({}),
+            json!({"amount": 0}),
+            json!({"amount": -1}),
+            json!({"amount": 1.5}),
+            json!({"amount": "1"}),
+        ] {
+            let err = parse("charge", bad).unwrap_err();
+            assert!(err.contains("args.amount"), "{err}");
+        }
+        assert!(parse("charge", json!({"amount": 1, "amont": 2}))
+            .unwrap_err()
+            .contains("args.amont"));
+    }
+
+    #[test]
+    fn send_email_needs_a_recipient() {
+        assert!(parse("send_email", json!({"to": "a@b", "subject": "s"})).is_ok());
+        assert!(parse("send_email", json!({"to": ""}))
+            .unwrap_err()
+            .contains("args.to"));
+        assert!(parse("send_email", json!({"to": "a", "body": 1}))
+            .unwrap_err()
+            .contains("args.body"));
+    }
+
+    #[test]
+    fn sleep_is_bounded() {
+        assert!(parse("sleep", json!({"seconds": 10})).is_ok());
+        assert!(parse("sleep", json!({"seconds": 10.5}))
+            .unwrap_err()
+            .contains("args.seconds"));
+        assert!(parse("sleep", json!({"seconds": -1})).is_err());
+    }
+
+    #[test]
+    fn unknown_tool_is_named() {
+        assert!(parse("refund", json!({})).unwrap_err().contains("refund"));
+    }
+
+    #[test]
+    fn fail_fails_while_attempt_within_fail_times() {
+        let tool = parse("fail", json!({"fail_times": 1})).unwrap();
+        assert!(matches!(tool.run(1, "eff"), Outcome::Failed { .. }));
+        assert!(matches!(
+            tool.run(2, "eff"),
+            Outcome::Succeeded { effect: None, .. }
+        ));
+        let always = parse("fail", json!({"retryable": false})).unwrap();
+        match always.run(7, "eff") {
+            Outcome::Failed { error } => {
+                assert_eq!(error["code"], "tool_failed");
+                assert_eq!(error["retryable"], false);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn charge_result_names_amount_and_effect_id() {
+        let out = Tool::Charge { amount: 100 }.run(1, "eff_1");
+        assert_eq!(
+            out,
+            Outcome::Succeeded {
+                result: json!({"charged": 100, "effect_id": "eff_1"}),
+                effect: Some(Effect { amount: Some(100) }),
+            }
+        );
+    }
+}
