@@ -1,0 +1,437 @@
+//! The service's contract, tested against the real binary over HTTP: the seed's
+//! seven scenarios (section 12.10.1) and the API's edges.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::sync::{Arc, Barrier};
+use support::{audit_events, charge, count, Server, TempDir};
+
+/// One key, one call: a repeated request returns the original call and never
+/// runs it again.
+#[test]
+fn same_key_returns_same_call() {
+    let dir = TempDir::new("same-key");
+    let server = Server::start(&dir, &[]);
+    let (status, first) = server.post("k-same", &charge(100));
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(first["status"], "pending");
+    let done = server.wait_terminal(first["call_id"].as_str().unwrap());
+    let (status, again) = server.post("k-same", &charge(100));
+    assert_eq!(status, 200, "a terminal call answers 200: {again}");
+    assert_eq!(again["call_id"], first["call_id"]);
+    assert_eq!(again["attempt"], 1, "never re-executed");
+    assert_eq!(again["result"], done["result"]);
+    assert_eq!(server.stats()["effects"], 1);
+}
+
+/// A new key is a new logical request.
+#[test]
+fn different_key_creates_new_call() {
+    let dir = TempDir::new("diff-key");
+    let server = Server::start(&dir, &[]);
+    let (_, a) = server.post("k-a", &charge(1));
+    let (status, b) = server.post("k-b", &charge(1));
+    assert_eq!(status, 202);
+    assert_ne!(a["call_id"], b["call_id"]);
+    server.wait_terminal(a["call_id"].as_str().unwrap());
+    server.wait_terminal(b["call_id"].as_str().unwrap());
+    let stats = server.stats();
+    assert_eq!(
+        (stats["calls"].clone(), stats["effects"].clone()),
+        (json!(2), json!(2))
+    );
+}
+
+/// Same key, different request: 409, and nothing runs for the second one.
+#[test]
+fn same_key_different_args_conflict() {
+    let dir = TempDir::new("conflict");
+    let server = Server::start(&dir, &[]);
+    let (_, first) = server.post("k-conflict", &charge(1));
+    let (status, body) = server.post("k-conflict", &charge(2));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "idempotency_conflict");
+    let (status, _) = server.post(
+        "k-conflict",
+        &json!({"tool": "send_email", "args": {"to": "a@b"}}),
+    );
+    assert_eq!(status, 409);
+    server.wait_terminal(first["call_id"].as_str().unwrap());
+    assert_eq!(server.stats()["calls"], 1);
+    assert_eq!(server.stats()["effects"], 1);
+}
+
+/// Fingerprints follow the documented canonical form: key order, `1` vs `1.0`,
+/// null members and NFC do not make a request different.
+#[test]
+fn equivalent_args_are_the_same_request() {
+    let dir = TempDir::new("canonical");
+    let server = Server::start(&dir, &[]);
+    let (_, a) = server.post(
+        "k-canon",
+        &json!({"tool": "send_email", "args": {"to": "caf\u{e9}", "subject": "支付"}}),
+    );
+    let (status, b) = server.post(
+        "k-canon",
+        &json!({"args": {"subject": "支付", "body": null, "to": "cafe\u{301}"}, "tool": "send_email"}),
+    );
+    assert!(status == 200 || status == 202, "{b}");
+    assert_eq!(a["call_id"], b["call_id"]);
+    let (_, c) = server.post("k-num", &charge(5));
+    let (_, d) = server.post("k-num", &json!({"tool": "charge", "args": {"amount": 5.0}}));
+    assert_eq!(c["call_id"], d["call_id"]);
+}
+
+/// Twelve concurrent requests with one key: one call_id, one effect.
+#[test]
+fn concurrent_same_key_one_effect() {
+    let dir = TempDir::new("concurrent");
+    let server = Arc::new(Server::start(&dir, &[]));
+    let barrier = Arc::new(Barrier::new(12));
+    let handles: Vec<_> = (0..12)
+        .map(|_| {
+            let (server, barrier) = (Arc::clone(&server), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                server.post("k-concurrent", &charge(100))
+            })
+        })
+        .collect();
+    let results: Vec<(u16, Value)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ids: std::collections::HashSet<String> = results
+        .iter()
+        .map(|(status, body)| {
+            assert!(*status == 200 || *status == 202, "{status} {body}");
+            body["call_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "{results:?}");
+    let call_id = ids.into_iter().next().unwrap();
+    let done = server.wait_terminal(&call_id);
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(done["attempt"], 1);
+    assert_eq!(server.stats()["effects"], 1);
+    assert_eq!(
+        count(
+            &server.db,
+            "SELECT count(*) FROM calls WHERE idem_key = 'k-concurrent'"
+        ),
+        1
+    );
+}
+
+/// A retryable failure is reset to pending by a same-key retry and re-run under
+/// the same call; a permanent failure is returned as it is.
+#[test]
+fn failed_retryable_can_be_retried() {
+    let dir = TempDir::new("retryable");
+    let server = Server::start(&dir, &[]);
+    let body = json!({"tool": "fail", "args": {"fail_times": 1}});
+    let (_, first) = server.post("k-fail", &body);
+    let call_id = first["call_id"].as_str().unwrap().to_string();
+    let failed = server.wait_terminal(&call_id);
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["error"]["code"], "tool_failed");
+    assert_eq!(failed["error"]["retryable"], true);
+
+    let (status, reset) = server.post("k-fail", &body);
+    assert_eq!(status, 202, "{reset}");
+    assert_eq!(reset["call_id"], call_id.as_str());
+    let done = server.wait_terminal(&call_id);
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(done["attempt"], 2);
+    assert!(audit_events(&server.db, &call_id).contains(&"retry_reset".to_string()));
+
+    let permanent = json!({"tool": "fail", "args": {"retryable": false}});
+    let (_, p) = server.post("k-permanent", &permanent);
+    let p_id = p["call_id"].as_str().unwrap().to_string();
+    assert_eq!(server.wait_terminal(&p_id)["status"], "failed");
+    let (status, again) = server.post("k-permanent", &permanent);
+    assert_eq!(status, 200);
+    assert_eq!(
+        (again["status"].clone(), again["attempt"].clone()),
+        (json!("failed"), json!(1))
+    );
+}
+
+/// The client times out while the server delays its response; the same-key
+/// retry gets the same call, and there is one effect.
+#[test]
+fn delay_response_then_retry_same_key() {
+    let dir = TempDir::new("delay");
+    let server = Server::start(&dir, &["--chaos"]);
+    let body = json!({"tool": "charge", "args": {"amount": 7, "_delay_response_ms": 3000}});
+    let first = idempotent_tool::client::request_once(
+        &server.base,
+        "POST",
+        "/v1/tool-calls",
+        &[("Idempotency-Key", "k-delay")],
+        Some(body.to_string().as_bytes()),
+        Some(std::time::Duration::from_millis(300)),
+    );
+    assert!(
+        first.is_err(),
+        "the first response must time out: {first:?}"
+    );
+    let (status, retry) = server.post("k-delay", &body);
+    assert!(status == 200 || status == 202, "{retry}");
+    let done = server.wait_terminal(retry["call_id"].as_str().unwrap());
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(server.stats()["calls"], 1);
+    assert_eq!(server.stats()["effects"], 1);
+}
+
+/// `?wait=` holds the response until the call is terminal, then answers 200.
+#[test]
+fn wait_holds_until_terminal() {
+    let dir = TempDir::new("wait");
+    let server = Server::start(&dir, &[]);
+    let (status, call) = server.post_path(
+        "/v1/tool-calls?wait=30",
+        "k-wait",
+        &json!({"tool": "sleep", "args": {"seconds": 0.2}}),
+    );
+    assert_eq!(status, 200, "{call}");
+    assert_eq!(call["status"], "succeeded");
+    let (status, body) = server.post_path("/v1/tool-calls?wait=31", "k-wait2", &charge(1));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "bad_request");
+}
+
+/// Calls can be found by id and by (percent-encoded) key.
+#[test]
+fn lookup_by_id_and_by_key() {
+    let dir = TempDir::new("lookup");
+    let server = Server::start(&dir, &[]);
+    let key = "order/42 é?#%"; // needs encoding in a path
+    let key_ascii = "order/42?#%&=+";
+    let (status, _) = server.post(key, &charge(1));
+    assert_eq!(status, 400, "a key must be visible ASCII");
+    let (_, call) = server.post(key_ascii, &charge(3));
+    let call_id = call["call_id"].as_str().unwrap();
+    assert!(
+        call_id.starts_with("c_") && call_id.len() == 18,
+        "{call_id}"
+    );
+    assert!(call["effect_id"].as_str().unwrap().starts_with("eff_"));
+    assert_eq!(call["query_url"], format!("/v1/tool-calls/{call_id}"));
+    let (status, by_key) = server.by_key(key_ascii);
+    assert!(status == 200 || status == 202, "{by_key}");
+    assert_eq!(by_key["call_id"], call_id);
+    assert_eq!(by_key["idem_key"], key_ascii);
+    let (_, by_id) = server.get(&format!("/v1/tool-calls/{call_id}?wait=10"));
+    assert_eq!(by_id["call_id"], call_id);
+    assert_eq!(by_id["status"], "succeeded");
+}
+
+/// Unknown calls, keys and paths are 404 `not_found`; a wrong method is 405
+/// with `Allow`.
+#[test]
+fn not_found_and_wrong_method() {
+    let dir = TempDir::new("404");
+    let server = Server::start(&dir, &[]);
+    for path in [
+        "/v1/tool-calls/c_0000000000000000",
+        "/v1/tool-calls/by-key/nope",
+        "/nope",
+        "/v1",
+    ] {
+        let (status, body) = server.get(path);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "not_found");
+    }
+    let resp = idempotent_tool::client::request_once(
+        &server.base,
+        "GET",
+        "/v1/tool-calls",
+        &[],
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(resp.status, 405);
+    assert_eq!(resp.header("allow"), Some("POST"));
+    assert_eq!(resp.json()["error"]["code"], "method_not_allowed");
+    let (status, _) = server.request("DELETE", "/stats", &[], None);
+    assert_eq!(status, 405);
+}
+
+/// Bad input is refused with a stable code and a message naming the field,
+/// and creates nothing.
+#[test]
+fn bad_requests_are_refused_and_create_nothing() {
+    let dir = TempDir::new("bad");
+    let server = Server::start(&dir, &[]);
+    let (status, body) =
+        server.request("POST", "/v1/tool-calls", &[], Some(&charge(1).to_string()));
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "missing_idempotency_key");
+    let long_key = "k".repeat(256);
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("k1", "{not json".into(), "JSON"),
+        ("k1", "[1,2]".into(), "object"),
+        ("k1", r#"{"args":{"amount":1}}"#.into(), "tool"),
+        ("k1", r#"{"tool":"refund","args":{}}"#.into(), "refund"),
+        ("k1", r#"{"tool":"charge","args":[1]}"#.into(), "args"),
+        (
+            "k1",
+            r#"{"tool":"charge","args":{"amount":-5}}"#.into(),
+            "args.amount",
+        ),
+        (
+            "k1",
+            r#"{"tool":"charge","args":{"amount":"5"}}"#.into(),
+            "args.amount",
+        ),
+        (
+            "k1",
+            r#"{"tool":"send_email","args":{"to":""}}"#.into(),
+            "args.to",
+        ),
+        (
+            "k1",
+            r#"{"tool":"sleep","args":{"seconds":11}}"#.into(),
+            "args.seconds",
+        ),
+        (
+            "k1",
+            r#"{"tool":"charge","args":{"amount":1},"seq":"x"}"#.into(),
+            "seq",
+        ),
+        (
+            "k1",
+            r#"{"tool":"charge","args":{"amount":1,"_crash_after_commit":true}}"#.into(),
+            "--chaos",
+        ),
+        (long_key.as_str(), charge(1).to_string(), "Idempotency-Key"),
+    ];
+    for (key, body, names) in &cases {
+        let (status, resp) = server.request(
+            "POST",
+            "/v1/tool-calls",
+            &[("Idempotency-Key", key)],
+            Some(body),
+        );
+        assert_eq!(status, 400, "{body}: {resp}");
+        assert_eq!(resp["error"]["code"], "bad_request", "{body}");
+        let message = resp["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(names),
+            "{body}: message {message:?} should name {names}"
+        );
+    }
+    assert_eq!(server.stats()["calls"], 0);
+}
+
+/// `/stats` counts calls, effects, statuses and attempts.
+#[test]
+fn stats_reports_calls_effects_statuses_and_attempts() {
+    let dir = TempDir::new("stats");
+    let server = Server::start(&dir, &[]);
+    let ids: Vec<String> = [
+        ("s1", charge(1)),
+        ("s2", json!({"tool": "send_email", "args": {"to": "x@y"}})),
+        ("s3", json!({"tool": "sleep", "args": {"seconds": 0}})),
+        ("s4", json!({"tool": "fail", "args": {"retryable": false}})),
+    ]
+    .iter()
+    .map(|(key, body)| {
+        server.post(key, body).1["call_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    })
+    .collect();
+    for id in &ids {
+        server.wait_terminal(id);
+    }
+    assert_eq!(
+        server.stats(),
+        json!({"calls": 4, "effects": 2, "by_status": {"succeeded": 3, "failed": 1}, "attempts": {"1": 4}})
+    );
+}
+
+/// The schema carries the seed's constraints, and the seed's duplicate-effects
+/// query finds nothing after a mixed workload.
+#[test]
+fn schema_has_unique_constraints_and_no_duplicate_effects() {
+    let dir = TempDir::new("schema");
+    let server = Server::start(&dir, &[]);
+    for i in 0..20 {
+        server.post(&format!("dup-{}", i % 5), &charge(1 + (i % 5)));
+    }
+    let (_, last) = server.post("dup-4", &charge(5));
+    server.wait_terminal(last["call_id"].as_str().unwrap());
+    let conn = server.sql();
+    let unique_indexes: Vec<(String, String)> = conn
+        .prepare(
+            "SELECT m.name, ii.name FROM sqlite_master m, pragma_index_list(m.name) il, pragma_index_info(il.name) ii
+              WHERE m.type = 'table' AND il.\"unique\" = 1 ORDER BY 1, 2",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    for expected in [
+        ("calls", "call_id"),
+        ("calls", "idem_key"),
+        ("effects", "call_id"),
+        ("effects", "effect_id"),
+    ] {
+        assert!(
+            unique_indexes.contains(&(expected.0.to_string(), expected.1.to_string())),
+            "{expected:?} not unique: {unique_indexes:?}"
+        );
+    }
+    let index_names: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'idx_%' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(index_names, ["idx_calls_client_seq", "idx_calls_status"]);
+    let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
+    assert_eq!(duplicates, 0);
+    assert_eq!(server.stats()["calls"], 5);
+    let journal: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(journal, "wal");
+}
+
+/// A database locked past the busy timeout answers 503 with Retry-After and
+/// changes nothing; the same-key retry succeeds once the lock is gone.
+#[test]
+fn locked_database_answers_503_and_retry_succeeds() {
+    let dir = TempDir::new("locked");
+    let server = Server::start(&dir, &["--busy-timeout-ms", "200"]);
+    let blocker = server.sql();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let resp = idempotent_tool::client::request_once(
+        &server.base,
+        "POST",
+        "/v1/tool-calls",
+        &[("Idempotency-Key", "k-locked")],
+        Some(charge(9).to_string().as_bytes()),
+        Some(support::DEADLINE),
+    )
+    .unwrap();
+    assert_eq!(resp.status, 503, "{:?}", resp.json());
+    assert_eq!(resp.json()["error"]["code"], "unavailable");
+    assert!(resp.header("retry-after").is_some());
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(
+        server.by_key("k-locked").0,
+        404,
+        "the refused request left nothing behind"
+    );
+    let (status, call) = server.post("k-locked", &charge(9));
+    assert_eq!(status, 202, "{call}");
+    assert_eq!(
+        server.wait_terminal(call["call_id"].as_str().unwrap())["status"],
+        "succeeded"
+    );
+}
