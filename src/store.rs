@@ -707,22 +707,32 @@ fn in_savepoint<T>(
     conn: &Connection,
     op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
 ) -> Result<T, StoreError> {
-    conn.execute_batch("SAVEPOINT op")?;
+    run_cached(conn, "SAVEPOINT op")?;
     let outcome = catch_unwind(AssertUnwindSafe(|| op(conn)));
+    let undo = |conn: &Connection| -> rusqlite::Result<()> {
+        run_cached(conn, "ROLLBACK TO op")?;
+        run_cached(conn, "RELEASE op")
+    };
     match outcome {
         Ok(Ok(value)) => {
-            conn.execute_batch("RELEASE op")?;
+            run_cached(conn, "RELEASE op")?;
             Ok(value)
         }
         Ok(Err(e)) => {
-            conn.execute_batch("ROLLBACK TO op; RELEASE op")?;
+            undo(conn)?;
             Err(StoreError::from(e))
         }
         Err(_) => {
-            conn.execute_batch("ROLLBACK TO op; RELEASE op")?;
+            undo(conn)?;
             Err(StoreError::Internal("a store operation panicked".into()))
         }
     }
+}
+
+/// A statement without parameters or rows, prepared once per connection.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
 fn resolve_existing(
@@ -796,6 +806,8 @@ fn select_call_by_key(conn: &Connection, idem_key: &str) -> rusqlite::Result<Opt
 fn open_connection(path: &Path, options: &StoreOptions) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(options.busy_timeout)?;
+    // Every statement this module runs stays prepared.
+    conn.set_prepared_statement_cache_capacity(64);
     // FULL: a commit returns only after the WAL is synced, so "accepted" means on disk.
     conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
     Ok(conn)
