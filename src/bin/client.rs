@@ -1,0 +1,180 @@
+//! The `client` binary: call one tool with the seed's retry policy and print
+//! the evidence, one JSON line per attempt, then the final call (section 12.11.3).
+//!
+//! It owns only argument parsing and printing; the retry and poll logic lives in
+//! `idempotent_tool::client` so the bench and the tests run the same code.
+//! Exit status: 0 only when the call ended `succeeded`, 1 for any other ending
+//! (failed, still pending, rejected, retries exhausted), 2 for bad usage.
+//!
+//! `--get PATH` is a tiny curl substitute for scripts: one GET, body on stdout.
+
+#![forbid(unsafe_code)]
+
+use idempotent_tool::client::{call_tool_with, request_once, CallOptions};
+use serde_json::{json, Value};
+use std::fmt;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const USAGE: &str = "\
+usage: client --base URL --key K --tool T [--args JSON | --amount N]
+              [--timeout SECONDS] [--retries N] [--wait SECONDS]
+              [--poll] [--poll-timeout SECONDS] [--client-id ID] [--new-key-on-retry]
+       client --base URL --get PATH [--timeout SECONDS]
+
+  --timeout SECONDS    per-request socket timeout, fractional (default 1.0)
+  --retries N          attempts after the first (default 3); same key every time
+  --wait SECONDS       ask the server to hold the POST until the call is terminal
+  --poll               poll the call until succeeded/failed (deadline --poll-timeout, default 10)
+  --new-key-on-retry   DELIBERATE MISTAKE: attempt i uses key K-i (reproduces duplicate effects)
+  --get PATH           print the body of one GET (e.g. /stats) and exit";
+
+/// What the command line asked for.
+enum Command {
+    Call(CallOptions),
+    Get {
+        base: String,
+        path: String,
+        timeout: Option<Duration>,
+    },
+}
+
+/// A command line we cannot run; printed with the usage text.
+#[derive(Debug)]
+struct UsageError(String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    match parse_args(&args) {
+        Ok(Command::Call(opts)) => run_call(&opts),
+        Ok(Command::Get {
+            base,
+            path,
+            timeout,
+        }) => run_get(&base, &path, timeout),
+        Err(error) => {
+            eprintln!("client: {error}\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Call the tool, printing each attempt as it happens, then the final call.
+fn run_call(opts: &CallOptions) -> ExitCode {
+    let outcome = call_tool_with(opts, &mut |attempt| println!("{}", attempt.to_json()));
+    println!("{}", outcome.final_json(opts));
+    if outcome.succeeded() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// One GET, body to stdout; exit 0 on any 2xx.
+fn run_get(base: &str, path: &str, timeout: Option<Duration>) -> ExitCode {
+    match request_once(base, "GET", path, &[], None, timeout) {
+        Ok(response) => {
+            println!("{}", String::from_utf8_lossy(&response.body).trim_end());
+            if (200..300).contains(&response.status) {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("client: GET {path} answered {}", response.status);
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            eprintln!("client: GET {path} failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_args(args: &[String]) -> Result<Command, UsageError> {
+    let mut base = String::from("http://127.0.0.1:8081");
+    let mut key = None;
+    let mut tool = None;
+    let mut tool_args: Option<Value> = None;
+    let mut get_path = None;
+    let mut opts = CallOptions::new("", "", "", json!({}));
+    let mut iter = args.iter();
+    while let Some(flag) = iter.next() {
+        let mut value = || {
+            iter.next()
+                .cloned()
+                .ok_or_else(|| UsageError(format!("{flag} needs a value")))
+        };
+        match flag.as_str() {
+            "--base" => base = value()?,
+            "--key" => key = Some(value()?),
+            "--tool" => tool = Some(value()?),
+            "--args" => tool_args = Some(parse_json_object(&value()?)?),
+            "--amount" => {
+                let amount: i64 = parse_number(flag, &value()?)?;
+                tool_args = Some(json!({ "amount": amount }));
+            }
+            "--timeout" => opts.timeout = Some(parse_seconds(flag, &value()?)?),
+            "--retries" => opts.retries = parse_number(flag, &value()?)?,
+            "--wait" => opts.wait = Some(parse_number(flag, &value()?)?),
+            "--poll" => opts.poll = true,
+            "--poll-timeout" => opts.poll_timeout = parse_seconds(flag, &value()?)?,
+            "--client-id" => opts.client_id = Some(value()?),
+            "--new-key-on-retry" => opts.new_key_on_retry = true,
+            "--get" => get_path = Some(value()?),
+            other => return Err(UsageError(format!("unknown argument {other:?}"))),
+        }
+    }
+    if let Some(path) = get_path {
+        return Ok(Command::Get {
+            base,
+            path,
+            timeout: opts.timeout,
+        });
+    }
+    opts.base = base;
+    opts.tool = tool.ok_or_else(|| UsageError("--tool is required".into()))?;
+    opts.key = key.unwrap_or_else(generated_key);
+    opts.args = tool_args.unwrap_or_else(|| json!({}));
+    Ok(Command::Call(opts))
+}
+
+/// A key for a run without `--key`: unique per process and moment. It is made
+/// once, before the first attempt, so every retry still carries it.
+fn generated_key() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("cli-{}-{nanos}", std::process::id())
+}
+
+fn parse_json_object(text: &str) -> Result<Value, UsageError> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err(UsageError("--args must be a JSON object".into())),
+        Err(error) => Err(UsageError(format!("--args is not JSON: {error}"))),
+    }
+}
+
+fn parse_number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, UsageError> {
+    text.parse()
+        .map_err(|_| UsageError(format!("{flag} expects a whole number, got {text:?}")))
+}
+
+fn parse_seconds(flag: &str, text: &str) -> Result<Duration, UsageError> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 => Ok(Duration::from_secs_f64(seconds)),
+        _ => Err(UsageError(format!(
+            "{flag} expects positive seconds, got {text:?}"
+        ))),
+    }
+}

@@ -1,0 +1,128 @@
+//! The `inspect` binary: print the seed's inspection queries (section 12.11.1)
+//! against a service database, pipe-separated like the `sqlite3` CLI, for
+//! machines that do not have that CLI (the fault-injection script uses it).
+//!
+//! It opens the file read-only and never writes: it may run while the server
+//! is up, and evidence must not change the thing it is evidence of.
+//!
+//! `--query NAME` prints one query's rows without a heading (for scripts that
+//! count lines); `--sql TEXT` runs any read-only statement.
+
+#![forbid(unsafe_code)]
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags};
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: inspect --db PATH [--query calls|effects|duplicates|audit|all] [--sql SELECT...]";
+
+/// The seed's queries, by name, in the order `all` prints them.
+const QUERIES: [(&str, &str); 4] = [
+    (
+        "calls",
+        "SELECT call_id,status,attempt,effect_id FROM calls",
+    ),
+    ("effects", "SELECT call_id,effect_id FROM effects"),
+    (
+        "duplicates",
+        "SELECT call_id,count(*) FROM effects GROUP BY call_id HAVING count(*)>1",
+    ),
+    (
+        "audit",
+        "SELECT call_id,event,detail FROM audit ORDER BY id",
+    ),
+];
+
+/// What to print.
+enum Selection {
+    /// Every seed query, each under a `-- name: SQL` heading.
+    All,
+    /// One seed query's rows, no heading.
+    Named(&'static str),
+    /// A caller's statement, rows only.
+    Sql(String),
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (db, selection) = match parse_args(&args) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            eprintln!("inspect: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&db, &selection) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("inspect: {db}: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(db: &str, selection: &Selection) -> rusqlite::Result<()> {
+    // Read-only, and no creating: a wrong path must fail, not make an empty db.
+    let conn = Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    // The server may hold the write lock for a moment; wait instead of failing.
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    match selection {
+        Selection::All => {
+            for (name, sql) in QUERIES {
+                println!("-- {name}: {sql}");
+                print_rows(&conn, sql)?;
+            }
+            Ok(())
+        }
+        Selection::Named(sql) => print_rows(&conn, sql),
+        Selection::Sql(sql) => print_rows(&conn, sql),
+    }
+}
+
+/// Print each row as `a|b|c`, NULL as empty: the `sqlite3` CLI's default list mode.
+fn print_rows(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    let mut statement = conn.prepare(sql)?;
+    let columns = statement.column_count();
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let fields: Vec<String> = (0..columns)
+            .map(|i| row.get_ref(i).map(render))
+            .collect::<rusqlite::Result<_>>()?;
+        println!("{}", fields.join("|"));
+    }
+    Ok(())
+}
+
+fn render(value: ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Null => String::new(),
+        ValueRef::Integer(i) => i.to_string(),
+        ValueRef::Real(f) => f.to_string(),
+        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+        ValueRef::Blob(b) => String::from_utf8_lossy(b).into_owned(),
+    }
+}
+
+fn parse_args(args: &[String]) -> Result<(String, Selection), String> {
+    let mut db = None;
+    let mut selection = Selection::All;
+    let mut iter = args.iter();
+    while let Some(flag) = iter.next() {
+        let value = iter.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--db" => db = Some(value.clone()),
+            "--sql" => selection = Selection::Sql(value.clone()),
+            "--query" if value == "all" => selection = Selection::All,
+            "--query" => {
+                let (_, sql) = QUERIES
+                    .iter()
+                    .find(|(name, _)| name == value)
+                    .ok_or_else(|| format!("unknown query {value:?}"))?;
+                selection = Selection::Named(sql);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok((db.ok_or("--db is required")?, selection))
+}
