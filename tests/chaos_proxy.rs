@@ -3,12 +3,12 @@
 //! do to the exchange and checks both sides of it, the client's view and what
 //! the upstream physically received.
 
-mod common;
+mod support;
 
-use common::{FakeUpstream, Proxy, Reply, Server, TempDb};
 use idempotent_tool::client::{request_once, Connection};
 use serde_json::json;
 use std::time::Duration;
+use support::{FakeUpstream, Proxy, Reply, Server, TempDb};
 
 /// Generous: the proxy and upstream are local, but the machine may be busy.
 const TIMEOUT: Option<Duration> = Some(Duration::from_secs(30));
@@ -105,7 +105,7 @@ fn delay_response_longer_than_the_client_timeout_times_it_out() {
         ),
         "{error}"
     );
-    common::eventually("the upstream to see the request", || {
+    support::eventually("the upstream to see the request", || {
         upstream.seen().len() == 1
     });
 }
@@ -165,7 +165,7 @@ fn duplicate_request_to_the_server_keeps_one_effect() {
     let db = TempDb::new("proxy-dup");
     let server = Server::start(&db, &[]);
     let proxy = Proxy::start(server.addr(), "duplicate-request", &[]);
-    let run = common::run_client(&[
+    let run = support::run_client(&[
         "--base",
         &proxy.base,
         "--key",

@@ -4,11 +4,11 @@
 mod support;
 
 use std::process::Command;
-use support::{binary, TempDir};
+use support::{unique_name, SERVER_BIN};
 
 #[test]
 fn help_prints_usage_and_exits_0() {
-    let out = Command::new(binary()).arg("--help").output().unwrap();
+    let out = Command::new(SERVER_BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for flag in [
@@ -32,7 +32,7 @@ fn unknown_flag_or_bad_value_exits_2_with_usage() {
         &["--workers", "0"],
         &["--lease-secs"],
     ] {
-        let out = Command::new(binary()).args(args).output().unwrap();
+        let out = Command::new(SERVER_BIN).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("usage:"), "{args:?}: {err}");
@@ -41,9 +41,11 @@ fn unknown_flag_or_bad_value_exits_2_with_usage() {
 
 #[test]
 fn unopenable_database_exits_1() {
-    let dir = TempDir::new("cli-db");
-    let db = dir.path.join("no-such-dir").join("idem.db");
-    let out = Command::new(binary())
+    // A folder that does not exist: SQLite cannot create the file.
+    let db = std::env::temp_dir()
+        .join(unique_name("cli-no-such-dir"))
+        .join("idem.db");
+    let out = Command::new(SERVER_BIN)
         .args(["--port", "0", "--db"])
         .arg(&db)
         .output()

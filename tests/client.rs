@@ -3,12 +3,12 @@
 //! be lost), plus library checks against a scripted in-process upstream.
 //! Each test's doc line names the rule it proves.
 
-mod common;
+mod support;
 
-use common::{run_client, FakeUpstream, Proxy, Reply, Server, TempDb};
 use idempotent_tool::client::{call_tool, poll_until_terminal, CallOptions, CallResult};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use support::{run_client, FakeUpstream, Proxy, Reply, Server, TempDb};
 
 fn keys_of(attempts: &[Value]) -> Vec<&str> {
     attempts
@@ -157,7 +157,7 @@ fn new_key_on_retry_produces_two_effects() {
     assert!(run.output.status.success(), "{}", run.describe());
     assert_eq!(keys_of(run.attempts()), ["demo-bad-0", "demo-bad-1"]);
     // The dropped call runs in the background; wait for it, not for a time.
-    common::eventually("both charges to land", || db.effects() == 2);
+    support::eventually("both charges to land", || db.effects() == 2);
     assert_eq!(db.calls(), 2);
 }
 

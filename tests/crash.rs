@@ -6,7 +6,7 @@ mod support;
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
-use support::{audit_events, count, Server, TempDir, DEADLINE};
+use support::{audit_events, count, Server, TempDb, DEADLINE};
 
 fn call_row(server: &Server, call_id: &str) -> (String, i64) {
     server
@@ -43,8 +43,8 @@ fn post_maybe_lost(server: &Server, key: &str, body: &Value) {
 /// same-key retry gets the original result (section 12.7.2).
 #[test]
 fn crash_after_commit_then_restart() {
-    let dir = TempDir::new("crash-after");
-    let mut first = Server::start(&dir, &["--chaos"]);
+    let db = TempDb::new("crash-after");
+    let mut first = Server::start(&db, &["--chaos"]);
     post_maybe_lost(
         &first,
         "k-crash",
@@ -58,7 +58,7 @@ fn crash_after_commit_then_restart() {
     let call_id = only_call_id(&first);
     assert_eq!(call_row(&first, &call_id), ("succeeded".into(), 1));
 
-    let second = Server::start(&dir, &["--chaos"]);
+    let second = Server::start(&db, &["--chaos"]);
     let (status, again) = second.post(
         "k-crash",
         &json!({"tool": "charge", "args": {"amount": 100, "_crash_after_commit": true}}),
@@ -79,8 +79,8 @@ fn crash_after_commit_then_restart() {
 /// and there is still one effect (section 12.7.3).
 #[test]
 fn crash_before_commit_is_rerun_after_restart() {
-    let dir = TempDir::new("crash-before");
-    let mut first = Server::start(&dir, &["--chaos", "--lease-secs", "1"]);
+    let db = TempDb::new("crash-before");
+    let mut first = Server::start(&db, &["--chaos", "--lease-secs", "1"]);
     post_maybe_lost(
         &first,
         "k-before",
@@ -91,7 +91,7 @@ fn crash_before_commit_is_rerun_after_restart() {
     assert_eq!(call_row(&first, &call_id), ("running".into(), 1));
     assert_eq!(count(&first.db, "SELECT count(*) FROM effects"), 0);
 
-    let second = Server::start(&dir, &["--chaos", "--lease-secs", "1"]);
+    let second = Server::start(&db, &["--chaos", "--lease-secs", "1"]);
     let done = second.wait_terminal(&call_id);
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["attempt"], 2);
@@ -104,9 +104,9 @@ fn crash_before_commit_is_rerun_after_restart() {
 /// longer than the sleep) the call is recovered and completes as attempt 2.
 #[test]
 fn kill_9_during_sleep_then_restart_completes_with_attempt_2() {
-    let dir = TempDir::new("kill9");
+    let db = TempDb::new("kill9");
     let lease = ["--lease-secs", "4"];
-    let mut first = Server::start(&dir, &lease);
+    let mut first = Server::start(&db, &lease);
     let (_, call) = first.post(
         "k-sleep",
         &json!({"tool": "sleep", "args": {"seconds": 1.5}}),
@@ -120,7 +120,7 @@ fn kill_9_during_sleep_then_restart_completes_with_attempt_2() {
     first.kill();
     assert_eq!(call_row(&first, &call_id), ("running".into(), 1));
 
-    let second = Server::start(&dir, &lease);
+    let second = Server::start(&db, &lease);
     let done = second.wait_terminal(&call_id);
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["attempt"], 2);
@@ -136,9 +136,9 @@ fn kill_9_during_sleep_then_restart_completes_with_attempt_2() {
 /// `stale_completion`, and overwrites nothing.
 #[test]
 fn stale_completion_does_not_overwrite() {
-    let dir = TempDir::new("fence");
+    let db = TempDb::new("fence");
     let server = Server::start(
-        &dir,
+        &db,
         &[
             "--chaos",
             "--lease-secs",
@@ -182,8 +182,8 @@ fn stale_completion_does_not_overwrite() {
 /// call and one effect (each group commit is one SQLite write transaction).
 #[test]
 fn two_processes_on_one_file_share_one_call() {
-    let dir = TempDir::new("two-procs");
-    let servers = Arc::new([Server::start(&dir, &[]), Server::start(&dir, &[])]);
+    let db = TempDb::new("two-procs");
+    let servers = Arc::new([Server::start(&db, &[]), Server::start(&db, &[])]);
     let barrier = Arc::new(Barrier::new(12));
     let handles: Vec<_> = (0..12)
         .map(|i| {

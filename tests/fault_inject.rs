@@ -2,7 +2,7 @@
 //! every scenario must PASS against the binaries cargo just built (the script
 //! finds them through `IDEM_BIN_DIR`, so no release build happens here).
 
-mod common;
+mod support;
 
 use std::process::{Command, Output};
 
@@ -12,7 +12,7 @@ fn run_script(args: &[&str], force_inspect: bool) -> Output {
     command
         .arg(script)
         .args(args)
-        .env("IDEM_BIN_DIR", common::bin_dir());
+        .env("IDEM_BIN_DIR", support::bin_dir());
     if force_inspect {
         // Prove the fresh-machine path: no sqlite3 CLI, the `inspect` binary instead.
         command.env("IDEM_FORCE_INSPECT", "1");

@@ -5,14 +5,14 @@ mod support;
 
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
-use support::{audit_events, charge, count, Server, TempDir};
+use support::{audit_events, charge, count, Server, TempDb};
 
 /// One key, one call: a repeated request returns the original call and never
 /// runs it again.
 #[test]
 fn same_key_returns_same_call() {
-    let dir = TempDir::new("same-key");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("same-key");
+    let server = Server::start(&db, &[]);
     let (status, first) = server.post("k-same", &charge(100));
     assert_eq!(status, 202, "{first}");
     assert_eq!(first["status"], "pending");
@@ -28,8 +28,8 @@ fn same_key_returns_same_call() {
 /// A new key is a new logical request.
 #[test]
 fn different_key_creates_new_call() {
-    let dir = TempDir::new("diff-key");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("diff-key");
+    let server = Server::start(&db, &[]);
     let (_, a) = server.post("k-a", &charge(1));
     let (status, b) = server.post("k-b", &charge(1));
     assert_eq!(status, 202);
@@ -46,8 +46,8 @@ fn different_key_creates_new_call() {
 /// Same key, different request: 409, and nothing runs for the second one.
 #[test]
 fn same_key_different_args_conflict() {
-    let dir = TempDir::new("conflict");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("conflict");
+    let server = Server::start(&db, &[]);
     let (_, first) = server.post("k-conflict", &charge(1));
     let (status, body) = server.post("k-conflict", &charge(2));
     assert_eq!(status, 409, "{body}");
@@ -66,8 +66,8 @@ fn same_key_different_args_conflict() {
 /// null members and NFC do not make a request different.
 #[test]
 fn equivalent_args_are_the_same_request() {
-    let dir = TempDir::new("canonical");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("canonical");
+    let server = Server::start(&db, &[]);
     let (_, a) = server.post(
         "k-canon",
         &json!({"tool": "send_email", "args": {"to": "caf\u{e9}", "subject": "支付"}}),
@@ -86,8 +86,8 @@ fn equivalent_args_are_the_same_request() {
 /// Twelve concurrent requests with one key: one call_id, one effect.
 #[test]
 fn concurrent_same_key_one_effect() {
-    let dir = TempDir::new("concurrent");
-    let server = Arc::new(Server::start(&dir, &[]));
+    let db = TempDb::new("concurrent");
+    let server = Arc::new(Server::start(&db, &[]));
     let barrier = Arc::new(Barrier::new(12));
     let handles: Vec<_> = (0..12)
         .map(|_| {
@@ -125,8 +125,8 @@ fn concurrent_same_key_one_effect() {
 /// the same call; a permanent failure is returned as it is.
 #[test]
 fn failed_retryable_can_be_retried() {
-    let dir = TempDir::new("retryable");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("retryable");
+    let server = Server::start(&db, &[]);
     let body = json!({"tool": "fail", "args": {"fail_times": 1}});
     let (_, first) = server.post("k-fail", &body);
     let call_id = first["call_id"].as_str().unwrap().to_string();
@@ -159,8 +159,8 @@ fn failed_retryable_can_be_retried() {
 /// retry gets the same call, and there is one effect.
 #[test]
 fn delay_response_then_retry_same_key() {
-    let dir = TempDir::new("delay");
-    let server = Server::start(&dir, &["--chaos"]);
+    let db = TempDb::new("delay");
+    let server = Server::start(&db, &["--chaos"]);
     let body = json!({"tool": "charge", "args": {"amount": 7, "_delay_response_ms": 3000}});
     let first = idempotent_tool::client::request_once(
         &server.base,
@@ -185,8 +185,8 @@ fn delay_response_then_retry_same_key() {
 /// `?wait=` holds the response until the call is terminal, then answers 200.
 #[test]
 fn wait_holds_until_terminal() {
-    let dir = TempDir::new("wait");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("wait");
+    let server = Server::start(&db, &[]);
     let (status, call) = server.post_path(
         "/v1/tool-calls?wait=30",
         "k-wait",
@@ -202,8 +202,8 @@ fn wait_holds_until_terminal() {
 /// Calls can be found by id and by (percent-encoded) key.
 #[test]
 fn lookup_by_id_and_by_key() {
-    let dir = TempDir::new("lookup");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("lookup");
+    let server = Server::start(&db, &[]);
     let key = "order/42 é?#%"; // needs encoding in a path
     let key_ascii = "order/42?#%&=+";
     let (status, _) = server.post(key, &charge(1));
@@ -229,8 +229,8 @@ fn lookup_by_id_and_by_key() {
 /// with `Allow`.
 #[test]
 fn not_found_and_wrong_method() {
-    let dir = TempDir::new("404");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("404");
+    let server = Server::start(&db, &[]);
     for path in [
         "/v1/tool-calls/c_0000000000000000",
         "/v1/tool-calls/by-key/nope",
@@ -261,8 +261,8 @@ fn not_found_and_wrong_method() {
 /// and creates nothing.
 #[test]
 fn bad_requests_are_refused_and_create_nothing() {
-    let dir = TempDir::new("bad");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("bad");
+    let server = Server::start(&db, &[]);
     let (status, body) =
         server.request("POST", "/v1/tool-calls", &[], Some(&charge(1).to_string()));
     assert_eq!(status, 400);
@@ -327,8 +327,8 @@ fn bad_requests_are_refused_and_create_nothing() {
 /// `/stats` counts calls, effects, statuses and attempts.
 #[test]
 fn stats_reports_calls_effects_statuses_and_attempts() {
-    let dir = TempDir::new("stats");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("stats");
+    let server = Server::start(&db, &[]);
     let ids: Vec<String> = [
         ("s1", charge(1)),
         ("s2", json!({"tool": "send_email", "args": {"to": "x@y"}})),
@@ -356,8 +356,8 @@ fn stats_reports_calls_effects_statuses_and_attempts() {
 /// query finds nothing after a mixed workload.
 #[test]
 fn schema_has_unique_constraints_and_no_duplicate_effects() {
-    let dir = TempDir::new("schema");
-    let server = Server::start(&dir, &[]);
+    let db = TempDb::new("schema");
+    let server = Server::start(&db, &[]);
     for i in 0..20 {
         server.post(&format!("dup-{}", i % 5), &charge(1 + (i % 5)));
     }
@@ -406,8 +406,8 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
 /// changes nothing; the same-key retry succeeds once the lock is gone.
 #[test]
 fn locked_database_answers_503_and_retry_succeeds() {
-    let dir = TempDir::new("locked");
-    let server = Server::start(&dir, &["--busy-timeout-ms", "200"]);
+    let db = TempDb::new("locked");
+    let server = Server::start(&db, &["--busy-timeout-ms", "200"]);
     let blocker = server.sql();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let resp = idempotent_tool::client::request_once(

@@ -1,124 +1,243 @@
-//! Test support: start the real `idempotent-tool` binary on a free port with a
-//! temporary database, talk HTTP to it, and clean everything up on `Drop` —
-//! also when the test fails, in which case the server's stderr is printed.
-#![allow(dead_code)]
+//! Test support shared by every integration test: start the real binaries
+//! (server, proxy, client) on free ports with a unique temp database, talk HTTP
+//! to them, a tiny in-process upstream for the proxy, and cleanup that runs in
+//! `Drop` even when an assertion fails.
+//!
+//! On failure every child's captured stderr is printed, so a red test shows
+//! what the server or proxy was doing. Nothing here sleeps for a fixed time:
+//! waits are polls against generous deadlines (the CI box is small and noisy).
+#![allow(dead_code)] // each test file uses a different subset
 
-use idempotent_tool::client::{encode_path_segment, request_once};
+use idempotent_tool::client::{authority, encode_path_segment, request_once};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Generous: CI is a noisy 2-core machine.
-pub const DEADLINE: Duration = Duration::from_secs(60);
+/// How long a child may take to print its start-up line on a loaded machine.
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
 
-/// A unique folder under the system temp dir, removed on drop.
-pub struct TempDir {
+pub const SERVER_BIN: &str = env!("CARGO_BIN_EXE_idempotent-tool");
+pub const CLIENT_BIN: &str = env!("CARGO_BIN_EXE_client");
+pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_chaos_proxy");
+pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
+
+/// A name no other test (or test run) uses: pid, time and a counter.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    format!("{prefix}-{}-{nanos}-{n}", std::process::id())
+}
+
+/// A database path under the temp dir, removed (with its WAL files) on drop.
+pub struct TempDb {
     pub path: PathBuf,
 }
 
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let path = std::env::temp_dir().join(format!(
-            "idem-test-{name}-{}-{nanos}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir { path }
+impl TempDb {
+    pub fn new(prefix: &str) -> TempDb {
+        let path = std::env::temp_dir().join(format!("{}.db", unique_name(prefix)));
+        TempDb { path }
     }
 
-    pub fn db(&self) -> PathBuf {
-        self.path.join("idem.db")
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8 here")
+    }
+
+    /// `SELECT count(*) ...` on the live file (read-only).
+    pub fn count(&self, sql: &str) -> i64 {
+        let conn = rusqlite::Connection::open_with_flags(
+            &self.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open the test database read-only");
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        conn.query_row(sql, [], |row| row.get(0))
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    pub fn calls(&self) -> i64 {
+        self.count("SELECT count(*) FROM calls")
+    }
+
+    pub fn effects(&self) -> i64 {
+        self.count("SELECT count(*) FROM effects")
     }
 }
 
-impl Drop for TempDir {
+impl Drop for TempDb {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut name = self.path.clone().into_os_string();
+            name.push(suffix);
+            let _ = std::fs::remove_file(name);
+        }
     }
 }
 
-/// A running server process.
-pub struct Server {
-    child: Child,
-    pub base: String,
-    pub db: PathBuf,
-    stderr: Arc<Mutex<Vec<u8>>>,
+/// A running child whose stdout and stderr are drained by threads (so it never
+/// blocks on a full pipe); killed on drop, stderr printed if the test failed.
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    stderr: Arc<Mutex<String>>,
+    stdout: Arc<Mutex<String>>,
 }
 
-pub fn binary() -> &'static str {
-    env!("CARGO_BIN_EXE_idempotent-tool")
-}
-
-impl Server {
-    /// Start on `dir`'s database with `--port 0` and extra flags.
-    pub fn start(dir: &TempDir, extra: &[&str]) -> Server {
-        Server::start_on(&dir.db(), extra)
-    }
-
-    pub fn start_on(db: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(binary())
-            .args(["--port", "0", "--db"])
-            .arg(db)
-            .args(extra)
+impl Proc {
+    /// Start `program` and wait for the stdout line containing `marker`.
+    pub fn start(name: &str, program: &str, args: &[&str], marker: &str) -> (Proc, String) {
+        let mut child = Command::new(program)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn idempotent-tool");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&stderr);
-        let mut err_pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err_pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        let stderr = drain(child.stderr.take().unwrap(), None);
         let (tx, rx) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx.recv_timeout(DEADLINE);
-        let mut server = Server {
+        let stdout = drain(child.stdout.take().unwrap(), Some(tx));
+        let proc = Proc {
+            name: name.to_string(),
             child,
-            base: String::new(),
-            db: db.to_path_buf(),
             stderr,
+            stdout,
         };
-        let line =
-            line.unwrap_or_else(|_| panic!("no start-up line; stderr:\n{}", server.stderr()));
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("bad start-up line {line:?}"));
-        server.base = format!("http://{addr}");
-        server
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(remaining) {
+                Ok(line) if line.contains(marker) => return (proc, line),
+                Ok(_) => continue,
+                Err(_) => panic!(
+                    "{name} did not print {marker:?} in time; stderr:\n{}",
+                    proc.stderr()
+                ),
+            }
+        }
     }
 
     pub fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+        self.stderr.lock().unwrap().clone()
     }
 
-    /// The `host:port` part of the base URL.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Wait until stderr contains `needle` (logs reach the pipe asynchronously).
+    pub fn wait_for_stderr(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.stderr();
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never logged {needle:?}; stderr:\n{text}",
+                self.name
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `kill -9`, then reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Wait (bounded) for the child to exit by itself, e.g. after a chaos crash.
+    pub fn wait_exit(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("----- {} stderr -----\n{}", self.name, self.stderr());
+        }
+    }
+}
+
+/// Copy a pipe into a shared string; optionally forward each line.
+fn drain<R: Read + Send + 'static>(
+    pipe: R,
+    lines: Option<mpsc::Sender<String>>,
+) -> Arc<Mutex<String>> {
+    let buffer = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&buffer);
+    thread::spawn(move || {
+        let mut reader = BufReader::new(pipe);
+        let mut line = String::new();
+        while matches!(reader.read_line(&mut line), Ok(n) if n > 0) {
+            sink.lock().unwrap().push_str(&line);
+            if let Some(tx) = &lines {
+                let _ = tx.send(line.trim_end().to_string());
+            }
+            line.clear();
+        }
+    });
+    buffer
+}
+
+/// The text after `marker` up to the next whitespace: the address in a start-up line.
+pub fn address_after(line: &str, marker: &str) -> String {
+    let rest = &line[line.find(marker).expect("marker in line") + marker.len()..];
+    rest.split_whitespace().next().unwrap_or("").to_string()
+}
+
+/// Generous: CI is a noisy 2-core machine.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The real server on a free port.
+pub struct Server {
+    pub proc: Proc,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    pub db: PathBuf,
+}
+
+impl Server {
+    /// Start on `db` with `--port 0` and extra flags; several servers may share a db.
+    pub fn start(db: &TempDb, extra: &[&str]) -> Server {
+        let mut args = vec!["--port", "0", "--db", db.path_str()];
+        args.extend_from_slice(extra);
+        let (proc, line) = Proc::start("server", SERVER_BIN, &args, "listening on http://");
+        let base = format!("http://{}", address_after(&line, "listening on http://"));
+        Server {
+            proc,
+            base,
+            db: db.path.clone(),
+        }
+    }
+
     pub fn addr(&self) -> &str {
-        self.base.trim_start_matches("http://")
+        authority(&self.base)
+    }
+
+    pub fn stderr(&self) -> String {
+        self.proc.stderr()
     }
 
     /// One request; returns the status and the JSON body (`Null` if not JSON).
@@ -165,7 +284,7 @@ impl Server {
         ))
     }
 
-    /// Poll the call until it is terminal, with a deadline.
+    /// Poll the call (long-polling `?wait=1`) until it is terminal, with a deadline.
     pub fn wait_terminal(&self, call_id: &str) -> Value {
         let start = Instant::now();
         loop {
@@ -190,24 +309,17 @@ impl Server {
 
     /// `kill -9`, then reap.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.kill();
     }
 
-    /// Wait for the process to exit by itself (a chaos crash).
-    pub fn wait_exit(&mut self) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "server did not exit; stderr:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// Wait for the process to exit by itself (a chaos crash) and return how.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        assert!(
+            self.proc.wait_exit(DEADLINE),
+            "server did not exit; stderr:\n{}",
+            self.stderr()
+        );
+        self.proc.child.try_wait().unwrap().expect("exited")
     }
 
     /// A direct connection to the database file, for inspection.
@@ -218,11 +330,9 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            eprintln!("--- server stderr ({}) ---\n{}", self.base, self.stderr());
+        if thread::panicking() {
             if let Ok(rows) = dump_calls(&self.db) {
-                eprintln!("--- calls ---\n{rows}");
+                eprintln!("----- calls in {} -----\n{rows}", self.db.display());
             }
         }
     }
@@ -273,4 +383,234 @@ pub fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
 
 pub fn charge(amount: i64) -> Value {
     serde_json::json!({"tool": "charge", "args": {"amount": amount}})
+}
+
+/// The chaos proxy on a free port.
+pub struct Proxy {
+    pub proc: Proc,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+}
+
+impl Proxy {
+    pub fn start(upstream: &str, mode: &str, extra: &[&str]) -> Proxy {
+        let mut args = vec![
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            upstream,
+            "--mode",
+            mode,
+        ];
+        args.extend_from_slice(extra);
+        let (proc, line) = Proc::start("chaos_proxy", PROXY_BIN, &args, "listening on ");
+        let base = format!("http://{}", address_after(&line, "listening on "));
+        Proxy { proc, base }
+    }
+
+    pub fn addr(&self) -> &str {
+        authority(&self.base)
+    }
+}
+
+/// A finished run of the `client` binary.
+pub struct ClientRun {
+    pub output: Output,
+    /// Every stdout line, parsed as JSON.
+    pub lines: Vec<Value>,
+}
+
+impl ClientRun {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    /// The per-attempt lines (POSTs and the by-key lookup), without the final call.
+    pub fn attempts(&self) -> &[Value] {
+        &self.lines[..self.lines.len().saturating_sub(1)]
+    }
+
+    pub fn last(&self) -> &Value {
+        self.lines
+            .last()
+            .expect("the client always prints a final line")
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "status {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.output.status,
+            self.stdout(),
+            String::from_utf8_lossy(&self.output.stderr)
+        )
+    }
+}
+
+pub fn run_client(args: &[&str]) -> ClientRun {
+    let output = Command::new(CLIENT_BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the client binary");
+    let lines = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON {l:?}: {e}")))
+        .collect();
+    ClientRun { output, lines }
+}
+
+/// One request as the fake upstream received it.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Which accepted connection carried it (0, 1, ...).
+    pub connection: usize,
+}
+
+impl SeenRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A reply the fake upstream sends: status, extra headers, body.
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    /// Hold the reply this long (to make a client time out).
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: Value) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: body.to_string(),
+            delay: Duration::ZERO,
+        }
+    }
+}
+
+type Handler = dyn Fn(&SeenRequest, usize) -> Reply + Send + Sync;
+
+/// A keep-alive HTTP/1.1 upstream in the test process that records every
+/// request and answers with `handler(request, index)`. The listener thread
+/// lives until the test process ends; it holds nothing that needs cleanup.
+pub struct FakeUpstream {
+    pub addr: String,
+    seen: Arc<Mutex<Vec<SeenRequest>>>,
+}
+
+impl FakeUpstream {
+    pub fn start(handler: impl Fn(&SeenRequest, usize) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let shared = Arc::clone(&seen);
+        thread::spawn(move || {
+            for (connection, stream) in listener.incoming().enumerate() {
+                let Ok(stream) = stream else { continue };
+                let (seen, handler) = (Arc::clone(&shared), Arc::clone(&handler));
+                thread::spawn(move || serve_fake(stream, connection, &seen, &*handler));
+            }
+        });
+        FakeUpstream { addr, seen }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<SeenRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn serve_fake(
+    stream: TcpStream,
+    connection: usize,
+    seen: &Mutex<Vec<SeenRequest>>,
+    handler: &Handler,
+) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    while let Some(request) = read_fake_request(&mut reader, connection) {
+        let index = {
+            let mut seen = seen.lock().unwrap();
+            seen.push(request.clone());
+            seen.len() - 1
+        };
+        let reply = handler(&request, index);
+        thread::sleep(reply.delay);
+        let mut out = format!("HTTP/1.1 {} X\r\n", reply.status);
+        for (name, value) in &reply.headers {
+            out.push_str(&format!("{name}: {value}\r\n"));
+        }
+        out.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+            reply.body.len(),
+            reply.body
+        ));
+        if writer.write_all(out.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn read_fake_request(reader: &mut impl BufRead, connection: usize) -> Option<SeenRequest> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_string();
+    let target = parts.next()?.to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line.split_once(':')?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_string()));
+    }
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(SeenRequest {
+        method,
+        target,
+        headers,
+        body,
+        connection,
+    })
+}
+
+/// Poll `check` until it returns true or the (generous) deadline passes.
+pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The folder holding the binaries cargo built for this test run.
+pub fn bin_dir() -> &'static Path {
+    Path::new(SERVER_BIN).parent().expect("binary has a folder")
 }
