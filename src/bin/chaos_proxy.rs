@@ -114,6 +114,10 @@ enum Outcome {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let config = match parse_args(&args) {
         Ok(config) => Arc::new(config),
         Err(message) => {
