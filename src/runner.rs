@@ -9,7 +9,7 @@
 //! keeps two executors apart, in one process or several.
 
 use crate::chaos;
-use crate::store::{CallStore, Completion, Lease};
+use crate::store::{CallStore, Completion, Lease, StoreError};
 use crate::tools::{Outcome, Tool};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -124,18 +124,19 @@ impl Runner {
         }
     }
 
-    fn work(&self, tasks: &Mutex<mpsc::Receiver<Task>>) {
+    fn work(self: &Arc<Self>, tasks: &Mutex<mpsc::Receiver<Task>>) {
         loop {
             // The lock is held only while waiting for the next task.
             let task = match tasks.lock().unwrap_or_else(|p| p.into_inner()).recv() {
                 Ok(task) => task,
                 Err(_) => return,
             };
-            self.execute(&task.call_id);
-            self.finish(&task);
+            self.execute(task);
         }
     }
 
+    /// The call has left this worker: its in-flight entry goes (unless a newer
+    /// submission owns it) and waiters re-check.
     fn finish(&self, task: &Task) {
         let mut in_flight = self.lock_in_flight();
         if in_flight.calls.get(&task.call_id) == Some(&task.generation) {
@@ -145,21 +146,25 @@ impl Runner {
         self.notifier.notify();
     }
 
-    /// Claim, run, complete. Every failure here leaves the call where recovery
-    /// finds it: `pending`, or `running` with a lease that will expire.
-    fn execute(&self, call_id: &str) {
+    /// Claim, run, hand the completion to the store. Every failure here leaves
+    /// the call where recovery finds it: `pending`, or `running` with a lease
+    /// that will expire.
+    fn execute(self: &Arc<Self>, task: Task) {
         let owner = owner_name();
-        let lease = match self.store.claim(call_id, &owner, self.options.lease) {
+        let lease = match self.store.claim(&task.call_id, &owner, self.options.lease) {
             Ok(Some(lease)) => lease,
-            Ok(None) => return, // someone else holds it, or it is already terminal
-            Err(e) => return eprintln!("claim {call_id}: {e}"),
+            Ok(None) => return self.finish(&task), // held elsewhere, or already terminal
+            Err(e) => {
+                eprintln!("claim {}: {e}", task.call_id);
+                return self.finish(&task);
+            }
         };
         let (tool, hooks) = match parse_stored_args(&lease) {
             Ok(parsed) => parsed,
             Err(message) => {
                 let error =
                     serde_json::json!({"code": "bad_args", "message": message, "retryable": false});
-                return self.complete(&lease, Outcome::Failed { error });
+                return self.complete(task, lease, Outcome::Failed { error }, false);
             }
         };
         let hooks = if self.options.chaos && lease.attempt == 1 {
@@ -174,29 +179,43 @@ impl Runner {
         if hooks.crash_before_commit {
             chaos::crash("after the tool ran, before its completion committed");
         }
-        self.complete(&lease, outcome);
-        if hooks.crash_after_commit {
-            chaos::crash("after the completion committed, before any response");
-        }
+        self.complete(task, lease, outcome, hooks.crash_after_commit);
     }
 
-    fn complete(&self, lease: &Lease, outcome: Outcome) {
-        let result = match &outcome {
+    /// Queue the fenced completion without waiting for its commit: the worker
+    /// takes its next call while this one is grouped with other writes. The
+    /// task is finished (and waiters woken) only once the commit is known.
+    fn complete(
+        self: &Arc<Self>,
+        task: Task,
+        lease: Lease,
+        outcome: Outcome,
+        crash_after_commit: bool,
+    ) {
+        let runner = Arc::clone(self);
+        let (call_id, attempt) = (lease.call_id.clone(), lease.attempt);
+        let then = Box::new(move |committed: Result<Completion, StoreError>| {
+            match committed {
+                Ok(Completion::Applied) => {
+                    if crash_after_commit {
+                        chaos::crash("after the completion committed, before any response");
+                    }
+                }
+                Ok(Completion::Stale) => {
+                    eprintln!("worker: stale completion of {call_id} attempt {attempt} discarded")
+                }
+                // The lease will expire and recovery will run the call again with
+                // the same effect_id, which the downstream (and `effects`) deduplicate.
+                Err(e) => eprintln!("complete {call_id}: {e}"),
+            }
+            runner.finish(&task);
+        });
+        match &outcome {
             Outcome::Succeeded { result, effect } => {
                 self.store
-                    .succeed(lease, result, effect.as_ref().map(|e| e.amount))
+                    .succeed_then(&lease, result, effect.as_ref().map(|e| e.amount), then)
             }
-            Outcome::Failed { error } => self.store.fail(lease, error),
-        };
-        match result {
-            Ok(Completion::Applied) => {}
-            Ok(Completion::Stale) => eprintln!(
-                "worker: stale completion of {} attempt {} discarded",
-                lease.call_id, lease.attempt
-            ),
-            // The lease will expire and recovery will run the call again with the
-            // same effect_id, which the downstream (and `effects`) deduplicate.
-            Err(e) => eprintln!("complete {}: {e}", lease.call_id),
+            Outcome::Failed { error } => self.store.fail_then(&lease, error, then),
         }
     }
 

@@ -153,6 +153,28 @@ impl Call {
                 .unwrap_or(false)
     }
 
+    /// The row `insert_call` just wrote, without reading it back.
+    fn pending(call_id: String, new: NewCall, now: f64) -> Call {
+        Call {
+            effect_id: effect_id_for(&call_id),
+            call_id,
+            idem_key: new.idem_key,
+            fingerprint: new.fingerprint,
+            client_id: new.client_id,
+            seq: new.seq,
+            tool: new.tool,
+            args_json: new.args_json,
+            status: Status::Pending,
+            result: None,
+            error: None,
+            attempt: 0,
+            lease_until: None,
+            owner: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// The JSON the API returns.
     pub fn to_json(&self) -> Value {
         json!({
@@ -340,10 +362,13 @@ trait WriteJob: Send {
 
 type Reply = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
 
-/// A write operation and the channel its caller waits on.
+/// What to do with a write's outcome once its commit is known.
+pub type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
+
+/// A write operation and what to do with its outcome.
 struct Job<T, F> {
     op: F,
-    caller: mpsc::SyncSender<Result<T, StoreError>>,
+    then: Then<T>,
 }
 
 impl<T, F> WriteJob for Job<T, F>
@@ -353,19 +378,17 @@ where
 {
     fn run(self: Box<Self>, conn: &Connection) -> Reply {
         let outcome = in_savepoint(conn, self.op);
-        let caller = self.caller;
+        let then = self.then;
         Box::new(move |commit| {
-            let answer = match commit {
+            then(match commit {
                 Ok(()) => outcome,
                 Err(e) => Err(e.clone()),
-            };
-            // The caller may have gone (its thread ended); nothing to tell.
-            let _ = caller.send(answer);
+            })
         })
     }
 
     fn abandon(self: Box<Self>, err: &StoreError) {
-        let _ = self.caller.send(Err(err.clone()));
+        (self.then)(Err(err.clone()))
     }
 }
 
@@ -412,27 +435,9 @@ impl CallStore {
             if let Some(existing) = select_call_by_key(conn, &new.idem_key)? {
                 return resolve_existing(conn, existing, &new.fingerprint, now);
             }
-            let call_id = new_call_id(&new.idem_key);
-            let effect_id = effect_id_for(&call_id);
-            conn.prepare_cached(
-                "INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
-                                    status, attempt, effect_id, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
-            )?
-            .execute(params![
-                call_id,
-                new.idem_key,
-                new.fingerprint,
-                new.client_id,
-                new.seq,
-                new.tool,
-                new.args_json,
-                effect_id,
-                now
-            ])?;
+            let call_id = insert_call(conn, &new, now)?;
             audit(conn, now, &call_id, "created", &new.tool)?;
-            let call = select_call(conn, &call_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-            Ok(Created::New(call))
+            Ok(Created::New(Call::pending(call_id, new, now)))
         })
     }
 
@@ -488,59 +493,32 @@ impl CallStore {
         result: &Value,
         effect_amount: Option<Option<i64>>,
     ) -> Result<Completion, StoreError> {
-        let lease = lease.clone();
-        let result = result.to_string();
-        self.write(move |conn| {
-            let now = now();
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE calls
-                        SET status = 'succeeded', result_json = ?1, error_json = NULL,
-                            lease_until = NULL, owner = NULL, updated_at = ?2
-                      WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
-                )?
-                .execute(params![result, now, lease.call_id, lease.attempt])?;
-            if changed == 0 {
-                return discard_stale(conn, now, &lease, "succeeded");
-            }
-            if let Some(amount) = effect_amount {
-                conn.prepare_cached(
-                    "INSERT OR IGNORE INTO effects (effect_id, call_id, tool, amount, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(params![
-                    lease.effect_id,
-                    lease.call_id,
-                    lease.tool,
-                    amount,
-                    now
-                ])?;
-            }
-            audit(conn, now, &lease.call_id, "succeeded", &lease.effect_id)?;
-            Ok(Completion::Applied)
-        })
+        self.write(succeed_op(lease.clone(), result.to_string(), effect_amount))
+    }
+
+    /// `succeed` without waiting: a worker hands its completion over and takes
+    /// its next call while the commit is grouped with others.
+    pub fn succeed_then(
+        &self,
+        lease: &Lease,
+        result: &Value,
+        effect_amount: Option<Option<i64>>,
+        then: Then<Completion>,
+    ) {
+        self.write_then(
+            succeed_op(lease.clone(), result.to_string(), effect_amount),
+            then,
+        )
     }
 
     /// Record failure, fenced like `succeed`.
     pub fn fail(&self, lease: &Lease, error: &Value) -> Result<Completion, StoreError> {
-        let lease = lease.clone();
-        let error = error.to_string();
-        self.write(move |conn| {
-            let now = now();
-            let changed = conn
-                .prepare_cached(
-                    "UPDATE calls
-                        SET status = 'failed', error_json = ?1, result_json = NULL,
-                            lease_until = NULL, owner = NULL, updated_at = ?2
-                      WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
-                )?
-                .execute(params![error, now, lease.call_id, lease.attempt])?;
-            if changed == 0 {
-                return discard_stale(conn, now, &lease, "failed");
-            }
-            audit(conn, now, &lease.call_id, "failed", &error)?;
-            Ok(Completion::Applied)
-        })
+        self.write(fail_op(lease.clone(), error.to_string()))
+    }
+
+    /// `fail` without waiting.
+    pub fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        self.write_then(fail_op(lease.clone(), error.to_string()), then)
     }
 
     /// Return `running` calls whose lease has expired to `pending`, and name them.
@@ -633,15 +611,32 @@ impl CallStore {
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
-        let job: Box<dyn WriteJob> = Box::new(Job { op, caller });
-        self.writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(job)
-            .map_err(|_| StoreError::Internal("the writer thread has stopped".into()))?;
+        self.write_then(
+            op,
+            Box::new(move |outcome| {
+                // The caller may have gone (its thread ended); nothing to tell.
+                let _ = caller.send(outcome);
+            }),
+        );
         answer
             .recv()
             .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
+    }
+
+    /// Queue `op` without waiting; `then` runs on the writer thread once the
+    /// batch's commit is known, so it must be quick.
+    fn write_then<T, F>(&self, op: F, then: Then<T>)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let job: Box<dyn WriteJob> = Box::new(Job { op, then });
+        let queue = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(mpsc::SendError(job)) = queue.send(job) {
+            job.abandon(&StoreError::Internal(
+                "the writer thread has stopped".into(),
+            ));
+        }
     }
 
     /// Run `op` on a pooled read connection.
@@ -701,6 +696,64 @@ fn commit_batch(conn: &Connection, batch: Vec<Box<dyn WriteJob>>) {
     }
 }
 
+fn succeed_op(
+    lease: Lease,
+    result: String,
+    effect_amount: Option<Option<i64>>,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
+    move |conn| {
+        let now = now();
+        let changed = conn
+            .prepare_cached(
+                "UPDATE calls
+                    SET status = 'succeeded', result_json = ?1, error_json = NULL,
+                        lease_until = NULL, owner = NULL, updated_at = ?2
+                  WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
+            )?
+            .execute(params![result, now, lease.call_id, lease.attempt])?;
+        if changed == 0 {
+            return discard_stale(conn, now, &lease, "succeeded");
+        }
+        if let Some(amount) = effect_amount {
+            conn.prepare_cached(
+                "INSERT OR IGNORE INTO effects (effect_id, call_id, tool, amount, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                lease.effect_id,
+                lease.call_id,
+                lease.tool,
+                amount,
+                now
+            ])?;
+        }
+        audit(conn, now, &lease.call_id, "succeeded", &lease.effect_id)?;
+        Ok(Completion::Applied)
+    }
+}
+
+fn fail_op(
+    lease: Lease,
+    error: String,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
+    move |conn| {
+        let now = now();
+        let changed = conn
+            .prepare_cached(
+                "UPDATE calls
+                    SET status = 'failed', error_json = ?1, result_json = NULL,
+                        lease_until = NULL, owner = NULL, updated_at = ?2
+                  WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
+            )?
+            .execute(params![error, now, lease.call_id, lease.attempt])?;
+        if changed == 0 {
+            return discard_stale(conn, now, &lease, "failed");
+        }
+        audit(conn, now, &lease.call_id, "failed", &error)?;
+        Ok(Completion::Applied)
+    }
+}
+
 /// Run `op` inside a savepoint: its writes stay if it succeeds, and are undone
 /// alone (the rest of the batch unaffected) if it fails or panics.
 fn in_savepoint<T>(
@@ -733,6 +786,42 @@ fn in_savepoint<T>(
 fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([])?;
     Ok(())
+}
+
+/// Insert a `pending` call under a fresh id; another process may have drawn the
+/// same id, so a primary-key collision draws again.
+fn insert_call(conn: &Connection, new: &NewCall, now: f64) -> rusqlite::Result<String> {
+    let mut attempts_left = 8;
+    loop {
+        let call_id = new_call_id();
+        let inserted = conn
+            .prepare_cached(
+                "INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
+                                    status, attempt, effect_id, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
+            )?
+            .execute(params![
+                call_id,
+                new.idem_key,
+                new.fingerprint,
+                new.client_id,
+                new.seq,
+                new.tool,
+                new.args_json,
+                effect_id_for(&call_id),
+                now
+            ]);
+        match inserted {
+            Ok(_) => return Ok(call_id),
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
+                    && attempts_left > 0 =>
+            {
+                attempts_left -= 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn resolve_existing(
@@ -830,27 +919,27 @@ pub fn effect_id_for(call_id: &str) -> String {
     )
 }
 
-/// `c_` + 16 hex, unique without a random-number crate: the key is already
-/// unique among calls, and the process id, time and a counter make a reused
-/// database (or a key replayed after a wipe) produce a fresh id.
-fn new_call_id(idem_key: &str) -> String {
+/// `c_` + 16 hex: 11 hex of milliseconds since the epoch, then 5 hex of a
+/// per-process counter that starts at an offset hashed from the process id and
+/// start time. Time first keeps new ids increasing, so the primary-key index
+/// grows at its right edge instead of dirtying a random page per insert — and
+/// every dirty page is written at commit. Ids are unique within a process; two
+/// processes can still collide, and `insert_call` then draws another.
+fn new_call_id() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static OFFSET: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
+    let offset = *OFFSET.get_or_init(|| {
+        let seed = format!("{}:{:?}", std::process::id(), SystemTime::now());
+        u64::from_str_radix(&crate::fingerprint::hex_sha256(seed.as_bytes())[..5], 16).unwrap_or(0)
+    });
+    let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
+        .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    let seed = format!(
-        "{}:{}:{}:{}",
-        std::process::id(),
-        nanos,
-        COUNTER.fetch_add(1, Ordering::Relaxed),
-        idem_key
-    );
-    format!(
-        "c_{}",
-        &crate::fingerprint::hex_sha256(seed.as_bytes())[..16]
-    )
+    let low = (offset + COUNTER.fetch_add(1, Ordering::Relaxed)) & 0xF_FFFF;
+    format!("c_{:011x}{low:05x}", millis & 0xFFF_FFFF_FFFF)
 }
 
 #[cfg(test)]
