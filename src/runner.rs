@@ -111,7 +111,7 @@ impl Runner {
             }
             Err(e) => eprintln!("recovery: {e}"),
         }
-        match self.store.pending_ids(10_000) {
+        match self.store.pending_ids(1_000) {
             Ok(ids) => ids.iter().for_each(|id| self.submit(id)),
             Err(e) => eprintln!("recovery: {e}"),
         }

@@ -135,7 +135,7 @@ pub struct Call {
     pub lease_until: Option<f64>,
     /// `pid:thread` of the worker holding the lease.
     pub owner: Option<String>,
-    /// `eff_` + 16 hex of SHA-256(call_id): the same on every attempt.
+    /// `eff_` + the call id's 16 hex: the same on every attempt.
     pub effect_id: String,
     pub created_at: f64,
     pub updated_at: f64,
@@ -406,6 +406,10 @@ impl CallStore {
     pub fn open(path: &Path, options: StoreOptions) -> Result<Arc<CallStore>, StoreError> {
         let conn = open_connection(path, &options)?;
         // WAL is a property of the file; set it once, from the writer.
+        // Small pages: a commit writes every page it dirtied, and a batch dirties
+        // many pages a little (index leaves, appended rows), so 1 KiB pages cut
+        // the bytes each fsync must flush. Only takes effect on a new file.
+        conn.execute_batch("PRAGMA page_size=1024")?;
         let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Internal(format!(
@@ -551,7 +555,9 @@ impl CallStore {
     pub fn pending_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
         self.read(|conn| {
             conn.prepare_cached(
-                "SELECT call_id FROM calls WHERE status = 'pending' ORDER BY created_at LIMIT ?1",
+                // Index order (status, lease_until, rowid) is creation order for
+                // pending rows, so no sort is needed.
+                "SELECT call_id FROM calls WHERE status = 'pending' ORDER BY lease_until, rowid LIMIT ?1",
             )?
             .query_map(params![limit as i64], |r| r.get(0))?
             .collect()
@@ -899,6 +905,9 @@ fn open_connection(path: &Path, options: &StoreOptions) -> Result<Connection, St
     conn.set_prepared_statement_cache_capacity(64);
     // FULL: a commit returns only after the WAL is synced, so "accepted" means on disk.
     conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+    // 16 MiB of page cache: with a million calls the indexes' upper levels
+    // stay in memory instead of being re-read per operation.
+    conn.execute_batch("PRAGMA cache_size=-16384")?;
     Ok(conn)
 }
 
@@ -910,13 +919,12 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// `eff_` + 16 hex of SHA-256(call_id): every attempt of a call hands the same
-/// downstream idempotency key to its tool.
+/// `eff_` + the call id's 16 hex: derived from the call alone, so every attempt
+/// of a call hands the same downstream idempotency key to its tool. Like the
+/// call id it grows with time, so `effects`' primary-key index is written at
+/// its edge rather than at a random page per effect.
 pub fn effect_id_for(call_id: &str) -> String {
-    format!(
-        "eff_{}",
-        &crate::fingerprint::hex_sha256(call_id.as_bytes())[..16]
-    )
+    format!("eff_{}", call_id.trim_start_matches("c_"))
 }
 
 /// `c_` + 16 hex: 11 hex of milliseconds since the epoch, then 5 hex of a
