@@ -7,7 +7,7 @@
 //! is on disk. It never executes a tool itself — it hands new calls to the runner.
 
 use crate::chaos;
-use crate::fingerprint::{canonical, fingerprint};
+use crate::fingerprint::{canonical_object, fingerprint_canonical};
 use crate::http::{Request, Response};
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
@@ -172,13 +172,20 @@ impl Api {
             }
         }
         Tool::parse(tool, &tool_args).map_err(ApiError::BadRequest)?;
-        let args_json = canonical(&Value::Object(args.clone()));
+        let canonical_args = canonical_object(&tool_args);
+        let fingerprint = fingerprint_canonical(tool, &canonical_args);
+        // What the worker runs: the tool's args plus any hooks, canonical too.
+        let args_json = if hooks == chaos::Hooks::default() {
+            canonical_args
+        } else {
+            canonical_object(args)
+        };
         if args_json.len() > MAX_ARGS_BYTES {
             return Err(ApiError::ArgsTooLarge(args_json.len()));
         }
         let new = NewCall {
             idem_key: key.to_string(),
-            fingerprint: fingerprint(tool, &tool_args),
+            fingerprint,
             tool: tool.to_string(),
             args_json,
             client_id: optional_string(&body, "client_id")?,

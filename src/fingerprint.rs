@@ -23,13 +23,26 @@ use unicode_normalization::UnicodeNormalization;
 
 /// The hex SHA-256 of the canonical `{"args": args, "tool": tool}`.
 pub fn fingerprint(tool: &str, args: &Map<String, Value>) -> String {
-    let mut payload = String::with_capacity(64);
+    fingerprint_canonical(tool, &canonical_object(args))
+}
+
+/// The fingerprint from args already in canonical form (see [`canonical_object`]),
+/// for a caller that also keeps that text.
+pub fn fingerprint_canonical(tool: &str, canonical_args: &str) -> String {
+    let mut payload = String::with_capacity(canonical_args.len() + tool.len() + 20);
     payload.push_str("{\"args\":");
-    write_object(&mut payload, args);
+    payload.push_str(canonical_args);
     payload.push_str(",\"tool\":");
     write_string(&mut payload, tool);
     payload.push('}');
     hex_sha256(payload.as_bytes())
+}
+
+/// The canonical JSON text of an object.
+pub fn canonical_object(map: &Map<String, Value>) -> String {
+    let mut out = String::new();
+    write_object(&mut out, map);
+    out
 }
 
 /// The canonical JSON text of any value.
@@ -71,14 +84,15 @@ fn write_value(out: &mut String, value: &Value) {
 }
 
 fn write_object(out: &mut String, map: &Map<String, Value>) {
-    let mut members: Vec<(String, &Value)> = map
+    let mut members: Vec<(std::borrow::Cow<str>, &Value)> = map
         .iter()
         .filter(|(_, v)| !v.is_null())
-        .map(|(k, v)| (k.nfc().collect::<String>(), v))
+        .map(|(k, v)| (nfc(k), v))
         .collect();
-    // Two keys can become equal after NFC; ordering them by value too keeps the
+    // Two keys can become equal after NFC; ordering those by value too keeps the
     // output deterministic whatever order they arrived in.
-    members.sort_by_cached_key(|(k, v)| (k.clone(), canonical(v)));
+    members
+        .sort_by(|(ka, va), (kb, vb)| ka.cmp(kb).then_with(|| canonical(va).cmp(&canonical(vb))));
     out.push('{');
     for (i, (key, value)) in members.iter().enumerate() {
         if i > 0 {
@@ -89,6 +103,16 @@ fn write_object(out: &mut String, map: &Map<String, Value>) {
         write_value(out, value);
     }
     out.push('}');
+}
+
+/// NFC of `s`, borrowed when it is already NFC (always so for ASCII).
+fn nfc(s: &str) -> std::borrow::Cow<'_, str> {
+    use unicode_normalization::{is_nfc_quick, IsNormalized};
+    if s.is_ascii() || is_nfc_quick(s.chars()) == IsNormalized::Yes {
+        std::borrow::Cow::Borrowed(s)
+    } else {
+        std::borrow::Cow::Owned(s.nfc().collect())
+    }
 }
 
 /// Integers print as integers; a float with an integral value that an `i64`
@@ -109,9 +133,8 @@ fn write_number(out: &mut String, n: &serde_json::Number) {
 }
 
 fn write_string(out: &mut String, s: &str) {
-    let normalized: String = s.nfc().collect();
     // serde_json escapes only what JSON requires and keeps non-ASCII as UTF-8.
-    out.push_str(&Value::String(normalized).to_string());
+    out.push_str(&Value::from(nfc(s).as_ref()).to_string());
 }
 
 #[cfg(test)]
