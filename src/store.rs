@@ -709,15 +709,7 @@ fn succeed_op(
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
-        let changed = conn
-            .prepare_cached(
-                "UPDATE calls
-                    SET status = 'succeeded', result_json = ?1, error_json = NULL,
-                        lease_until = NULL, owner = NULL, updated_at = ?2
-                  WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
-            )?
-            .execute(params![result, now, lease.call_id, lease.attempt])?;
-        if changed == 0 {
+        if !finish_fenced(conn, now, &lease, Status::Succeeded, Some(&result), None)? {
             return discard_stale(conn, now, &lease, "succeeded");
         }
         if let Some(amount) = effect_amount {
@@ -744,20 +736,42 @@ fn fail_op(
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
-        let changed = conn
-            .prepare_cached(
-                "UPDATE calls
-                    SET status = 'failed', error_json = ?1, result_json = NULL,
-                        lease_until = NULL, owner = NULL, updated_at = ?2
-                  WHERE call_id = ?3 AND status = 'running' AND attempt = ?4",
-            )?
-            .execute(params![error, now, lease.call_id, lease.attempt])?;
-        if changed == 0 {
+        if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
             return discard_stale(conn, now, &lease, "failed");
         }
         audit(conn, now, &lease.call_id, "failed", &error)?;
         Ok(Completion::Applied)
     }
+}
+
+/// The fence. A terminal update applies only while the call is still `running`
+/// under the attempt this lease claimed; a worker whose lease was taken over
+/// (it paused, its lease expired, recovery re-queued the call) changes nothing.
+/// Returns whether the update applied.
+fn finish_fenced(
+    conn: &Connection,
+    now: f64,
+    lease: &Lease,
+    status: Status,
+    result_json: Option<&str>,
+    error_json: Option<&str>,
+) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls
+                SET status = ?1, result_json = ?2, error_json = ?3,
+                    lease_until = NULL, owner = NULL, updated_at = ?4
+              WHERE call_id = ?5 AND status = 'running' AND attempt = ?6",
+        )?
+        .execute(params![
+            status.as_str(),
+            result_json,
+            error_json,
+            now,
+            lease.call_id,
+            lease.attempt
+        ])?;
+    Ok(changed == 1)
 }
 
 /// Run `op` inside a savepoint: its writes stay if it succeeds, and are undone
