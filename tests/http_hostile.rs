@@ -461,3 +461,60 @@ fn connections_over_the_cap_get_503() {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// How many sockets and threads the server process holds now. Sockets, not all
+/// descriptors: the store keeps a pool of SQLite read connections, which is a
+/// cache, not a leak.
+fn sockets_and_threads(pid: u32) -> (usize, usize) {
+    let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(usize::MAX);
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|entries| entries.count())
+        .unwrap_or(usize::MAX);
+    (sockets, threads)
+}
+
+/// Clients that vanish mid-request or mid-response leave no thread and no
+/// socket behind: once they are gone, the server is back to its baseline.
+#[test]
+fn abandoned_connections_leak_no_threads_or_sockets() {
+    let server = Server::start(&["--request-timeout-ms", "2000"]);
+    let pid = server.server.proc.child.id();
+    server.assert_healthy();
+    let (base_sockets, base_threads) = sockets_and_threads(pid);
+    let partial_post =
+        b"POST /v1/tool-calls HTTP/1.1\r\nHost: t\r\nIdempotency-Key: x\r\nContent-Length: 50\r\n\r\n{\"to";
+    for i in 0..60 {
+        let mut client = server.connect();
+        match i % 3 {
+            // Mid-head, mid-body, and a full request whose response is never read.
+            0 => client.send(b"GET /healthz HTTP/1.1\r\nHo"),
+            1 => client.send(partial_post),
+            _ => client.send(b"GET /stats HTTP/1.1\r\nHost: t\r\n\r\n"),
+        }
+        drop(client);
+    }
+    server.assert_healthy();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (sockets, threads) = sockets_and_threads(pid);
+        if sockets <= base_sockets && threads <= base_threads {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {sockets} sockets (baseline {base_sockets}) and {threads} threads (baseline {base_threads})"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    server.assert_healthy();
+}
