@@ -2,8 +2,10 @@
 //! thread that finds calls nobody is executing, and the `Notifier` that wakes
 //! requests waiting (`?wait=`) for a call to finish.
 //!
-//! A worker runs one attempt: `claim` (the lease) → run the tool outside any
-//! transaction → `succeed`/`fail` (fenced by the lease's attempt). The in-flight
+//! A worker runs one attempt: `claim` (the lease; the worker waits for it to
+//! commit, so no tool runs without a durable lease) → run the tool outside any
+//! transaction → hand `succeed`/`fail` (fenced by the lease's attempt) to the
+//! store's writer without waiting, and take the next call. The in-flight
 //! map only stops the same call being queued twice in this process; it is an
 //! optimisation, never a guarantee — the claim's conditional `UPDATE` is what
 //! keeps two executors apart, in one process or several.
