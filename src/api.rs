@@ -102,6 +102,39 @@ pub struct Api {
     pub notifier: Arc<Notifier>,
     /// Whether chaos hooks are accepted in `args`.
     pub chaos: bool,
+    /// Answers for retries of calls that can never change again.
+    pub settled: SettledCache,
+}
+
+/// The rendered answers of settled calls — `succeeded`, or `failed` without
+/// `retryable` — by key, so that a retry of a finished call is answered without
+/// reading the database. Correct across processes and restarts because a
+/// settled row never changes again (no transition leaves those states); the
+/// fingerprint is kept so a conflicting request still reaches the store and gets
+/// its `409`. Bounded: it is emptied when full, which costs only re-reads.
+#[derive(Default)]
+pub struct SettledCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (String, Vec<u8>)>>,
+}
+
+const SETTLED_CACHE_ENTRIES: usize = 65_536;
+
+impl SettledCache {
+    fn get(&self, idem_key: &str, fingerprint: &str) -> Option<Vec<u8>> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        match entries.get(idem_key) {
+            Some((fp, body)) if fp == fingerprint => Some(body.clone()),
+            _ => None,
+        }
+    }
+
+    fn insert(&self, idem_key: String, fingerprint: String, body: &[u8]) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= SETTLED_CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(idem_key, (fingerprint, body.to_vec()));
+    }
 }
 
 impl Api {
@@ -191,7 +224,16 @@ impl Api {
             client_id: optional_string(&body, "client_id")?,
             seq: optional_integer(&body, "seq")?,
         };
+        if let Some(body) = self.settled.get(&new.idem_key, &new.fingerprint) {
+            return Ok(Response::json_bytes(200, body));
+        }
+        let (idem_key, fingerprint) = (new.idem_key.clone(), new.fingerprint.clone());
         let call = match self.create_or_get(new)? {
+            Created::Existing(call) if call.is_settled() => {
+                let response = self.respond_with_call(call, None)?;
+                self.settled.insert(idem_key, fingerprint, &response.body);
+                return Ok(response);
+            }
             Created::New(call) => {
                 self.runner.submit(&call.call_id);
                 if let Some(delay) = hooks.delay_response {

@@ -83,10 +83,15 @@ pub struct Response {
 impl Response {
     /// A JSON response with `Content-Type: application/json`.
     pub fn json(status: u16, body: &serde_json::Value) -> Response {
+        Response::json_bytes(status, body.to_string().into_bytes())
+    }
+
+    /// A JSON response from an already-serialized body.
+    pub fn json_bytes(status: u16, body: Vec<u8>) -> Response {
         Response {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
-            body: body.to_string().into_bytes(),
+            body,
         }
     }
 

@@ -153,6 +153,13 @@ impl Call {
                 .unwrap_or(false)
     }
 
+    /// Whether the call can never change again: `succeeded`, or a failure its
+    /// client may not retry.
+    pub fn is_settled(&self) -> bool {
+        self.status == Status::Succeeded
+            || (self.status == Status::Failed && !self.is_retryable_failure())
+    }
+
     /// The row `insert_call` just wrote, without reading it back.
     fn pending(call_id: String, new: NewCall, now: f64) -> Call {
         Call {

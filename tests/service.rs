@@ -435,3 +435,29 @@ fn locked_database_answers_503_and_retry_succeeds() {
         "succeeded"
     );
 }
+
+/// Retries of a settled call (answered from memory after the first) get exactly
+/// the stored call, and a different request under its key still gets 409.
+#[test]
+fn settled_call_retries_match_the_record_and_conflicts_still_409() {
+    let db = TempDb::new("settled");
+    let server = Server::start(&db, &[]);
+    let (_, first) = server.post("k-settled", &charge(4));
+    let call_id = first["call_id"].as_str().unwrap().to_string();
+    let stored = server.wait_terminal(&call_id);
+    for _ in 0..3 {
+        let (status, again) = server.post("k-settled", &charge(4));
+        assert_eq!(status, 200);
+        assert_eq!(again, stored);
+    }
+    let (status, body) = server.post("k-settled", &charge(5));
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "idempotency_conflict");
+    let (status, body) =
+        server.request("POST", "/v1/tool-calls", &[], Some(&charge(4).to_string()));
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!("missing_idempotency_key"))
+    );
+    assert_eq!(server.stats()["effects"], 1);
+}
