@@ -7,7 +7,8 @@
 
 mod support;
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use idempotent_tool::client::{read_response, HttpResponse};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -63,20 +64,15 @@ impl Server {
     }
 }
 
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// A response as the project's own client reads it, plus two test views of it.
+type Reply = HttpResponse;
+
+trait ReplyText {
+    fn text(&self) -> String;
+    fn error_code(&self) -> String;
 }
 
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
+impl ReplyText for Reply {
     fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
@@ -111,38 +107,7 @@ impl Client {
     }
 
     fn try_reply(&mut self) -> io::Result<Reply> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let status = line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or(io::ErrorKind::InvalidData)?;
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line)?;
-            let field = line.trim_end();
-            if field.is_empty() {
-                break;
-            }
-            let (name, value) = field.split_once(':').ok_or(io::ErrorKind::InvalidData)?;
-            headers.push((name.to_string(), value.trim().to_string()));
-        }
-        let mut reply = Reply {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        let length = reply
-            .header("content-length")
-            .map_or(Ok(0), str::parse::<usize>)
-            .map_err(|_| io::ErrorKind::InvalidData)?;
-        reply.body = vec![0; length];
-        self.reader.read_exact(&mut reply.body)?;
-        Ok(reply)
+        read_response(&mut self.reader)
     }
 
     /// True when the server has closed the connection (FIN or reset).
