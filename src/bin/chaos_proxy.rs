@@ -9,8 +9,9 @@
 //! `--times N` faults the first N requests (counted across all connections) and
 //! passes the rest.
 //!
-//! It owns request framing on the client side (Content-Length bodies only: all
-//! our client sends) and must never mix up responses on a keep-alive
+//! Requests are framed with the server's own parser (`http::parse_request`) and
+//! forwarded byte for byte; responses are written with the server's own writer.
+//! It must never mix up responses on a keep-alive
 //! connection: each client connection gets its own upstream connection and
 //! carries one request at a time. It prints one start-up line on stdout and
 //! logs one line per request on stderr.
@@ -18,8 +19,11 @@
 #![forbid(unsafe_code)]
 
 use idempotent_tool::client::{read_response, HttpResponse};
+use idempotent_tool::http::{
+    self, parse_request, ParseLimits, Response, Status, Version, WriteOptions,
+};
 use std::fmt;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,11 +35,6 @@ const USAGE: &str = "\
 usage: chaos_proxy --listen ADDR --upstream ADDR --mode MODE [--times N] [--delay-ms D]
   MODE: pass | drop-response | delay-response | duplicate-request";
 
-/// A request head larger than this is refused: the proxy is a test tool and
-/// our client's heads are a few hundred bytes.
-const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// Bodies larger than this are refused, matching the server's own limit.
-const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// How long the proxy waits on the upstream before answering 502; long enough
 /// for `?wait=30` requests.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -179,7 +178,10 @@ fn spawn_connection(stream: TcpStream, config: Arc<Config>) {
 
 /// Relay requests from one client connection, one at a time, until either side closes.
 fn serve_connection(client: TcpStream, config: &Config) -> io::Result<()> {
-    let mut client_reader = BufReader::new(client.try_clone()?);
+    let mut client_reader = ClientConn {
+        stream: client.try_clone()?,
+        buffered: Vec::new(),
+    };
     let mut client_writer = client;
     let mut upstream: Option<BufReader<TcpStream>> = None;
     loop {
@@ -284,96 +286,64 @@ fn connect_upstream(addr: &str) -> io::Result<BufReader<TcpStream>> {
     Ok(BufReader::new(stream))
 }
 
-/// Read one request: head up to the blank line, then a `Content-Length` body.
-/// `Ok(None)` when the client closed cleanly before a new request.
-fn read_request<R: BufRead>(reader: &mut R) -> io::Result<Option<RawRequest>> {
-    let mut bytes = Vec::new();
-    let mut content_length = 0usize;
-    let mut wants_close = false;
-    let mut summary = String::new();
-    loop {
-        let mut line = Vec::new();
-        let n = reader.read_until(b'\n', &mut line)?;
-        if n == 0 {
-            if bytes.is_empty() {
-                return Ok(None);
-            }
-            return Err(invalid("connection closed inside a request head"));
-        }
-        bytes.extend_from_slice(&line);
-        if bytes.len() > MAX_HEAD_BYTES {
-            return Err(invalid("request head too large"));
-        }
-        let text = String::from_utf8_lossy(&line);
-        let text = text.trim_end_matches(['\r', '\n']);
-        if summary.is_empty() {
-            if text.is_empty() {
-                bytes.clear(); // stray CRLF between requests is allowed (RFC 9112 2.2)
-                continue;
-            }
-            summary = text
-                .rsplit_once(' ')
-                .map_or(text, |(head, _)| head)
-                .to_string();
-            wants_close = text.ends_with("HTTP/1.0");
-            continue;
-        }
-        if text.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = text.split_once(':') {
-            let (name, value) = (name.trim(), value.trim());
-            if name.eq_ignore_ascii_case("content-length") {
-                content_length = value.parse().map_err(|_| invalid("bad Content-Length"))?;
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                // Chunked framing is not needed by our client; refusing beats misframing.
-                return Err(invalid("Transfer-Encoding is not supported by the proxy"));
-            } else if name.eq_ignore_ascii_case("connection") {
-                wants_close = value.eq_ignore_ascii_case("close");
-            }
-        }
-    }
-    if content_length > MAX_BODY_BYTES {
-        return Err(invalid("request body too large"));
-    }
-    let start = bytes.len();
-    bytes.resize(start + content_length, 0);
-    reader.read_exact(&mut bytes[start..])?;
-    Ok(Some(RawRequest {
-        summary,
-        bytes,
-        wants_close,
-    }))
+/// The client side of a connection: its socket and the bytes read but not yet
+/// forwarded (the start of a pipelined next request).
+struct ClientConn {
+    stream: TcpStream,
+    buffered: Vec<u8>,
 }
 
-/// Re-serialize an upstream response. The body was read whole, so the proxy
-/// always frames it with its own `Content-Length`.
+/// Read one request with the server's own parser, so the proxy frames requests
+/// exactly as the server will, and keep its raw bytes to forward unchanged.
+/// `Ok(None)` when the client closed cleanly before a new request.
+fn read_request(client: &mut ClientConn) -> io::Result<Option<RawRequest>> {
+    let limits = ParseLimits::default();
+    loop {
+        if !client.buffered.is_empty() {
+            match parse_request(&client.buffered, &limits) {
+                Ok(Status::Complete((request, used))) => {
+                    let bytes: Vec<u8> = client.buffered.drain(..used).collect();
+                    return Ok(Some(RawRequest {
+                        summary: format!("{} {}", request.method, request.target),
+                        bytes,
+                        wants_close: !request.keep_alive(),
+                    }));
+                }
+                Ok(Status::Partial) => {}
+                Err(error) => return Err(invalid(error.describe().2)),
+            }
+        }
+        let mut chunk = [0u8; 8192];
+        let n = client.stream.read(&mut chunk)?;
+        if n == 0 {
+            return match client.buffered.is_empty() {
+                true => Ok(None),
+                false => Err(invalid("connection closed inside a request")),
+            };
+        }
+        client.buffered.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Re-serialize an upstream response with the server's own writer. The body was
+/// read whole, so it is framed with a fresh `Content-Length`.
 fn write_response<W: Write>(
     writer: &mut W,
     response: &HttpResponse,
     close: bool,
 ) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\n",
-        response.status,
-        reason_phrase(response.status)
-    );
-    for (name, value) in &response.headers {
-        if matches!(
-            name.as_str(),
-            "content-length" | "connection" | "transfer-encoding"
-        ) {
-            continue;
-        }
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str(&format!("content-length: {}\r\n", response.body.len()));
-    if close {
-        head.push_str("connection: close\r\n");
-    }
-    head.push_str("\r\n");
-    let mut out = head.into_bytes();
-    out.extend_from_slice(&response.body);
+    let response = Response {
+        status: response.status,
+        headers: response.headers.clone(),
+        body: response.body.clone(),
+    };
+    let options = WriteOptions {
+        keep_alive: !close,
+        request_version: Version::Http11,
+        head_only: false,
+    };
+    let mut out = Vec::with_capacity(response.body.len() + 256);
+    http::write_response(&mut out, &response, options);
     writer.write_all(&out)?;
     writer.flush()
 }
@@ -392,27 +362,6 @@ fn bad_gateway(error: &io::Error) -> HttpResponse {
         status: 502,
         headers: vec![("content-type".into(), "application/json".into())],
         body: body.to_string().into_bytes(),
-    }
-}
-
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        201 => "Created",
-        202 => "Accepted",
-        204 => "No Content",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        _ => "Unknown",
     }
 }
 
