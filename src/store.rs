@@ -160,7 +160,7 @@ impl Call {
             || (self.status == Status::Failed && !self.is_retryable_failure())
     }
 
-    /// The row `insert_call` just wrote, without reading it back.
+    /// The row `insert_call` writes, built here so it need not be read back.
     fn pending(call_id: String, new: NewCall, now: f64) -> Call {
         Call {
             effect_id: effect_id_for(&call_id),
@@ -446,9 +446,9 @@ impl CallStore {
             if let Some(existing) = select_call_by_key(conn, &new.idem_key)? {
                 return resolve_existing(conn, existing, &new.fingerprint, now);
             }
-            let call_id = insert_call(conn, &new, now)?;
-            audit(conn, now, &call_id, "created", &new.tool)?;
-            Ok(Created::New(Call::pending(call_id, new, now)))
+            let call = insert_call(conn, new, now)?;
+            audit(conn, now, &call.call_id, "created", &call.tool)?;
+            Ok(Created::New(call))
         })
     }
 
@@ -815,12 +815,13 @@ fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Insert a `pending` call under a fresh id; another process may have drawn the
-/// same id, so a primary-key collision draws again.
-fn insert_call(conn: &Connection, new: &NewCall, now: f64) -> rusqlite::Result<String> {
+/// Insert a `pending` call under a fresh id and return the row as written;
+/// another process may have drawn the same id, so a primary-key collision
+/// draws again.
+fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Call> {
+    let mut call = Call::pending(new_call_id(), new, now);
     let mut attempts_left = 8;
     loop {
-        let call_id = new_call_id();
         let inserted = conn
             .prepare_cached(
                 "INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
@@ -828,23 +829,25 @@ fn insert_call(conn: &Connection, new: &NewCall, now: f64) -> rusqlite::Result<S
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
             )?
             .execute(params![
-                call_id,
-                new.idem_key,
-                new.fingerprint,
-                new.client_id,
-                new.seq,
-                new.tool,
-                new.args_json,
-                effect_id_for(&call_id),
+                call.call_id,
+                call.idem_key,
+                call.fingerprint,
+                call.client_id,
+                call.seq,
+                call.tool,
+                call.args_json,
+                call.effect_id,
                 now
             ]);
         match inserted {
-            Ok(_) => return Ok(call_id),
+            Ok(_) => return Ok(call),
             Err(e)
                 if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
                     && attempts_left > 0 =>
             {
                 attempts_left -= 1;
+                call.call_id = new_call_id();
+                call.effect_id = effect_id_for(&call.call_id);
             }
             Err(e) => return Err(e),
         }

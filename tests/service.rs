@@ -461,3 +461,17 @@ fn settled_call_retries_match_the_record_and_conflicts_still_409() {
     );
     assert_eq!(server.stats()["effects"], 1);
 }
+
+/// `args` over 64 KiB (canonical) is `413 payload_too_large`, and creates nothing.
+#[test]
+fn oversized_args_are_413_and_create_nothing() {
+    let db = TempDb::new("args-size");
+    let server = Server::start(&db, &[]);
+    let body = json!({"tool": "send_email", "args": {"to": "a@b", "body": "x".repeat(70 * 1024)}});
+    let (status, resp) = server.post("k-big", &body);
+    assert_eq!(status, 413, "{resp}");
+    assert_eq!(resp["error"]["code"], "payload_too_large");
+    assert_eq!(server.by_key("k-big").0, 404);
+    let fits = json!({"tool": "send_email", "args": {"to": "a@b", "body": "x".repeat(60 * 1024)}});
+    assert_eq!(server.post("k-fits", &fits).0, 202);
+}
