@@ -53,16 +53,9 @@ impl TempDb {
         self.path.to_str().expect("temp paths are UTF-8 here")
     }
 
-    /// `SELECT count(*) ...` on the live file (read-only).
+    /// `SELECT count(*) ...` on the live file.
     pub fn count(&self, sql: &str) -> i64 {
-        let conn = rusqlite::Connection::open_with_flags(
-            &self.path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .expect("open the test database read-only");
-        conn.busy_timeout(Duration::from_secs(10)).unwrap();
-        conn.query_row(sql, [], |row| row.get(0))
-            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        count(&self.path, sql)
     }
 
     pub fn calls(&self) -> i64 {
