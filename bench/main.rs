@@ -445,6 +445,46 @@ struct Stats {
     effects: i64,
     by_status: BTreeMap<String, i64>,
     attempts: BTreeMap<String, i64>,
+    writer: WriterTotals,
+}
+
+/// The server's writer counters (`/stats` `writer`): cumulative, so a run
+/// reports the difference.
+#[derive(Debug, Clone, Copy, Default)]
+struct WriterTotals {
+    batches: u64,
+    ops: u64,
+    run_us: u64,
+    commit_us: u64,
+}
+
+impl WriterTotals {
+    fn from_json(v: &Value) -> WriterTotals {
+        let field = |name: &str| v[name].as_u64().unwrap_or(0);
+        WriterTotals {
+            batches: field("batches"),
+            ops: field("ops"),
+            run_us: field("run_us"),
+            commit_us: field("commit_us"),
+        }
+    }
+    fn since(self, earlier: WriterTotals) -> WriterTotals {
+        WriterTotals {
+            batches: self.batches.saturating_sub(earlier.batches),
+            ops: self.ops.saturating_sub(earlier.ops),
+            run_us: self.run_us.saturating_sub(earlier.run_us),
+            commit_us: self.commit_us.saturating_sub(earlier.commit_us),
+        }
+    }
+    fn ops_per_batch(self) -> f64 {
+        self.ops as f64 / (self.batches.max(1)) as f64
+    }
+    fn run_us_per_op(self) -> f64 {
+        self.run_us as f64 / (self.ops.max(1)) as f64
+    }
+    fn commit_ms_per_batch(self) -> f64 {
+        self.commit_us as f64 / 1000.0 / (self.batches.max(1)) as f64
+    }
 }
 
 impl Stats {
@@ -472,6 +512,7 @@ fn fetch_stats(authority: &str) -> Result<Stats, String> {
         effects: v["effects"].as_i64().unwrap_or(0),
         by_status: counts("by_status"),
         attempts: counts("attempts"),
+        writer: WriterTotals::from_json(&v["writer"]),
     })
 }
 
@@ -504,23 +545,52 @@ fn peak_rss_kib(pid: Option<u32>) -> Option<u64> {
 
 /// Single-row durable commits per second, measured before and after the load:
 /// other tenants of a shared disk move it a lot, and the two show by how much.
+/// Also how long one such commit takes: no accepted request can be faster,
+/// since each waits for at least one commit.
 #[derive(Debug, Clone, Copy)]
 struct CommitRate {
     before: f64,
     after: f64,
+    p50_ms: f64,
+    p99_ms: f64,
 }
 
 impl CommitRate {
+    fn new(before: CommitSample, after: CommitSample) -> CommitRate {
+        let mut latencies_us = before.latencies_us;
+        latencies_us.extend(after.latencies_us);
+        latencies_us.sort_unstable();
+        let ms = |q: f64| {
+            let n = latencies_us.len();
+            let i = ((q * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
+            latencies_us
+                .get(i)
+                .map_or(0.0, |us| f64::from(*us) / 1000.0)
+        };
+        CommitRate {
+            before: before.per_s,
+            after: after.per_s,
+            p50_ms: ms(0.50),
+            p99_ms: ms(0.99),
+        }
+    }
+
     fn mean(self) -> f64 {
         (self.before + self.after) / 2.0
     }
 }
 
-/// One-row durable commits per second in `dir`: WAL, `synchronous=FULL`, one
-/// `INSERT` per transaction. The floor a store without group commit would hit.
-fn single_commit_rate(dir: &Path) -> Result<f64, String> {
+/// One calibration pass: the rate and each commit's latency.
+struct CommitSample {
+    per_s: f64,
+    latencies_us: Vec<u32>,
+}
+
+/// One-row durable commits in `dir`: WAL, `synchronous=FULL`, one `INSERT` per
+/// transaction. The floor a store without group commit would hit.
+fn single_commit_rate(dir: &Path) -> Result<CommitSample, String> {
     let path = dir.join(format!("calibrate-{}.db", run_id()));
-    let rate = (|| -> rusqlite::Result<f64> {
+    let rate = (|| -> rusqlite::Result<CommitSample> {
         let conn = rusqlite::Connection::open(&path)?;
         let _: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         conn.execute_batch(
@@ -528,12 +598,17 @@ fn single_commit_rate(dir: &Path) -> Result<f64, String> {
         )?;
         let mut insert = conn.prepare("INSERT INTO t (v) VALUES (?1)")?;
         let start = Instant::now();
-        let mut commits = 0u64;
+        let mut latencies_us = Vec::new();
         while start.elapsed() < COMMIT_CALIBRATION {
+            let one = Instant::now();
             insert.execute(["c_0123456789abcdef"])?;
-            commits += 1;
+            latencies_us.push(one.elapsed().as_micros().min(u32::MAX as u128) as u32);
         }
-        Ok(commits as f64 / start.elapsed().as_secs_f64())
+        let per_s = latencies_us.len() as f64 / start.elapsed().as_secs_f64();
+        Ok(CommitSample {
+            per_s,
+            latencies_us,
+        })
     })();
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -719,6 +794,10 @@ impl Measurement {
     fn p99_x(&self) -> f64 {
         ratio(self.load.ms(0.99), self.healthz.ms(0.99))
     }
+    /// The writer's work over the load and the drain.
+    fn writer(&self) -> WriterTotals {
+        self.after.writer.since(self.before.writer)
+    }
     fn completed_x(&self, single_commit: CommitRate) -> f64 {
         ratio(self.completed_per_s(), single_commit.mean())
     }
@@ -807,7 +886,7 @@ fn run_single(config: &Config) -> Result<bool, String> {
     let before = single_commit_rate(&calibration_dir)?;
     let m = measure(&target, config.mode, config.concurrency, config)?;
     let after = single_commit_rate(&calibration_dir)?;
-    let commit_rate = CommitRate { before, after };
+    let commit_rate = CommitRate::new(before, after);
     let rss = if target.in_process {
         peak_rss_kib(None)
     } else {
@@ -850,7 +929,7 @@ fn run_sweep(config: &Config) -> Result<bool, String> {
     );
     points.push(measure(&filled, config.mode, reference, config)?);
     let after = single_commit_rate(&dir.0)?;
-    let commit_rate = CommitRate { before, after };
+    let commit_rate = CommitRate::new(before, after);
     let data_ratio = points[points.len() - 1].load.rps() / points[0].load.rps().max(1e-9);
     let status0_256 = points
         .iter()
@@ -863,6 +942,8 @@ fn run_sweep(config: &Config) -> Result<bool, String> {
             "keep_alive": config.keep_alive,
             "single_commit_per_s": commit_rate.mean(),
             "single_commit_before_after": [commit_rate.before, commit_rate.after],
+            "single_commit_p50_ms": commit_rate.p50_ms,
+            "single_commit_p99_ms": commit_rate.p99_ms,
             "rps_filled_over_empty": data_ratio,
             "status0_at_256": status0_256,
             "peak_rss_kib": peak_rss_kib(None),
@@ -897,7 +978,25 @@ fn ratio(value: f64, base: f64) -> f64 {
 
 fn print_commit_rate(c: CommitRate) {
     let (mean, before, after) = (c.mean(), c.before, c.after);
-    println!("calibration: single-commit={mean:.1}/s (before {before:.1}, after {after:.1})");
+    print!("calibration: single-commit={mean:.1}/s (before {before:.1}, after {after:.1})");
+    println!("  one commit p50={:.2}ms p99={:.2}ms", c.p50_ms, c.p99_ms);
+}
+
+/// Where the server's single writer spent the run: how many operations each
+/// commit carried, and running them versus committing them.
+fn print_writer(w: WriterTotals) {
+    if w.batches == 0 {
+        return println!("writer: - (the server reports no writer counters)");
+    }
+    let busy = (w.run_us + w.commit_us).max(1) as f64;
+    println!(
+        "writer: batches={}  ops/batch={:.1}  run={:.1}us/op  commit={:.2}ms/batch ({:.0}% of its busy time)",
+        w.batches,
+        w.ops_per_batch(),
+        w.run_us_per_op(),
+        w.commit_ms_per_batch(),
+        100.0 * w.commit_us as f64 / busy
+    );
 }
 
 fn print_report(
@@ -973,6 +1072,7 @@ fn print_report(
         h.ms(0.99)
     );
     println!("({} requests)", h.requests());
+    print_writer(m.writer());
     print_commit_rate(commit);
     print_targets(m, commit);
     for c in &m.checks {
@@ -1016,7 +1116,7 @@ fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, data
     println!("sweep: mode={mode} {conns} {stop} per point");
     print_commit_rate(commit);
     print!("conc    calls0       rps  x_hlth   p99ms  x_hlth");
-    println!("  hlth_rps  hlth_p99  completed/s  status0  checks");
+    println!("  hlth_rps  hlth_p99  completed/s  ops/batch  commit_ms  status0  checks");
     for p in points {
         let (l, h) = (&p.load, &p.healthz);
         print!(
@@ -1031,6 +1131,12 @@ fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, data
             h.rps(),
             h.ms(0.99),
             p.completed_per_s()
+        );
+        let w = p.writer();
+        print!(
+            "{:>10.1} {:>10.2} ",
+            w.ops_per_batch(),
+            w.commit_ms_per_batch()
         );
         println!("{:>8} {:>7}", l.status0, if p.ok() { "ok" } else { "FAIL" });
     }
@@ -1051,7 +1157,7 @@ fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, data
 }
 
 fn measurement_json(m: &Measurement, commit: CommitRate) -> Value {
-    let (l, h) = (&m.load, &m.healthz);
+    let (l, h, w) = (&m.load, &m.healthz, m.writer());
     let codes: BTreeMap<String, u64> = l.codes.iter().map(|(c, n)| (c.to_string(), *n)).collect();
     let checks: Vec<Value> = m
         .checks
@@ -1069,6 +1175,9 @@ fn measurement_json(m: &Measurement, commit: CommitRate) -> Value {
         "attempts": m.attempts(), "completed": m.completed(), "drain_s": m.drain.as_secs_f64(),
         "completed_per_s": m.completed_per_s(), "completed_x_single_commit": m.completed_x(commit),
         "healthz": {"n": h.requests(), "rps": h.rps(), "p99_ms": h.ms(0.99), "status0": h.status0},
-        "single_commit_per_s": commit.mean(), "checks": checks, "ok": m.ok(),
+        "single_commit_per_s": commit.mean(), "single_commit_p99_ms": commit.p99_ms,
+        "writer": {"batches": w.batches, "ops": w.ops, "ops_per_batch": w.ops_per_batch(),
+                   "run_us_per_op": w.run_us_per_op(), "commit_ms_per_batch": w.commit_ms_per_batch()},
+        "checks": checks, "ok": m.ok(),
     })
 }

@@ -324,7 +324,8 @@ fn bad_requests_are_refused_and_create_nothing() {
     assert_eq!(server.stats()["calls"], 0);
 }
 
-/// `/stats` counts calls, effects, statuses and attempts.
+/// `/stats` counts calls, effects, statuses and attempts, and how the writer
+/// grouped the operations that got them there.
 #[test]
 fn stats_reports_calls_effects_statuses_and_attempts() {
     let db = TempDb::new("stats");
@@ -346,10 +347,26 @@ fn stats_reports_calls_effects_statuses_and_attempts() {
     for id in &ids {
         server.wait_terminal(id);
     }
+    let mut stats = server.stats();
+    let writer = stats
+        .as_object_mut()
+        .unwrap()
+        .remove("writer")
+        .expect("writer counters");
     assert_eq!(
-        server.stats(),
+        stats,
         json!({"calls": 4, "effects": 2, "by_status": {"succeeded": 3, "failed": 1}, "attempts": {"1": 4}})
     );
+    // Each call took at least three writes: create, claim, and its outcome.
+    let counter = |name: &str| writer[name].as_u64().unwrap();
+    assert!(counter("ops") >= 12, "{writer}");
+    assert!(
+        (1..=counter("ops")).contains(&counter("batches")),
+        "{writer}"
+    );
+    for field in ["run_us", "commit_us"] {
+        assert!(writer[field].is_u64(), "{writer}");
+    }
 }
 
 /// The schema carries the seed's constraints, and the seed's duplicate-effects
@@ -393,6 +410,16 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         .collect::<rusqlite::Result<_>>()
         .unwrap();
     assert_eq!(index_names, ["idx_calls_client_seq", "idx_calls_status"]);
+    // The client index is partial (calls without a client_id skip it), and a
+    // lookup by client still finds it.
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT call_id FROM calls WHERE client_id = 'c' AND seq = 1",
+            [],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("idx_calls_client_seq"), "{plan}");
     let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
     assert_eq!(duplicates, 0);
     assert_eq!(server.stats()["calls"], 5);
