@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
-use support::{audit_events, charge, count, Server, TempDb};
+use support::{audit_events, charge, count, open_db, Server, TempDb};
 
 /// One key, one call: a repeated request returns the original call and never
 /// runs it again.
@@ -501,4 +501,45 @@ fn oversized_args_are_413_and_create_nothing() {
     assert_eq!(server.by_key("k-big").0, 404);
     let fits = json!({"tool": "send_email", "args": {"to": "a@b", "body": "x".repeat(60 * 1024)}});
     assert_eq!(server.post("k-fits", &fits).0, 202);
+}
+
+/// A database created with the seed's exact DDL (section 12.3: the full client
+/// index, `AUTOINCREMENT` audit ids) is used as it is: calls run, and audit ids
+/// keep coming from `sqlite_sequence`.
+#[test]
+fn database_with_the_seeds_exact_schema_still_works() {
+    let db = TempDb::new("seed-schema");
+    open_db(&db.path)
+        .execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE calls (
+               call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE, fingerprint TEXT NOT NULL,
+               client_id TEXT, seq INTEGER, tool TEXT NOT NULL, args_json TEXT NOT NULL,
+               status TEXT NOT NULL, result_json TEXT, error_json TEXT,
+               attempt INTEGER NOT NULL DEFAULT 0, lease_until REAL, owner TEXT, effect_id TEXT,
+               created_at REAL NOT NULL, updated_at REAL NOT NULL);
+             CREATE INDEX idx_calls_status ON calls(status, lease_until);
+             CREATE INDEX idx_calls_client_seq ON calls(client_id, seq);
+             CREATE TABLE effects (
+               effect_id TEXT PRIMARY KEY, call_id TEXT NOT NULL UNIQUE, tool TEXT NOT NULL,
+               amount INTEGER, created_at REAL NOT NULL);
+             CREATE TABLE audit (
+               id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, call_id TEXT,
+               event TEXT NOT NULL, detail TEXT);",
+        )
+        .unwrap();
+    let server = Server::start(&db, &[]);
+    let (status, created) = server.post("seed-1", &charge(7));
+    assert_eq!(status, 202, "{created}");
+    let call_id = created["call_id"].as_str().unwrap();
+    assert_eq!(server.wait_terminal(call_id)["status"], "succeeded");
+    assert_eq!(
+        audit_events(&db.path, call_id),
+        ["created", "claimed", "succeeded"]
+    );
+    assert_eq!(db.effects(), 1);
+    assert_eq!(
+        db.count("SELECT seq FROM sqlite_sequence WHERE name = 'audit'"),
+        3
+    );
 }
