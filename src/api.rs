@@ -102,38 +102,78 @@ pub struct Api {
     pub notifier: Arc<Notifier>,
     /// Whether chaos hooks are accepted in `args`.
     pub chaos: bool,
-    /// Answers for retries of calls that can never change again.
-    pub settled: SettledCache,
+    /// What this process knows about idempotency keys.
+    pub keys: KeyCache,
 }
 
-/// The rendered answers of settled calls — `succeeded`, or `failed` without
-/// `retryable` — by key, so that a retry of a finished call is answered without
-/// reading the database. Correct across processes and restarts because a
-/// settled row never changes again (no transition leaves those states); the
-/// fingerprint is kept so a conflicting request still reaches the store and gets
-/// its `409`. Bounded: it is emptied when full, which costs only re-reads.
+/// What this process has learnt about idempotency keys, so that most requests
+/// cost no database read beyond the one the writer must make:
+/// - A key it has never seen is almost always new. It goes straight to the
+///   writer, which looks the key up inside its transaction anyway; reading it
+///   first on a read connection cost the new-call rate about 15%.
+/// - A key that has a row (created or found here) is read first: a retry of a
+///   call in progress is answered without joining the write queue.
+/// - A settled call (`succeeded`, or `failed` without `retryable`) keeps its
+///   rendered answer: a retry of it reads nothing.
+///
+/// Every answer stays correct across processes and restarts: an unknown key only
+/// takes the slower, authoritative path; a committed row's key and fingerprint
+/// never change; and a settled row never changes at all (no transition leaves
+/// those states). The fingerprint is kept so a conflicting request still reaches
+/// the store and gets its `409`. Bounded: emptied when full, which costs only
+/// re-reads.
 #[derive(Default)]
-pub struct SettledCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, (String, Vec<u8>)>>,
+pub struct KeyCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, Known>>,
 }
 
-const SETTLED_CACHE_ENTRIES: usize = 65_536;
+/// One key's entry in the `KeyCache`.
+enum Known {
+    HasRow,
+    Settled { fingerprint: String, body: Vec<u8> },
+}
 
-impl SettledCache {
-    fn get(&self, idem_key: &str, fingerprint: &str) -> Option<Vec<u8>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(idem_key) {
-            Some((fp, body)) if fp == fingerprint => Some(body.clone()),
+const KEY_CACHE_ENTRIES: usize = 65_536;
+
+impl KeyCache {
+    /// The settled answer for this key and fingerprint, if there is one.
+    fn settled(&self, idem_key: &str, fingerprint: &str) -> Option<Vec<u8>> {
+        match self.lock().get(idem_key) {
+            Some(Known::Settled {
+                fingerprint: fp,
+                body,
+            }) if fp == fingerprint => Some(body.clone()),
             _ => None,
         }
     }
 
-    fn insert(&self, idem_key: String, fingerprint: String, body: &[u8]) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= SETTLED_CACHE_ENTRIES {
+    fn has_row(&self, idem_key: &str) -> bool {
+        self.lock().contains_key(idem_key)
+    }
+
+    fn insert_has_row(&self, idem_key: &str) {
+        let mut entries = self.lock();
+        if !entries.contains_key(idem_key) {
+            Self::make_room(&mut entries);
+            entries.insert(idem_key.to_string(), Known::HasRow);
+        }
+    }
+
+    fn insert_settled(&self, idem_key: String, fingerprint: String, body: &[u8]) {
+        let mut entries = self.lock();
+        Self::make_room(&mut entries);
+        let body = body.to_vec();
+        entries.insert(idem_key, Known::Settled { fingerprint, body });
+    }
+
+    fn make_room(entries: &mut std::collections::HashMap<String, Known>) {
+        if entries.len() >= KEY_CACHE_ENTRIES {
             entries.clear();
         }
-        entries.insert(idem_key, (fingerprint, body.to_vec()));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Known>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -224,14 +264,15 @@ impl Api {
             client_id: optional_string(&body, "client_id")?,
             seq: optional_integer(&body, "seq")?,
         };
-        if let Some(body) = self.settled.get(&new.idem_key, &new.fingerprint) {
+        if let Some(body) = self.keys.settled(&new.idem_key, &new.fingerprint) {
             return Ok(Response::json_bytes(200, body));
         }
         let (idem_key, fingerprint) = (new.idem_key.clone(), new.fingerprint.clone());
         let call = match self.create_or_get(new)? {
             Created::Existing(call) if call.is_settled() => {
                 let response = self.respond_with_call(call, None)?;
-                self.settled.insert(idem_key, fingerprint, &response.body);
+                self.keys
+                    .insert_settled(idem_key, fingerprint, &response.body);
                 return Ok(response);
             }
             Created::New(call) => {
@@ -256,17 +297,22 @@ impl Api {
         self.respond_with_call(call, wait)
     }
 
-    /// The fast path first: a committed row with this key and fingerprint that
-    /// needs no reset is the answer, without joining the write queue. Anything
-    /// else — no row yet, a conflict, a retryable failure — is decided inside
-    /// the writer's transaction.
+    /// For a key known to have a row, the fast path first: a committed row with
+    /// this key and fingerprint that needs no reset is the answer, without
+    /// joining the write queue. Anything else — an unknown key, a conflict, a
+    /// retryable failure — is decided inside the writer's transaction.
     fn create_or_get(&self, new: NewCall) -> Result<Created, ApiError> {
-        if let Some(existing) = self.store.find_by_key(&new.idem_key)? {
-            if existing.fingerprint == new.fingerprint && !existing.is_retryable_failure() {
-                return Ok(Created::Existing(existing));
+        if self.keys.has_row(&new.idem_key) {
+            if let Some(existing) = self.store.find_by_key(&new.idem_key)? {
+                if existing.fingerprint == new.fingerprint && !existing.is_retryable_failure() {
+                    return Ok(Created::Existing(existing));
+                }
             }
         }
-        Ok(self.store.create_or_get(new)?)
+        let idem_key = new.idem_key.clone();
+        let created = self.store.create_or_get(new)?;
+        self.keys.insert_has_row(&idem_key);
+        Ok(created)
     }
 
     /// `200` with a terminal call, `202` while it is pending or running; with a

@@ -67,7 +67,7 @@ impl App {
             runner,
             notifier,
             chaos: config.runner.chaos,
-            settled: Default::default(),
+            keys: Default::default(),
         };
         let handler: Handler = Arc::new(move |req| api.handle(req));
         Ok(App {

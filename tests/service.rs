@@ -543,3 +543,24 @@ fn database_with_the_seeds_exact_schema_still_works() {
         3
     );
 }
+
+/// A retry of a call in progress is answered from a read connection: it gets
+/// its call back even while another connection holds the write lock, when a new
+/// key (which must go through the writer) is refused with 503.
+#[test]
+fn retry_of_a_call_in_progress_does_not_need_the_writer() {
+    let db = TempDb::new("inflight-retry");
+    let server = Server::start(&db, &["--busy-timeout-ms", "200"]);
+    let slow = json!({"tool": "sleep", "args": {"seconds": 5}});
+    let (status, first) = server.post("k-inflight", &slow);
+    assert_eq!(status, 202, "{first}");
+    let blocker = server.sql();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (status, retry) = server.post("k-inflight", &slow);
+    let (new_status, new_key) = server.post("k-new-while-locked", &charge(1));
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(status, 202, "{retry}");
+    assert_eq!(retry["call_id"], first["call_id"]);
+    assert_eq!(new_status, 503, "{new_key}");
+    assert_eq!(new_key["error"]["code"], "unavailable");
+}
