@@ -13,7 +13,8 @@ use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
 use crate::tools::Tool;
 use serde_json::{json, Map, Value};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The longest `?wait=` a request may ask for.
@@ -124,7 +125,7 @@ pub struct Api {
 /// re-reads.
 #[derive(Default)]
 pub struct KeyCache {
-    entries: std::sync::Mutex<std::collections::HashMap<String, Known>>,
+    entries: Mutex<HashMap<String, Known>>,
 }
 
 /// One key's entry in the `KeyCache`.
@@ -166,13 +167,13 @@ impl KeyCache {
         entries.insert(idem_key, Known::Settled { fingerprint, body });
     }
 
-    fn make_room(entries: &mut std::collections::HashMap<String, Known>) {
+    fn make_room(entries: &mut HashMap<String, Known>) {
         if entries.len() >= KEY_CACHE_ENTRIES {
             entries.clear();
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Known>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Known>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
