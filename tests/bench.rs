@@ -1,0 +1,216 @@
+//! The bench binary, run small: each mode reports the seed's figures with its
+//! calibration and writer counters, `--base` loads a running server and checks
+//! the invariants in its database file, and a broken invariant fails the run.
+//! Figures are read for shape and consistency, never compared with a speed.
+
+mod support;
+
+use serde_json::Value;
+use support::{Proc, Server, TempDb, DEADLINE};
+
+const BENCH_BIN: &str = env!("CARGO_BIN_EXE_bench");
+
+/// A finished bench run: its exit code and its `--json` report.
+struct BenchRun {
+    code: Option<i32>,
+    report: Value,
+    stderr: String,
+}
+
+/// Run the bench with `--json` and wait (bounded) for it to exit.
+fn run_bench(args: &[&str]) -> BenchRun {
+    let mut args = args.to_vec();
+    args.push("--json");
+    // The report is the one line on stdout, printed last.
+    let (mut proc, line) = Proc::start("bench", BENCH_BIN, &args, "\"checks\"");
+    assert!(
+        proc.wait_exit(DEADLINE),
+        "the bench did not exit after its report"
+    );
+    BenchRun {
+        code: proc.child.try_wait().unwrap().and_then(|s| s.code()),
+        report: serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON {line:?}: {e}")),
+        stderr: proc.stderr(),
+    }
+}
+
+/// The names of the checks that held, and of those that did not.
+fn checks(report: &Value) -> (Vec<String>, Vec<String>) {
+    let (mut held, mut failed) = (Vec::new(), Vec::new());
+    for c in report["checks"].as_array().expect("checks") {
+        let name = c["name"].as_str().unwrap().to_string();
+        match c["ok"].as_bool() {
+            Some(true) => held.push(name),
+            _ => failed.push(name),
+        }
+    }
+    (held, failed)
+}
+
+fn number(report: &Value, field: &str) -> f64 {
+    report[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} in {report}"))
+}
+
+/// Latency figures are ordered and the calibrations ran.
+fn assert_figures_are_sane(report: &Value) {
+    let (p50, p95, p99, max) = (
+        number(report, "p50_ms"),
+        number(report, "p95_ms"),
+        number(report, "p99_ms"),
+        number(report, "max_ms"),
+    );
+    assert!(
+        0.0 < p50 && p50 <= p95 && p95 <= p99 && p99 <= max,
+        "{report}"
+    );
+    assert!(number(report, "rps") > 0.0, "{report}");
+    assert!(report["healthz"]["rps"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(report["healthz"]["status0"], 0, "{report}");
+    assert!(number(report, "single_commit_per_s") > 0.0, "{report}");
+    assert!(number(report, "single_commit_p99_ms") > 0.0, "{report}");
+}
+
+#[test]
+fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
+    let run = run_bench(&["--n", "60", "--concurrency", "4"]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(r["mode"], "distinct");
+    assert_eq!(r["server"], "in-process");
+    assert_eq!(r["n"], 60);
+    assert_eq!(r["http"]["202"], 60, "{r}");
+    assert_eq!(r["status0"], 0);
+    assert_eq!(r["calls"], 60);
+    assert_eq!(r["effects"], 60);
+    assert_eq!(r["completed"], 60);
+    assert_eq!(r["attempts"]["1"], 60, "{r}");
+    assert_eq!(r["ok"], true);
+    let (held, failed) = checks(r);
+    assert!(failed.is_empty(), "{failed:?}");
+    for name in ["one call per key", "at most one effect per call"] {
+        assert!(
+            held.iter().any(|h| h == name),
+            "{name} not checked: {held:?}"
+        );
+    }
+    assert_figures_are_sane(r);
+    // Each call is three writes (create, claim, succeed), grouped into commits.
+    let writer = &r["writer"];
+    assert!(writer["ops"].as_u64().unwrap() >= 180, "{writer}");
+    assert!(writer["batches"].as_u64().unwrap() >= 1, "{writer}");
+    assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
+}
+
+#[test]
+fn same_key_run_makes_one_call_and_one_effect() {
+    let run = run_bench(&["--mode", "same-key", "--n", "40", "--concurrency", "4"]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(r["calls"], 1, "{r}");
+    assert_eq!(r["effects"], 1, "{r}");
+    let answered: u64 = r["http"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(code, _)| *code == "200" || *code == "202")
+        .map(|(_, n)| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(answered, 40, "{r}");
+    assert!(checks(r).1.is_empty(), "{r}");
+}
+
+#[test]
+fn mixed_run_holds_its_invariants() {
+    let run = run_bench(&["--mode", "mixed", "--n", "60", "--concurrency", "4"]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(r["mode"], "mixed");
+    assert_eq!(r["status0"], 0, "{r}");
+    // Three of every ten requests retry an earlier key: fewer calls than requests.
+    let calls = r["calls"].as_i64().unwrap();
+    assert!(0 < calls && calls < 60, "{r}");
+    assert!(r["effects"].as_i64().unwrap() <= calls, "{r}");
+    assert!(checks(r).1.is_empty(), "{r}");
+}
+
+/// `--base` loads a server started separately, one connection per request,
+/// checks the invariants in SQL on its file, and reads its peak RSS.
+#[test]
+fn base_mode_loads_a_running_server_and_checks_its_database() {
+    let db = TempDb::new("bench-base");
+    let server = Server::start(&db, &[]);
+    let pid = server.proc.child.id().to_string();
+    let run = run_bench(&[
+        "--base",
+        &server.base,
+        "--db",
+        db.path_str(),
+        "--server-pid",
+        &pid,
+        "--n",
+        "30",
+        "--concurrency",
+        "3",
+        "--new-connection",
+    ]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(r["server"], "base");
+    assert_eq!(r["keep_alive"], false);
+    assert_eq!(r["calls"], 30, "{r}");
+    assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(db.calls(), 30);
+    assert_eq!(db.effects(), 30);
+    let (held, failed) = checks(r);
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(held.iter().any(|h| h == "one call per key"), "{held:?}");
+}
+
+/// A database that breaks an invariant fails the run with exit 1 and names the
+/// check. (The service cannot produce such a file — its unique constraints
+/// forbid it — so the test points `--db` at a forged one.)
+#[test]
+fn a_broken_invariant_fails_the_run() {
+    let db = TempDb::new("bench-served");
+    let server = Server::start(&db, &[]);
+    let forged = TempDb::new("bench-forged");
+    support::open_db(&forged.path)
+        .execute_batch(
+            "CREATE TABLE calls (call_id TEXT, idem_key TEXT);
+             CREATE TABLE effects (call_id TEXT);
+             INSERT INTO calls VALUES ('c_1', 'twice'), ('c_2', 'twice');",
+        )
+        .unwrap();
+    let run = run_bench(&[
+        "--base",
+        &server.base,
+        "--db",
+        forged.path_str(),
+        "--n",
+        "10",
+        "--concurrency",
+        "2",
+    ]);
+    assert_eq!(run.code, Some(1), "{}\n{}", run.report, run.stderr);
+    assert_eq!(run.report["ok"], false);
+    let (_, failed) = checks(&run.report);
+    assert_eq!(failed, ["one call per key"]);
+    assert!(
+        run.stderr.contains("invariant check FAILED"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_bad_flag_exits_2_with_usage() {
+    let out = std::process::Command::new(BENCH_BIN)
+        .args(["--mode", "sideways"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("usage: bench"), "{stderr}");
+}
