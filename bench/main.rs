@@ -308,13 +308,18 @@ impl LoadResult {
     }
     /// The latency at quantile `q` (0..=1), in milliseconds.
     fn ms(&self, q: f64) -> f64 {
-        let n = self.latencies_us.len();
-        if n == 0 {
-            return 0.0;
-        }
-        let i = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-        f64::from(self.latencies_us[i]) / 1000.0
+        quantile_ms(&self.latencies_us, q)
     }
+}
+
+/// The `q` quantile of sorted latencies in microseconds, in milliseconds (0 if none).
+fn quantile_ms(sorted_us: &[u32], q: f64) -> f64 {
+    let n = sorted_us.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let i = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
+    f64::from(sorted_us[i]) / 1000.0
 }
 
 /// Run `load.concurrency` client threads, released together by a barrier.
@@ -560,18 +565,11 @@ impl CommitRate {
         let mut latencies_us = before.latencies_us;
         latencies_us.extend(after.latencies_us);
         latencies_us.sort_unstable();
-        let ms = |q: f64| {
-            let n = latencies_us.len();
-            let i = ((q * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
-            latencies_us
-                .get(i)
-                .map_or(0.0, |us| f64::from(*us) / 1000.0)
-        };
         CommitRate {
             before: before.per_s,
             after: after.per_s,
-            p50_ms: ms(0.50),
-            p99_ms: ms(0.99),
+            p50_ms: quantile_ms(&latencies_us, 0.50),
+            p99_ms: quantile_ms(&latencies_us, 0.99),
         }
     }
 
