@@ -245,7 +245,8 @@ impl Api {
                 )));
             }
         }
-        Tool::parse(tool, &tool_args).map_err(ApiError::BadRequest)?;
+        let parsed = Tool::parse(tool, &tool_args).map_err(ApiError::BadRequest)?;
+        let quick = parsed.is_quick() && hooks == chaos::Hooks::default();
         let canonical_args = canonical_object(&tool_args);
         let fingerprint = fingerprint_canonical(tool, &canonical_args);
         // What the worker runs: the tool's args plus any hooks, canonical too.
@@ -277,14 +278,15 @@ impl Api {
                 return Ok(response);
             }
             Created::New(call) => {
-                self.runner.submit(&call.call_id);
+                self.runner.submit(&call.call_id, quick);
                 if let Some(delay) = hooks.delay_response {
                     std::thread::sleep(delay);
                 }
                 call
             }
             Created::RetryReset(call) => {
-                self.runner.submit(&call.call_id);
+                // Rare; its stored args are not parsed here, so assume slow.
+                self.runner.submit(&call.call_id, false);
                 call
             }
             Created::Existing(call) => call,

@@ -5,7 +5,11 @@
 //! A worker runs one attempt: `claim` (the lease; the worker waits for it to
 //! commit, so no tool runs without a durable lease) → run the tool outside any
 //! transaction → hand `succeed`/`fail` (fenced by the lease's attempt) to the
-//! store's writer without waiting, and take the next call. The in-flight
+//! store's writer without waiting, and take the next call. Behind a quick call
+//! (any tool but `sleep`, no chaos hook) a worker takes a second waiting call
+//! and claims both in one operation: the claim round trip is what bounds how
+//! many calls eight workers finish per commit, and the second call's tool still
+//! starts within moments of its lease. The in-flight
 //! map only stops the same call being queued twice in this process; it is an
 //! optimisation, never a guarantee — the claim's conditional `UPDATE` is what
 //! keeps two executors apart, in one process or several.
@@ -35,6 +39,8 @@ pub struct RunnerOptions {
 struct Task {
     call_id: String,
     generation: u64,
+    /// Known to run at once: another call may be claimed along with it.
+    quick: bool,
 }
 
 /// Calls queued or executing in this process, each with the generation of the
@@ -80,7 +86,9 @@ impl Runner {
     }
 
     /// Queue a call unless this process already has it queued or running.
-    pub fn submit(&self, call_id: &str) {
+    /// `quick`: its tool is known to return at once (see `Tool::is_quick`) and
+    /// it carries no chaos hook; say `false` when unsure.
+    pub fn submit(&self, call_id: &str, quick: bool) {
         let mut in_flight = self.lock_in_flight();
         if in_flight.calls.contains_key(call_id) {
             return;
@@ -92,6 +100,7 @@ impl Runner {
         let task = Task {
             call_id: call_id.to_string(),
             generation,
+            quick,
         };
         // The workers never stop while the process runs; if they somehow did, the
         // call stays `pending` in the database, which is the safe place for it.
@@ -114,7 +123,7 @@ impl Runner {
             Err(e) => eprintln!("recovery: {e}"),
         }
         match self.store.pending_ids(1_000) {
-            Ok(ids) => ids.iter().for_each(|id| self.submit(id)),
+            Ok(ids) => ids.iter().for_each(|id| self.submit(id, false)),
             Err(e) => eprintln!("recovery: {e}"),
         }
     }
@@ -127,13 +136,8 @@ impl Runner {
     }
 
     fn work(self: &Arc<Self>, tasks: &Mutex<mpsc::Receiver<Task>>) {
-        loop {
-            // The lock is held only while waiting for the next task.
-            let task = match tasks.lock().unwrap_or_else(|p| p.into_inner()).recv() {
-                Ok(task) => task,
-                Err(_) => return,
-            };
-            self.execute(task);
+        while let Some(taken) = next_tasks(tasks) {
+            self.execute(taken);
         }
     }
 
@@ -148,19 +152,29 @@ impl Runner {
         self.notifier.notify();
     }
 
-    /// Claim, run, hand the completion to the store. Every failure here leaves
-    /// the call where recovery finds it: `pending`, or `running` with a lease
-    /// that will expire.
-    fn execute(self: &Arc<Self>, task: Task) {
+    /// Claim the tasks in one operation, then run each one won, in order. Every
+    /// failure here leaves a call where recovery finds it: `pending`, or
+    /// `running` with a lease that will expire.
+    fn execute(self: &Arc<Self>, tasks: Vec<Task>) {
         let owner = owner_name();
-        let lease = match self.store.claim(&task.call_id, &owner, self.options.lease) {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return self.finish(&task), // held elsewhere, or already terminal
+        let ids: Vec<String> = tasks.iter().map(|t| t.call_id.clone()).collect();
+        let leases = match self.store.claim_many(&ids, &owner, self.options.lease) {
+            Ok(leases) => leases,
             Err(e) => {
-                eprintln!("claim {}: {e}", task.call_id);
-                return self.finish(&task);
+                eprintln!("claim {}: {e}", ids.join(", "));
+                return tasks.iter().for_each(|task| self.finish(task));
             }
         };
+        for (task, lease) in tasks.into_iter().zip(leases) {
+            match lease {
+                Some(lease) => self.run_claimed(task, lease),
+                None => self.finish(&task), // held elsewhere, or already terminal
+            }
+        }
+    }
+
+    /// Run one claimed call's tool and hand its completion to the store.
+    fn run_claimed(self: &Arc<Self>, task: Task, lease: Lease) {
         let (tool, hooks) = match parse_stored_args(&lease) {
             Ok(parsed) => parsed,
             Err(message) => {
@@ -226,6 +240,20 @@ impl Runner {
     }
 }
 
+/// The next task, and with it a second one when the first is quick and another
+/// is already waiting. `None` once the queue is gone. The lock is held only
+/// while waiting for the first.
+fn next_tasks(tasks: &Mutex<mpsc::Receiver<Task>>) -> Option<Vec<Task>> {
+    let queue = tasks.lock().unwrap_or_else(|p| p.into_inner());
+    let first = queue.recv().ok()?;
+    let second = if first.quick {
+        queue.try_recv().ok()
+    } else {
+        None
+    };
+    Some(std::iter::once(first).chain(second).collect())
+}
+
 fn parse_stored_args(lease: &Lease) -> Result<(Tool, chaos::Hooks), String> {
     let args: Map<String, Value> =
         serde_json::from_str(&lease.args_json).map_err(|e| format!("stored args: {e}"))?;
@@ -289,5 +317,50 @@ impl Notifier {
                 let _ = self.changed.wait_timeout(guard, timeout);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(call_id: &str, quick: bool) -> Task {
+        Task {
+            call_id: call_id.to_string(),
+            generation: 0,
+            quick,
+        }
+    }
+
+    fn taken_ids(queue: &Mutex<mpsc::Receiver<Task>>) -> Vec<String> {
+        next_tasks(queue)
+            .expect("a task")
+            .into_iter()
+            .map(|t| t.call_id)
+            .collect()
+    }
+
+    /// A worker takes a second waiting call only behind a quick one, never waits
+    /// for a second, and stops when the queue is gone.
+    #[test]
+    fn a_second_call_rides_only_behind_a_quick_one() {
+        let (tx, rx) = mpsc::channel();
+        let queue = Mutex::new(rx);
+        for t in [
+            task("quick-1", true),
+            task("slow-2", false),
+            task("slow-3", false),
+            task("quick-4", true),
+            task("quick-5", true),
+            task("quick-6", true),
+        ] {
+            tx.send(t).unwrap();
+        }
+        assert_eq!(taken_ids(&queue), ["quick-1", "slow-2"]);
+        assert_eq!(taken_ids(&queue), ["slow-3"]);
+        assert_eq!(taken_ids(&queue), ["quick-4", "quick-5"]);
+        assert_eq!(taken_ids(&queue), ["quick-6"]);
+        drop(tx);
+        assert!(next_tasks(&queue).is_none());
     }
 }

@@ -536,36 +536,28 @@ impl CallStore {
         owner: &str,
         lease: Duration,
     ) -> Result<Option<Lease>, StoreError> {
-        let call_id = call_id.to_string();
+        let mut leases = self.claim_many(&[call_id.to_string()], owner, lease)?;
+        Ok(leases.pop().flatten())
+    }
+
+    /// `claim` for several calls as one operation in the writer's queue. Each
+    /// call is still won or lost by its own conditional `UPDATE`; the answers
+    /// come in the order of `call_ids`.
+    pub fn claim_many(
+        &self,
+        call_ids: &[String],
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Option<Lease>>, StoreError> {
+        let call_ids = call_ids.to_vec();
         let owner = owner.to_string();
         self.write(move |conn| {
             let now = now();
             let lease_until = now + lease.as_secs_f64();
-            let lease = conn
-                .prepare_cached(
-                    "UPDATE calls
-                        SET status = 'running', attempt = attempt + 1,
-                            lease_until = ?1, owner = ?2, updated_at = ?3
-                      WHERE call_id = ?4
-                        AND (status = 'pending' OR (status = 'running' AND lease_until <= ?3))
-                  RETURNING attempt, tool, args_json, effect_id",
-                )?
-                .query_row(params![lease_until, owner, now, call_id], |r| {
-                    Ok(Lease {
-                        call_id: call_id.clone(),
-                        attempt: r.get(0)?,
-                        tool: r.get(1)?,
-                        args_json: r.get(2)?,
-                        effect_id: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-                        lease_until,
-                    })
-                })
-                .optional()?;
-            if let Some(lease) = &lease {
-                let detail = format!("{owner} attempt={}", lease.attempt);
-                audit(conn, now, &call_id, "claimed", &detail)?;
-            }
-            Ok(lease)
+            call_ids
+                .iter()
+                .map(|call_id| claim_one(conn, call_id, &owner, now, lease_until))
+                .collect()
         })
     }
 
@@ -791,6 +783,40 @@ fn commit_batch(conn: &Connection, batch: Vec<Box<dyn WriteJob>>, counters: &Wri
     for reply in replies {
         reply(commit.as_ref().map(|_| ()));
     }
+}
+
+fn claim_one(
+    conn: &Connection,
+    call_id: &str,
+    owner: &str,
+    now: f64,
+    lease_until: f64,
+) -> rusqlite::Result<Option<Lease>> {
+    let lease = conn
+        .prepare_cached(
+            "UPDATE calls
+                SET status = 'running', attempt = attempt + 1,
+                    lease_until = ?1, owner = ?2, updated_at = ?3
+              WHERE call_id = ?4
+                AND (status = 'pending' OR (status = 'running' AND lease_until <= ?3))
+          RETURNING attempt, tool, args_json, effect_id",
+        )?
+        .query_row(params![lease_until, owner, now, call_id], |r| {
+            Ok(Lease {
+                call_id: call_id.to_string(),
+                attempt: r.get(0)?,
+                tool: r.get(1)?,
+                args_json: r.get(2)?,
+                effect_id: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                lease_until,
+            })
+        })
+        .optional()?;
+    if let Some(lease) = &lease {
+        let detail = format!("{owner} attempt={}", lease.attempt);
+        audit(conn, now, call_id, "claimed", &detail)?;
+    }
+    Ok(lease)
 }
 
 fn succeed_op(
@@ -1145,6 +1171,30 @@ mod tests {
         let call = created_call(first);
         assert!(call.call_id.starts_with("c_") && call.call_id.len() == 18);
         assert_eq!(call.effect_id, effect_id_for(&call.call_id));
+        Ok(())
+    }
+
+    /// Several claims in one operation are decided one by one: a call under a
+    /// live lease is refused while the others are taken, answers in order.
+    #[test]
+    fn claim_many_decides_each_call_on_its_own() -> Result<(), StoreError> {
+        let db = TempDb::new("claim-many");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let ids: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .map(|k| Ok(created_call(store.create_or_get(new_call(k, "fp"))?).call_id))
+            .collect::<Result<_, StoreError>>()?;
+        let held = store.claim(&ids[1], "1:other", Duration::from_secs(30))?;
+        assert!(held.is_some());
+        let leases = store.claim_many(&ids, "1:w", Duration::from_secs(30))?;
+        let won: Vec<Option<&str>> = leases
+            .iter()
+            .map(|l| l.as_ref().map(|l| l.call_id.as_str()))
+            .collect();
+        assert_eq!(won, [Some(ids[0].as_str()), None, Some(ids[2].as_str())]);
+        assert!(leases.iter().flatten().all(|l| l.attempt == 1));
+        assert_eq!(audit_events(&db.path(), &ids[0]), ["created", "claimed"]);
+        assert_eq!(audit_events(&db.path(), &ids[1]), ["created", "claimed"]);
         Ok(())
     }
 

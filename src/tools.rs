@@ -114,6 +114,12 @@ impl Tool {
         }
     }
 
+    /// Whether the tool returns at once (everything but `sleep`): a worker may
+    /// then take a second call with it, whose lease starts ticking meanwhile.
+    pub fn is_quick(&self) -> bool {
+        !matches!(self, Tool::Sleep { .. })
+    }
+
     /// Run the tool for attempt number `attempt` (1-based). `effect_id` is the
     /// call's downstream idempotency key, the same on every attempt.
     pub fn run(&self, attempt: i64, effect_id: &str) -> Outcome {

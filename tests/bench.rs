@@ -96,9 +96,10 @@ fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
         );
     }
     assert_figures_are_sane(r);
-    // Each call is three writes (create, claim, succeed), grouped into commits.
+    // Each call is a create and a succeed of its own, and a claim that may be
+    // shared with one other call: at least 2.5 operations per call.
     let writer = &r["writer"];
-    assert!(writer["ops"].as_u64().unwrap() >= 180, "{writer}");
+    assert!(writer["ops"].as_u64().unwrap() >= 150, "{writer}");
     assert!(writer["batches"].as_u64().unwrap() >= 1, "{writer}");
     assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
 }
