@@ -651,6 +651,10 @@ impl CallStore {
 
     pub fn stats(&self) -> Result<Stats, StoreError> {
         self.read(|conn| {
+            // One read transaction, so the counts describe one moment even while
+            // the writer commits between the queries (each would otherwise see
+            // its own snapshot, and the statuses could outnumber the calls).
+            let snapshot = conn.unchecked_transaction()?;
             let calls = conn.query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
             let effects = conn.query_row("SELECT count(*) FROM effects", [], |r| r.get(0))?;
             let by_status = conn
@@ -665,13 +669,15 @@ impl CallStore {
                 )?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<rusqlite::Result<_>>()?;
-            Ok(Stats {
+            let stats = Stats {
                 calls,
                 effects,
                 by_status,
                 attempts,
                 writer: self.counters.snapshot(),
-            })
+            };
+            snapshot.commit()?;
+            Ok(stats)
         })
     }
 

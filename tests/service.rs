@@ -607,3 +607,41 @@ fn a_worker_claims_a_second_call_behind_a_quick_one() {
     assert_eq!(claims[0], claims[1], "claimed together: {claims:?}");
     assert_eq!(db.effects(), 2);
 }
+
+/// `/stats` describes one moment: under a stream of new calls, its status and
+/// attempt counts always add up to its call count, and effects never exceed it.
+#[test]
+fn stats_is_one_consistent_snapshot_under_load() {
+    let db = TempDb::new("stats-snapshot");
+    let server = Arc::new(Server::start(&db, &[]));
+    let posters: Vec<_> = (0..6)
+        .map(|t| {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || {
+                for i in 0..150 {
+                    let (status, body) = server.post(&format!("snap-{t}-{i}"), &charge(1));
+                    assert_eq!(status, 202, "{body}");
+                }
+            })
+        })
+        .collect();
+    let sum = |v: &Value| -> i64 {
+        v.as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_i64().unwrap())
+            .sum()
+    };
+    let mut polls = 0;
+    while !posters.iter().all(|p| p.is_finished()) || polls < 50 {
+        let stats = server.stats();
+        let calls = stats["calls"].as_i64().unwrap();
+        assert_eq!(sum(&stats["by_status"]), calls, "{stats}");
+        assert_eq!(sum(&stats["attempts"]), calls, "{stats}");
+        assert!(stats["effects"].as_i64().unwrap() <= calls, "{stats}");
+        polls += 1;
+    }
+    for p in posters {
+        p.join().unwrap();
+    }
+}
