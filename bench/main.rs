@@ -47,8 +47,9 @@ usage: bench [options]
   --keep-alive         reuse each thread's connection (default)
   --new-connection     open a connection per request, like the seed's urllib
   --drain-timeout SECS how long to wait for accepted calls to finish (default 60)
-  --sweep              concurrency 1, 4, 16, 64, 256, then 1,000,000 existing
-                       calls; --duration per point (default 3 s); in-process only
+  --sweep              concurrency 1, 4, 16, 64, 256, then a fresh empty database
+                       and one of 1,000,000 calls, alternately, twice;
+                       --duration per point (default 3 s); in-process only
   --json               print one JSON object instead of the text report
   --help               print this help
 ";
@@ -925,10 +926,9 @@ fn run_sweep(config: &Config) -> Result<bool, String> {
         "bench: pre-filled in {:.1}s",
         started.elapsed().as_secs_f64()
     );
-    points.push(measure(&filled, config.mode, reference, config)?);
+    let data_ratio = compare_with_empty(&filled, &dir.0, config, &mut points)?;
     let after = single_commit_rate(&dir.0)?;
     let commit_rate = CommitRate::new(before, after);
-    let data_ratio = points[points.len() - 1].load.rps() / points[0].load.rps().max(1e-9);
     let status0_256 = points
         .iter()
         .find(|p| p.concurrency == 256)
@@ -951,6 +951,31 @@ fn run_sweep(config: &Config) -> Result<bool, String> {
         print_sweep(&points, config, commit_rate, data_ratio);
     }
     Ok(points.iter().all(Measurement::ok))
+}
+
+/// How many empty/filled pairs the data comparison alternates.
+const DATA_PAIRS: usize = 2;
+
+/// The rate with a million calls over the rate on a fresh empty database,
+/// measured alternately in adjacent pairs: the shared disk's speed drifts by
+/// 2x within minutes, and the pre-fill alone takes a minute, so comparing with
+/// the sweep's first point would measure the disk as much as the data.
+fn compare_with_empty(
+    filled: &Target,
+    dir: &Path,
+    config: &Config,
+    points: &mut Vec<Measurement>,
+) -> Result<f64, String> {
+    let empty = start_in_process(&dir.join("empty.db"), || Ok(()))?;
+    let (mut empty_rps, mut filled_rps) = (0.0, 0.0);
+    for _ in 0..DATA_PAIRS {
+        for (target, sum) in [(&empty, &mut empty_rps), (filled, &mut filled_rps)] {
+            let m = measure(target, config.mode, config.concurrency, config)?;
+            *sum += m.load.rps();
+            points.push(m);
+        }
+    }
+    Ok(filled_rps / empty_rps.max(1e-9))
 }
 
 // ---------------------------------------------------------------- reports
@@ -1138,7 +1163,10 @@ fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, data
         );
         println!("{:>8} {:>7}", l.status0, if p.ok() { "ok" } else { "FAIL" });
     }
-    println!("data: rps with {PREFILL_CALLS} calls = {data_ratio:.2}x empty db (target >= 0.8)");
+    println!(
+        "data: rps with {PREFILL_CALLS} calls = {data_ratio:.2}x a fresh empty db, \
+         {DATA_PAIRS} adjacent pairs (target >= 0.8)"
+    );
     if let Some(kib) = peak_rss_kib(None) {
         let mib = kib as f64 / 1024.0;
         println!("peak_rss={mib:.1}MiB (this process: servers, load generator, pre-fill)");
