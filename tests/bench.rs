@@ -10,11 +10,12 @@ use support::{Proc, Server, TempDb, DEADLINE};
 
 const BENCH_BIN: &str = env!("CARGO_BIN_EXE_bench");
 
-/// A finished bench run: its exit code and its `--json` report.
+/// A finished bench run: its exit code, its `--json` report, and the process
+/// (whose stderr may still be arriving through its pipe).
 struct BenchRun {
     code: Option<i32>,
     report: Value,
-    stderr: String,
+    proc: Proc,
 }
 
 /// Run the bench with `--json` and wait (bounded) for it to exit.
@@ -30,7 +31,7 @@ fn run_bench(args: &[&str]) -> BenchRun {
     BenchRun {
         code: proc.child.try_wait().unwrap().and_then(|s| s.code()),
         report: serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON {line:?}: {e}")),
-        stderr: proc.stderr(),
+        proc,
     }
 }
 
@@ -76,7 +77,7 @@ fn assert_figures_are_sane(report: &Value) {
 fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
     let run = run_bench(&["--n", "60", "--concurrency", "4"]);
     let r = &run.report;
-    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
     assert_eq!(r["mode"], "distinct");
     assert_eq!(r["server"], "in-process");
     assert_eq!(r["n"], 60);
@@ -108,7 +109,7 @@ fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
 fn same_key_run_makes_one_call_and_one_effect() {
     let run = run_bench(&["--mode", "same-key", "--n", "40", "--concurrency", "4"]);
     let r = &run.report;
-    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
     assert_eq!(r["calls"], 1, "{r}");
     assert_eq!(r["effects"], 1, "{r}");
     let answered: u64 = r["http"]
@@ -126,7 +127,7 @@ fn same_key_run_makes_one_call_and_one_effect() {
 fn mixed_run_holds_its_invariants() {
     let run = run_bench(&["--mode", "mixed", "--n", "60", "--concurrency", "4"]);
     let r = &run.report;
-    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
     assert_eq!(r["mode"], "mixed");
     assert_eq!(r["status0"], 0, "{r}");
     // Three of every ten requests retry an earlier key: fewer calls than requests.
@@ -157,7 +158,7 @@ fn base_mode_loads_a_running_server_and_checks_its_database() {
         "--new-connection",
     ]);
     let r = &run.report;
-    assert_eq!(run.code, Some(0), "{r}\n{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
     assert_eq!(r["server"], "base");
     assert_eq!(r["keep_alive"], false);
     assert_eq!(r["calls"], 30, "{r}");
@@ -194,15 +195,11 @@ fn a_broken_invariant_fails_the_run() {
         "--concurrency",
         "2",
     ]);
-    assert_eq!(run.code, Some(1), "{}\n{}", run.report, run.stderr);
+    assert_eq!(run.code, Some(1), "{}\n{}", run.report, run.proc.stderr());
     assert_eq!(run.report["ok"], false);
     let (_, failed) = checks(&run.report);
     assert_eq!(failed, ["one call per key"]);
-    assert!(
-        run.stderr.contains("invariant check FAILED"),
-        "{}",
-        run.stderr
-    );
+    run.proc.wait_for_stderr("invariant check FAILED");
 }
 
 #[test]
