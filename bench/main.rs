@@ -19,7 +19,7 @@ use idempotent_tool::app::App;
 use idempotent_tool::client::{authority, Connection};
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::fingerprint::{canonical, fingerprint, hex_sha256};
-use idempotent_tool::store::{effect_id_for, now};
+use idempotent_tool::store::{effect_id_for, now, WriterStats};
 use rusqlite::{params, OpenFlags};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -451,46 +451,7 @@ struct Stats {
     effects: i64,
     by_status: BTreeMap<String, i64>,
     attempts: BTreeMap<String, i64>,
-    writer: WriterTotals,
-}
-
-/// The server's writer counters (`/stats` `writer`): cumulative, so a run
-/// reports the difference.
-#[derive(Debug, Clone, Copy, Default)]
-struct WriterTotals {
-    batches: u64,
-    ops: u64,
-    run_us: u64,
-    commit_us: u64,
-}
-
-impl WriterTotals {
-    fn from_json(v: &Value) -> WriterTotals {
-        let field = |name: &str| v[name].as_u64().unwrap_or(0);
-        WriterTotals {
-            batches: field("batches"),
-            ops: field("ops"),
-            run_us: field("run_us"),
-            commit_us: field("commit_us"),
-        }
-    }
-    fn since(self, earlier: WriterTotals) -> WriterTotals {
-        WriterTotals {
-            batches: self.batches.saturating_sub(earlier.batches),
-            ops: self.ops.saturating_sub(earlier.ops),
-            run_us: self.run_us.saturating_sub(earlier.run_us),
-            commit_us: self.commit_us.saturating_sub(earlier.commit_us),
-        }
-    }
-    fn ops_per_batch(self) -> f64 {
-        self.ops as f64 / (self.batches.max(1)) as f64
-    }
-    fn run_us_per_op(self) -> f64 {
-        self.run_us as f64 / (self.ops.max(1)) as f64
-    }
-    fn commit_ms_per_batch(self) -> f64 {
-        self.commit_us as f64 / 1000.0 / (self.batches.max(1)) as f64
-    }
+    writer: WriterStats,
 }
 
 impl Stats {
@@ -518,7 +479,7 @@ fn fetch_stats(authority: &str) -> Result<Stats, String> {
         effects: v["effects"].as_i64().unwrap_or(0),
         by_status: counts("by_status"),
         attempts: counts("attempts"),
-        writer: WriterTotals::from_json(&v["writer"]),
+        writer: WriterStats::from_json(&v["writer"]),
     })
 }
 
@@ -585,11 +546,12 @@ struct CommitSample {
     latencies_us: Vec<u32>,
 }
 
-/// One-row durable commits in `dir`: WAL, `synchronous=FULL`, one `INSERT` per
-/// transaction. The floor a store without group commit would hit.
-fn single_commit_rate(dir: &Path) -> Result<CommitSample, String> {
+/// One-row durable commits in `dir` for a while, timed one by one: WAL,
+/// `synchronous=FULL`, one `INSERT` per transaction. The floor a store without
+/// group commit would hit.
+fn single_commit_sample(dir: &Path) -> Result<CommitSample, String> {
     let path = dir.join(format!("calibrate-{}.db", run_id()));
-    let rate = (|| -> rusqlite::Result<CommitSample> {
+    let sample = (|| -> rusqlite::Result<CommitSample> {
         let conn = rusqlite::Connection::open(&path)?;
         let _: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         conn.execute_batch(
@@ -612,7 +574,7 @@ fn single_commit_rate(dir: &Path) -> Result<CommitSample, String> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    rate.map_err(|e| format!("single-commit calibration in {}: {e}", dir.display()))
+    sample.map_err(|e| format!("single-commit calibration in {}: {e}", dir.display()))
 }
 
 /// Fill `db` (schema already created by the service) with `rows` succeeded
@@ -794,7 +756,7 @@ impl Measurement {
         ratio(self.load.ms(0.99), self.healthz.ms(0.99))
     }
     /// The writer's work over the load and the drain.
-    fn writer(&self) -> WriterTotals {
+    fn writer(&self) -> WriterStats {
         self.after.writer.since(self.before.writer)
     }
     fn completed_x(&self, single_commit: CommitRate) -> f64 {
@@ -882,9 +844,9 @@ fn run_single(config: &Config) -> Result<bool, String> {
         "bench: single-commit calibration in {}",
         calibration_dir.display()
     );
-    let before = single_commit_rate(&calibration_dir)?;
+    let before = single_commit_sample(&calibration_dir)?;
     let m = measure(&target, config.mode, config.concurrency, config)?;
-    let after = single_commit_rate(&calibration_dir)?;
+    let after = single_commit_sample(&calibration_dir)?;
     let commit_rate = CommitRate::new(before, after);
     let rss = if target.in_process {
         peak_rss_kib(None)
@@ -911,7 +873,7 @@ fn run_single(config: &Config) -> Result<bool, String> {
 fn run_sweep(config: &Config) -> Result<bool, String> {
     let dir = TempDir::new()?;
     eprintln!("bench: single-commit calibration in {}", dir.0.display());
-    let before = single_commit_rate(&dir.0)?;
+    let before = single_commit_sample(&dir.0)?;
     let empty = start_in_process(&dir.0.join("sweep.db"), || Ok(()))?;
     let reference = config.concurrency;
     let mut points = vec![measure(&empty, config.mode, reference, config)?];
@@ -927,7 +889,7 @@ fn run_sweep(config: &Config) -> Result<bool, String> {
         started.elapsed().as_secs_f64()
     );
     let data_ratio = compare_with_empty(&filled, &dir.0, config, &mut points)?;
-    let after = single_commit_rate(&dir.0)?;
+    let after = single_commit_sample(&dir.0)?;
     let commit_rate = CommitRate::new(before, after);
     let status0_256 = points
         .iter()
@@ -1007,7 +969,7 @@ fn print_commit_rate(c: CommitRate) {
 
 /// Where the server's single writer spent the run: how many operations each
 /// commit carried, and running them versus committing them.
-fn print_writer(w: WriterTotals) {
+fn print_writer(w: WriterStats) {
     if w.batches == 0 {
         return println!("writer: - (the server reports no writer counters)");
     }

@@ -319,6 +319,40 @@ impl WriterStats {
     pub fn to_json(self) -> Value {
         json!({"batches": self.batches, "ops": self.ops, "run_us": self.run_us, "commit_us": self.commit_us})
     }
+
+    /// Read back what `to_json` wrote (a missing field counts as 0).
+    pub fn from_json(v: &Value) -> WriterStats {
+        let field = |name: &str| v[name].as_u64().unwrap_or(0);
+        WriterStats {
+            batches: field("batches"),
+            ops: field("ops"),
+            run_us: field("run_us"),
+            commit_us: field("commit_us"),
+        }
+    }
+
+    /// The work done since `earlier`, a snapshot of the same writer.
+    pub fn since(self, earlier: WriterStats) -> WriterStats {
+        WriterStats {
+            batches: self.batches.saturating_sub(earlier.batches),
+            ops: self.ops.saturating_sub(earlier.ops),
+            run_us: self.run_us.saturating_sub(earlier.run_us),
+            commit_us: self.commit_us.saturating_sub(earlier.commit_us),
+        }
+    }
+
+    /// How many operations each commit carried.
+    pub fn ops_per_batch(self) -> f64 {
+        self.ops as f64 / self.batches.max(1) as f64
+    }
+
+    pub fn run_us_per_op(self) -> f64 {
+        self.run_us as f64 / self.ops.max(1) as f64
+    }
+
+    pub fn commit_ms_per_batch(self) -> f64 {
+        self.commit_us as f64 / 1000.0 / self.batches.max(1) as f64
+    }
 }
 
 /// The writer's running totals behind `WriterStats`.
@@ -1178,6 +1212,30 @@ mod tests {
         assert!(call.call_id.starts_with("c_") && call.call_id.len() == 18);
         assert_eq!(call.effect_id, effect_id_for(&call.call_id));
         Ok(())
+    }
+
+    /// The writer's counters survive the trip through `/stats` JSON, and the
+    /// difference of two snapshots is the work done between them.
+    #[test]
+    fn writer_stats_round_trip_and_difference() {
+        let earlier = WriterStats {
+            batches: 2,
+            ops: 5,
+            run_us: 100,
+            commit_us: 900,
+        };
+        let later = WriterStats {
+            batches: 6,
+            ops: 25,
+            run_us: 700,
+            commit_us: 4_900,
+        };
+        assert_eq!(WriterStats::from_json(&later.to_json()), later);
+        let run = later.since(earlier);
+        assert_eq!((run.batches, run.ops), (4, 20));
+        assert_eq!(run.ops_per_batch(), 5.0);
+        assert_eq!(run.run_us_per_op(), 30.0);
+        assert_eq!(run.commit_ms_per_batch(), 1.0);
     }
 
     /// Several claims in one operation are decided one by one: a call under a
