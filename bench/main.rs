@@ -12,13 +12,17 @@
 //! path keeps 30% of what HTTP alone could do; `completed/s=1200 (2.0x
 //! single-commit)` means group commit is paying for more than one call per
 //! fsync. `--sweep` shows how the cost grows with load (concurrency) and with
-//! data (a database already holding 1,000,000 calls). The first lines of the
-//! report have the shape of the seed's Python bench (section 12.12.2).
+//! data (a database already holding 1,000,000 calls). A single run also sends
+//! the same load once more straight into a fresh service's request handler,
+//! with no HTTP at all: the rate HTTP work could at best approach. The first
+//! lines of the report have the shape of the seed's Python bench (section 12.12.2).
 
 use idempotent_tool::app::App;
 use idempotent_tool::client::{authority, Connection};
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::fingerprint::{canonical, fingerprint, hex_sha256};
+use idempotent_tool::http::{Request, Version};
+use idempotent_tool::server::Handler;
 use idempotent_tool::store::{effect_id_for, now, WriterStats};
 use rusqlite::{params, OpenFlags};
 use serde_json::{json, Value};
@@ -220,7 +224,11 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new() -> Result<TempDir, String> {
-        let dir = std::env::temp_dir().join(format!("idem-bench-{}", run_id()));
+        TempDir::new_in(&std::env::temp_dir())
+    }
+
+    fn new_in(parent: &Path) -> Result<TempDir, String> {
+        let dir = parent.join(format!("idem-bench-{}", run_id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         Ok(TempDir(dir))
     }
@@ -273,9 +281,20 @@ fn start_in_process(
 
 // ---------------------------------------------------------------- load
 
+/// Where a load run's requests go.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    /// Over TCP to this `host:port`, through the whole HTTP stack.
+    Http(&'a str),
+    /// Straight into a service's request handler in this process: no sockets,
+    /// no parsing, no serializing. What is left is the service's own work
+    /// (fingerprint, store, runner), so this rate is the ceiling for HTTP.
+    Direct(&'a Handler),
+}
+
 /// One load run's parameters.
 struct Load<'a> {
-    authority: &'a str,
+    via: Via<'a>,
     mode: Mode,
     concurrency: usize,
     keep_alive: bool,
@@ -427,8 +446,12 @@ fn mixed_request(ticket: u64) -> (Option<u64>, &'static [u8]) {
 
 /// Send one request, (re)connecting when needed. `None` means no HTTP response.
 fn send(conn: &mut Option<Connection>, load: &Load, key: &str, body: Option<&[u8]>) -> Option<u16> {
+    let authority = match load.via {
+        Via::Http(authority) => authority,
+        Via::Direct(handler) => return Some(handler(&direct_request(key, body)).status),
+    };
     if conn.is_none() {
-        *conn = Connection::open(load.authority, Some(REQUEST_TIMEOUT)).ok();
+        *conn = Connection::open(authority, Some(REQUEST_TIMEOUT)).ok();
     }
     let c = conn.as_mut()?;
     let key_header = [("Idempotency-Key", key)];
@@ -441,6 +464,31 @@ fn send(conn: &mut Option<Connection>, load: &Load, key: &str, body: Option<&[u8
         *conn = None;
     }
     result.ok().map(|r| r.status)
+}
+
+/// The request `send` would put on the wire, as the parser would hand it over.
+fn direct_request(key: &str, body: Option<&[u8]>) -> Request {
+    let (method, path, headers, body) = match body {
+        Some(body) => (
+            "POST",
+            "/v1/tool-calls",
+            vec![
+                ("idempotency-key".to_string(), key.to_string()),
+                ("content-type".to_string(), "application/json".to_string()),
+            ],
+            body.to_vec(),
+        ),
+        None => ("GET", "/healthz", Vec::new(), Vec::new()),
+    };
+    Request {
+        method: method.to_string(),
+        target: path.to_string(),
+        path: path.to_string(),
+        query: None,
+        version: Version::Http11,
+        headers,
+        body,
+    }
 }
 
 // ---------------------------------------------------------------- server state
@@ -463,6 +511,19 @@ impl Stats {
     }
 }
 
+impl Stats {
+    fn from_json(v: &Value) -> Stats {
+        let counts = |field: &str| serde_json::from_value(v[field].clone()).unwrap_or_default();
+        Stats {
+            calls: v["calls"].as_i64().unwrap_or(0),
+            effects: v["effects"].as_i64().unwrap_or(0),
+            by_status: counts("by_status"),
+            attempts: counts("attempts"),
+            writer: WriterStats::from_json(&v["writer"]),
+        }
+    }
+}
+
 fn fetch_stats(authority: &str) -> Result<Stats, String> {
     let mut conn = Connection::open(authority, Some(REQUEST_TIMEOUT))
         .map_err(|e| format!("connect to {authority}: {e}"))?;
@@ -472,15 +533,7 @@ fn fetch_stats(authority: &str) -> Result<Stats, String> {
     if resp.status != 200 {
         return Err(format!("GET /stats answered {}", resp.status));
     }
-    let v = resp.json();
-    let counts = |field: &str| serde_json::from_value(v[field].clone()).unwrap_or_default();
-    Ok(Stats {
-        calls: v["calls"].as_i64().unwrap_or(0),
-        effects: v["effects"].as_i64().unwrap_or(0),
-        by_status: counts("by_status"),
-        attempts: counts("attempts"),
-        writer: WriterStats::from_json(&v["writer"]),
-    })
+    Ok(Stats::from_json(&resp.json()))
 }
 
 /// Poll `/stats` until no call is pending or running, or the timeout passes.
@@ -782,7 +835,7 @@ fn measure(
     config: &Config,
 ) -> Result<Measurement, String> {
     let plan = |mode| Load {
-        authority: &target.authority,
+        via: Via::Http(&target.authority),
         mode,
         concurrency,
         keep_alive: config.keep_alive,
@@ -810,6 +863,46 @@ fn measure(
         drain,
         checks,
     })
+}
+
+/// The same load sent straight into the handler of a fresh service on a fresh
+/// database in `dir` (see `Via::Direct`), then drained. Its accepted rate is
+/// what the service could reach if HTTP cost nothing: a target above it cannot
+/// be reached by work on the HTTP side.
+fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, String> {
+    let dir = TempDir::new_in(dir)?;
+    let service = ServiceConfig {
+        port: 0,
+        db: dir.0.join("no-http.db"),
+        ..ServiceConfig::default()
+    };
+    let handler = App::start(service).map_err(|e| e.to_string())?.handler;
+    eprintln!("bench: the same load without HTTP, straight into a fresh service's handler");
+    let load = run_load(&Load {
+        via: Via::Direct(&handler),
+        mode: config.mode,
+        concurrency: config.concurrency,
+        keep_alive: true,
+        stop: config.stop,
+        prefix: format!("bench-{}", run_id()),
+    });
+    let stats_request = Request {
+        method: "GET".into(),
+        target: "/stats".into(),
+        path: "/stats".into(),
+        ..direct_request("", None)
+    };
+    let start = Instant::now();
+    while start.elapsed() < config.drain_timeout {
+        let stats = Stats::from_json(
+            &serde_json::from_slice(&handler(&stats_request).body).unwrap_or_default(),
+        );
+        if stats.unfinished() == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(load)
 }
 
 fn run_single(config: &Config) -> Result<bool, String> {
@@ -848,13 +941,25 @@ fn run_single(config: &Config) -> Result<bool, String> {
     let m = measure(&target, config.mode, config.concurrency, config)?;
     let after = single_commit_sample(&calibration_dir)?;
     let commit_rate = CommitRate::new(before, after);
+    // Read before the run without HTTP, whose service also lives in this process.
     let rss = if target.in_process {
         peak_rss_kib(None)
     } else {
         target.server_pid.and_then(|p| peak_rss_kib(Some(p)))
     };
+    let no_http = measure_without_http(&calibration_dir, config)?;
     if config.json {
         let mut v = measurement_json(&m, commit_rate);
+        let codes: BTreeMap<String, u64> = no_http
+            .codes
+            .iter()
+            .map(|(c, n)| (c.to_string(), *n))
+            .collect();
+        v["no_http"] = json!({
+            "n": no_http.requests(), "http": codes, "accepted_per_s": no_http.accepted_per_s(),
+            "accepted_x_healthz": ratio(no_http.accepted_per_s(), m.healthz.rps()),
+            "p50_ms": no_http.ms(0.50), "p99_ms": no_http.ms(0.99),
+        });
         v["stop"] = json!(stop_text(config.stop));
         v["keep_alive"] = json!(config.keep_alive);
         v["server"] = json!(if target.in_process {
@@ -865,7 +970,7 @@ fn run_single(config: &Config) -> Result<bool, String> {
         v["peak_rss_kib"] = json!(rss);
         println!("{v}");
     } else {
-        print_report(&m, config, &target, commit_rate, rss);
+        print_report(&m, config, &target, commit_rate, rss, &no_http);
     }
     Ok(m.ok())
 }
@@ -990,6 +1095,7 @@ fn print_report(
     target: &Target,
     commit: CommitRate,
     rss: Option<u64>,
+    no_http: &LoadResult,
 ) {
     let (l, h) = (&m.load, &m.healthz);
     let server = match target.in_process {
@@ -1059,6 +1165,16 @@ fn print_report(
     println!("({} requests)", h.requests());
     print_writer(m.writer());
     print_commit_rate(commit);
+    print!(
+        "without HTTP: accepted/s={:.1} ({:.2}x healthz)  ",
+        no_http.accepted_per_s(),
+        ratio(no_http.accepted_per_s(), h.rps())
+    );
+    println!(
+        "p50={:.2}ms  p99={:.2}ms  (same load into a fresh service's handler)",
+        no_http.ms(0.50),
+        no_http.ms(0.99)
+    );
     print_targets(m, commit);
     for c in &m.checks {
         println!("check {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.name);

@@ -103,6 +103,28 @@ fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
     assert!(writer["ops"].as_u64().unwrap() >= 150, "{writer}");
     assert!(writer["batches"].as_u64().unwrap() >= 1, "{writer}");
     assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
+    assert_no_http_run_accepted_every_call(r, 60);
+}
+
+/// The run without HTTP sent the same load into a service's handler, and
+/// every request was accepted as a new call.
+fn assert_no_http_run_accepted_every_call(report: &Value, n: u64) {
+    let no_http = &report["no_http"];
+    assert_eq!(no_http["n"], n, "{report}");
+    assert_eq!(no_http["http"]["202"], n, "{report}");
+    assert!(
+        no_http["accepted_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        no_http["accepted_x_healthz"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    let (p50, p99) = (
+        no_http["p50_ms"].as_f64().unwrap(),
+        no_http["p99_ms"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p99, "{report}");
 }
 
 #[test]
@@ -165,6 +187,8 @@ fn base_mode_loads_a_running_server_and_checks_its_database() {
     assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(db.calls(), 30);
     assert_eq!(db.effects(), 30);
+    // The run without HTTP used a database of its own, beside the server's.
+    assert_no_http_run_accepted_every_call(r, 30);
     let (held, failed) = checks(r);
     assert!(failed.is_empty(), "{failed:?}");
     assert!(held.iter().any(|h| h == "one call per key"), "{held:?}");
