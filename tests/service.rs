@@ -3,6 +3,7 @@
 
 mod support;
 
+use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
 use support::{audit_events, charge, count, open_db, Server, TempDb};
@@ -421,6 +422,24 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         )
         .unwrap();
     assert!(plan.contains("idx_calls_client_seq"), "{plan}");
+    // `/stats` counts calls by status and attempt in one pass over
+    // idx_calls_status, in its order: no table scan, no sort.
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_index_info('idx_calls_status') ORDER BY seqno")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(columns, ["status", "lease_until", "attempt"]);
+    let plan: Vec<String> = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {COUNT_CALLS_IN_STATUS_INDEX}"))
+        .unwrap()
+        .query_map([], |r| r.get(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(plan, ["SCAN calls USING COVERING INDEX idx_calls_status"]);
     let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
     assert_eq!(duplicates, 0);
     assert_eq!(server.stats()["calls"], 5);
@@ -543,6 +562,11 @@ fn database_with_the_seeds_exact_schema_still_works() {
         db.count("SELECT seq FROM sqlite_sequence WHERE name = 'audit'"),
         3
     );
+    // Its idx_calls_status lacks `attempt`, so /stats counts from the table.
+    let stats = server.stats();
+    assert_eq!(stats["calls"], 1, "{stats}");
+    assert_eq!(stats["by_status"], json!({"succeeded": 1}), "{stats}");
+    assert_eq!(stats["attempts"], json!({"1": 1}), "{stats}");
 }
 
 /// A retry of a call in progress is answered from a read connection: it gets
