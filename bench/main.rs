@@ -536,12 +536,15 @@ fn fetch_stats(authority: &str) -> Result<Stats, String> {
     Ok(Stats::from_json(&resp.json()))
 }
 
-/// Poll `/stats` until no call is pending or running, or the timeout passes.
+/// Poll `/stats` (through `fetch`) until no call is pending or running, or the timeout passes.
 /// Returns how long it took, the last snapshot, and whether it drained.
-fn wait_for_drain(authority: &str, timeout: Duration) -> Result<(Duration, Stats, bool), String> {
+fn wait_for_drain(
+    mut fetch: impl FnMut() -> Result<Stats, String>,
+    timeout: Duration,
+) -> Result<(Duration, Stats, bool), String> {
     let start = Instant::now();
     loop {
-        let stats = fetch_stats(authority)?;
+        let stats = fetch()?;
         if stats.unfinished() == 0 || start.elapsed() >= timeout {
             let drained = stats.unfinished() == 0;
             return Ok((start.elapsed(), stats, drained));
@@ -851,7 +854,8 @@ fn measure(
         before.calls
     );
     let load = run_load(&plan(mode));
-    let (drain, after, drained) = wait_for_drain(&target.authority, config.drain_timeout)?;
+    let (drain, after, drained) =
+        wait_for_drain(|| fetch_stats(&target.authority), config.drain_timeout)?;
     let checks = check_invariants(target, mode, &load, &before, &after, drained);
     Ok(Measurement {
         mode,
@@ -892,16 +896,12 @@ fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, Strin
         path: "/stats".into(),
         ..direct_request("", None)
     };
-    let start = Instant::now();
-    while start.elapsed() < config.drain_timeout {
-        let stats = Stats::from_json(
-            &serde_json::from_slice(&handler(&stats_request).body).unwrap_or_default(),
-        );
-        if stats.unfinished() == 0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let fetch = || {
+        let body = handler(&stats_request).body;
+        let stats = serde_json::from_slice(&body).map_err(|e| format!("GET /stats: {e}"))?;
+        Ok(Stats::from_json(&stats))
+    };
+    wait_for_drain(fetch, config.drain_timeout)?;
     Ok(load)
 }
 

@@ -404,13 +404,11 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
             "{expected:?} not unique: {unique_indexes:?}"
         );
     }
-    let index_names: Vec<String> = conn
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'idx_%' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
+    let index_names = text_column(
+        &conn,
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'idx_%' ORDER BY name",
+        0,
+    );
     assert_eq!(index_names, ["idx_calls_client_seq", "idx_calls_status"]);
     // The client index is partial (calls without a client_id skip it), and a
     // lookup by client still finds it.
@@ -424,21 +422,17 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
     assert!(plan.contains("idx_calls_client_seq"), "{plan}");
     // `/stats` counts calls by status and attempt in one pass over
     // idx_calls_status, in its order: no table scan, no sort.
-    let columns: Vec<String> = conn
-        .prepare("SELECT name FROM pragma_index_info('idx_calls_status') ORDER BY seqno")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
+    let columns = text_column(
+        &conn,
+        "SELECT name FROM pragma_index_info('idx_calls_status') ORDER BY seqno",
+        0,
+    );
     assert_eq!(columns, ["status", "lease_until", "attempt"]);
-    let plan: Vec<String> = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {COUNT_CALLS_IN_STATUS_INDEX}"))
-        .unwrap()
-        .query_map([], |r| r.get(3))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
+    let plan = text_column(
+        &conn,
+        &format!("EXPLAIN QUERY PLAN {COUNT_CALLS_IN_STATUS_INDEX}"),
+        3,
+    );
     assert_eq!(plan, ["SCAN calls USING COVERING INDEX idx_calls_status"]);
     let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
     assert_eq!(duplicates, 0);
@@ -447,6 +441,16 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
     assert_eq!(journal, "wal");
+}
+
+/// Column `index` (text) of every row `sql` returns.
+fn text_column(conn: &rusqlite::Connection, sql: &str, index: usize) -> Vec<String> {
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], |r| r.get(index))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
 }
 
 /// A database locked past the busy timeout answers 503 with Retry-After and
