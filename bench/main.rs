@@ -326,6 +326,13 @@ impl LoadResult {
     fn accepted_per_s(&self) -> f64 {
         self.accepted() as f64 / self.wall.as_secs_f64().max(1e-9)
     }
+    /// The responses by status code, keyed by its text (for JSON).
+    fn codes_by_name(&self) -> BTreeMap<String, u64> {
+        self.codes
+            .iter()
+            .map(|(c, n)| (c.to_string(), *n))
+            .collect()
+    }
     /// The latency at quantile `q` (0..=1), in milliseconds.
     fn ms(&self, q: f64) -> f64 {
         quantile_ms(&self.latencies_us, q)
@@ -468,26 +475,30 @@ fn send(conn: &mut Option<Connection>, load: &Load, key: &str, body: Option<&[u8
 
 /// The request `send` would put on the wire, as the parser would hand it over.
 fn direct_request(key: &str, body: Option<&[u8]>) -> Request {
-    let (method, path, headers, body) = match body {
-        Some(body) => (
-            "POST",
-            "/v1/tool-calls",
-            vec![
+    match body {
+        Some(body) => {
+            let mut post = parsed_request("POST", "/v1/tool-calls");
+            post.headers = vec![
                 ("idempotency-key".to_string(), key.to_string()),
                 ("content-type".to_string(), "application/json".to_string()),
-            ],
-            body.to_vec(),
-        ),
-        None => ("GET", "/healthz", Vec::new(), Vec::new()),
-    };
+            ];
+            post.body = body.to_vec();
+            post
+        }
+        None => parsed_request("GET", "/healthz"),
+    }
+}
+
+/// An HTTP/1.1 request without headers or body, as the parser would hand it over.
+fn parsed_request(method: &str, path: &str) -> Request {
     Request {
         method: method.to_string(),
         target: path.to_string(),
         path: path.to_string(),
         query: None,
         version: Version::Http11,
-        headers,
-        body,
+        headers: Vec::new(),
+        body: Vec::new(),
     }
 }
 
@@ -509,9 +520,7 @@ impl Stats {
             .filter_map(|s| self.by_status.get(*s))
             .sum()
     }
-}
 
-impl Stats {
     fn from_json(v: &Value) -> Stats {
         let counts = |field: &str| serde_json::from_value(v[field].clone()).unwrap_or_default();
         Stats {
@@ -890,12 +899,7 @@ fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, Strin
         stop: config.stop,
         prefix: format!("bench-{}", run_id()),
     });
-    let stats_request = Request {
-        method: "GET".into(),
-        target: "/stats".into(),
-        path: "/stats".into(),
-        ..direct_request("", None)
-    };
+    let stats_request = parsed_request("GET", "/stats");
     let fetch = || {
         let body = handler(&stats_request).body;
         let stats = serde_json::from_slice(&body).map_err(|e| format!("GET /stats: {e}"))?;
@@ -950,13 +954,8 @@ fn run_single(config: &Config) -> Result<bool, String> {
     let no_http = measure_without_http(&calibration_dir, config)?;
     if config.json {
         let mut v = measurement_json(&m, commit_rate);
-        let codes: BTreeMap<String, u64> = no_http
-            .codes
-            .iter()
-            .map(|(c, n)| (c.to_string(), *n))
-            .collect();
         v["no_http"] = json!({
-            "n": no_http.requests(), "http": codes, "accepted_per_s": no_http.accepted_per_s(),
+            "n": no_http.requests(), "http": no_http.codes_by_name(), "accepted_per_s": no_http.accepted_per_s(),
             "accepted_x_healthz": ratio(no_http.accepted_per_s(), m.healthz.rps()),
             "p50_ms": no_http.ms(0.50), "p99_ms": no_http.ms(0.99),
         });
@@ -1262,7 +1261,6 @@ fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, data
 
 fn measurement_json(m: &Measurement, commit: CommitRate) -> Value {
     let (l, h, w) = (&m.load, &m.healthz, m.writer());
-    let codes: BTreeMap<String, u64> = l.codes.iter().map(|(c, n)| (c.to_string(), *n)).collect();
     let checks: Vec<Value> = m
         .checks
         .iter()
@@ -1274,7 +1272,7 @@ fn measurement_json(m: &Measurement, commit: CommitRate) -> Value {
         "rps": l.rps(), "rps_x_healthz": m.rps_x(),
         "accepted_per_s": l.accepted_per_s(), "accepted_x_healthz": m.accepted_x(),
         "p50_ms": l.ms(0.50), "p95_ms": l.ms(0.95), "p99_ms": l.ms(0.99), "max_ms": l.ms(1.0),
-        "p99_x_healthz": m.p99_x(), "http": codes, "status0": l.status0,
+        "p99_x_healthz": m.p99_x(), "http": l.codes_by_name(), "status0": l.status0,
         "calls": m.after.calls - m.before.calls, "effects": m.after.effects - m.before.effects,
         "attempts": m.attempts(), "completed": m.completed(), "drain_s": m.drain.as_secs_f64(),
         "completed_per_s": m.completed_per_s(), "completed_x_single_commit": m.completed_x(commit),

@@ -1239,6 +1239,25 @@ mod tests {
             .unwrap()
     }
 
+    /// A new database's status index covers `attempt`, so `stats` counts from
+    /// it; one made by the seed's DDL does not, and `stats` scans the table.
+    #[test]
+    fn stats_counts_from_the_status_index_only_where_it_has_attempt() -> Result<(), StoreError> {
+        let new = TempDb::new("status-index-new");
+        assert!(CallStore::open(&new.path(), StoreOptions::default())?.status_index_has_attempt);
+        let seed = TempDb::new("status-index-seed");
+        Connection::open(seed.path())?.execute_batch(
+            "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE,
+               fingerprint TEXT NOT NULL, client_id TEXT, seq INTEGER, tool TEXT NOT NULL,
+               args_json TEXT NOT NULL, status TEXT NOT NULL, result_json TEXT, error_json TEXT,
+               attempt INTEGER NOT NULL DEFAULT 0, lease_until REAL, owner TEXT, effect_id TEXT,
+               created_at REAL NOT NULL, updated_at REAL NOT NULL);
+             CREATE INDEX idx_calls_status ON calls(status, lease_until);",
+        )?;
+        assert!(!CallStore::open(&seed.path(), StoreOptions::default())?.status_index_has_attempt);
+        Ok(())
+    }
+
     #[test]
     fn same_key_gives_one_call_and_other_fingerprint_conflicts() -> Result<(), StoreError> {
         let db = TempDb::new("same-key");
