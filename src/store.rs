@@ -18,6 +18,30 @@
 //! one's writes, and several processes on one file stay correct because each
 //! batch is still one SQLite write transaction.
 //!
+//! **What the writer does with each SQLite error.** The writer never assumes a
+//! transaction is still open after an error; it asks (`is_autocommit`).
+//! - `BEGIN IMMEDIATE` fails (`SQLITE_BUSY` past the busy timeout: another
+//!   process holds the write lock; `SQLITE_READONLY`, `SQLITE_CANTOPEN`, I/O):
+//!   nothing ran; every operation of the batch is answered with the error
+//!   (`503` for these classes).
+//! - An operation fails and the transaction is still open (a constraint, a
+//!   statement-level `SQLITE_FULL`, a bug, a panic): its savepoint is rolled
+//!   back, that caller alone gets the error, and the batch goes on.
+//! - An operation fails and SQLite has rolled back the whole transaction
+//!   (`SQLITE_FULL` or `SQLITE_IOERR_*` while spilling the page cache into the
+//!   WAL, `SQLITE_NOMEM`, `SQLITE_BUSY` on a lock upgrade): the writes of every
+//!   earlier operation of the batch are gone too, so every operation of the
+//!   batch is answered `Unavailable` (`503` + `Retry-After`), and no later one
+//!   runs — a `SAVEPOINT` outside a transaction would quietly open a new one
+//!   and commit it on `RELEASE`.
+//! - A savepoint command itself fails: treated as the case above.
+//! - `COMMIT` fails (`SQLITE_FULL`, `SQLITE_IOERR_*`, a deferred constraint):
+//!   the transaction is rolled back if SQLite left it open, and every
+//!   operation of the batch is answered `Unavailable`. The error means "not
+//!   known to be durable": a failed sync may still leave the commit in the WAL,
+//!   which is why the answer is "retry with the same key", which is always safe.
+//! - `SQLITE_CORRUPT`, `SQLITE_NOTADB` and other errors are `Internal` (`500`).
+//!
 //! Reads (`get`, `find_by_key`, `stats`, ...) use a small pool of separate
 //! connections; WAL lets them run beside the writer.
 //!
@@ -470,15 +494,24 @@ impl Default for StoreOptions {
 }
 
 /// One queued write: run it inside the batch's transaction, or abandon it when
-/// the transaction could not even begin.
+/// the transaction could not even begin (or SQLite ended it before its turn).
 trait WriteJob: Send {
     /// Run in a savepoint; returns what to tell the caller once the commit's
-    /// fate is known.
-    fn run(self: Box<Self>, conn: &Connection) -> Reply;
+    /// fate is known, and whether the batch's transaction survived.
+    fn run(self: Box<Self>, conn: &Connection) -> Step;
     fn abandon(self: Box<Self>, err: &StoreError);
 }
 
 type Reply = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
+
+/// What running one job left behind.
+enum Step {
+    /// The transaction is still open; the job's outcome waits for `COMMIT`.
+    Kept(Reply),
+    /// The transaction is gone (SQLite rolled it back) or its savepoint could
+    /// not be managed: every job of the batch is answered with this error.
+    Broken(Reply, StoreError),
+}
 
 /// What to do with a write's outcome once its commit is known.
 pub type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
@@ -494,15 +527,20 @@ where
     T: Send + 'static,
     F: FnOnce(&Connection) -> rusqlite::Result<T> + Send,
 {
-    fn run(self: Box<Self>, conn: &Connection) -> Reply {
-        let outcome = in_savepoint(conn, self.op);
+    fn run(self: Box<Self>, conn: &Connection) -> Step {
         let then = self.then;
-        Box::new(move |commit| {
-            then(match commit {
-                Ok(()) => outcome,
-                Err(e) => Err(e.clone()),
+        let reply_with = |outcome: Result<T, StoreError>| -> Reply {
+            Box::new(move |commit| {
+                then(match commit {
+                    Ok(()) => outcome,
+                    Err(e) => Err(e.clone()),
+                })
             })
-        })
+        };
+        match in_savepoint(conn, self.op) {
+            Ok(outcome) => Step::Kept(reply_with(outcome)),
+            Err(BatchLost(err)) => Step::Broken(reply_with(Err(err.clone())), err),
+        }
     }
 
     fn abandon(self: Box<Self>, err: &StoreError) {
@@ -563,15 +601,7 @@ impl CallStore {
     /// writer's `BEGIN IMMEDIATE` transaction, so the lookup and the insert cannot
     /// interleave with another writer; `calls.idem_key UNIQUE` backs it up.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
-        self.write(move |conn| {
-            let now = now();
-            if let Some(existing) = select_call_by_key(conn, &new.idem_key)? {
-                return resolve_existing(conn, existing, &new.fingerprint, now);
-            }
-            let call = insert_call(conn, new, now)?;
-            audit(conn, now, &call.call_id, "created", &call.tool)?;
-            Ok(Created::New(call))
-        })
+        self.write(create_or_get_op(new))
     }
 
     /// Take the lease on a call for one attempt. Only one claimer can win: the
@@ -804,29 +834,88 @@ fn run_writer(
 
 /// One transaction for the whole batch; each job in its own savepoint. Replies go
 /// out only after `COMMIT` returned, so every answer describes durable state.
+/// If SQLite ends the transaction early, or `COMMIT` fails, no job of the batch
+/// is told it committed, and no job after that point runs at all.
 fn commit_batch(conn: &Connection, batch: Vec<Box<dyn WriteJob>>, counters: &WriterCounters) {
     let started = Instant::now();
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-        let err = StoreError::from(e);
-        for job in batch {
-            job.abandon(&err);
-        }
+    if let Err(e) = begin_batch(conn) {
+        batch.into_iter().for_each(|job| job.abandon(&e));
         return;
     }
     let ops = batch.len();
-    let replies: Vec<Reply> = batch.into_iter().map(|job| job.run(conn)).collect();
+    let mut jobs = batch.into_iter();
+    let mut replies: Vec<Reply> = Vec::with_capacity(ops);
+    let mut lost = None;
+    for job in jobs.by_ref() {
+        match job.run(conn) {
+            Step::Kept(reply) => replies.push(reply),
+            Step::Broken(reply, err) => {
+                replies.push(reply);
+                lost = Some(err);
+                break;
+            }
+        }
+    }
     let committing = Instant::now();
-    let commit = conn.execute_batch("COMMIT").map_err(StoreError::from);
+    let commit = match lost {
+        Some(err) => Err(err),
+        None => conn
+            .execute_batch("COMMIT")
+            .map_err(|e| BatchLost::from(e).0),
+    };
     counters.record(ops, committing - started, committing.elapsed());
     if let Err(e) = &commit {
-        eprintln!(
-            "store: commit failed, batch of {} rolled back: {e}",
-            replies.len()
-        );
-        let _ = conn.execute_batch("ROLLBACK");
+        eprintln!("store: batch of {ops} not committed, every operation in it answered with an error: {e}");
+        roll_back_if_open(conn);
+        jobs.for_each(|job| job.abandon(e));
     }
     for reply in replies {
         reply(commit.as_ref().map(|_| ()));
+    }
+}
+
+/// `BEGIN IMMEDIATE`, after making sure no earlier transaction lingers (a
+/// `ROLLBACK` that failed would otherwise make every later batch fail to begin).
+fn begin_batch(conn: &Connection) -> Result<(), StoreError> {
+    roll_back_if_open(conn);
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(StoreError::from)
+}
+
+/// Ask SQLite whether the transaction is still open rather than assume it: after
+/// `SQLITE_FULL` or an I/O error it may already have rolled everything back.
+fn roll_back_if_open(conn: &Connection) {
+    if !conn.is_autocommit() {
+        if let Err(e) = conn.execute_batch("ROLLBACK") {
+            eprintln!("store: ROLLBACK failed: {e}");
+        }
+    }
+}
+
+/// The batch's transaction cannot commit: SQLite rolled it back, a savepoint
+/// could not be managed, or `COMMIT` failed. Nothing of the batch is durable,
+/// and the same request may succeed later, so callers see `Unavailable`.
+struct BatchLost(StoreError);
+
+impl From<rusqlite::Error> for BatchLost {
+    fn from(e: rusqlite::Error) -> BatchLost {
+        BatchLost(StoreError::Unavailable(format!(
+            "the write transaction was rolled back: {e}"
+        )))
+    }
+}
+
+fn create_or_get_op(
+    new: NewCall,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Created> + Send + 'static {
+    move |conn| {
+        let now = now();
+        if let Some(existing) = select_call_by_key(conn, &new.idem_key)? {
+            return resolve_existing(conn, existing, &new.fingerprint, now);
+        }
+        let call = insert_call(conn, new, now)?;
+        audit(conn, now, &call.call_id, "created", &call.tool)?;
+        Ok(Created::New(call))
     }
 }
 
@@ -937,31 +1026,40 @@ fn finish_fenced(
 }
 
 /// Run `op` inside a savepoint: its writes stay if it succeeds, and are undone
-/// alone (the rest of the batch unaffected) if it fails or panics.
+/// alone (the rest of the batch unaffected) if it fails or panics. The outer
+/// `Err` means the batch's transaction is gone: SQLite rolled it back while
+/// `op` ran (`SQLITE_FULL`, an I/O error), so `ROLLBACK TO` has nothing to undo
+/// and a later `SAVEPOINT` would silently open a new transaction.
 fn in_savepoint<T>(
     conn: &Connection,
     op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-) -> Result<T, StoreError> {
+) -> Result<Result<T, StoreError>, BatchLost> {
+    if conn.is_autocommit() {
+        return Err(BatchLost(StoreError::Unavailable(
+            "the write transaction ended before this operation".into(),
+        )));
+    }
     run_cached(conn, "SAVEPOINT op")?;
     let outcome = catch_unwind(AssertUnwindSafe(|| op(conn)));
-    let undo = |conn: &Connection| -> rusqlite::Result<()> {
-        run_cached(conn, "ROLLBACK TO op")?;
-        run_cached(conn, "RELEASE op")
-    };
-    match outcome {
+    if conn.is_autocommit() {
+        return Err(match outcome {
+            Ok(Err(e)) => BatchLost::from(e),
+            _ => BatchLost(StoreError::Unavailable(
+                "the write transaction was rolled back".into(),
+            )),
+        });
+    }
+    let outcome = match outcome {
         Ok(Ok(value)) => {
             run_cached(conn, "RELEASE op")?;
-            Ok(value)
+            return Ok(Ok(value));
         }
-        Ok(Err(e)) => {
-            undo(conn)?;
-            Err(StoreError::from(e))
-        }
-        Err(_) => {
-            undo(conn)?;
-            Err(StoreError::Internal("a store operation panicked".into()))
-        }
-    }
+        Ok(Err(e)) => StoreError::from(e),
+        Err(_) => StoreError::Internal("a store operation panicked".into()),
+    };
+    run_cached(conn, "ROLLBACK TO op")?;
+    run_cached(conn, "RELEASE op")?;
+    Ok(Err(outcome))
 }
 
 /// Calls in all, by status, and by attempt.
@@ -1444,6 +1542,131 @@ mod tests {
         });
         assert!(ids.iter().all(|id| id == &ids[0]));
         assert_eq!(store.stats()?.calls, 1);
+        Ok(())
+    }
+
+    /// Holds the writer inside a batch until released, so that everything
+    /// queued meanwhile is committed together in the next batch.
+    fn hold_writer(store: &CallStore) -> mpsc::Sender<()> {
+        let (entered, is_inside) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        store.write_then(
+            move |_conn: &Connection| {
+                entered.send(()).unwrap();
+                let _ = released.recv();
+                Ok(())
+            },
+            Box::new(|_| {}),
+        );
+        is_inside.recv().unwrap();
+        release
+    }
+
+    type Answers = mpsc::Receiver<(String, Result<Created, StoreError>)>;
+
+    /// Queue a create for each key without waiting; answers arrive named.
+    fn queue_creates(store: &CallStore, keys: &[&str]) -> Answers {
+        let (tx, rx) = mpsc::channel();
+        for key in keys {
+            let (tx, key) = (tx.clone(), key.to_string());
+            store.write_then(
+                create_or_get_op(new_call(&key, "fp")),
+                Box::new(move |outcome| tx.send((key, outcome)).unwrap()),
+            );
+        }
+        rx
+    }
+
+    fn rows(db: &Path, sql: &str) -> i64 {
+        Connection::open(db)
+            .unwrap()
+            .query_row(sql, [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// SQLite may roll back the whole transaction on `SQLITE_FULL` or an I/O
+    /// error (a cache spill to a full disk). Every operation of that batch, the
+    /// ones before the failure included, is answered `Unavailable`, none after
+    /// it runs outside a transaction, and none of their rows exist.
+    #[test]
+    fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_error(
+    ) -> Result<(), StoreError> {
+        let db = TempDb::new("rolled-back");
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let release = hold_writer(&store);
+        let before = queue_creates(&store, &["before-1", "before-2"]);
+        let (full_tx, full_rx) = mpsc::channel();
+        store.write_then(
+            |conn: &Connection| -> rusqlite::Result<()> {
+                // What SQLite does on SQLITE_FULL during a spill: the whole
+                // transaction is rolled back and the statement fails.
+                conn.execute_batch("ROLLBACK")?;
+                Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                    Some("database or disk is full".into()),
+                ))
+            },
+            Box::new(move |outcome| full_tx.send(outcome).unwrap()),
+        );
+        let after = queue_creates(&store, &["after-1", "after-2"]);
+        release.send(()).unwrap();
+        let answers: Vec<_> = before.iter().take(2).chain(after.iter().take(2)).collect();
+        for (key, answer) in &answers {
+            assert!(
+                matches!(answer, Err(StoreError::Unavailable(_))),
+                "{key}: {answer:?}"
+            );
+        }
+        assert!(matches!(
+            full_rx.recv().unwrap(),
+            Err(StoreError::Unavailable(_))
+        ));
+        assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
+        assert_eq!(rows(&db.path(), "SELECT count(*) FROM audit"), 0);
+        // The writer carries on with a fresh transaction.
+        assert!(matches!(
+            store.create_or_get(new_call("before-1", "fp"))?,
+            Created::New(_)
+        ));
+        assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+        Ok(())
+    }
+
+    /// A `COMMIT` that fails (here a deferred foreign key that one operation
+    /// broke) fails the whole batch: no caller is told its write committed, and
+    /// no row of the batch remains.
+    #[test]
+    fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Result<(), StoreError>
+    {
+        let db = TempDb::new("commit-fails");
+        Connection::open(db.path())?.execute_batch(
+            "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+             CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
+        )?;
+        let store = CallStore::open(&db.path(), StoreOptions::default())?;
+        let release = hold_writer(&store);
+        let answers = queue_creates(&store, &["k-1"]);
+        store.write_then(
+            |conn: &Connection| {
+                conn.execute("INSERT INTO child VALUES (42)", [])
+                    .map(|_| ())
+            },
+            Box::new(|_| {}),
+        );
+        let later = queue_creates(&store, &["k-2"]);
+        release.send(()).unwrap();
+        for (key, answer) in answers.iter().take(1).chain(later.iter().take(1)) {
+            assert!(
+                matches!(answer, Err(StoreError::Unavailable(_))),
+                "{key}: {answer:?}"
+            );
+        }
+        assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
+        assert_eq!(rows(&db.path(), "SELECT count(*) FROM child"), 0);
+        assert!(matches!(
+            store.create_or_get(new_call("k-1", "fp"))?,
+            Created::New(_)
+        ));
         Ok(())
     }
 

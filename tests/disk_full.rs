@@ -1,0 +1,202 @@
+//! A real full file system under the real server: a small tmpfs holds the
+//! database, 48 clients post calls with 60 KB args until it fills. Batches that
+//! large spill SQLite's page cache into the WAL mid-transaction, and when that
+//! write hits `ENOSPC` SQLite rolls the whole transaction back. The invariant:
+//! no call answered `202` is lost — every one is still there after space is
+//! freed and after a restart — and the requests that could not be written are
+//! answered `503` (never `500`).
+//!
+//! Mounting needs root (CI runs as root); the mount is undone on drop, after the
+//! server that holds its files has been killed.
+
+mod support;
+
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use support::{unique_name, Server, TempDb};
+
+/// A tmpfs mounted on a fresh folder; unmounted and removed on drop.
+struct Tmpfs {
+    dir: PathBuf,
+}
+
+impl Tmpfs {
+    /// `None` when this process may not mount (not root).
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = std::env::temp_dir().join(unique_name("idem-tmpfs"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !mounted {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(Tmpfs { dir })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let unmounted = Command::new("umount")
+            .arg(&self.dir)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !unmounted {
+            // Something still holds a file open: detach now, freed when it closes.
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Fill the rest of the file system with 256 KiB files, so the next writes
+/// meet `ENOSPC`; returns them in the order to free them.
+fn fill(dir: &Path) -> Vec<PathBuf> {
+    let block = vec![0u8; 256 * 1024];
+    let mut files = Vec::new();
+    loop {
+        let path = dir.join(format!("filler-{}", files.len()));
+        let written = std::fs::write(&path, &block);
+        files.push(path);
+        if written.is_err() {
+            return files;
+        }
+    }
+}
+
+/// Free one filler file every 100 ms until `stop`: the disk keeps filling up
+/// again, mid-batch, under a load that keeps writing.
+fn free_slowly(files: &mut Vec<PathBuf>, stop: Instant) {
+    while Instant::now() < stop {
+        if let Some(file) = files.pop() {
+            let _ = std::fs::remove_file(file);
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Outcomes {
+    /// (key, call_id) of every answer `202`.
+    accepted: Vec<(String, String)>,
+    statuses: Vec<u16>,
+}
+
+/// 48 clients, each posting new keys with 60 KB args until `stop`.
+fn post_until(server: &Server, stop: Instant) -> Outcomes {
+    let outcomes = Arc::new(Mutex::new(Outcomes {
+        accepted: Vec::new(),
+        statuses: Vec::new(),
+    }));
+    let padding = "x".repeat(60 * 1024);
+    thread::scope(|scope| {
+        for client in 0..48 {
+            let (outcomes, padding) = (Arc::clone(&outcomes), padding.clone());
+            scope.spawn(move || {
+                let mut n = 0;
+                while Instant::now() < stop {
+                    let key = format!("full-{client}-{n}");
+                    n += 1;
+                    let body = json!({"tool": "send_email", "args": {"to": "a@example.com", "body": padding}});
+                    let (status, reply) = server.post(&key, &body);
+                    let mut o = outcomes.lock().unwrap();
+                    o.statuses.push(status);
+                    if status == 202 {
+                        let call_id = reply["call_id"].as_str().unwrap().to_string();
+                        o.accepted.push((key, call_id));
+                    }
+                }
+            });
+        }
+    });
+    Arc::try_unwrap(outcomes)
+        .ok()
+        .unwrap()
+        .into_inner()
+        .unwrap()
+}
+
+/// Every call answered `202` while the disk filled is still there once space
+/// is freed, and again after a restart; what could not be written got `503`.
+#[test]
+fn a_full_disk_during_large_batches_loses_no_accepted_call() {
+    let Some(fs) = Tmpfs::mount("24m") else {
+        assert!(
+            !is_root(),
+            "running as root, but a tmpfs could not be mounted"
+        );
+        eprintln!("disk_full: not root, so no tmpfs; this test needs root (CI runs as root)");
+        return;
+    };
+    let db = TempDb {
+        path: fs.dir.join("idem.db"),
+    };
+    let fillers = fs.dir.join("fillers");
+    std::fs::create_dir(&fillers).unwrap();
+    let mut server = Server::start(&db, &["--workers", "2"]);
+    // Some room for the schema and the first calls, then a full disk.
+    let (status, _) = server.post("warm-up", &support::charge(1));
+    assert_eq!(status, 202);
+    let mut files = fill(&fillers);
+    let stop = Instant::now() + Duration::from_secs(4);
+    let outcomes = thread::scope(|scope| {
+        scope.spawn(|| free_slowly(&mut files, stop));
+        post_until(&server, stop)
+    });
+    let unavailable = outcomes.statuses.iter().filter(|s| **s == 503).count();
+    let internal = outcomes.statuses.iter().filter(|s| **s == 500).count();
+    assert!(
+        unavailable > 0 && !outcomes.accepted.is_empty(),
+        "the disk must fill and empty again: {} answers, {} accepted, {unavailable} 503",
+        outcomes.statuses.len(),
+        outcomes.accepted.len()
+    );
+    assert_eq!(internal, 0, "a full disk must answer 503, not 500");
+
+    std::fs::remove_dir_all(&fillers).unwrap();
+    for (key, call_id) in &outcomes.accepted {
+        let (status, call) = server.get(&format!("/v1/tool-calls/{call_id}"));
+        assert!(
+            status == 200 || status == 202,
+            "{key} was answered 202 as {call_id}, now {status} {call}"
+        );
+    }
+    server.kill();
+    let restarted = Server::start(&db, &[]);
+    let conn = restarted.sql();
+    for (key, call_id) in &outcomes.accepted {
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT call_id FROM calls WHERE idem_key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .ok();
+        assert_eq!(found.as_deref(), Some(call_id.as_str()), "{key} lost");
+    }
+    eprintln!(
+        "disk_full: {} answers, {} accepted and all kept, {unavailable} answered 503",
+        outcomes.statuses.len(),
+        outcomes.accepted.len()
+    );
+    drop(conn);
+    drop(restarted);
+    drop(db);
+    drop(fs);
+}
