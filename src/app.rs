@@ -1,6 +1,7 @@
 //! Start-up: wires the store, the runner, the API and the HTTP server together,
-//! in the order that makes a restart safe — recovery runs before the first
-//! request is accepted.
+//! in the order that makes a restart safe — the port is bound before the
+//! database is touched, and recovery runs before the first request is
+//! accepted.
 
 use crate::api::Api;
 use crate::config::Config;
@@ -47,8 +48,13 @@ pub struct App {
 }
 
 impl App {
-    /// Open the store, run recovery once, start workers, bind the socket.
+    /// Bind the socket, then open the store, run recovery once and start the
+    /// workers. Binding first: a taken port must fail before anything touches
+    /// the database (creating the file, or recovering another process's calls).
     pub fn start(config: Config) -> Result<App, StartError> {
+        let listener =
+            TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
+        let addr = listener.local_addr().map_err(StartError::Bind)?;
         let store = CallStore::open(&config.db, config.store.clone())
             .map_err(|e| StartError::Database(format!("{}: {e}", config.db.display())))?;
         let notifier = Arc::new(Notifier::default());
@@ -59,9 +65,6 @@ impl App {
         )
         .map_err(StartError::Spawn)?;
         runner.recover_once();
-        let listener =
-            TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
-        let addr = listener.local_addr().map_err(StartError::Bind)?;
         let api = Api {
             store,
             runner,

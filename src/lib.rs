@@ -30,4 +30,5 @@ pub mod http;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod sync;
 pub mod tools;

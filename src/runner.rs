@@ -16,9 +16,11 @@
 
 use crate::chaos;
 use crate::store::{CallStore, Completion, Lease, StoreError};
-use crate::tools::{Outcome, Tool};
+use crate::sync::lock;
+use crate::tools::{Effect, Outcome, Tool};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,20 +46,30 @@ struct Task {
 }
 
 /// Calls queued or executing in this process, each with the generation of the
-/// submission that owns the entry.
+/// submission that owns the entry, and the queue they are sent on (gone once
+/// the runner stops).
 #[derive(Default)]
 struct InFlight {
     calls: HashMap<String, u64>,
     next_generation: u64,
+    queue: Option<mpsc::Sender<Task>>,
 }
 
 /// The worker pool and the recovery loop around one store.
 pub struct Runner {
     store: Arc<CallStore>,
     options: RunnerOptions,
-    queue: mpsc::Sender<Task>,
     in_flight: Mutex<InFlight>,
+    /// The leases whose tools are running right now, so that a stop can
+    /// release the ones still running when its grace period ends.
+    running: Mutex<HashMap<String, Lease>>,
     notifier: Arc<Notifier>,
+    /// Set once by `stop`: workers take no new call, recovery ends.
+    stopping: AtomicBool,
+    /// Dropped by `stop` to wake the recovery thread at once.
+    recovery_wake: Mutex<Option<mpsc::Sender<()>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    recovery: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Runner {
@@ -68,21 +80,89 @@ impl Runner {
         notifier: Arc<Notifier>,
     ) -> std::io::Result<Arc<Runner>> {
         let (queue, tasks) = mpsc::channel::<Task>();
+        let (recovery_wake, recovery_sleep) = mpsc::channel::<()>();
         let runner = Arc::new(Runner {
             store,
             options,
-            queue,
-            in_flight: Mutex::new(InFlight::default()),
+            in_flight: Mutex::new(InFlight {
+                queue: Some(queue),
+                ..InFlight::default()
+            }),
+            running: Mutex::new(HashMap::new()),
             notifier,
+            stopping: AtomicBool::new(false),
+            recovery_wake: Mutex::new(Some(recovery_wake)),
+            workers: Mutex::new(Vec::new()),
+            recovery: Mutex::new(None),
         });
         let tasks = Arc::new(Mutex::new(tasks));
         for n in 0..runner.options.workers.max(1) {
-            let (runner, tasks) = (Arc::clone(&runner), Arc::clone(&tasks));
-            spawn_named(format!("worker-{n}"), move || runner.work(&tasks))?;
+            let (worker, tasks) = (Arc::clone(&runner), Arc::clone(&tasks));
+            let handle = spawn_named(format!("worker-{n}"), move || worker.work(&tasks));
+            match handle {
+                Ok(handle) => lock(&runner.workers).push(handle),
+                Err(e) => {
+                    runner.stop(Duration::ZERO);
+                    return Err(e);
+                }
+            }
         }
         let recovery = Arc::clone(&runner);
-        spawn_named("recovery".into(), move || recovery.recover_forever())?;
+        let handle = spawn_named("recovery".into(), move || {
+            recovery.recover_until_stopped(&recovery_sleep)
+        });
+        match handle {
+            Ok(handle) => *lock(&runner.recovery) = Some(handle),
+            Err(e) => {
+                runner.stop(Duration::ZERO);
+                return Err(e);
+            }
+        }
         Ok(runner)
+    }
+
+    /// Stop: no new call is taken, recovery ends, and each worker finishes the
+    /// tool it is running and hands its completion to the store. Workers still
+    /// running a tool after `grace` have their leases released (the call goes
+    /// back to `pending`, audited `released`, for the next process to run) and
+    /// are left to end with the process. Returns the released call ids.
+    /// Idempotent.
+    pub fn stop(&self, grace: Duration) -> Vec<String> {
+        self.stopping.store(true, Ordering::SeqCst);
+        drop(self.lock_in_flight().queue.take());
+        drop(lock(&self.recovery_wake).take());
+        if let Some(recovery) = lock(&self.recovery).take() {
+            let _ = recovery.join();
+        }
+        let deadline = Instant::now() + grace;
+        let workers = std::mem::take(&mut *lock(&self.workers));
+        while Instant::now() < deadline && workers.iter().any(|w| !w.is_finished()) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let released = self.release_running();
+        for worker in workers.into_iter().filter(|w| w.is_finished()) {
+            let _ = worker.join();
+        }
+        released
+    }
+
+    /// Give back the leases of tools still running, so that another process
+    /// may run their calls at once instead of waiting for the leases to expire.
+    fn release_running(&self) -> Vec<String> {
+        let leases: Vec<Lease> = lock(&self.running).drain().map(|(_, l)| l).collect();
+        let mut released = Vec::new();
+        for lease in leases {
+            match self.store.release(&lease) {
+                Ok(Completion::Applied) => released.push(lease.call_id),
+                Ok(Completion::Stale) => {}
+                Err(e) => eprintln!("release {}: {e}", lease.call_id),
+            }
+        }
+        released
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
     }
 
     /// Queue a call unless this process already has it queued or running.
@@ -93,18 +173,20 @@ impl Runner {
         if in_flight.calls.contains_key(call_id) {
             return;
         }
+        let Some(queue) = in_flight.queue.clone() else {
+            // Stopped: the call stays `pending` in the database, the safe place
+            // for it, and the next process runs it.
+            return;
+        };
         in_flight.next_generation += 1;
         let generation = in_flight.next_generation;
         in_flight.calls.insert(call_id.to_string(), generation);
         drop(in_flight);
-        let task = Task {
+        let _ = queue.send(Task {
             call_id: call_id.to_string(),
             generation,
             quick,
-        };
-        // The workers never stop while the process runs; if they somehow did, the
-        // call stays `pending` in the database, which is the safe place for it.
-        let _ = self.queue.send(task);
+        });
     }
 
     /// One pass of recovery: expired leases back to `pending`, then every pending
@@ -128,15 +210,22 @@ impl Runner {
         }
     }
 
-    fn recover_forever(&self) {
-        loop {
-            std::thread::sleep(self.options.recover_interval);
+    /// Recover every `recover_interval` until `stop` drops the other end of
+    /// `sleep`, which wakes this thread at once.
+    fn recover_until_stopped(&self, sleep: &mpsc::Receiver<()>) {
+        while let Err(mpsc::RecvTimeoutError::Timeout) =
+            sleep.recv_timeout(self.options.recover_interval)
+        {
             self.recover_once();
         }
     }
 
     fn work(self: &Arc<Self>, tasks: &Mutex<mpsc::Receiver<Task>>) {
         while let Some(taken) = next_tasks(tasks) {
+            if self.is_stopping() {
+                // Left `pending` in the database for the next process.
+                return taken.iter().for_each(|task| self.finish(task));
+            }
             self.execute(taken);
         }
     }
@@ -175,6 +264,7 @@ impl Runner {
 
     /// Run one claimed call's tool and hand its completion to the store.
     fn run_claimed(self: &Arc<Self>, task: Task, lease: Lease) {
+        lock(&self.running).insert(lease.call_id.clone(), lease.clone());
         let (tool, hooks) = match parse_stored_args(&lease) {
             Ok(parsed) => parsed,
             Err(message) => {
@@ -208,6 +298,11 @@ impl Runner {
         outcome: Outcome,
         crash_after_commit: bool,
     ) {
+        if lock(&self.running).remove(&lease.call_id).is_none() && self.is_stopping() {
+            // The stop's grace period ended and released this lease: the call
+            // is `pending` again; completing it would only be discarded.
+            return self.finish(&task);
+        }
         let runner = Arc::clone(self);
         let (call_id, attempt) = (lease.call_id.clone(), lease.attempt);
         let then = Box::new(move |committed: Result<Completion, StoreError>| {
@@ -227,16 +322,18 @@ impl Runner {
             runner.finish(&task);
         });
         match &outcome {
-            Outcome::Succeeded { result, effect } => {
-                self.store
-                    .succeed_then(&lease, result, effect.as_ref().map(|e| e.amount), then)
-            }
+            Outcome::Succeeded { result, effect } => self.store.succeed_then(
+                &lease,
+                result,
+                effect.as_ref().map(Effect::to_record),
+                then,
+            ),
             Outcome::Failed { error } => self.store.fail_then(&lease, error, then),
         }
     }
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
-        self.in_flight.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.in_flight)
     }
 }
 
@@ -244,7 +341,7 @@ impl Runner {
 /// is already waiting. `None` once the queue is gone. The lock is held only
 /// while waiting for the first.
 fn next_tasks(tasks: &Mutex<mpsc::Receiver<Task>>) -> Option<Vec<Task>> {
-    let queue = tasks.lock().unwrap_or_else(|p| p.into_inner());
+    let queue = lock(tasks);
     let first = queue.recv().ok()?;
     let second = if first.quick {
         queue.try_recv().ok()
@@ -291,7 +388,7 @@ const WAIT_RECHECK: Duration = Duration::from_millis(100);
 
 impl Notifier {
     pub fn notify(&self) {
-        *self.completions.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        *lock(&self.completions) += 1;
         self.changed.notify_all();
     }
 
@@ -303,7 +400,7 @@ impl Notifier {
         mut check: impl FnMut() -> Option<T>,
     ) -> Option<T> {
         loop {
-            let seen = *self.completions.lock().unwrap_or_else(|p| p.into_inner());
+            let seen = *lock(&self.completions);
             if let Some(found) = check() {
                 return Some(found);
             }
@@ -311,7 +408,7 @@ impl Notifier {
             if now >= deadline {
                 return None;
             }
-            let guard = self.completions.lock().unwrap_or_else(|p| p.into_inner());
+            let guard = lock(&self.completions);
             if *guard == seen {
                 let timeout = (deadline - now).min(WAIT_RECHECK);
                 let _ = self.changed.wait_timeout(guard, timeout);

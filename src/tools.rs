@@ -45,6 +45,16 @@ pub struct Effect {
     pub amount: Option<i64>,
 }
 
+impl Effect {
+    /// The `effects` row the store writes for it.
+    pub fn to_record(&self) -> crate::store::NewEffect {
+        crate::store::NewEffect {
+            amount: self.amount,
+            detail: None,
+        }
+    }
+}
+
 /// The longest a `sleep` may run; the lease must exceed it.
 pub const MAX_SLEEP_SECS: f64 = 10.0;
 

@@ -409,7 +409,10 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'idx_%' ORDER BY name",
         0,
     );
-    assert_eq!(index_names, ["idx_calls_client_seq", "idx_calls_status"]);
+    assert_eq!(
+        index_names,
+        ["idx_audit_call", "idx_calls_client_seq", "idx_calls_status"]
+    );
     // The client index is partial (calls without a client_id skip it), and a
     // lookup by client still finds it.
     let plan: String = conn

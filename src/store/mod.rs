@@ -1,0 +1,310 @@
+//! `CallStore`: the only module that speaks SQL. It owns the `calls` state
+//! machine, the lease and fencing rules, the unique constraints, recovery,
+//! the schema and its migrations, and the one place where commits are grouped.
+//!
+//! State machine: `pending → running → succeeded | failed`, and `failed` (when
+//! its error says `retryable`) `→ pending` on a same-key retry. Every transition
+//! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
+//! wins, never an earlier `SELECT`.
+//!
+//! Files: `model` (the types of the API), `sql` (every statement), `writer`
+//! (the group-commit thread and what it does with each SQLite error), `schema`
+//! (DDL, pragmas, migrations), `ids` (call and effect ids, the clock). Reads
+//! (`get`, `find_by_key`, `stats`, ...) use a small pool of separate
+//! connections; WAL lets them run beside the writer.
+//!
+//! **The boundary.** The public API takes and returns the types in `model`,
+//! never a `rusqlite` type, so another backend (PostgreSQL, for several
+//! machines) can implement the same operations without the rest of the crate
+//! changing. What any backend must guarantee:
+//! - `calls.idem_key` and `effects.call_id` are unique constraints, enforced by
+//!   the database, not by a prior read;
+//! - every transition is one conditional update whose affected-row count
+//!   decides (`claim`: `pending`, or `running` with an expired lease; the
+//!   fenced `succeed`/`fail`: `running` under the same `attempt`; the retry
+//!   reset: `failed`); an effect row commits in the same transaction as its
+//!   call's `succeeded`;
+//! - nothing is answered before the transaction that wrote it is durable, and
+//!   an error answer means "retry with the same key", never "it happened";
+//! - lease times are wall-clock seconds comparable across processes.
+//!
+//! This module never runs a tool, and never holds a transaction open across
+//! anything but SQL.
+
+mod ids;
+mod model;
+mod schema;
+mod sql;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+pub use ids::{effect_id_for, now};
+pub use model::{Call, Completion, Created, Lease, NewCall, NewEffect, Stats, Status, WriterStats};
+pub use schema::SCHEMA_VERSION;
+pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
+pub use writer::Then;
+
+use rusqlite::{Connection, ErrorCode};
+use serde_json::Value;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+use writer::Writer;
+
+/// Idle read connections kept for reuse.
+const MAX_IDLE_READERS: usize = 32;
+
+/// Why the store could not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The database is locked past the busy timeout, full, read-only, or failing
+    /// I/O: nothing was changed, and the same request may succeed later.
+    Unavailable(String),
+    /// Anything else; a bug or a corrupt file.
+    Internal(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(m) => write!(f, "database unavailable: {m}"),
+            StoreError::Internal(m) => write!(f, "database error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        let transient = matches!(
+            e.sqlite_error_code(),
+            Some(
+                ErrorCode::DatabaseBusy
+                    | ErrorCode::DatabaseLocked
+                    | ErrorCode::DiskFull
+                    | ErrorCode::ReadOnly
+                    | ErrorCode::SystemIoFailure
+                    | ErrorCode::CannotOpen
+                    | ErrorCode::OutOfMemory
+            )
+        );
+        if transient {
+            StoreError::Unavailable(e.to_string())
+        } else {
+            StoreError::Internal(e.to_string())
+        }
+    }
+}
+
+/// Connection settings shared by the writer and the readers.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub busy_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The SQLite-backed call store. Cheap to share behind an `Arc`.
+pub struct CallStore {
+    path: PathBuf,
+    options: StoreOptions,
+    /// The writer thread; every write goes through it.
+    writer: Writer,
+    readers: Mutex<Vec<Connection>>,
+    /// Whether `idx_calls_status` holds `attempt` (not in databases made by
+    /// the seed's DDL or an earlier version), which decides how `stats` counts.
+    status_index_has_attempt: bool,
+}
+
+impl CallStore {
+    /// Open (creating if absent) the database, bring its schema up to date, and
+    /// start its writer thread.
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Arc<CallStore>, StoreError> {
+        let conn = schema::open_writer(path, &options)?;
+        let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
+        let writer =
+            Writer::start(conn).map_err(|e| StoreError::Internal(format!("spawn writer: {e}")))?;
+        Ok(Arc::new(CallStore {
+            path: path.to_path_buf(),
+            options,
+            writer,
+            readers: Mutex::new(Vec::new()),
+            status_index_has_attempt,
+        }))
+    }
+
+    /// Commit every write already queued, then stop the writer thread and join
+    /// it. Later writes are answered `Unavailable`. Idempotent.
+    pub fn stop(&self) {
+        self.writer.stop();
+        crate::sync::lock(&self.readers).clear();
+    }
+
+    /// Create the key's call, or return the one it already has. Runs in the
+    /// writer's `BEGIN IMMEDIATE` transaction, so the lookup and the insert cannot
+    /// interleave with another writer; `calls.idem_key UNIQUE` backs it up.
+    pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
+        self.write(sql::create_or_get_op(new))
+    }
+
+    /// Take the lease on a call for one attempt. Only one claimer can win: the
+    /// conditional `UPDATE` matches a `pending` row, or a `running` row whose
+    /// lease has expired, and its row count decides.
+    pub fn claim(
+        &self,
+        call_id: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
+        let mut leases = self.claim_many(&[call_id.to_string()], owner, lease)?;
+        Ok(leases.pop().flatten())
+    }
+
+    /// `claim` for several calls as one operation in the writer's queue. Each
+    /// call is still won or lost by its own conditional `UPDATE`; the answers
+    /// come in the order of `call_ids`.
+    pub fn claim_many(
+        &self,
+        call_ids: &[String],
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Option<Lease>>, StoreError> {
+        let call_ids = call_ids.to_vec();
+        let owner = owner.to_string();
+        self.write(move |conn| {
+            let now = now();
+            let lease_until = now + lease.as_secs_f64();
+            call_ids
+                .iter()
+                .map(|call_id| sql::claim_one(conn, call_id, &owner, now, lease_until))
+                .collect()
+        })
+    }
+
+    /// Record success, fenced by the lease: the effect row (if the tool wrote
+    /// one) and the `succeeded` update commit together, and only if this lease's
+    /// attempt still owns the call. `effects.call_id UNIQUE` is the last gate:
+    /// however many attempts succeed, one call has at most one effect. Does not
+    /// wait: a worker hands its completion over and takes its next call while
+    /// the commit is grouped with others; `then` learns the outcome.
+    pub fn succeed_then(
+        &self,
+        lease: &Lease,
+        result: &Value,
+        effect: Option<NewEffect>,
+        then: Then<Completion>,
+    ) {
+        self.writer.submit(
+            sql::succeed_op(lease.clone(), result.to_string(), effect),
+            then,
+        )
+    }
+
+    /// Record failure, fenced like `succeed_then`; does not wait either.
+    pub fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        self.writer
+            .submit(sql::fail_op(lease.clone(), error.to_string()), then)
+    }
+
+    /// Give back a lease whose tool is still running when this process stops:
+    /// the call returns to `pending` (audited `released`) unless the lease was
+    /// already lost, in which case nothing changes (`Stale`).
+    pub fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
+        self.write(sql::release_op(lease.clone()))
+    }
+
+    /// Return `running` calls whose lease has expired to `pending`, and name them.
+    /// Live leases are left alone: their owner may still be executing (another
+    /// process on the same file), and the effect would then run twice.
+    pub fn recover(&self) -> Result<Vec<String>, StoreError> {
+        if !self.read(sql::has_expired_leases)? {
+            return Ok(Vec::new());
+        }
+        self.write(sql::recover_expired)
+    }
+
+    /// Up to `limit` `pending` calls, oldest first.
+    pub fn pending_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.read(|conn| sql::pending_ids(conn, limit))
+    }
+
+    pub fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
+        self.read(|conn| sql::select_call(conn, call_id))
+    }
+
+    /// The key's call as last committed. Used for the fast path of a same-key
+    /// retry: `idem_key` and `fingerprint` never change once written, so a
+    /// committed row is a safe answer without taking the write lock.
+    pub fn find_by_key(&self, idem_key: &str) -> Result<Option<Call>, StoreError> {
+        self.read(|conn| sql::select_call_by_key(conn, idem_key))
+    }
+
+    pub fn stats(&self) -> Result<Stats, StoreError> {
+        self.read(|conn| {
+            // One read transaction, so the counts describe one moment even while
+            // the writer commits between the queries (each would otherwise see
+            // its own snapshot, and the statuses could outnumber the calls).
+            let snapshot = conn.unchecked_transaction()?;
+            let (calls, by_status, attempts) = if self.status_index_has_attempt {
+                sql::count_calls_in_status_index(conn)?
+            } else {
+                sql::count_calls_in_table(conn)?
+            };
+            let effects = sql::count_effects(conn)?;
+            snapshot.commit()?;
+            Ok(Stats {
+                calls,
+                effects,
+                by_status,
+                attempts,
+                writer: self.writer.stats(),
+            })
+        })
+    }
+
+    /// Queue `op` for the writer and wait until its batch has committed.
+    fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
+        self.writer.submit(
+            op,
+            Box::new(move |outcome| {
+                // The caller may have gone (its thread ended); nothing to tell.
+                let _ = caller.send(outcome);
+            }),
+        );
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
+    }
+
+    /// Run `op` on a pooled read connection.
+    fn read<T>(
+        &self,
+        op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let pooled = crate::sync::lock(&self.readers).pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => schema::open_connection(&self.path, &self.options)?,
+        };
+        let result = op(&conn).map_err(StoreError::from);
+        let mut idle = crate::sync::lock(&self.readers);
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+}

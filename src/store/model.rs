@@ -1,0 +1,275 @@
+//! The store's vocabulary: the types its public API takes and returns. They
+//! are plain data — no SQLite type appears here, so a second backend can
+//! produce the same values — and they decide nothing: every transition is
+//! decided by the store's conditional statements.
+
+use super::ids::effect_id_for;
+use serde_json::{json, Map, Value};
+
+/// Where a call is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+        }
+    }
+
+    pub(super) fn parse(s: &str) -> Status {
+        match s {
+            "pending" => Status::Pending,
+            "running" => Status::Running,
+            "succeeded" => Status::Succeeded,
+            _ => Status::Failed,
+        }
+    }
+
+    /// `succeeded` and `failed` are never executed again (a retryable failure is
+    /// first reset to `pending` by its client's retry).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Succeeded | Status::Failed)
+    }
+}
+
+/// One row of `calls`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub call_id: String,
+    pub idem_key: String,
+    pub fingerprint: String,
+    pub client_id: Option<String>,
+    pub seq: Option<i64>,
+    pub tool: String,
+    pub args_json: String,
+    pub status: Status,
+    pub result: Option<Value>,
+    pub error: Option<Value>,
+    /// How many times a worker has claimed this call.
+    pub attempt: i64,
+    /// Wall-clock seconds until which the current `owner` may execute.
+    pub lease_until: Option<f64>,
+    /// `pid:thread` of the worker holding the lease.
+    pub owner: Option<String>,
+    /// `eff_` + the call id's 16 hex: the same on every attempt.
+    pub effect_id: String,
+    pub created_at: f64,
+    pub updated_at: f64,
+}
+
+impl Call {
+    /// A failure whose error says the client may retry it with the same key.
+    pub fn is_retryable_failure(&self) -> bool {
+        self.status == Status::Failed
+            && self
+                .error
+                .as_ref()
+                .and_then(|e| e.get("retryable"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+    }
+
+    /// Whether the call can never change again: `succeeded`, or a failure its
+    /// client may not retry.
+    pub fn is_settled(&self) -> bool {
+        self.status == Status::Succeeded
+            || (self.status == Status::Failed && !self.is_retryable_failure())
+    }
+
+    /// The row `insert_call` writes, built here so it need not be read back.
+    pub(super) fn pending(call_id: String, new: NewCall, now: f64) -> Call {
+        Call {
+            effect_id: effect_id_for(&call_id),
+            call_id,
+            idem_key: new.idem_key,
+            fingerprint: new.fingerprint,
+            client_id: new.client_id,
+            seq: new.seq,
+            tool: new.tool,
+            args_json: new.args_json,
+            status: Status::Pending,
+            result: None,
+            error: None,
+            attempt: 0,
+            lease_until: None,
+            owner: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// The JSON the API returns.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "idem_key": self.idem_key,
+            "tool": self.tool,
+            "args": serde_json::from_str::<Value>(&self.args_json).unwrap_or(Value::Null),
+            "client_id": self.client_id,
+            "seq": self.seq,
+            "status": self.status.as_str(),
+            "attempt": self.attempt,
+            "result": self.result,
+            "error": self.error,
+            "effect_id": self.effect_id,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "query_url": format!("/v1/tool-calls/{}", self.call_id),
+        })
+    }
+}
+
+/// A request to create a call, already validated and fingerprinted.
+#[derive(Debug, Clone)]
+pub struct NewCall {
+    pub idem_key: String,
+    pub fingerprint: String,
+    pub tool: String,
+    /// Canonical JSON of the args as sent (chaos hooks included).
+    pub args_json: String,
+    pub client_id: Option<String>,
+    pub seq: Option<i64>,
+}
+
+/// The local record of a side effect, written with its call's `succeeded`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NewEffect {
+    /// The amount, for `charge`.
+    pub amount: Option<i64>,
+    /// What the downstream said (its status and a body excerpt, or a
+    /// command's exit code), as JSON.
+    pub detail: Option<Value>,
+}
+
+/// What `create_or_get` found or did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// A new `pending` call: submit it.
+    New(Call),
+    /// The key's call, untouched: never execute it again.
+    Existing(Call),
+    /// A retryable failure reset to `pending`: submit it.
+    RetryReset(Call),
+    /// The key belongs to a request with another fingerprint.
+    Conflict(Call),
+}
+
+/// The right to execute one attempt of a call, held until `lease_until`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub call_id: String,
+    /// The attempt number this lease fences: completions apply only while the
+    /// row still has this attempt and is `running`.
+    pub attempt: i64,
+    pub tool: String,
+    pub args_json: String,
+    pub effect_id: String,
+    pub lease_until: f64,
+}
+
+/// Whether a fenced completion took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    Applied,
+    /// The lease was lost (another attempt took over, or the call is terminal):
+    /// the completion was discarded and audited as `stale_completion`.
+    Stale,
+}
+
+/// What `/stats` reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    pub calls: i64,
+    pub effects: i64,
+    pub by_status: Vec<(String, i64)>,
+    pub attempts: Vec<(i64, i64)>,
+    /// This process's writer since it started.
+    pub writer: WriterStats,
+}
+
+/// How well this process's writes are grouped, and where the writer's time
+/// goes: running operations, or committing them (the fsync). Cumulative since
+/// the store opened; the bench reports the difference across a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Transactions committed (or rolled back).
+    pub batches: u64,
+    /// Operations those transactions carried.
+    pub ops: u64,
+    /// Microseconds spent running operations inside the transactions.
+    pub run_us: u64,
+    /// Microseconds spent in `COMMIT`: writing the WAL and syncing it, plus the
+    /// checkpoint SQLite runs inside it about every 1,000 WAL pages.
+    pub commit_us: u64,
+}
+
+impl WriterStats {
+    pub fn to_json(self) -> Value {
+        json!({"batches": self.batches, "ops": self.ops, "run_us": self.run_us, "commit_us": self.commit_us})
+    }
+
+    /// Read back what `to_json` wrote (a missing field counts as 0).
+    pub fn from_json(v: &Value) -> WriterStats {
+        let field = |name: &str| v[name].as_u64().unwrap_or(0);
+        WriterStats {
+            batches: field("batches"),
+            ops: field("ops"),
+            run_us: field("run_us"),
+            commit_us: field("commit_us"),
+        }
+    }
+
+    /// The work done since `earlier`, a snapshot of the same writer.
+    pub fn since(self, earlier: WriterStats) -> WriterStats {
+        WriterStats {
+            batches: self.batches.saturating_sub(earlier.batches),
+            ops: self.ops.saturating_sub(earlier.ops),
+            run_us: self.run_us.saturating_sub(earlier.run_us),
+            commit_us: self.commit_us.saturating_sub(earlier.commit_us),
+        }
+    }
+
+    /// How many operations each commit carried.
+    pub fn ops_per_batch(self) -> f64 {
+        self.ops as f64 / self.batches.max(1) as f64
+    }
+
+    pub fn run_us_per_op(self) -> f64 {
+        self.run_us as f64 / self.ops.max(1) as f64
+    }
+
+    pub fn commit_ms_per_batch(self) -> f64 {
+        self.commit_us as f64 / 1000.0 / self.batches.max(1) as f64
+    }
+}
+
+impl Stats {
+    pub fn to_json(&self) -> Value {
+        let by_status: Map<String, Value> = self
+            .by_status
+            .iter()
+            .map(|(s, n)| (s.clone(), json!(n)))
+            .collect();
+        let attempts: Map<String, Value> = self
+            .attempts
+            .iter()
+            .map(|(a, n)| (a.to_string(), json!(n)))
+            .collect();
+        json!({
+            "calls": self.calls,
+            "effects": self.effects,
+            "by_status": by_status,
+            "attempts": attempts,
+            "writer": self.writer.to_json(),
+        })
+    }
+}

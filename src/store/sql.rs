@@ -1,0 +1,399 @@
+//! Every statement the store runs, each beside the rule it implements. The
+//! functions here run on a connection they are given, inside a transaction
+//! the caller owns (the writer's batch, or a reader's snapshot); they never
+//! begin, commit or roll back one themselves, and never run a tool.
+//!
+//! Transitions are conditional `UPDATE`s whose row count decides: a `SELECT`
+//! before them is only ever a shortcut, never the decision.
+
+use super::ids::{effect_id_for, new_call_id, now};
+use super::model::{Call, Completion, Created, Lease, NewCall, NewEffect, Status};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+const CALL_COLUMNS: &str = "call_id, idem_key, fingerprint, client_id, seq, tool, args_json, \
+     status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at";
+
+pub(super) fn create_or_get_op(
+    new: NewCall,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Created> + Send + 'static {
+    move |conn| {
+        let now = now();
+        if let Some(existing) = select_call_by_key(conn, &new.idem_key)? {
+            return resolve_existing(conn, existing, &new.fingerprint, now);
+        }
+        let call = insert_call(conn, new, now)?;
+        audit(conn, now, &call.call_id, "created", &call.tool)?;
+        Ok(Created::New(call))
+    }
+}
+
+pub(super) fn claim_one(
+    conn: &Connection,
+    call_id: &str,
+    owner: &str,
+    now: f64,
+    lease_until: f64,
+) -> rusqlite::Result<Option<Lease>> {
+    let lease = conn
+        .prepare_cached(
+            "UPDATE calls
+                SET status = 'running', attempt = attempt + 1,
+                    lease_until = ?1, owner = ?2, updated_at = ?3
+              WHERE call_id = ?4
+                AND (status = 'pending' OR (status = 'running' AND lease_until <= ?3))
+          RETURNING attempt, tool, args_json, effect_id",
+        )?
+        .query_row(params![lease_until, owner, now, call_id], |r| {
+            Ok(Lease {
+                call_id: call_id.to_string(),
+                attempt: r.get(0)?,
+                tool: r.get(1)?,
+                args_json: r.get(2)?,
+                effect_id: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                lease_until,
+            })
+        })
+        .optional()?;
+    if let Some(lease) = &lease {
+        let detail = format!("{owner} attempt={}", lease.attempt);
+        audit(conn, now, call_id, "claimed", &detail)?;
+    }
+    Ok(lease)
+}
+
+pub(super) fn succeed_op(
+    lease: Lease,
+    result: String,
+    effect: Option<NewEffect>,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
+    move |conn| {
+        let now = now();
+        if !finish_fenced(conn, now, &lease, Status::Succeeded, Some(&result), None)? {
+            return discard_stale(conn, now, &lease, "succeeded");
+        }
+        if let Some(effect) = effect {
+            let detail = effect.detail.map(|d| d.to_string());
+            conn.prepare_cached(
+                "INSERT OR IGNORE INTO effects (effect_id, call_id, tool, amount, detail, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                lease.effect_id,
+                lease.call_id,
+                lease.tool,
+                effect.amount,
+                detail,
+                now
+            ])?;
+        }
+        audit(conn, now, &lease.call_id, "succeeded", &lease.effect_id)?;
+        Ok(Completion::Applied)
+    }
+}
+
+pub(super) fn fail_op(
+    lease: Lease,
+    error: String,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
+    move |conn| {
+        let now = now();
+        if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
+            return discard_stale(conn, now, &lease, "failed");
+        }
+        audit(conn, now, &lease.call_id, "failed", &error)?;
+        Ok(Completion::Applied)
+    }
+}
+
+/// The fence. A terminal update applies only while the call is still `running`
+/// under the attempt this lease claimed; a worker whose lease was taken over
+/// (it paused, its lease expired, recovery re-queued the call) changes nothing.
+/// Returns whether the update applied.
+fn finish_fenced(
+    conn: &Connection,
+    now: f64,
+    lease: &Lease,
+    status: Status,
+    result_json: Option<&str>,
+    error_json: Option<&str>,
+) -> rusqlite::Result<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls
+                SET status = ?1, result_json = ?2, error_json = ?3,
+                    lease_until = NULL, owner = NULL, updated_at = ?4
+              WHERE call_id = ?5 AND status = 'running' AND attempt = ?6",
+        )?
+        .execute(params![
+            status.as_str(),
+            result_json,
+            error_json,
+            now,
+            lease.call_id,
+            lease.attempt
+        ])?;
+    Ok(changed == 1)
+}
+
+/// Calls in all, by status, and by attempt.
+pub(super) type CallCounts = (i64, Vec<(String, i64)>, Vec<(i64, i64)>);
+
+/// The query behind `count_calls_in_status_index` (public for the test that
+/// checks its plan).
+pub const COUNT_CALLS_IN_STATUS_INDEX: &str =
+    "SELECT status, attempt, count(*) FROM calls GROUP BY status, lease_until, attempt";
+
+/// One pass over `idx_calls_status`, grouped in the index's own order so no
+/// sort is needed: one row per (status, lease_until, attempt), which is a
+/// handful of rows plus one per running call, summed here.
+pub(super) fn count_calls_in_status_index(conn: &Connection) -> rusqlite::Result<CallCounts> {
+    let (mut calls, mut by_status, mut attempts) = (0, BTreeMap::new(), BTreeMap::new());
+    let mut stmt = conn.prepare_cached(COUNT_CALLS_IN_STATUS_INDEX)?;
+    let mut rows = stmt.query([])?;
+    while let Some(row) = rows.next()? {
+        let (status, attempt, n): (String, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        calls += n;
+        *by_status.entry(status).or_insert(0) += n;
+        *attempts.entry(attempt).or_insert(0) += n;
+    }
+    Ok((
+        calls,
+        by_status.into_iter().collect(),
+        attempts.into_iter().collect(),
+    ))
+}
+
+/// The same counts where `idx_calls_status` lacks `attempt`: the table is scanned.
+pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCounts> {
+    let calls = conn.query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
+    let by_status = conn
+        .prepare_cached("SELECT status, count(*) FROM calls GROUP BY status ORDER BY status")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let attempts = conn
+        .prepare_cached("SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok((calls, by_status, attempts))
+}
+
+/// Insert a `pending` call under a fresh id and return the row as written;
+/// another process may have drawn the same id, so a primary-key collision
+/// draws again.
+fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Call> {
+    let mut call = Call::pending(new_call_id(), new, now);
+    let mut attempts_left = 8;
+    loop {
+        let inserted = conn
+            .prepare_cached(
+                "INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
+                                    status, attempt, effect_id, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
+            )?
+            .execute(params![
+                call.call_id,
+                call.idem_key,
+                call.fingerprint,
+                call.client_id,
+                call.seq,
+                call.tool,
+                call.args_json,
+                call.effect_id,
+                now
+            ]);
+        match inserted {
+            Ok(_) => return Ok(call),
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
+                    && attempts_left > 0 =>
+            {
+                attempts_left -= 1;
+                call.call_id = new_call_id();
+                call.effect_id = effect_id_for(&call.call_id);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn resolve_existing(
+    conn: &Connection,
+    existing: Call,
+    fingerprint: &str,
+    now: f64,
+) -> rusqlite::Result<Created> {
+    if existing.fingerprint != fingerprint {
+        return Ok(Created::Conflict(existing));
+    }
+    if !existing.is_retryable_failure() {
+        return Ok(Created::Existing(existing));
+    }
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls
+                SET status = 'pending', result_json = NULL, error_json = NULL,
+                    lease_until = NULL, owner = NULL, updated_at = ?1
+              WHERE call_id = ?2 AND status = 'failed'",
+        )?
+        .execute(params![now, existing.call_id])?;
+    if changed == 0 {
+        return Ok(Created::Existing(existing));
+    }
+    let detail = format!("after attempt {}", existing.attempt);
+    audit(conn, now, &existing.call_id, "retry_reset", &detail)?;
+    let call = select_call(conn, &existing.call_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    Ok(Created::RetryReset(call))
+}
+
+fn discard_stale(
+    conn: &Connection,
+    now: f64,
+    lease: &Lease,
+    outcome: &str,
+) -> rusqlite::Result<Completion> {
+    let detail = format!("attempt {} would have {outcome}; discarded", lease.attempt);
+    audit(conn, now, &lease.call_id, "stale_completion", &detail)?;
+    Ok(Completion::Stale)
+}
+
+fn audit(
+    conn: &Connection,
+    now: f64,
+    call_id: &str,
+    event: &str,
+    detail: &str,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT INTO audit (ts, call_id, event, detail) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![now, call_id, event, detail])?;
+    Ok(())
+}
+
+pub(super) fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Call>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1"
+    ))?
+    .query_row(params![call_id], call_from_row)
+    .optional()
+}
+
+pub(super) fn select_call_by_key(
+    conn: &Connection,
+    idem_key: &str,
+) -> rusqlite::Result<Option<Call>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CALL_COLUMNS} FROM calls WHERE idem_key = ?1"
+    ))?
+    .query_row(params![idem_key], call_from_row)
+    .optional()
+}
+
+/// One `calls` row, in `CALL_COLUMNS` order.
+fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
+    let json_col = |i: usize| -> rusqlite::Result<Option<Value>> {
+        Ok(row
+            .get::<_, Option<String>>(i)?
+            .and_then(|s| serde_json::from_str(&s).ok()))
+    };
+    Ok(Call {
+        call_id: row.get(0)?,
+        idem_key: row.get(1)?,
+        fingerprint: row.get(2)?,
+        client_id: row.get(3)?,
+        seq: row.get(4)?,
+        tool: row.get(5)?,
+        args_json: row.get(6)?,
+        status: Status::parse(&row.get::<_, String>(7)?),
+        result: json_col(8)?,
+        error: json_col(9)?,
+        attempt: row.get(10)?,
+        lease_until: row.get(11)?,
+        owner: row.get(12)?,
+        effect_id: row.get::<_, Option<String>>(13)?.unwrap_or_default(),
+        created_at: row.get(14)?,
+        updated_at: row.get(15)?,
+    })
+}
+
+/// Give a lease back before it expires (a stopping process whose tool is
+/// still running): the call returns to `pending`, fenced like a completion,
+/// so that another process runs it at once with the same `effect_id`.
+pub(super) fn release_op(
+    lease: Lease,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
+    move |conn| {
+        let now = now();
+        let changed = conn
+            .prepare_cached(
+                "UPDATE calls
+                    SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
+                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
+            )?
+            .execute(params![now, lease.call_id, lease.attempt])?;
+        if changed == 0 {
+            return Ok(Completion::Stale);
+        }
+        let detail = format!("attempt {} released by a stopping process", lease.attempt);
+        audit(conn, now, &lease.call_id, "released", &detail)?;
+        Ok(Completion::Applied)
+    }
+}
+
+/// Return `running` calls whose lease has expired to `pending`, naming each
+/// with the owner whose lease it was. The owners are read first, inside the
+/// same write transaction (`RETURNING` would give the value after the `SET`);
+/// each row is then moved by its own conditional `UPDATE`, whose row count
+/// decides.
+pub(super) fn recover_expired(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let now = now();
+    let expired: Vec<(String, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT call_id, owner FROM calls
+              WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1)",
+        )?
+        .query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut recovered = Vec::with_capacity(expired.len());
+    for (call_id, owner) in expired {
+        let changed = conn
+            .prepare_cached(
+                "UPDATE calls
+                    SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
+                  WHERE call_id = ?2 AND status = 'running'
+                    AND (lease_until IS NULL OR lease_until <= ?1)",
+            )?
+            .execute(params![now, call_id])?;
+        if changed == 1 {
+            let detail = format!("lease expired (owner {})", owner.as_deref().unwrap_or("-"));
+            audit(conn, now, &call_id, "recover", &detail)?;
+            recovered.push(call_id);
+        }
+    }
+    Ok(recovered)
+}
+
+/// Whether any `running` call's lease has expired: a cheap read that spares
+/// the writer a transaction when there is nothing to recover.
+pub(super) fn has_expired_leases(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM calls
+                         WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1))",
+    )?
+    .query_row(params![now()], |r| r.get(0))
+}
+
+/// Up to `limit` `pending` calls, oldest first.
+pub(super) fn pending_ids(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<String>> {
+    conn.prepare_cached(
+        // Index order (status, lease_until, rowid) is creation order for
+        // pending rows, so no sort is needed.
+        "SELECT call_id FROM calls WHERE status = 'pending' ORDER BY lease_until, rowid LIMIT ?1",
+    )?
+    .query_map(params![limit as i64], |r| r.get(0))?
+    .collect()
+}
+
+pub(super) fn count_effects(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("SELECT count(*) FROM effects", [], |r| r.get(0))
+}

@@ -1,0 +1,629 @@
+//! The store's own tests: transitions, fencing, recovery, group commit and
+//! what it does when SQLite ends a transaction early, migrations.
+
+use super::sql::create_or_get_op;
+use super::*;
+use serde_json::json;
+
+/// `succeed_then`, waiting for the commit.
+fn succeed(
+    store: &CallStore,
+    lease: &Lease,
+    result: &Value,
+    effect: Option<NewEffect>,
+) -> Result<Completion, StoreError> {
+    let (tx, rx) = mpsc::channel();
+    store.succeed_then(
+        lease,
+        result,
+        effect,
+        Box::new(move |r| tx.send(r).unwrap()),
+    );
+    rx.recv().unwrap()
+}
+
+/// `fail_then`, waiting for the commit.
+fn fail(store: &CallStore, lease: &Lease, error: &Value) -> Result<Completion, StoreError> {
+    let (tx, rx) = mpsc::channel();
+    store.fail_then(lease, error, Box::new(move |r| tx.send(r).unwrap()));
+    rx.recv().unwrap()
+}
+
+fn charged(amount: i64) -> Option<NewEffect> {
+    Some(NewEffect {
+        amount: Some(amount),
+        detail: None,
+    })
+}
+
+struct TempDb {
+    dir: PathBuf,
+}
+
+impl TempDb {
+    fn new(name: &str) -> TempDb {
+        let dir = std::env::temp_dir().join(format!(
+            "idem-store-{name}-{}-{}",
+            std::process::id(),
+            now()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDb { dir }
+    }
+    fn path(&self) -> PathBuf {
+        self.dir.join("t.db")
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn new_call(key: &str, fp: &str) -> NewCall {
+    NewCall {
+        idem_key: key.into(),
+        fingerprint: fp.into(),
+        tool: "charge".into(),
+        args_json: r#"{"amount":1}"#.into(),
+        client_id: None,
+        seq: None,
+    }
+}
+
+fn created_call(c: Created) -> Call {
+    match c {
+        Created::New(c) | Created::Existing(c) | Created::RetryReset(c) | Created::Conflict(c) => c,
+    }
+}
+
+fn effects(store: &CallStore) -> i64 {
+    store.stats().unwrap().effects
+}
+
+fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
+    let conn = Connection::open(db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT event FROM audit WHERE call_id = ?1 ORDER BY id")
+        .unwrap();
+    stmt.query_map([call_id], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// A new database's status index covers `attempt`, so `stats` counts from
+/// it; one made by the seed's DDL does not, and `stats` scans the table.
+#[test]
+fn stats_counts_from_the_status_index_only_where_it_has_attempt() -> Result<(), StoreError> {
+    let new = TempDb::new("status-index-new");
+    assert!(CallStore::open(&new.path(), StoreOptions::default())?.status_index_has_attempt);
+    let seed = TempDb::new("status-index-seed");
+    Connection::open(seed.path())?.execute_batch(
+        "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE,
+           fingerprint TEXT NOT NULL, client_id TEXT, seq INTEGER, tool TEXT NOT NULL,
+           args_json TEXT NOT NULL, status TEXT NOT NULL, result_json TEXT, error_json TEXT,
+           attempt INTEGER NOT NULL DEFAULT 0, lease_until REAL, owner TEXT, effect_id TEXT,
+           created_at REAL NOT NULL, updated_at REAL NOT NULL);
+         CREATE INDEX idx_calls_status ON calls(status, lease_until);",
+    )?;
+    assert!(!CallStore::open(&seed.path(), StoreOptions::default())?.status_index_has_attempt);
+    Ok(())
+}
+
+#[test]
+fn same_key_gives_one_call_and_other_fingerprint_conflicts() -> Result<(), StoreError> {
+    let db = TempDb::new("same-key");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let first = store.create_or_get(new_call("k", "fp1"))?;
+    assert!(matches!(first, Created::New(_)));
+    let again = store.create_or_get(new_call("k", "fp1"))?;
+    assert!(matches!(again, Created::Existing(_)));
+    assert_eq!(
+        created_call(first.clone()).call_id,
+        created_call(again).call_id
+    );
+    assert!(matches!(
+        store.create_or_get(new_call("k", "fp2"))?,
+        Created::Conflict(_)
+    ));
+    let call = created_call(first);
+    assert!(call.call_id.starts_with("c_") && call.call_id.len() == 18);
+    assert_eq!(call.effect_id, effect_id_for(&call.call_id));
+    Ok(())
+}
+
+/// The writer's counters survive the trip through `/stats` JSON, and the
+/// difference of two snapshots is the work done between them.
+#[test]
+fn writer_stats_round_trip_and_difference() {
+    let earlier = WriterStats {
+        batches: 2,
+        ops: 5,
+        run_us: 100,
+        commit_us: 900,
+    };
+    let later = WriterStats {
+        batches: 6,
+        ops: 25,
+        run_us: 700,
+        commit_us: 4_900,
+    };
+    assert_eq!(WriterStats::from_json(&later.to_json()), later);
+    let run = later.since(earlier);
+    assert_eq!((run.batches, run.ops), (4, 20));
+    assert_eq!(run.ops_per_batch(), 5.0);
+    assert_eq!(run.run_us_per_op(), 30.0);
+    assert_eq!(run.commit_ms_per_batch(), 1.0);
+}
+
+/// Several claims in one operation are decided one by one: a call under a
+/// live lease is refused while the others are taken, answers in order.
+#[test]
+fn claim_many_decides_each_call_on_its_own() -> Result<(), StoreError> {
+    let db = TempDb::new("claim-many");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let ids: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|k| Ok(created_call(store.create_or_get(new_call(k, "fp"))?).call_id))
+        .collect::<Result<_, StoreError>>()?;
+    let held = store.claim(&ids[1], "1:other", Duration::from_secs(30))?;
+    assert!(held.is_some());
+    let leases = store.claim_many(&ids, "1:w", Duration::from_secs(30))?;
+    let won: Vec<Option<&str>> = leases
+        .iter()
+        .map(|l| l.as_ref().map(|l| l.call_id.as_str()))
+        .collect();
+    assert_eq!(won, [Some(ids[0].as_str()), None, Some(ids[2].as_str())]);
+    assert!(leases.iter().flatten().all(|l| l.attempt == 1));
+    assert_eq!(audit_events(&db.path(), &ids[0]), ["created", "claimed"]);
+    assert_eq!(audit_events(&db.path(), &ids[1]), ["created", "claimed"]);
+    Ok(())
+}
+
+#[test]
+fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), StoreError> {
+    let db = TempDb::new("fence");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let call = created_call(store.create_or_get(new_call("k", "fp"))?);
+    // A zero-length lease expires at once, as after a long pause.
+    let a = store
+        .claim(&call.call_id, "1:a", Duration::ZERO)?
+        .expect("first claim");
+    assert_eq!(a.attempt, 1);
+    let b = store
+        .claim(&call.call_id, "1:b", Duration::from_secs(30))?
+        .expect("an expired lease can be taken over");
+    assert_eq!(b.attempt, 2);
+    assert_eq!(
+        store.claim(&call.call_id, "1:c", Duration::from_secs(30))?,
+        None
+    );
+
+    assert_eq!(
+        succeed(&store, &b, &json!({"by": "b"}), charged(1))?,
+        Completion::Applied
+    );
+    assert_eq!(
+        succeed(&store, &a, &json!({"by": "a"}), charged(1))?,
+        Completion::Stale
+    );
+    assert_eq!(
+        fail(&store, &a, &json!({"retryable": true}))?,
+        Completion::Stale
+    );
+    let after = store.get(&call.call_id)?.unwrap();
+    assert_eq!(after.status, Status::Succeeded);
+    assert_eq!(after.result, Some(json!({"by": "b"})));
+    assert_eq!(effects(&store), 1);
+    assert_eq!(
+        audit_events(&db.path(), &call.call_id),
+        [
+            "created",
+            "claimed",
+            "claimed",
+            "succeeded",
+            "stale_completion",
+            "stale_completion"
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
+    let db = TempDb::new("recover");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let expired = created_call(store.create_or_get(new_call("a", "fp"))?);
+    let live = created_call(store.create_or_get(new_call("b", "fp"))?);
+    let done = created_call(store.create_or_get(new_call("c", "fp"))?);
+    store
+        .claim(&expired.call_id, "1:x", Duration::ZERO)?
+        .unwrap();
+    store
+        .claim(&live.call_id, "1:y", Duration::from_secs(30))?
+        .unwrap();
+    let lease = store.claim(&done.call_id, "1:z", Duration::ZERO)?.unwrap();
+    succeed(&store, &lease, &json!({}), None)?;
+
+    assert_eq!(store.recover()?, vec![expired.call_id.clone()]);
+    assert_eq!(
+        store.get(&expired.call_id)?.unwrap().status,
+        Status::Pending
+    );
+    assert_eq!(store.get(&live.call_id)?.unwrap().status, Status::Running);
+    assert_eq!(store.get(&done.call_id)?.unwrap().status, Status::Succeeded);
+    assert_eq!(store.pending_ids(10)?, vec![expired.call_id]);
+    assert!(store.recover()?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn retryable_failure_is_reset_by_same_key_and_permanent_one_is_not() -> Result<(), StoreError> {
+    let db = TempDb::new("retry");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    for (key, retryable) in [("r", true), ("p", false)] {
+        let call = created_call(store.create_or_get(new_call(key, "fp"))?);
+        let lease = store
+            .claim(&call.call_id, "1:w", Duration::from_secs(30))?
+            .unwrap();
+        fail(
+            &store,
+            &lease,
+            &json!({"code": "tool_failed", "retryable": retryable}),
+        )?;
+        let again = store.create_or_get(new_call(key, "fp"))?;
+        if retryable {
+            assert!(matches!(&again, Created::RetryReset(c) if c.status == Status::Pending));
+        } else {
+            assert!(matches!(&again, Created::Existing(c) if c.status == Status::Failed));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn many_threads_same_key_share_one_call() -> Result<(), StoreError> {
+    let db = TempDb::new("threads");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                s.spawn(|| created_call(store.create_or_get(new_call("k", "fp")).unwrap()).call_id)
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(ids.iter().all(|id| id == &ids[0]));
+    assert_eq!(store.stats()?.calls, 1);
+    Ok(())
+}
+
+/// Holds the writer inside a batch until released, so that everything
+/// queued meanwhile is committed together in the next batch.
+fn hold_writer(store: &CallStore) -> mpsc::Sender<()> {
+    let (entered, is_inside) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    store.writer.submit(
+        move |_conn: &Connection| {
+            entered.send(()).unwrap();
+            let _ = released.recv();
+            Ok(())
+        },
+        Box::new(|_| {}),
+    );
+    is_inside.recv().unwrap();
+    release
+}
+
+type Answers = mpsc::Receiver<(String, Result<Created, StoreError>)>;
+
+/// Queue a create for each key without waiting; answers arrive named.
+fn queue_creates(store: &CallStore, keys: &[&str]) -> Answers {
+    let (tx, rx) = mpsc::channel();
+    for key in keys {
+        let (tx, key) = (tx.clone(), key.to_string());
+        store.writer.submit(
+            create_or_get_op(new_call(&key, "fp")),
+            Box::new(move |outcome| tx.send((key, outcome)).unwrap()),
+        );
+    }
+    rx
+}
+
+fn rows(db: &Path, sql: &str) -> i64 {
+    Connection::open(db)
+        .unwrap()
+        .query_row(sql, [], |r| r.get(0))
+        .unwrap()
+}
+
+/// SQLite may roll back the whole transaction on `SQLITE_FULL` or an I/O
+/// error (a cache spill to a full disk). Every operation of that batch, the
+/// ones before the failure included, is answered `Unavailable`, none after
+/// it runs outside a transaction, and none of their rows exist.
+#[test]
+fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_error(
+) -> Result<(), StoreError> {
+    let db = TempDb::new("rolled-back");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let release = hold_writer(&store);
+    let before = queue_creates(&store, &["before-1", "before-2"]);
+    let (full_tx, full_rx) = mpsc::channel();
+    store.writer.submit(
+        |conn: &Connection| -> rusqlite::Result<()> {
+            // What SQLite does on SQLITE_FULL during a spill: the whole
+            // transaction is rolled back and the statement fails.
+            conn.execute_batch("ROLLBACK")?;
+            Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                Some("database or disk is full".into()),
+            ))
+        },
+        Box::new(move |outcome| full_tx.send(outcome).unwrap()),
+    );
+    let after = queue_creates(&store, &["after-1", "after-2"]);
+    release.send(()).unwrap();
+    let answers: Vec<_> = before.iter().take(2).chain(after.iter().take(2)).collect();
+    for (key, answer) in &answers {
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "{key}: {answer:?}"
+        );
+    }
+    assert!(matches!(
+        full_rx.recv().unwrap(),
+        Err(StoreError::Unavailable(_))
+    ));
+    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
+    assert_eq!(rows(&db.path(), "SELECT count(*) FROM audit"), 0);
+    // The writer carries on with a fresh transaction.
+    assert!(matches!(
+        store.create_or_get(new_call("before-1", "fp"))?,
+        Created::New(_)
+    ));
+    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    Ok(())
+}
+
+/// A `COMMIT` that fails (here a deferred foreign key that one operation
+/// broke) fails the whole batch: no caller is told its write committed, and
+/// no row of the batch remains.
+#[test]
+fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Result<(), StoreError> {
+    let db = TempDb::new("commit-fails");
+    Connection::open(db.path())?.execute_batch(
+        "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+         CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
+    )?;
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let release = hold_writer(&store);
+    let answers = queue_creates(&store, &["k-1"]);
+    store.writer.submit(
+        |conn: &Connection| {
+            conn.execute("INSERT INTO child VALUES (42)", [])
+                .map(|_| ())
+        },
+        Box::new(|_| {}),
+    );
+    let later = queue_creates(&store, &["k-2"]);
+    release.send(()).unwrap();
+    for (key, answer) in answers.iter().take(1).chain(later.iter().take(1)) {
+        assert!(
+            matches!(answer, Err(StoreError::Unavailable(_))),
+            "{key}: {answer:?}"
+        );
+    }
+    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
+    assert_eq!(rows(&db.path(), "SELECT count(*) FROM child"), 0);
+    assert!(matches!(
+        store.create_or_get(new_call("k-1", "fp"))?,
+        Created::New(_)
+    ));
+    Ok(())
+}
+
+#[test]
+fn failing_operation_rolls_back_alone() -> Result<(), StoreError> {
+    let db = TempDb::new("savepoint");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let failing = store.write(|conn| {
+        conn.execute(
+            "INSERT INTO audit (ts, call_id, event, detail) VALUES (0, 'x', 'probe', '')",
+            [],
+        )?;
+        conn.execute("INSERT INTO no_such_table VALUES (1)", [])
+    });
+    assert!(matches!(failing, Err(StoreError::Internal(_))));
+    store.create_or_get(new_call("k", "fp"))?;
+    let probes: i64 = Connection::open(db.path())
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM audit WHERE event = 'probe'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(probes, 0);
+    assert_eq!(store.stats()?.calls, 1);
+    Ok(())
+}
+
+/// Section 12.3's DDL, exactly as the chapter prints it.
+const CHAPTER_DDL: &str = "
+CREATE TABLE calls (
+  call_id      TEXT PRIMARY KEY,
+  idem_key     TEXT NOT NULL UNIQUE,
+  fingerprint  TEXT NOT NULL,
+  client_id    TEXT,
+  seq          INTEGER,
+  tool         TEXT NOT NULL,
+  args_json    TEXT NOT NULL,
+  status       TEXT NOT NULL,
+  result_json  TEXT,
+  error_json   TEXT,
+  attempt      INTEGER NOT NULL DEFAULT 0,
+  lease_until  REAL,
+  owner        TEXT,
+  effect_id    TEXT,
+  created_at   REAL NOT NULL,
+  updated_at   REAL NOT NULL
+);
+CREATE INDEX idx_calls_status ON calls(status, lease_until);
+CREATE INDEX idx_calls_client_seq ON calls(client_id, seq);
+
+CREATE TABLE effects (
+  effect_id   TEXT PRIMARY KEY,
+  call_id     TEXT NOT NULL UNIQUE,
+  tool        TEXT NOT NULL,
+  amount      INTEGER,
+  created_at  REAL NOT NULL
+);
+
+CREATE TABLE audit (
+  id       INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts       REAL NOT NULL,
+  call_id  TEXT,
+  event    TEXT NOT NULL,
+  detail   TEXT
+);
+";
+
+/// The DDL of the last release before migrations (user_version 0).
+const RELEASE_0_DDL: &str = "
+CREATE TABLE IF NOT EXISTS calls (
+  call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE, fingerprint TEXT NOT NULL,
+  client_id TEXT, seq INTEGER, tool TEXT NOT NULL, args_json TEXT NOT NULL,
+  status TEXT NOT NULL, result_json TEXT, error_json TEXT,
+  attempt INTEGER NOT NULL DEFAULT 0, lease_until REAL, owner TEXT, effect_id TEXT,
+  created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_calls_status ON calls(status, lease_until, attempt);
+CREATE INDEX IF NOT EXISTS idx_calls_client_seq ON calls(client_id, seq) WHERE client_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS effects (
+  effect_id TEXT PRIMARY KEY, call_id TEXT NOT NULL UNIQUE, tool TEXT NOT NULL,
+  amount INTEGER, created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, call_id TEXT, event TEXT NOT NULL, detail TEXT
+);
+";
+
+/// One succeeded charge with its effect and audit row, as an old release wrote them.
+const OLD_ROWS: &str = "
+INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, result_json,
+                   attempt, effect_id, created_at, updated_at)
+     VALUES ('c_0000000000000001', 'old-key', 'fp', 'charge', '{\"amount\":5}', 'succeeded',
+             '{\"charged\":5}', 1, 'eff_0000000000000001', 1.0, 2.0);
+INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+     VALUES ('eff_0000000000000001', 'c_0000000000000001', 'charge', 5, 2.0);
+INSERT INTO audit (ts, call_id, event, detail) VALUES (2.0, 'c_0000000000000001', 'succeeded', 'x');
+";
+
+fn user_version(db: &Path) -> i64 {
+    rows(db, "SELECT user_version FROM pragma_user_version")
+}
+
+/// Open a database made by `ddl` holding `OLD_ROWS`, and check that its rows
+/// are intact and its schema is this release's.
+fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
+    let db = TempDb::new(name);
+    Connection::open(db.path())?.execute_batch(&format!("{ddl}{OLD_ROWS}"))?;
+    assert_eq!(user_version(&db.path()), 0);
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let call = store
+        .find_by_key("old-key")?
+        .expect("the old call survives");
+    assert_eq!(call.status, Status::Succeeded);
+    assert_eq!(call.result, Some(json!({"charged": 5})));
+    assert_eq!(store.stats()?.effects, 1);
+    assert_eq!(user_version(&db.path()), SCHEMA_VERSION);
+    assert_eq!(
+        rows(
+            &db.path(),
+            "SELECT count(*) FROM sqlite_master WHERE name = 'idx_audit_call'"
+        ),
+        1
+    );
+    assert_eq!(
+        rows(
+            &db.path(),
+            "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'detail'"
+        ),
+        1
+    );
+    assert_eq!(audit_events(&db.path(), &call.call_id), ["succeeded"]);
+    // The new code writes into the upgraded file as into a new one.
+    let lease_holder = store.create_or_get(new_call("new-key", "fp"))?;
+    assert!(matches!(lease_holder, Created::New(_)));
+    store.stop();
+    // A second start finds nothing to apply.
+    let conn = Connection::open(db.path())?;
+    assert!(schema::migrate(&conn)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn a_database_made_by_the_chapters_ddl_upgrades_in_place() -> Result<(), StoreError> {
+    upgrades_in_place("chapter-ddl", CHAPTER_DDL)
+}
+
+#[test]
+fn a_database_made_before_migrations_upgrades_in_place() -> Result<(), StoreError> {
+    upgrades_in_place("release-0", RELEASE_0_DDL)
+}
+
+#[test]
+fn a_database_from_a_newer_release_is_refused() -> Result<(), StoreError> {
+    let db = TempDb::new("too-new");
+    Connection::open(db.path())?.pragma_update(None, "user_version", SCHEMA_VERSION + 1)?;
+    let refused = CallStore::open(&db.path(), StoreOptions::default()).err();
+    let message = refused.expect("refused").to_string();
+    assert!(message.contains("newer than this release"), "{message}");
+    Ok(())
+}
+
+/// The `recover` audit row names the owner whose lease expired (it used to
+/// read the owner after setting it to NULL).
+#[test]
+fn recovery_names_the_owner_whose_lease_expired() -> Result<(), StoreError> {
+    let db = TempDb::new("recover-owner");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let call = created_call(store.create_or_get(new_call("k", "fp"))?);
+    store
+        .claim(&call.call_id, "4242:worker-7", Duration::ZERO)?
+        .expect("claimed");
+    assert_eq!(store.recover()?, vec![call.call_id.clone()]);
+    let detail: String = Connection::open(db.path())?.query_row(
+        "SELECT detail FROM audit WHERE call_id = ?1 AND event = 'recover'",
+        [&call.call_id],
+        |r| r.get(0),
+    )?;
+    assert_eq!(detail, "lease expired (owner 4242:worker-7)");
+    Ok(())
+}
+
+/// `stop` commits what was queued before it, answers later writes with an
+/// error instead of leaving them waiting, and ends the writer thread.
+#[test]
+fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError> {
+    let db = TempDb::new("stop");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let release = hold_writer(&store);
+    let queued = queue_creates(&store, &["queued"]);
+    let stopper = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || store.stop())
+    };
+    release.send(()).unwrap();
+    stopper.join().unwrap();
+    let (key, answer) = queued.recv().unwrap();
+    assert!(matches!(answer, Ok(Created::New(_))), "{key}: {answer:?}");
+    assert!(matches!(
+        store.create_or_get(new_call("late", "fp")),
+        Err(StoreError::Unavailable(_))
+    ));
+    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    Ok(())
+}
