@@ -15,7 +15,7 @@
 //! keeps two executors apart, in one process or several.
 
 use crate::chaos;
-use crate::store::{CallStore, Completion, Lease, StoreError};
+use crate::store::{owner_name, CallStore, Completion, Lease, StoreError, HEARTBEAT_EVERY};
 use crate::sync::lock;
 use crate::tools::{Effect, Outcome, Tool};
 use serde_json::{Map, Value};
@@ -212,10 +212,18 @@ impl Runner {
 
     /// Recover every `recover_interval` until `stop` drops the other end of
     /// `sleep`, which wakes this thread at once.
+    /// This thread also writes the process's heartbeat, so other processes
+    /// know its leases are held by a live owner.
     fn recover_until_stopped(&self, sleep: &mpsc::Receiver<()>) {
-        while let Err(mpsc::RecvTimeoutError::Timeout) =
-            sleep.recv_timeout(self.options.recover_interval)
-        {
+        let mut last_heartbeat = Instant::now();
+        let interval = self.options.recover_interval.min(HEARTBEAT_EVERY);
+        while let Err(mpsc::RecvTimeoutError::Timeout) = sleep.recv_timeout(interval) {
+            if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
+                if let Err(e) = self.store.heartbeat() {
+                    eprintln!("heartbeat: {e}");
+                }
+                last_heartbeat = Instant::now();
+            }
             self.recover_once();
         }
     }
@@ -245,7 +253,10 @@ impl Runner {
     /// failure here leaves a call where recovery finds it: `pending`, or
     /// `running` with a lease that will expire.
     fn execute(self: &Arc<Self>, tasks: Vec<Task>) {
-        let owner = owner_name();
+        let owner = owner_name(
+            self.store.instance(),
+            std::thread::current().name().unwrap_or("unnamed"),
+        );
         let ids: Vec<String> = tasks.iter().map(|t| t.call_id.clone()).collect();
         let leases = match self.store.claim_many(&ids, &owner, self.options.lease) {
             Ok(leases) => leases,
@@ -356,16 +367,6 @@ fn parse_stored_args(lease: &Lease) -> Result<(Tool, chaos::Hooks), String> {
         serde_json::from_str(&lease.args_json).map_err(|e| format!("stored args: {e}"))?;
     let (args, hooks) = chaos::split(&args)?;
     Ok((Tool::parse(&lease.tool, &args)?, hooks))
-}
-
-/// `pid:thread`, so a row's owner tells which process and worker held it.
-fn owner_name() -> String {
-    let thread = std::thread::current();
-    format!(
-        "{}:{}",
-        std::process::id(),
-        thread.name().unwrap_or("unnamed")
-    )
 }
 
 fn spawn_named(

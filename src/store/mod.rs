@@ -32,6 +32,7 @@
 //! anything but SQL.
 
 mod ids;
+mod instances;
 mod model;
 mod schema;
 mod sql;
@@ -40,6 +41,7 @@ mod tests;
 mod writer;
 
 pub use ids::{effect_id_for, now};
+pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{Call, Completion, Created, Lease, NewCall, NewEffect, Stats, Status, WriterStats};
 pub use schema::SCHEMA_VERSION;
 pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
@@ -123,6 +125,9 @@ pub struct CallStore {
     /// Whether `idx_calls_status` holds `attempt` (not in databases made by
     /// the seed's DDL or an earlier version), which decides how `stats` counts.
     status_index_has_attempt: bool,
+    /// This process in `instances`; its workers' owner strings name it.
+    instance: Instance,
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl CallStore {
@@ -133,18 +138,48 @@ impl CallStore {
         let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
         let writer =
             Writer::start(conn).map_err(|e| StoreError::Internal(format!("spawn writer: {e}")))?;
-        Ok(Arc::new(CallStore {
+        let store = Arc::new(CallStore {
             path: path.to_path_buf(),
             options,
             writer,
             readers: Mutex::new(Vec::new()),
             status_index_has_attempt,
-        }))
+            instance: Instance::this_process(),
+            stopped: Default::default(),
+        });
+        let me = store.instance.clone();
+        let gone = store.write(move |conn| instances::register(conn, &me))?;
+        if gone > 0 {
+            eprintln!(
+                "store: {gone} earlier process(es) on this host are gone; \
+                 their running calls are reclaimed now"
+            );
+        }
+        Ok(store)
     }
 
-    /// Commit every write already queued, then stop the writer thread and join
-    /// it. Later writes are answered `Unavailable`. Idempotent.
+    /// This process's instance: its id goes into every owner it writes.
+    pub fn instance(&self) -> &Instance {
+        &self.instance
+    }
+
+    /// Tell other processes this one is alive (every `HEARTBEAT_EVERY`).
+    pub fn heartbeat(&self) -> Result<(), StoreError> {
+        let me = self.instance.clone();
+        self.write(move |conn| instances::heartbeat(conn, &me))
+    }
+
+    /// Mark this instance stopped, commit every write already queued, then
+    /// stop the writer thread and join it. Later writes are answered
+    /// `Unavailable`. Idempotent.
     pub fn stop(&self) {
+        if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let id = self.instance.id.clone();
+        if let Err(e) = self.write(move |conn| instances::mark_stopped(conn, &id, now())) {
+            eprintln!("store: could not mark this process stopped: {e}");
+        }
         self.writer.stop();
         crate::sync::lock(&self.readers).clear();
     }
@@ -222,11 +257,12 @@ impl CallStore {
         self.write(sql::release_op(lease.clone()))
     }
 
-    /// Return `running` calls whose lease has expired to `pending`, and name them.
-    /// Live leases are left alone: their owner may still be executing (another
-    /// process on the same file), and the effect would then run twice.
+    /// Return `running` calls whose lease has expired, or whose owner's process
+    /// is gone, to `pending`, and name them. A live owner's leases are left
+    /// alone: it may still be executing (another process on the same file),
+    /// and the effect would then run twice.
     pub fn recover(&self) -> Result<Vec<String>, StoreError> {
-        if !self.read(sql::has_expired_leases)? {
+        if !self.read(sql::has_reclaimable)? {
             return Ok(Vec::new());
         }
         self.write(sql::recover_expired)

@@ -46,6 +46,22 @@ const MIGRATIONS: &[Migration] = &[
         name: "effects.detail: what the downstream said",
         apply: |conn| add_column(conn, "effects", "detail", "TEXT"),
     },
+    Migration {
+        version: 4,
+        name: "instances: processes and their heartbeats",
+        apply: |conn| {
+            conn.execute_batch(
+                "CREATE TABLE IF NOT EXISTS instances (
+                   instance_id  TEXT PRIMARY KEY,
+                   pid          INTEGER NOT NULL,
+                   host         TEXT NOT NULL,
+                   started_at   REAL NOT NULL,
+                   heartbeat_at REAL NOT NULL,
+                   stopped_at   REAL
+                 )",
+            )
+        },
+    },
 ];
 
 /// The schema version this release writes.

@@ -7,6 +7,7 @@
 //! before them is only ever a shortcut, never the decision.
 
 use super::ids::{effect_id_for, new_call_id, now};
+use super::instances::{heartbeat_cutoff, CALLS_WITH_OWNER_INSTANCE, RECLAIMABLE};
 use super::model::{Call, Completion, Created, Lease, NewCall, NewEffect, Status};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
@@ -340,47 +341,79 @@ pub(super) fn release_op(
     }
 }
 
-/// Return `running` calls whose lease has expired to `pending`, naming each
-/// with the owner whose lease it was. The owners are read first, inside the
-/// same write transaction (`RETURNING` would give the value after the `SET`);
-/// each row is then moved by its own conditional `UPDATE`, whose row count
-/// decides.
+/// Return to `pending` every `running` call whose lease has expired or whose
+/// owner's process is gone (see `instances`), naming each with the owner it
+/// was taken from and why. The owners are read first, inside the same write
+/// transaction; each row is then moved by its own conditional `UPDATE` on the
+/// attempt that was read, whose row count decides.
 pub(super) fn recover_expired(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     let now = now();
-    let expired: Vec<(String, Option<String>)> = conn
-        .prepare_cached(
-            "SELECT call_id, owner FROM calls
-              WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1)",
-        )?
-        .query_map(params![now], |r| Ok((r.get(0)?, r.get(1)?)))?
+    let candidates: Vec<Reclaimable> = conn
+        .prepare_cached(&format!(
+            "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at
+               FROM {CALLS_WITH_OWNER_INSTANCE} WHERE {RECLAIMABLE}"
+        ))?
+        .query_map(params![now, heartbeat_cutoff(now)], |r| {
+            Ok(Reclaimable {
+                call_id: r.get(0)?,
+                attempt: r.get(1)?,
+                owner: r.get(2)?,
+                lease_until: r.get(3)?,
+                heartbeat_at: r.get(4)?,
+                stopped_at: r.get(5)?,
+            })
+        })?
         .collect::<rusqlite::Result<_>>()?;
-    let mut recovered = Vec::with_capacity(expired.len());
-    for (call_id, owner) in expired {
+    let mut recovered = Vec::with_capacity(candidates.len());
+    for call in candidates {
         let changed = conn
             .prepare_cached(
                 "UPDATE calls
                     SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
-                  WHERE call_id = ?2 AND status = 'running'
-                    AND (lease_until IS NULL OR lease_until <= ?1)",
+                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
             )?
-            .execute(params![now, call_id])?;
+            .execute(params![now, call.call_id, call.attempt])?;
         if changed == 1 {
-            let detail = format!("lease expired (owner {})", owner.as_deref().unwrap_or("-"));
-            audit(conn, now, &call_id, "recover", &detail)?;
-            recovered.push(call_id);
+            audit(conn, now, &call.call_id, "recover", &call.why(now))?;
+            recovered.push(call.call_id);
         }
     }
     Ok(recovered)
 }
 
-/// Whether any `running` call's lease has expired: a cheap read that spares
+/// A `running` call recovery may take back, and what its owner left behind.
+struct Reclaimable {
+    call_id: String,
+    attempt: i64,
+    owner: Option<String>,
+    lease_until: Option<f64>,
+    heartbeat_at: Option<f64>,
+    stopped_at: Option<f64>,
+}
+
+impl Reclaimable {
+    /// The audit detail: whose lease, and why it was taken.
+    fn why(&self, now: f64) -> String {
+        let owner = self.owner.as_deref().unwrap_or("-");
+        if self.lease_until.is_none_or(|until| until <= now) {
+            format!("lease expired (owner {owner})")
+        } else if self.stopped_at.is_some() {
+            format!("owner {owner} is gone (its process stopped or died)")
+        } else {
+            let silent = now - self.heartbeat_at.unwrap_or(now);
+            format!("owner {owner} is gone (no heartbeat for {silent:.1} s)")
+        }
+    }
+}
+
+/// Whether any `running` call could be recovered: a cheap read that spares
 /// the writer a transaction when there is nothing to recover.
-pub(super) fn has_expired_leases(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM calls
-                         WHERE status = 'running' AND (lease_until IS NULL OR lease_until <= ?1))",
-    )?
-    .query_row(params![now()], |r| r.get(0))
+pub(super) fn has_reclaimable(conn: &Connection) -> rusqlite::Result<bool> {
+    let now = now();
+    conn.prepare_cached(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {CALLS_WITH_OWNER_INSTANCE} WHERE {RECLAIMABLE})"
+    ))?
+    .query_row(params![now, heartbeat_cutoff(now)], |r| r.get(0))
 }
 
 /// Up to `limit` `pending` calls, oldest first.

@@ -242,7 +242,13 @@ fn run_writer(conn: Connection, messages: mpsc::Receiver<Message>, counters: &Wr
         commit_batch(&conn, batch, counters);
     }
     // Anything queued after the stop marker is dropped with the receiver,
-    // and each dropped job answers its caller.
+    // and each dropped job answers its caller. A stopped process leaves the
+    // WAL folded into the database file, so the file alone is the whole state.
+    if stopping {
+        if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+            eprintln!("store: final checkpoint failed: {e}");
+        }
+    }
 }
 
 /// One transaction for the whole batch; each job in its own savepoint. Replies go
