@@ -22,6 +22,7 @@
 //! - `write`: `write_response`, the response writer.
 
 mod chunked;
+mod error_code;
 mod head;
 mod parse_error;
 mod parser;
@@ -29,6 +30,7 @@ mod syntax;
 mod write;
 
 pub use chunked::{ChunkedDecoder, MAX_CHUNK_EXT_BYTES};
+pub use error_code::ErrorCode;
 pub use head::{parse_head, Framing, Head};
 pub use parse_error::ParseError;
 pub use parser::{parse_request, Progress, RequestParser};
@@ -121,12 +123,30 @@ impl Response {
         }
     }
 
-    /// The error shape every failure uses: `{"error":{"code","message"}}`.
-    pub fn error(status: u16, code: &str, message: impl fmt::Display) -> Response {
-        Response::json(
-            status,
-            &serde_json::json!({"error": {"code": code, "message": message.to_string()}}),
+    /// The one way an error becomes a response: the code's status, the shape
+    /// every failure uses (`{"error":{"code","message"}}`), and the headers the
+    /// code promises. `unavailable` always says when to come back, because the
+    /// client's retry policy honours `Retry-After`. A 405 comes from
+    /// `method_not_allowed`, which knows what to put in `Allow`.
+    pub fn from_error(code: ErrorCode, message: impl fmt::Display) -> Response {
+        let body = serde_json::json!({
+            "error": {"code": code.as_str(), "message": message.to_string()}
+        });
+        let response = Response::json(code.status(), &body);
+        match code {
+            ErrorCode::Unavailable => response.with_header("Retry-After", "1"),
+            _ => response,
+        }
+    }
+
+    /// `405 method_not_allowed` with the `Allow` header RFC 9110 §15.5.6
+    /// requires; `allow` is the comma-separated list of methods the path takes.
+    pub fn method_not_allowed(allow: &str) -> Response {
+        Response::from_error(
+            ErrorCode::MethodNotAllowed,
+            format_args!("this path allows {allow}"),
         )
+        .with_header("Allow", allow)
     }
 
     pub fn with_header(mut self, name: &str, value: &str) -> Response {

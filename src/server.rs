@@ -14,7 +14,9 @@
 mod connection;
 mod input;
 
-use crate::http::{write_response, ParseLimits, Request, Response, Version, WriteOptions};
+use crate::http::{
+    write_response, ErrorCode, ParseLimits, Request, Response, Version, WriteOptions,
+};
 use connection::Connection;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -174,8 +176,7 @@ impl RateLimitedLog {
 fn reject_busy(mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
-    let response = Response::error(503, "unavailable", "too many open connections")
-        .with_header("Retry-After", "1");
+    let response = Response::from_error(ErrorCode::Unavailable, "too many open connections");
     let _ = stream.write_all(&closing_response_bytes(&response));
     let _ = stream.shutdown(Shutdown::Write);
     discard_already_received(&mut stream);

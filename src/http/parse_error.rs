@@ -4,7 +4,7 @@
 //! to its `ErrorCode` and message. It must never name a status number or a code
 //! string itself: those come from the `ErrorCode` table.
 
-use super::Response;
+use super::{ErrorCode, Response};
 use std::fmt;
 
 /// Why a request was rejected. Every variant closes the connection: after any of
@@ -60,62 +60,66 @@ pub enum ParseError {
 }
 
 impl ParseError {
-    /// The one place that says how each error is answered: (status, code, message).
-    pub fn describe(self) -> (u16, &'static str, &'static str) {
-        use ParseError::*;
+    /// The code this failure is answered with.
+    pub fn code(self) -> ErrorCode {
+        self.describe().0
+    }
+
+    /// What went wrong, for the client and for logs (no input is echoed).
+    pub fn message(self) -> &'static str {
+        self.describe().1
+    }
+
+    /// The one place that says how each failure is answered: (code, message).
+    fn describe(self) -> (ErrorCode, &'static str) {
+        use ErrorCode::{
+            BadRequest, ExpectationFailed, HeadersTooLarge, NotImplemented, PayloadTooLarge,
+            UriTooLong, VersionNotSupported,
+        };
         match self {
-            MalformedRequestLine => (400, "bad_request", "malformed request line"),
-            InvalidMethod => (400, "bad_request", "method is not a token"),
-            InvalidTarget => (400, "bad_request", "invalid request target"),
-            InvalidVersion => (400, "bad_request", "malformed HTTP version"),
-            UnsupportedVersion => (
-                505,
-                "version_not_supported",
+            Self::MalformedRequestLine => (BadRequest, "malformed request line"),
+            Self::InvalidMethod => (BadRequest, "method is not a token"),
+            Self::InvalidTarget => (BadRequest, "invalid request target"),
+            Self::InvalidVersion => (BadRequest, "malformed HTTP version"),
+            Self::UnsupportedVersion => (
+                VersionNotSupported,
                 "only HTTP/1.0 and HTTP/1.1 are supported",
             ),
-            RequestLineTooLong => (414, "uri_too_long", "request line too long"),
-            InvalidHeaderName => (400, "bad_request", "invalid header field name"),
-            InvalidHeaderValue => (400, "bad_request", "invalid header field value"),
-            ObsoleteLineFolding => (400, "bad_request", "obsolete line folding is not accepted"),
-            HeadersTooLarge => (431, "headers_too_large", "header section too large"),
-            InvalidHost => (400, "bad_request", "exactly one Host header is required"),
-            ConflictingFraming => (
-                400,
-                "bad_request",
-                "both Content-Length and Transfer-Encoding",
-            ),
-            InvalidContentLength => (400, "bad_request", "invalid Content-Length"),
-            ConflictingContentLength => (400, "bad_request", "conflicting Content-Length values"),
-            InvalidTransferEncoding => (400, "bad_request", "invalid Transfer-Encoding"),
-            UnsupportedTransferEncoding => (
-                501,
-                "not_implemented",
+            Self::RequestLineTooLong => (UriTooLong, "request line too long"),
+            Self::InvalidHeaderName => (BadRequest, "invalid header field name"),
+            Self::InvalidHeaderValue => (BadRequest, "invalid header field value"),
+            Self::ObsoleteLineFolding => (BadRequest, "obsolete line folding is not accepted"),
+            Self::HeadersTooLarge => (HeadersTooLarge, "header section too large"),
+            Self::InvalidHost => (BadRequest, "exactly one Host header is required"),
+            Self::ConflictingFraming => (BadRequest, "both Content-Length and Transfer-Encoding"),
+            Self::InvalidContentLength => (BadRequest, "invalid Content-Length"),
+            Self::ConflictingContentLength => (BadRequest, "conflicting Content-Length values"),
+            Self::InvalidTransferEncoding => (BadRequest, "invalid Transfer-Encoding"),
+            Self::UnsupportedTransferEncoding => (
+                NotImplemented,
                 "only Transfer-Encoding: chunked is supported",
             ),
-            InvalidChunkSize => (400, "bad_request", "invalid chunk size"),
-            InvalidChunkExtension => (400, "bad_request", "invalid or oversized chunk extension"),
-            ChunkLineTooLong => (400, "bad_request", "chunk size line too long"),
-            MissingChunkTerminator => (400, "bad_request", "chunk data not followed by CRLF"),
-            BareLineFeedInChunkedBody => (400, "bad_request", "bare LF in chunked body"),
-            PayloadTooLarge => (413, "payload_too_large", "request body too large"),
-            UnsupportedExpectation => (
-                417,
-                "expectation_failed",
-                "only Expect: 100-continue is supported",
-            ),
+            Self::InvalidChunkSize => (BadRequest, "invalid chunk size"),
+            Self::InvalidChunkExtension => (BadRequest, "invalid or oversized chunk extension"),
+            Self::ChunkLineTooLong => (BadRequest, "chunk size line too long"),
+            Self::MissingChunkTerminator => (BadRequest, "chunk data not followed by CRLF"),
+            Self::BareLineFeedInChunkedBody => (BadRequest, "bare LF in chunked body"),
+            Self::PayloadTooLarge => (PayloadTooLarge, "request body too large"),
+            Self::UnsupportedExpectation => {
+                (ExpectationFailed, "only Expect: 100-continue is supported")
+            }
         }
     }
 
     /// The error response for this failure (the writer adds `Connection: close`).
     pub fn to_response(self) -> Response {
-        let (status, code, message) = self.describe();
-        Response::error(status, code, message)
+        Response::from_error(self.code(), self.message())
     }
 }
 
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.describe().2)
+        f.write_str(self.message())
     }
 }
 

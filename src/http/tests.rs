@@ -256,18 +256,47 @@ fn every_error_maps_to_its_stable_code() {
         (505, "version_not_supported"),
     ];
     for (_, _, error) in invalid_cases() {
-        let (status, code, message) = error.describe();
-        assert!(expected_codes.contains(&(status, code)), "{error:?}");
-        assert!(!message.is_empty());
-        let body: serde_json::Value = serde_json::from_slice(&error.to_response().body).unwrap();
-        assert_eq!(body["error"]["code"], code);
+        let code = error.code();
+        assert!(
+            expected_codes.contains(&(code.status(), code.as_str())),
+            "{error:?}"
+        );
+        assert!(!error.message().is_empty());
+        let response = error.to_response();
+        let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+        assert_eq!(response.status, code.status(), "{error:?}");
+        assert_eq!(body["error"]["code"], code.as_str());
+        assert_eq!(body["error"]["message"], error.message());
     }
-    assert_eq!(UnsupportedVersion.describe().0, 505);
-    assert_eq!(RequestLineTooLong.describe().0, 414);
-    assert_eq!(HeadersTooLarge.describe().0, 431);
-    assert_eq!(PayloadTooLarge.describe().0, 413);
-    assert_eq!(UnsupportedTransferEncoding.describe().0, 501);
-    assert_eq!(UnsupportedExpectation.describe().0, 417);
+    let status = |error: ParseError| error.code().status();
+    assert_eq!(status(UnsupportedVersion), 505);
+    assert_eq!(status(RequestLineTooLong), 414);
+    assert_eq!(status(HeadersTooLarge), 431);
+    assert_eq!(status(PayloadTooLarge), 413);
+    assert_eq!(status(UnsupportedTransferEncoding), 501);
+    assert_eq!(status(UnsupportedExpectation), 417);
+}
+
+/// Every code answers with its own status and the one error shape; only the
+/// codes that promise a header (`Retry-After`, `Allow`) carry one.
+#[test]
+fn error_responses_carry_their_status_and_promised_headers() {
+    for &code in ErrorCode::ALL {
+        let response = Response::from_error(code, "why");
+        let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+        assert_eq!(response.status, code.status(), "{code}");
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {"code": code.as_str(), "message": "why"}})
+        );
+        let retry_after = response.headers.iter().any(|(n, _)| n == "Retry-After");
+        assert_eq!(retry_after, code == ErrorCode::Unavailable, "{code}");
+    }
+    let wrong_method = Response::method_not_allowed("GET, HEAD");
+    assert_eq!(wrong_method.status, 405);
+    assert!(wrong_method
+        .headers
+        .contains(&("Allow".to_string(), "GET, HEAD".to_string())));
 }
 
 fn parsed(bytes: &[u8]) -> Request {

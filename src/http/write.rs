@@ -122,6 +122,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::ErrorCode;
 
     fn written(response: &Response, keep_alive: bool, version: Version, head_only: bool) -> String {
         let mut out = Vec::new();
@@ -149,7 +150,7 @@ mod tests {
             written(&ok, true, Version::Http10, true),
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: keep-alive\r\n\r\n"
         );
-        let busy = Response::error(503, "unavailable", "x").with_header("Retry-After", "1");
+        let busy = Response::from_error(ErrorCode::Unavailable, "x");
         assert!(written(&busy, false, Version::Http11, false)
             .starts_with("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"));
     }

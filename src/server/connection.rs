@@ -10,7 +10,7 @@
 use super::input::{InputBuffer, RETAINED_BUFFER};
 use super::{closing_response_bytes, Handler, Limits};
 use crate::http::{
-    write_response, ParseError, ParseLimits, Progress, Request, RequestParser, Response,
+    write_response, ErrorCode, ParseError, ParseLimits, Progress, Request, RequestParser, Response,
     WriteOptions, CONTINUE_100,
 };
 use std::io::{self, Write};
@@ -207,7 +207,7 @@ impl<'a> Connection<'a> {
 }
 
 fn request_timeout_response() -> Response {
-    Response::error(408, "request_timeout", "request not received in time")
+    Response::from_error(ErrorCode::RequestTimeout, "request not received in time")
 }
 
 fn call_handler(handler: &Handler, request: &Request) -> (Response, bool) {
@@ -218,7 +218,7 @@ fn call_handler(handler: &Handler, request: &Request) -> (Response, bool) {
                 "handler panicked on {} {}; answered 500",
                 request.method, request.path
             );
-            let response = Response::error(500, "internal_error", "internal error");
+            let response = Response::from_error(ErrorCode::InternalError, "internal error");
             (response, true)
         }
     }
