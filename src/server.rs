@@ -210,4 +210,11 @@ fn discard_already_received(stream: &mut TcpStream) {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_limits_agree_with_the_parser_defaults() {
+        assert_eq!(Limits::default().parse_limits(), ParseLimits::default());
+    }
+}

@@ -1,14 +1,21 @@
-//! The server's tests: a real listener on a free port, `serve` running a test
-//! handler, and raw bytes over a socket.
+//! The server module in-process: `serve` on a free port with a test handler
+//! (echo, panic, huge body), driven over raw sockets. These prove what the
+//! accept loop and a connection do — keep-alive, pipelining, `100 Continue`,
+//! the connection cap, deadlines, panics, vanished clients — independently of
+//! the API and the database, which the service tests cover with the binary.
 
-use super::*;
-use std::io::{self, BufRead, BufReader};
-use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
+mod support;
 
-/// Long enough for a loaded 2-core machine; only reached when a test fails.
-const PATIENCE: Duration = Duration::from_secs(10);
+use idempotent_tool::client::HttpResponse;
+use idempotent_tool::http::{Request, Response};
+use idempotent_tool::server::{serve, Handler, Limits};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use support::raw::{RawClient, ReplyText, SOCKET_PATIENCE};
 
 fn quick_limits() -> Limits {
     Limits {
@@ -48,106 +55,16 @@ fn echo() -> Handler {
     })
 }
 
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn error_code(&self) -> String {
-        let v: serde_json::Value = serde_json::from_slice(&self.body).expect("json error body");
-        v["error"]["code"].as_str().unwrap_or_default().to_string()
-    }
-}
-
-struct Client {
-    reader: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        Client {
-            reader: BufReader::new(stream),
-        }
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.reader.get_mut().write_all(bytes).expect("send");
-    }
-
-    fn reply(&mut self) -> Reply {
-        self.try_reply().expect("a response")
-    }
-
-    fn try_reply(&mut self) -> io::Result<Reply> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let status = line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or(io::ErrorKind::InvalidData)?;
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line)?;
-            let field = line.trim_end();
-            if field.is_empty() {
-                break;
-            }
-            let (name, value) = field.split_once(':').ok_or(io::ErrorKind::InvalidData)?;
-            headers.push((name.to_string(), value.trim().to_string()));
-        }
-        let mut reply = Reply {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        let length: usize = reply
-            .header("content-length")
-            .map_or(0, |v| v.parse().unwrap());
-        reply.body = vec![0; length];
-        self.reader.read_exact(&mut reply.body)?;
-        Ok(reply)
-    }
-
-    /// True when the server has closed the connection (FIN or reset).
-    fn closed_by_server(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        match self.reader.read(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() == io::ErrorKind::ConnectionReset,
-        }
-    }
-}
-
 fn get(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
 }
 
 /// Retries a fresh-connection GET until it is served, for conditions that
 /// become true when a server thread notices something (a slot freed).
-fn eventually_served(addr: SocketAddr) -> Reply {
-    let deadline = Instant::now() + PATIENCE;
+fn eventually_served(addr: SocketAddr) -> HttpResponse {
+    let deadline = Instant::now() + SOCKET_PATIENCE;
     loop {
-        let mut client = Client::connect(addr);
+        let mut client = RawClient::connect(addr);
         client.send(&get("/probe"));
         match client.try_reply() {
             Ok(reply) if reply.status == 200 => return reply,
@@ -158,14 +75,9 @@ fn eventually_served(addr: SocketAddr) -> Reply {
 }
 
 #[test]
-fn default_limits_agree_with_the_parser_defaults() {
-    assert_eq!(Limits::default().parse_limits(), ParseLimits::default());
-}
-
-#[test]
 fn keep_alive_serves_several_requests_on_one_connection() {
     let addr = start(quick_limits(), echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     for i in 0..3 {
         client.send(&get(&format!("/{i}")));
         let reply = client.reply();
@@ -180,7 +92,7 @@ fn keep_alive_serves_several_requests_on_one_connection() {
 #[test]
 fn pipelined_requests_are_answered_in_order() {
     let addr = start(quick_limits(), echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     let mut burst = get("/a");
     burst.extend_from_slice(b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nxyz");
     burst.extend_from_slice(
@@ -195,10 +107,10 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn expect_100_continue_is_answered_before_the_body() {
     let addr = start(quick_limits(), echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client
         .send(b"POST /e HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
-    assert_eq!(client.reply().status, 100);
+    assert_eq!(client.next_response().status, 100);
     client.send(b"body");
     assert_eq!(client.reply().text(), "POST /e body");
 }
@@ -210,7 +122,7 @@ fn expect_100_continue_with_oversized_body_gets_413_and_no_100() {
         ..quick_limits()
     };
     let addr = start(limits, echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client
         .send(b"POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n");
     let reply = client.reply();
@@ -224,7 +136,7 @@ fn expect_100_continue_with_oversized_body_gets_413_and_no_100() {
 #[test]
 fn http10_closes_unless_asked_to_keep_alive() {
     let addr = start(quick_limits(), echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client.send(b"GET /old HTTP/1.0\r\n\r\n");
     let reply = client.reply();
     assert_eq!(
@@ -233,7 +145,7 @@ fn http10_closes_unless_asked_to_keep_alive() {
     );
     assert!(client.closed_by_server());
 
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     for _ in 0..2 {
         client.send(b"GET /old HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
         assert_eq!(client.reply().header("connection"), Some("keep-alive"));
@@ -247,12 +159,12 @@ fn over_the_connection_cap_gets_503_until_a_slot_frees() {
         ..quick_limits()
     };
     let addr = start(limits, echo());
-    let mut held: Vec<Client> = (0..2).map(|_| Client::connect(addr)).collect();
+    let mut held: Vec<RawClient> = (0..2).map(|_| RawClient::connect(addr)).collect();
     for client in &mut held {
         client.send(&get("/hold"));
         assert_eq!(client.reply().status, 200);
     }
-    let mut extra = Client::connect(addr);
+    let mut extra = RawClient::connect(addr);
     let reply = extra.reply();
     assert_eq!(
         (reply.status, reply.error_code()),
@@ -268,15 +180,15 @@ fn over_the_connection_cap_gets_503_until_a_slot_frees() {
 #[test]
 fn trickling_head_gets_408_at_the_deadline() {
     let addr = start(quick_limits(), echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client.send(b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: ");
     let stop = Arc::new(AtomicBool::new(false));
-    let mut writer = client.reader.get_ref().try_clone().unwrap();
+    let mut writer = client.writer();
     let trickler = {
         let stop = Arc::clone(&stop);
         // One byte every 50 ms: a per-read timeout of 300 ms would never fire.
         thread::spawn(move || {
-            let end = Instant::now() + PATIENCE;
+            let end = Instant::now() + SOCKET_PATIENCE;
             while !stop.load(Ordering::Relaxed) && Instant::now() < end {
                 if writer.write_all(b"a").is_err() {
                     return;
@@ -302,19 +214,19 @@ fn idle_connection_is_closed_silently() {
         ..quick_limits()
     };
     let addr = start(limits, echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client.send(&get("/once"));
     assert_eq!(client.reply().status, 200);
     assert!(client.closed_by_server(), "closed without a response");
 
-    let mut silent = Client::connect(addr);
+    let mut silent = RawClient::connect(addr);
     assert!(silent.closed_by_server());
 }
 
 #[test]
 fn handler_panic_answers_500_and_others_are_still_served() {
     let addr = start(quick_limits(), echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client.send(&get("/panic"));
     let reply = client.reply();
     assert_eq!(
@@ -322,7 +234,7 @@ fn handler_panic_answers_500_and_others_are_still_served() {
         (500, "internal_error".into())
     );
     assert!(client.closed_by_server());
-    let mut next = Client::connect(addr);
+    let mut next = RawClient::connect(addr);
     next.send(&get("/fine"));
     assert_eq!(next.reply().text(), "GET /fine ");
 }
@@ -330,7 +242,7 @@ fn handler_panic_answers_500_and_others_are_still_served() {
 #[test]
 fn framing_error_gets_400_and_closes() {
     let addr = start(quick_limits(), echo());
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client.send(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
     let reply = client.reply();
     assert_eq!(
@@ -360,7 +272,7 @@ fn client_vanishing_mid_body_frees_its_slot_and_reaches_no_handler() {
         ..quick_limits()
     };
     let addr = start(limits, handler);
-    let mut client = Client::connect(addr);
+    let mut client = RawClient::connect(addr);
     client.send(b"POST /partial HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789");
     drop(client);
     eventually_served(addr);
@@ -374,7 +286,7 @@ fn client_that_never_reads_is_cut_off_at_the_write_timeout() {
         ..quick_limits()
     };
     let addr = start(limits, echo());
-    let mut stuck = Client::connect(addr);
+    let mut stuck = RawClient::connect(addr);
     stuck.send(&get("/huge"));
     eventually_served(addr);
     drop(stuck);
