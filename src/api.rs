@@ -8,7 +8,7 @@
 
 use crate::chaos;
 use crate::fingerprint::{canonical_object, fingerprint_canonical};
-use crate::http::{Request, Response};
+use crate::http::{ErrorCode, Request, Response};
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
 use crate::tools::Tool;
@@ -53,44 +53,36 @@ impl ApiError {
     /// never to the client.
     pub fn into_response(self) -> Response {
         match self {
-            ApiError::MissingKey => Response::error(
-                400,
-                "missing_idempotency_key",
+            ApiError::MissingKey => Response::from_error(
+                ErrorCode::MissingIdempotencyKey,
                 "the Idempotency-Key header is required",
             ),
-            ApiError::BadRequest(message) => Response::error(400, "bad_request", message),
-            ApiError::ArgsTooLarge(size) => Response::error(
-                413,
-                "payload_too_large",
+            ApiError::BadRequest(message) => Response::from_error(ErrorCode::BadRequest, message),
+            ApiError::ArgsTooLarge(size) => Response::from_error(
+                ErrorCode::PayloadTooLarge,
                 format!("args is {size} bytes; the limit is {MAX_ARGS_BYTES}"),
             ),
-            ApiError::Conflict { key, call_id } => Response::error(
-                409,
-                "idempotency_conflict",
+            ApiError::Conflict { key, call_id } => Response::from_error(
+                ErrorCode::IdempotencyConflict,
                 format!(
                     "same key, different fingerprint: key {:?} belongs to call {} with other tool or args",
                     key, call_id
                 ),
             ),
-            ApiError::NotFound(what) => Response::error(404, "not_found", format!("{what} not found")),
-            ApiError::MethodNotAllowed(allow) => Response::error(
-                405,
-                "method_not_allowed",
-                format!("this path allows {allow}"),
-            )
-            .with_header("Allow", allow),
+            ApiError::NotFound(what) => {
+                Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
+            }
+            ApiError::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
             ApiError::Store(StoreError::Unavailable(cause)) => {
                 eprintln!("api: database unavailable: {cause}");
-                Response::error(
-                    503,
-                    "unavailable",
+                Response::from_error(
+                    ErrorCode::Unavailable,
                     "the database is busy or unavailable; retry with the same key",
                 )
-                .with_header("Retry-After", "1")
             }
             ApiError::Store(StoreError::Internal(cause)) => {
                 eprintln!("api: internal error: {cause}");
-                Response::error(500, "internal_error", "internal error")
+                Response::from_error(ErrorCode::InternalError, "internal error")
             }
         }
     }

@@ -108,8 +108,20 @@ impl Connection {
     }
 }
 
-/// Read one response: status line, headers, and a `Content-Length` body (or to EOF).
+/// Read one final response: status line, headers, and a `Content-Length` body
+/// (or to EOF). Interim responses (`100 Continue`) before it are skipped.
 pub fn read_response<R: BufRead>(reader: &mut R) -> io::Result<HttpResponse> {
+    loop {
+        let response = read_next_response(reader)?;
+        if !is_interim(response.status) {
+            return Ok(response);
+        }
+    }
+}
+
+/// Read the next response, interim ones included, for a caller that must see
+/// the `100 Continue` itself (tests of `Expect`). An interim response has no body.
+pub fn read_next_response<R: BufRead>(reader: &mut R) -> io::Result<HttpResponse> {
     let status_line = read_line(reader)?;
     let status = status_line
         .split(' ')
@@ -132,9 +144,8 @@ pub fn read_response<R: BufRead>(reader: &mut R) -> io::Result<HttpResponse> {
         headers,
         body: Vec::new(),
     };
-    if (100..200).contains(&status) {
-        // An interim response (100 Continue): the real one follows.
-        return read_response(reader);
+    if is_interim(status) {
+        return Ok(response);
     }
     match response.header("content-length") {
         Some(len) => {
@@ -149,6 +160,11 @@ pub fn read_response<R: BufRead>(reader: &mut R) -> io::Result<HttpResponse> {
         }
     }
     Ok(response)
+}
+
+/// 1xx: an interim response; the final one follows on the same connection.
+fn is_interim(status: u16) -> bool {
+    (100..200).contains(&status)
 }
 
 fn read_line<R: BufRead>(reader: &mut R) -> io::Result<String> {

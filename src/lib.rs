@@ -4,9 +4,10 @@
 //! Module map (each owns one concern):
 //!
 //! - [`config`]: command-line flags and their defaults.
-//! - [`http`]: HTTP/1.1 request parsing and response writing, by hand.
+//! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
+//!   `ErrorCode`, the one table of error codes and their statuses.
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
-//! - [`api`]: routes, validation, and the mapping from errors to status codes.
+//! - [`api`]: routes, validation, and the mapping from its errors to codes.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
 //!   leases, fencing, unique constraints, recovery, and group commit.
 //! - [`runner`]: the worker pool that claims and runs calls, and the recovery loop.

@@ -7,15 +7,12 @@
 
 mod support;
 
-use idempotent_tool::client::{read_response, HttpResponse};
-use std::io::{self, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use idempotent_tool::client::HttpResponse;
+use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
+use support::raw::{RawClient, ReplyText, SOCKET_PATIENCE};
 use support::TempDb;
-
-/// Long enough for a loaded 2-core machine; only reached when something is wrong.
-const PATIENCE: Duration = Duration::from_secs(15);
 
 /// The real server (from the shared support module) with raw-socket helpers.
 struct Server {
@@ -40,11 +37,11 @@ impl Server {
         }
     }
 
-    fn connect(&self) -> Client {
-        Client::connect(self.addr)
+    fn connect(&self) -> RawClient {
+        RawClient::connect(self.addr)
     }
 
-    fn get(&self, path: &str) -> Reply {
+    fn get(&self, path: &str) -> HttpResponse {
         let mut client = self.connect();
         client.send(
             format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
@@ -61,74 +58,6 @@ impl Server {
             reply.text(),
             self.server.stderr()
         );
-    }
-}
-
-/// A response as the project's own client reads it, plus two test views of it.
-type Reply = HttpResponse;
-
-trait ReplyText {
-    fn text(&self) -> String;
-    fn error_code(&self) -> String;
-}
-
-impl ReplyText for Reply {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn error_code(&self) -> String {
-        let v: serde_json::Value = serde_json::from_slice(&self.body)
-            .unwrap_or_else(|_| panic!("not JSON: {}", self.text()));
-        v["error"]["code"].as_str().unwrap_or_default().to_string()
-    }
-}
-
-struct Client {
-    reader: BufReader<TcpStream>,
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_read_timeout(Some(PATIENCE)).unwrap();
-        stream.set_write_timeout(Some(PATIENCE)).unwrap();
-        Client {
-            reader: BufReader::new(stream),
-        }
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.reader.get_mut().write_all(bytes).expect("send");
-    }
-
-    fn reply(&mut self) -> Reply {
-        self.try_reply().expect("a response")
-    }
-
-    fn try_reply(&mut self) -> io::Result<Reply> {
-        read_response(&mut self.reader)
-    }
-
-    /// True when the server has closed the connection (FIN or reset).
-    fn closed_by_server(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        match self.reader.read(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() == io::ErrorKind::ConnectionReset,
-        }
-    }
-
-    /// True if the server has neither answered nor closed yet.
-    fn still_waiting(&mut self) -> bool {
-        let stream = self.reader.get_ref();
-        stream.set_nonblocking(true).unwrap();
-        let mut byte = [0u8; 1];
-        let waiting =
-            matches!(stream.peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-        stream.set_nonblocking(false).unwrap();
-        waiting
     }
 }
 
@@ -320,7 +249,7 @@ fn malformed_requests_get_their_status_and_the_server_keeps_serving() {
 #[test]
 fn slow_clients_do_not_block_a_normal_client() {
     let server = Server::start(&["--request-timeout-ms", "5000", "--max-connections", "1000"]);
-    let mut slow: Vec<Client> = (0..200)
+    let mut slow: Vec<RawClient> = (0..200)
         .map(|_| {
             let mut client = server.connect();
             client.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ");
@@ -407,7 +336,7 @@ fn pipelined_requests_are_answered_in_order() {
 #[test]
 fn connections_over_the_cap_get_503() {
     let server = Server::start(&["--max-connections", "2"]);
-    let mut held: Vec<Client> = (0..2).map(|_| server.connect()).collect();
+    let mut held: Vec<RawClient> = (0..2).map(|_| server.connect()).collect();
     for client in &mut held {
         client.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
         assert_eq!(client.reply().status, 200);
@@ -420,7 +349,7 @@ fn connections_over_the_cap_get_503() {
     );
     assert_eq!(reply.header("retry-after"), Some("1"));
     drop(held);
-    let deadline = Instant::now() + PATIENCE;
+    let deadline = Instant::now() + SOCKET_PATIENCE;
     while server.get("/healthz").status != 200 {
         assert!(Instant::now() < deadline, "slots never freed");
         thread::sleep(Duration::from_millis(20));
@@ -469,7 +398,7 @@ fn abandoned_connections_leak_no_threads_or_sockets() {
         drop(client);
     }
     server.assert_healthy();
-    let deadline = Instant::now() + PATIENCE;
+    let deadline = Instant::now() + SOCKET_PATIENCE;
     loop {
         let (sockets, threads) = sockets_and_threads(pid);
         if sockets <= base_sockets && threads <= base_threads {

@@ -310,7 +310,7 @@ fn read_request(client: &mut ClientConn) -> io::Result<Option<RawRequest>> {
                     }));
                 }
                 Ok(Status::Partial) => {}
-                Err(error) => return Err(invalid(error.describe().2)),
+                Err(error) => return Err(invalid(error.message())),
             }
         }
         let mut chunk = [0u8; 8192];

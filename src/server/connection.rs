@@ -1,0 +1,237 @@
+//! One client connection, served on its own thread: read a request within its
+//! deadlines, call the handler, write the answer, repeat while keep-alive holds.
+//!
+//! This file owns a connection's reads, writes, deadlines and the decision to
+//! close. It must never let one client hold its thread past `request_timeout`
+//! (reading or writing) or `idle_timeout`, never call the handler for a request
+//! that did not arrive whole, and never close with unread input still arriving
+//! after an error response (see `linger`).
+
+use super::input::{InputBuffer, RETAINED_BUFFER};
+use super::{closing_response_bytes, Handler, Limits};
+use crate::http::{
+    write_response, ErrorCode, ParseError, ParseLimits, Progress, Request, RequestParser, Response,
+    WriteOptions, CONTINUE_100,
+};
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+/// Upper bound on lingering after an error response (see `Connection::linger`).
+const MAX_LINGER: Duration = Duration::from_secs(1);
+const MAX_LINGER_BYTES: usize = 256 * 1024;
+
+/// Why reading a request stopped without one.
+enum Failure {
+    /// The client closed or the socket failed: nobody to answer.
+    Vanished,
+    /// Answer this and close.
+    Respond(Response),
+}
+
+impl From<ParseError> for Failure {
+    fn from(e: ParseError) -> Self {
+        Failure::Respond(e.to_response())
+    }
+}
+
+/// Whether the connection loop goes on.
+enum Next {
+    Continue,
+    Close,
+}
+
+/// One client connection, served on its own thread.
+pub(super) struct Connection<'a> {
+    stream: TcpStream,
+    limits: &'a Limits,
+    parse_limits: ParseLimits,
+    input: InputBuffer,
+    output: Vec<u8>,
+    /// The read timeout currently set on the socket, to skip redundant syscalls.
+    read_timeout: Option<Duration>,
+}
+
+impl<'a> Connection<'a> {
+    pub(super) fn new(stream: TcpStream, limits: &'a Limits) -> Self {
+        Connection {
+            stream,
+            limits,
+            parse_limits: limits.parse_limits(),
+            input: InputBuffer::new(),
+            output: Vec::with_capacity(1024),
+            read_timeout: None,
+        }
+    }
+
+    pub(super) fn run(mut self, handler: &Handler) {
+        let _ = self.stream.set_nodelay(true);
+        // Without a write timeout, a client that never reads pins this thread forever.
+        let _ = self
+            .stream
+            .set_write_timeout(Some(at_least_1ms(self.limits.request_timeout)));
+        while let Next::Continue = self.serve_one(handler) {}
+    }
+
+    fn serve_one(&mut self, handler: &Handler) -> Next {
+        self.input.discard_leading_newlines();
+        if self.input.is_empty() && !self.wait_while_idle() {
+            return Next::Close;
+        }
+        let request = match self.read_request() {
+            Ok(request) => request,
+            Err(Failure::Vanished) => return Next::Close,
+            Err(Failure::Respond(response)) => {
+                self.answer_and_close(&response);
+                return Next::Close;
+            }
+        };
+        let (response, handler_panicked) = call_handler(handler, &request);
+        let keep_alive = !handler_panicked && request.keep_alive() && !response.asks_to_close();
+        let options = WriteOptions {
+            keep_alive,
+            request_version: request.version,
+            head_only: request.method == "HEAD",
+        };
+        self.output.clear();
+        write_response(&mut self.output, &response, options);
+        if self.stream.write_all(&self.output).is_err() {
+            return Next::Close;
+        }
+        if !keep_alive {
+            let _ = self.stream.shutdown(Shutdown::Write);
+            return Next::Close;
+        }
+        self.input.shrink_if_large();
+        if self.output.capacity() > RETAINED_BUFFER {
+            self.output = Vec::with_capacity(1024);
+        }
+        Next::Continue
+    }
+
+    /// Waits for the first byte of the next request; false means close silently
+    /// (idle timeout, client closed, or socket error).
+    fn wait_while_idle(&mut self) -> bool {
+        self.set_read_timeout(self.limits.idle_timeout);
+        loop {
+            match self.input.read_from(&mut self.stream) {
+                Ok(0) => return false,
+                Ok(_) => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Reads one request. The head must be complete within `request_timeout` of
+    /// its first byte, and the body within `request_timeout` of the head: the
+    /// deadline is for the whole thing, so trickling bytes does not extend it.
+    fn read_request(&mut self) -> Result<Request, Failure> {
+        let mut parser = RequestParser::new(self.parse_limits);
+        let mut deadline = Instant::now() + self.limits.request_timeout;
+        loop {
+            let (used, progress) = parser.advance(self.input.unread())?;
+            self.input.consume(used);
+            match progress {
+                Progress::Done(request) => return Ok(request),
+                Progress::HeadComplete { expect_continue } => {
+                    if expect_continue {
+                        self.stream
+                            .write_all(CONTINUE_100)
+                            .map_err(|_| Failure::Vanished)?;
+                    }
+                    deadline = Instant::now() + self.limits.request_timeout;
+                }
+                Progress::NeedMore => self.read_before(deadline)?,
+            }
+        }
+    }
+
+    fn read_before(&mut self, deadline: Instant) -> Result<(), Failure> {
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Failure::Respond(request_timeout_response()));
+            }
+            self.set_read_timeout(deadline - now);
+            match self.input.read_from(&mut self.stream) {
+                Ok(0) => return Err(Failure::Vanished),
+                Ok(_) => return Ok(()),
+                Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Err(Failure::Vanished),
+            }
+        }
+    }
+
+    fn set_read_timeout(&mut self, timeout: Duration) {
+        let timeout = Some(at_least_1ms(timeout));
+        if self.read_timeout != timeout && self.stream.set_read_timeout(timeout).is_ok() {
+            self.read_timeout = timeout;
+        }
+    }
+
+    fn answer_and_close(&mut self, response: &Response) {
+        if self
+            .stream
+            .write_all(&closing_response_bytes(response))
+            .is_ok()
+        {
+            self.linger();
+        }
+    }
+
+    /// After an error response the client may still be sending the request we
+    /// gave up on; closing with that unread makes the kernel reset the connection,
+    /// which can destroy our response in flight. So: stop writing, then read and
+    /// discard for a short, bounded while, until the client closes.
+    fn linger(&mut self) {
+        let _ = self.stream.shutdown(Shutdown::Write);
+        let deadline = Instant::now() + MAX_LINGER.min(self.limits.request_timeout);
+        let mut discarded = 0;
+        while discarded < MAX_LINGER_BYTES {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            self.set_read_timeout(deadline - now);
+            self.input.clear();
+            match self.input.read_from(&mut self.stream) {
+                Ok(0) => return,
+                Ok(n) => discarded += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+fn request_timeout_response() -> Response {
+    Response::from_error(ErrorCode::RequestTimeout, "request not received in time")
+}
+
+fn call_handler(handler: &Handler, request: &Request) -> (Response, bool) {
+    match catch_unwind(AssertUnwindSafe(|| handler(request))) {
+        Ok(response) => (response, false),
+        Err(_) => {
+            eprintln!(
+                "handler panicked on {} {}; answered 500",
+                request.method, request.path
+            );
+            let response = Response::from_error(ErrorCode::InternalError, "internal error");
+            (response, true)
+        }
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
+/// Socket timeouts of zero mean "error" to std, not "expire now".
+fn at_least_1ms(d: Duration) -> Duration {
+    d.max(Duration::from_millis(1))
+}
