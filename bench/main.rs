@@ -17,7 +17,7 @@
 //! with no HTTP at all: the rate HTTP work could at best approach. The first
 //! lines of the report have the shape of the seed's Python bench (section 12.12.2).
 
-use idempotent_tool::app::App;
+use idempotent_tool::app::Service;
 use idempotent_tool::client::{authority, Connection};
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::fingerprint::{canonical, fingerprint, hex_sha256};
@@ -255,6 +255,9 @@ struct Target {
     /// Whether the server runs in this process (its RSS is ours).
     in_process: bool,
     server_pid: Option<u32>,
+    /// The in-process service, stopped (every thread joined) when the target
+    /// is dropped, before the next measurement starts.
+    _service: Option<Service>,
 }
 
 /// Start the service in this process on `db`, a free port, default settings.
@@ -268,14 +271,14 @@ fn start_in_process(
         db: db.to_path_buf(),
         ..ServiceConfig::default()
     };
-    let app = App::start(config).map_err(|e| e.to_string())?;
+    let service = Service::start(config).map_err(|e| e.to_string())?;
     fill()?;
-    let addr = app.spawn().map_err(|e| e.to_string())?;
     Ok(Target {
-        authority: addr.to_string(),
+        authority: service.addr().to_string(),
         db: Some(db.to_path_buf()),
         in_process: true,
         server_pid: None,
+        _service: Some(service),
     })
 }
 
@@ -889,7 +892,8 @@ fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, Strin
         db: dir.0.join("no-http.db"),
         ..ServiceConfig::default()
     };
-    let handler = App::start(service).map_err(|e| e.to_string())?.handler;
+    let service = Service::start(service).map_err(|e| e.to_string())?;
+    let handler = service.handler();
     eprintln!("bench: the same load without HTTP, straight into a fresh service's handler");
     let load = run_load(&Load {
         via: Via::Direct(&handler),
@@ -918,6 +922,7 @@ fn run_single(config: &Config) -> Result<bool, String> {
                 db: config.db.clone(),
                 in_process: false,
                 server_pid: config.server_pid,
+                _service: None,
             };
             // Calibrate on the server's disk when we know where its database is.
             let dir = config

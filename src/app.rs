@@ -6,11 +6,13 @@
 use crate::api::Api;
 use crate::config::Config;
 use crate::runner::{Notifier, Runner};
-use crate::server::{self, Handler};
+use crate::server::{self, Handler, Server};
 use crate::store::CallStore;
+use crate::sync::lock;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Why the service could not start.
 #[derive(Debug)]
@@ -39,22 +41,36 @@ impl std::error::Error for StartError {
     }
 }
 
-/// A service that is ready to accept connections.
-pub struct App {
-    pub listener: TcpListener,
-    pub addr: SocketAddr,
-    pub handler: Handler,
-    pub config: Config,
+/// A running service: the HTTP server, the workers and the recovery thread,
+/// the store and its writer. Stopping it (explicitly, or by dropping it)
+/// ends and joins every thread it started.
+pub struct Service {
+    config: Config,
+    server: Server,
+    handler: Handler,
+    store: Arc<CallStore>,
+    runner: Arc<Runner>,
+    notifier: Arc<Notifier>,
+    /// What the first `stop` did; later calls return it again.
+    stopped: Mutex<Option<StopReport>>,
 }
 
-impl App {
-    /// Bind the socket, then open the store, run recovery once and start the
-    /// workers. Binding first: a taken port must fail before anything touches
-    /// the database (creating the file, or recovering another process's calls).
-    pub fn start(config: Config) -> Result<App, StartError> {
+/// What a stop did.
+#[derive(Debug, Clone, Default)]
+pub struct StopReport {
+    /// Calls whose tools were still running when the grace period ended:
+    /// their leases were given back, so the next process runs them at once.
+    pub released: Vec<String>,
+}
+
+impl Service {
+    /// Bind the socket, then open the store, run recovery once, start the
+    /// workers, and start serving. Binding first: a taken port must fail before
+    /// anything touches the database (creating the file, or recovering another
+    /// process's calls). Recovery runs before the first request is accepted.
+    pub fn start(config: Config) -> Result<Service, StartError> {
         let listener =
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
-        let addr = listener.local_addr().map_err(StartError::Bind)?;
         let store = CallStore::open(&config.db, config.store.clone())
             .map_err(|e| StartError::Database(format!("{}: {e}", config.db.display())))?;
         let notifier = Arc::new(Notifier::default());
@@ -63,29 +79,51 @@ impl App {
             config.runner.clone(),
             Arc::clone(&notifier),
         )
-        .map_err(StartError::Spawn)?;
+        .map_err(|e| {
+            store.stop();
+            StartError::Spawn(e)
+        })?;
         runner.recover_once();
         let api = Api {
-            store,
-            runner,
-            notifier,
+            store: Arc::clone(&store),
+            runner: Arc::clone(&runner),
+            notifier: Arc::clone(&notifier),
             chaos: config.runner.chaos,
             keys: Default::default(),
         };
         let handler: Handler = Arc::new(move |req| api.handle(req));
-        Ok(App {
-            listener,
-            addr,
-            handler,
+        let server =
+            server::start(listener, Arc::clone(&handler), config.limits.clone()).map_err(|e| {
+                runner.stop(Duration::ZERO);
+                store.stop();
+                StartError::Spawn(e)
+            })?;
+        Ok(Service {
             config,
+            server,
+            handler,
+            store,
+            runner,
+            notifier,
+            stopped: Mutex::new(None),
         })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    /// The request handler itself, to call without a socket (the bench's run
+    /// without HTTP).
+    pub fn handler(&self) -> Handler {
+        Arc::clone(&self.handler)
     }
 
     /// The one start-up line, with the real port.
     pub fn banner(&self) -> String {
         format!(
             "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s{})",
-            self.addr,
+            self.addr(),
             self.config.db.display(),
             self.config.runner.workers,
             self.config.runner.lease.as_secs_f64(),
@@ -97,18 +135,32 @@ impl App {
         )
     }
 
-    /// Serve on this thread, forever.
-    pub fn serve(self) {
-        server::serve(self.listener, self.handler, self.config.limits)
+    /// Stop, in the order that loses nothing: no new connection; waiting
+    /// requests (`?wait=`) answer with the call as it is; requests already
+    /// read are answered and their connections close; workers finish the tool
+    /// they are running, for up to `grace`, and the leases of tools still
+    /// running then are given back; the writer commits its last batch, marks
+    /// this process stopped, checkpoints the WAL, and ends. Every thread is
+    /// joined except workers still inside a tool after `grace` (they end with
+    /// the process). Idempotent.
+    pub fn stop(&self, grace: Duration) -> StopReport {
+        let mut stopped = lock(&self.stopped);
+        if let Some(report) = &*stopped {
+            return report.clone();
+        }
+        self.server.stop_accepting();
+        self.notifier.stop();
+        self.server.stop();
+        let released = self.runner.stop(grace);
+        self.store.stop();
+        let report = StopReport { released };
+        *stopped = Some(report.clone());
+        report
     }
+}
 
-    /// Serve on a background thread and return the address (for the bench).
-    pub fn spawn(self) -> Result<SocketAddr, StartError> {
-        let addr = self.addr;
-        std::thread::Builder::new()
-            .name("accept".into())
-            .spawn(move || self.serve())
-            .map_err(StartError::Spawn)?;
-        Ok(addr)
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.stop(self.config.shutdown_grace);
     }
 }

@@ -27,6 +27,9 @@ usage: idempotent-tool [options]
   --idle-timeout-ms MS        idle keep-alive connections close after this
                               (default 30000)
   --max-connections N         open connections; more are answered 503 (default 1024)
+  --shutdown-grace-secs SECS  on SIGTERM/SIGINT, how long running tools may
+                              finish before their leases are given back
+                              (default 10; fractions allowed)
   --chaos                     honour chaos hooks in args (tests, fault injection)
   --help                      print this help
 ";
@@ -40,6 +43,8 @@ pub struct Config {
     pub runner: RunnerOptions,
     pub store: StoreOptions,
     pub limits: Limits,
+    /// How long a stop lets running tools finish before giving their leases back.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Config {
@@ -56,6 +61,7 @@ impl Default for Config {
             },
             store: StoreOptions::default(),
             limits: Limits::default(),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -63,7 +69,7 @@ impl Default for Config {
 /// What the command line asked for.
 #[derive(Debug)]
 pub enum Command {
-    Run(Config),
+    Run(Box<Config>),
     Help,
 }
 
@@ -105,6 +111,7 @@ impl Config {
                     config.limits.request_timeout = millis(&flag, &value()?, 1)?
                 }
                 "--idle-timeout-ms" => config.limits.idle_timeout = millis(&flag, &value()?, 1)?,
+                "--shutdown-grace-secs" => config.shutdown_grace = seconds(&flag, &value()?)?,
                 "--max-connections" => {
                     config.limits.max_connections =
                         number(&flag, &value()?, 1..=1_000_000)? as usize
@@ -119,7 +126,7 @@ impl Config {
                 config.runner.lease.as_secs_f64()
             );
         }
-        Ok(Command::Run(config))
+        Ok(Command::Run(Box::new(config)))
     }
 }
 

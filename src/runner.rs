@@ -381,6 +381,8 @@ fn spawn_named(
 pub struct Notifier {
     completions: Mutex<u64>,
     changed: Condvar,
+    /// Set when the service stops: every wait ends at once.
+    stopping: AtomicBool,
 }
 
 /// How often a waiter re-reads the database even without a wake-up: another
@@ -388,6 +390,13 @@ pub struct Notifier {
 const WAIT_RECHECK: Duration = Duration::from_millis(100);
 
 impl Notifier {
+    /// End every wait now and refuse to wait again: a stopping service
+    /// answers each waiting request with the call as it is.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.notify();
+    }
+
     pub fn notify(&self) {
         *lock(&self.completions) += 1;
         self.changed.notify_all();
@@ -406,7 +415,7 @@ impl Notifier {
                 return Some(found);
             }
             let now = Instant::now();
-            if now >= deadline {
+            if now >= deadline || self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
             let guard = lock(&self.completions);

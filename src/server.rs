@@ -17,13 +17,15 @@ mod input;
 use crate::http::{
     write_response, ErrorCode, ParseLimits, Request, Response, Version, WriteOptions,
 };
+use crate::sync::lock;
 use connection::Connection;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 /// What the server calls for each request; it must not panic, but if it does the
@@ -72,14 +74,124 @@ impl Limits {
     }
 }
 
-/// Serve forever on an already-bound listener.
+/// A running server: its accept thread and every connection thread, and what
+/// stopping needs to reach them.
+pub struct Server {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the accept thread and `stop` share.
+struct Shared {
+    /// Set once by `stop`; the accept loop checks it after every accept.
+    stopping: AtomicBool,
+    /// Every connection thread by id, with a handle on its socket so that
+    /// `stop` can end a wait for the next request at once (`shutdown(Read)`).
+    /// A thread drops its socket handle as it ends (so no descriptor outlives
+    /// its connection); the accept loop joins the ended threads as it goes.
+    connections: Mutex<HashMap<u64, OpenConnection>>,
+}
+
+struct OpenConnection {
+    socket: Option<TcpStream>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Start serving on an already-bound listener, on a thread of its own.
+pub fn start(listener: TcpListener, handler: Handler, limits: Limits) -> io::Result<Server> {
+    let addr = listener.local_addr()?;
+    let shared = Arc::new(Shared {
+        stopping: AtomicBool::new(false),
+        connections: Mutex::new(HashMap::new()),
+    });
+    let accepting = Arc::clone(&shared);
+    let accept = thread::Builder::new()
+        .name("accept".into())
+        .spawn(move || accept_until_stopped(&listener, &handler, limits, accepting))?;
+    Ok(Server {
+        addr,
+        shared,
+        accept: Mutex::new(Some(accept)),
+    })
+}
+
+/// Serve forever on an already-bound listener (the tools that never stop).
 pub fn serve(listener: TcpListener, handler: Handler, limits: Limits) {
+    if let Ok(server) = start(listener, handler, limits) {
+        server.wait();
+    }
+}
+
+impl Server {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Block until the accept thread ends (only `stop` ends it).
+    pub fn wait(&self) {
+        let accept = lock(&self.accept).take();
+        if let Some(accept) = accept {
+            let _ = accept.join();
+        }
+    }
+
+    /// Stop accepting (a connection to ourselves wakes the blocked `accept`),
+    /// then join the accept thread.
+    pub fn stop_accepting(&self) {
+        if !self.shared.stopping.swap(true, Ordering::SeqCst) {
+            let _ = TcpStream::connect_timeout(&wake_address(self.addr), Duration::from_secs(1));
+        }
+        self.wait();
+    }
+
+    /// Stop: no new connection; a request already read is answered, then its
+    /// connection closes; a connection waiting for its next request closes at
+    /// once. Returns when every connection thread has ended. Idempotent.
+    pub fn stop(&self) {
+        self.stop_accepting();
+        let connections = std::mem::take(&mut *lock(&self.shared.connections));
+        for socket in connections.values().filter_map(|c| c.socket.as_ref()) {
+            let _ = socket.shutdown(Shutdown::Read);
+        }
+        for thread in connections.into_values().filter_map(|c| c.thread) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where to connect to wake our own `accept`: a wildcard bind is reached on
+/// loopback.
+fn wake_address(addr: SocketAddr) -> SocketAddr {
+    let ip: IpAddr = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => Ipv4Addr::LOCALHOST.into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
+}
+
+fn accept_until_stopped(
+    listener: &TcpListener,
+    handler: &Handler,
+    limits: Limits,
+    shared: Arc<Shared>,
+) {
     let open = Arc::new(AtomicUsize::new(0));
     let limits = Arc::new(limits);
     let mut accept_errors = RateLimitedLog::default();
     let mut busy_log = RateLimitedLog::default();
     let mut next_id: u64 = 0;
     for incoming in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
         let stream = match incoming {
             Ok(stream) => stream,
             Err(e) => {
@@ -89,6 +201,7 @@ pub fn serve(listener: TcpListener, handler: Handler, limits: Limits) {
                 continue;
             }
         };
+        join_finished(&shared.connections);
         // Only this thread increments `open`, so checking then claiming cannot overshoot.
         if open.load(Ordering::Acquire) >= limits.max_connections {
             busy_log.log(format_args!(
@@ -99,7 +212,48 @@ pub fn serve(listener: TcpListener, handler: Handler, limits: Limits) {
             continue;
         }
         next_id += 1;
-        spawn_connection(next_id, stream, Slot::claim(&open), &handler, &limits);
+        let Ok(socket) = stream.try_clone() else {
+            reject_busy(stream);
+            continue;
+        };
+        // Registered before the thread starts, so its end always finds its entry.
+        let entry = OpenConnection {
+            socket: Some(socket),
+            thread: None,
+        };
+        lock(&shared.connections).insert(next_id, entry);
+        let thread = spawn_connection(
+            next_id,
+            stream,
+            Slot::claim(&open),
+            handler,
+            &limits,
+            &shared,
+        );
+        let mut connections = lock(&shared.connections);
+        match (thread, connections.get_mut(&next_id)) {
+            (Some(thread), Some(entry)) => entry.thread = Some(thread),
+            _ => drop(connections.remove(&next_id)),
+        }
+    }
+}
+
+/// Join the connection threads that have ended, so the registry stays as
+/// long as the connections that are open.
+fn join_finished(connections: &Mutex<HashMap<u64, OpenConnection>>) {
+    let ended: Vec<JoinHandle<()>> = {
+        let mut connections = lock(connections);
+        let ids: Vec<u64> = connections
+            .iter()
+            .filter(|(_, c)| c.thread.as_ref().is_some_and(JoinHandle::is_finished))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.iter()
+            .filter_map(|id| connections.remove(id)?.thread)
+            .collect()
+    };
+    for thread in ended {
+        let _ = thread.join();
     }
 }
 
@@ -109,9 +263,11 @@ fn spawn_connection(
     slot: Slot,
     handler: &Handler,
     limits: &Arc<Limits>,
-) {
+    shared: &Arc<Shared>,
+) -> Option<JoinHandle<()>> {
     let handler = Arc::clone(handler);
     let limits = Arc::clone(limits);
+    let shared = Arc::clone(shared);
     let spawned = thread::Builder::new()
         .name(format!("conn-{id}"))
         .spawn(move || {
@@ -122,11 +278,15 @@ fn spawn_connection(
             if outcome.is_err() {
                 eprintln!("conn-{id}: connection thread panicked; connection closed");
             }
+            // Close our end now: the registry's handle must not outlive us.
+            if let Some(entry) = lock(&shared.connections).get_mut(&id) {
+                entry.socket = None;
+            }
         });
     // On failure the closure (and with it the slot and the stream) is dropped here.
-    if let Err(e) = spawned {
-        eprintln!("cannot spawn a connection thread: {e}");
-    }
+    spawned
+        .map_err(|e| eprintln!("cannot spawn a connection thread: {e}"))
+        .ok()
 }
 
 /// One counted open connection; dropping it (however the thread ends) frees it.

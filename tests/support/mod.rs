@@ -609,3 +609,13 @@ pub fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 pub fn bin_dir() -> &'static Path {
     Path::new(SERVER_BIN).parent().expect("binary has a folder")
 }
+
+/// Send a signal (`"TERM"`, `"INT"`, `"STOP"`, ...) to a child process.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {}", child.id());
+}
