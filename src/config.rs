@@ -3,6 +3,7 @@
 //! `Config::parse` never exits or prints; `main` decides what a bad flag costs
 //! (usage on stderr, exit 2).
 
+use crate::flag::Flags;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::StoreOptions;
@@ -89,12 +90,9 @@ impl Config {
     /// Parse the arguments after the program name.
     pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, ConfigError> {
         let mut config = Config::default();
-        let mut args = args.into_iter();
-        while let Some(flag) = args.next() {
-            let mut value = || {
-                args.next()
-                    .ok_or_else(|| ConfigError(format!("{flag} needs a value")))
-            };
+        let mut flags = Flags::new(args);
+        while let Some(flag) = flags.next_flag().map_err(ConfigError)? {
+            let mut value = || flags.value().map_err(ConfigError);
             match flag.as_str() {
                 "--help" | "-h" => return Ok(Command::Help),
                 "--chaos" => config.runner.chaos = true,

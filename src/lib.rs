@@ -3,7 +3,8 @@
 //!
 //! Module map (each owns one concern):
 //!
-//! - [`config`]: command-line flags and their defaults.
+//! - [`config`]: the server's command-line flags and their defaults; [`flag`]:
+//!   the flag splitting every binary shares.
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
 //!   `ErrorCode`, the one table of error codes and their statuses.
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
@@ -27,6 +28,7 @@ pub mod chaos;
 pub mod client;
 pub mod config;
 pub mod fingerprint;
+pub mod flag;
 pub mod http;
 pub mod runner;
 pub mod server;

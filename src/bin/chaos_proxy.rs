@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 use idempotent_tool::client::{read_response, HttpResponse};
+use idempotent_tool::flag::Flags;
 use idempotent_tool::http::{
     self, parse_request, ParseLimits, Response, Status, Version, WriteOptions,
 };
@@ -379,16 +380,18 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
     let mut mode = Mode::Pass;
     let mut times = None;
     let mut delay_ms = 1000u64;
-    let mut iter = args.iter();
-    while let Some(flag) = iter.next() {
-        let value = iter.next().ok_or_else(|| format!("{flag} needs a value"))?;
+    let mut flags = Flags::new(args.iter().cloned());
+    while let Some(flag) = flags.next_flag()? {
+        let mut value = || flags.value();
         match flag.as_str() {
-            "--listen" => listen = Some(value.clone()),
-            "--upstream" => upstream = Some(strip_scheme(value)),
+            "--listen" => listen = Some(value()?),
+            "--upstream" => upstream = Some(strip_scheme(&value()?)),
             "--mode" => {
-                mode = Mode::parse(value).ok_or_else(|| format!("unknown mode {value:?}"))?
+                let value = value()?;
+                mode = Mode::parse(&value).ok_or_else(|| format!("unknown mode {value:?}"))?
             }
             "--times" => {
+                let value = value()?;
                 times = Some(
                     value
                         .parse()
@@ -396,6 +399,7 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
                 )
             }
             "--delay-ms" => {
+                let value = value()?;
                 delay_ms = value
                     .parse()
                     .map_err(|_| format!("bad --delay-ms {value:?}"))?

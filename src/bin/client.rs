@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 use idempotent_tool::client::{call_tool_with, request_once, CallOptions};
+use idempotent_tool::flag::Flags;
 use serde_json::{json, Value};
 use std::fmt;
 use std::process::ExitCode;
@@ -106,14 +107,11 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
     let mut tool_args: Option<Value> = None;
     let mut get_path = None;
     let mut opts = CallOptions::new("", "", "", json!({}));
-    let mut iter = args.iter();
-    while let Some(flag) = iter.next() {
-        let mut value = || {
-            iter.next()
-                .cloned()
-                .ok_or_else(|| UsageError(format!("{flag} needs a value")))
-        };
-        match flag.as_str() {
+    let mut flags = Flags::new(args.iter().cloned());
+    while let Some(flag) = flags.next_flag().map_err(UsageError)? {
+        let flag = flag.as_str();
+        let mut value = || flags.value().map_err(UsageError);
+        match flag {
             "--base" => base = value()?,
             "--key" => key = Some(value()?),
             "--tool" => tool = Some(value()?),

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+use idempotent_tool::flag::Flags;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use std::process::ExitCode;
@@ -47,7 +48,11 @@ enum Selection {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (db, selection) = match parse_args(&args) {
-        Ok(parsed) => parsed,
+        Ok(Some(parsed)) => parsed,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(message) => {
             eprintln!("inspect: {message}\n{USAGE}");
             return ExitCode::from(2);
@@ -104,25 +109,32 @@ fn render(value: ValueRef<'_>) -> String {
     }
 }
 
-fn parse_args(args: &[String]) -> Result<(String, Selection), String> {
+/// The database and what to print from it; `Ok(None)` means `--help`.
+fn parse_args(args: &[String]) -> Result<Option<(String, Selection)>, String> {
     let mut db = None;
     let mut selection = Selection::All;
-    let mut iter = args.iter();
-    while let Some(flag) = iter.next() {
-        let value = iter.next().ok_or_else(|| format!("{flag} needs a value"))?;
+    let mut flags = Flags::new(args.iter().cloned());
+    while let Some(flag) = flags.next_flag()? {
+        let mut value = || flags.value();
         match flag.as_str() {
-            "--db" => db = Some(value.clone()),
-            "--sql" => selection = Selection::Sql(value.clone()),
-            "--query" if value == "all" => selection = Selection::All,
-            "--query" => {
-                let (_, sql) = QUERIES
-                    .iter()
-                    .find(|(name, _)| name == value)
-                    .ok_or_else(|| format!("unknown query {value:?}"))?;
-                selection = Selection::Named(sql);
-            }
+            "--help" | "-h" => return Ok(None),
+            "--db" => db = Some(value()?),
+            "--sql" => selection = Selection::Sql(value()?),
+            "--query" => selection = named_query(&value()?)?,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    Ok((db.ok_or("--db is required")?, selection))
+    Ok(Some((db.ok_or("--db is required")?, selection)))
+}
+
+/// `--query NAME`: one seed query's rows, or `all` of them with headings.
+fn named_query(name: &str) -> Result<Selection, String> {
+    if name == "all" {
+        return Ok(Selection::All);
+    }
+    let (_, sql) = QUERIES
+        .iter()
+        .find(|(query, _)| *query == name)
+        .ok_or_else(|| format!("unknown query {name:?}"))?;
+    Ok(Selection::Named(sql))
 }

@@ -1,0 +1,302 @@
+//! The reports: the text a person reads (a single run, or the sweep's table)
+//! and the one JSON object `--json` prints instead. Every output line and JSON
+//! field the bench has is written here.
+//!
+//! It only formats figures already measured; it never measures, and its
+//! "target ... met/MISSED" lines are figures beside thresholds, not checks:
+//! only the invariants decide the exit code.
+
+use crate::calibrate::CommitRate;
+use crate::load::LoadResult;
+use crate::measure::{peak_rss_kib, ratio, Measurement};
+use crate::sweep::{DATA_PAIRS, PREFILL_CALLS};
+use crate::target::Target;
+use crate::{Config, Mode, Stop};
+use idempotent_tool::store::WriterStats;
+use serde_json::{json, Value};
+
+fn stop_text(stop: Stop) -> String {
+    match stop {
+        Stop::Count(n) => format!("n={n}"),
+        Stop::After(d) => format!("duration={}s", d.as_secs_f64()),
+    }
+}
+
+fn connections_text(keep_alive: bool) -> &'static str {
+    if keep_alive {
+        "keep-alive"
+    } else {
+        "new-connection"
+    }
+}
+
+fn print_commit_rate(c: CommitRate) {
+    let (mean, before, after) = (c.mean(), c.before, c.after);
+    print!("calibration: single-commit={mean:.1}/s (before {before:.1}, after {after:.1})");
+    println!("  one commit p50={:.2}ms p99={:.2}ms", c.p50_ms, c.p99_ms);
+}
+
+/// Where the server's single writer spent the run: how many operations each
+/// commit carried, and running them versus committing them.
+fn print_writer(w: WriterStats) {
+    if w.batches == 0 {
+        return println!("writer: - (the server reports no writer counters)");
+    }
+    let busy = (w.run_us + w.commit_us).max(1) as f64;
+    println!(
+        "writer: batches={}  ops/batch={:.1}  run={:.1}us/op  commit={:.2}ms/batch ({:.0}% of its busy time)",
+        w.batches,
+        w.ops_per_batch(),
+        w.run_us_per_op(),
+        w.commit_ms_per_batch(),
+        100.0 * w.commit_us as f64 / busy
+    );
+}
+
+pub fn print_report(
+    m: &Measurement,
+    config: &Config,
+    target: &Target,
+    commit: CommitRate,
+    rss: Option<u64>,
+    no_http: &LoadResult,
+) {
+    let (l, h) = (&m.load, &m.healthz);
+    let server = match target.in_process {
+        true => format!("in-process@{}", target.authority),
+        false => target.authority.clone(),
+    };
+    let conns = connections_text(config.keep_alive);
+    let stop = stop_text(config.stop);
+    println!(
+        "mode={} concurrency={} {conns} {stop} server={server}",
+        m.mode.name(),
+        m.concurrency
+    );
+    let wall = l.wall.as_secs_f64();
+    println!(
+        "n={}  wall={wall:.3}s  rps={:.1} ({:.2}x healthz)",
+        l.requests(),
+        l.rps(),
+        m.rps_x()
+    );
+    let (p50, p95, p99, max) = (l.ms(0.50), l.ms(0.95), l.ms(0.99), l.ms(1.0));
+    let p99_x = m.p99_x();
+    println!(
+        "p50={p50:.2}ms  p95={p95:.2}ms  p99={p99:.2}ms ({p99_x:.1}x healthz)  max={max:.2}ms"
+    );
+    let codes: Vec<String> = l
+        .codes
+        .iter()
+        .map(|(c, n)| format!("http_{c}={n}"))
+        .collect();
+    println!("{}  status0={}", codes.join("  "), l.status0);
+    let (calls, effects) = (
+        m.after.calls - m.before.calls,
+        m.after.effects - m.before.effects,
+    );
+    println!("calls={calls}  effects={effects}");
+    let attempts: Vec<String> = m
+        .attempts()
+        .iter()
+        .map(|(a, n)| format!("{a}={n}"))
+        .collect();
+    println!("attempts: {}", attempts.join(" "));
+    print!(
+        "accepted/s={:.1} ({:.2}x healthz)  ",
+        l.accepted_per_s(),
+        m.accepted_x()
+    );
+    print!("completed/s={:.1} ", m.completed_per_s());
+    println!(
+        "({:.2}x single-commit)  drain={:.3}s",
+        m.completed_x(commit),
+        m.drain.as_secs_f64()
+    );
+    let whose = match target.in_process {
+        true => "this process: server and load generator",
+        false => "server pid",
+    };
+    match rss {
+        Some(kib) => println!("peak_rss={:.1}MiB ({whose})", kib as f64 / 1024.0),
+        None => println!("peak_rss=- (give --server-pid)"),
+    }
+    print!(
+        "calibration: healthz rps={:.1} p99={:.2}ms ",
+        h.rps(),
+        h.ms(0.99)
+    );
+    println!("({} requests)", h.requests());
+    print_writer(m.writer());
+    print_commit_rate(commit);
+    print!(
+        "without HTTP: accepted/s={:.1} ({:.2}x healthz)  ",
+        no_http.accepted_per_s(),
+        ratio(no_http.accepted_per_s(), h.rps())
+    );
+    println!(
+        "p50={:.2}ms  p99={:.2}ms  (same load into a fresh service's handler)",
+        no_http.ms(0.50),
+        no_http.ms(0.99)
+    );
+    print_targets(m, commit);
+    for c in &m.checks {
+        println!("check {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.name);
+    }
+}
+
+/// The issue's targets, as figures next to their thresholds (not assertions).
+fn print_targets(m: &Measurement, commit: CommitRate) {
+    let mark = |ok: bool| if ok { "met" } else { "MISSED" };
+    let (acc_x, p99, done_x, rps_x) = (
+        m.accepted_x(),
+        m.load.ms(0.99),
+        m.completed_x(commit),
+        m.rps_x(),
+    );
+    match m.mode {
+        Mode::Distinct => {
+            println!(
+                "target accepted/s >= 0.25x healthz: {acc_x:.2}x {}",
+                mark(acc_x >= 0.25)
+            );
+            println!("target POST p99 <= 5ms: {p99:.2}ms {}", mark(p99 <= 5.0));
+            println!(
+                "target completed/s >= 1.0x single-commit: {done_x:.2}x {}",
+                mark(done_x >= 1.0)
+            );
+        }
+        Mode::SameKey => println!(
+            "target same-key rps >= 0.5x healthz: {rps_x:.2}x {}",
+            mark(rps_x >= 0.5)
+        ),
+        _ => {}
+    }
+}
+
+pub fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, data_ratio: f64) {
+    let conns = connections_text(config.keep_alive);
+    let stop = stop_text(config.stop);
+    let mode = points[0].mode.name();
+    println!("sweep: mode={mode} {conns} {stop} per point");
+    print_commit_rate(commit);
+    print!("conc    calls0       rps  x_hlth   p99ms  x_hlth");
+    println!("  hlth_rps  hlth_p99  completed/s  ops/batch  commit_ms  status0  checks");
+    for p in points {
+        let (l, h) = (&p.load, &p.healthz);
+        print!(
+            "{:>4} {:>9} {:>9.1} ",
+            p.concurrency,
+            p.before.calls,
+            l.rps()
+        );
+        print!("{:>7.2} {:>7.2} {:>7.1} ", p.rps_x(), l.ms(0.99), p.p99_x());
+        print!(
+            "{:>9.1} {:>9.2} {:>12.1} ",
+            h.rps(),
+            h.ms(0.99),
+            p.completed_per_s()
+        );
+        let w = p.writer();
+        print!(
+            "{:>10.1} {:>10.2} ",
+            w.ops_per_batch(),
+            w.commit_ms_per_batch()
+        );
+        println!("{:>8} {:>7}", l.status0, if p.ok() { "ok" } else { "FAIL" });
+    }
+    println!(
+        "data: rps with {PREFILL_CALLS} calls = {data_ratio:.2}x a fresh empty db, \
+         {DATA_PAIRS} adjacent pairs (target >= 0.8)"
+    );
+    if let Some(kib) = peak_rss_kib(None) {
+        let mib = kib as f64 / 1024.0;
+        println!("peak_rss={mib:.1}MiB (this process: servers, load generator, pre-fill)");
+    }
+    for p in points {
+        for c in p.checks.iter().filter(|c| !c.ok) {
+            let (conc, before) = (p.concurrency, p.before.calls);
+            println!(
+                "check FAIL (concurrency {conc}, {before} calls before): {}",
+                c.name
+            );
+        }
+    }
+}
+
+fn measurement_json(m: &Measurement, commit: CommitRate) -> Value {
+    let (l, h, w) = (&m.load, &m.healthz, m.writer());
+    let checks: Vec<Value> = m
+        .checks
+        .iter()
+        .map(|c| json!({"name": c.name, "ok": c.ok}))
+        .collect();
+    json!({
+        "mode": m.mode.name(), "concurrency": m.concurrency, "calls_before": m.before.calls,
+        "n": l.requests(), "wall_s": l.wall.as_secs_f64(),
+        "rps": l.rps(), "rps_x_healthz": m.rps_x(),
+        "accepted_per_s": l.accepted_per_s(), "accepted_x_healthz": m.accepted_x(),
+        "p50_ms": l.ms(0.50), "p95_ms": l.ms(0.95), "p99_ms": l.ms(0.99), "max_ms": l.ms(1.0),
+        "p99_x_healthz": m.p99_x(), "http": l.codes_by_name(), "status0": l.status0,
+        "calls": m.after.calls - m.before.calls, "effects": m.after.effects - m.before.effects,
+        "attempts": m.attempts(), "completed": m.completed(), "drain_s": m.drain.as_secs_f64(),
+        "completed_per_s": m.completed_per_s(), "completed_x_single_commit": m.completed_x(commit),
+        "healthz": {"n": h.requests(), "rps": h.rps(), "p99_ms": h.ms(0.99), "status0": h.status0},
+        "single_commit_per_s": commit.mean(), "single_commit_p99_ms": commit.p99_ms,
+        "writer": {"batches": w.batches, "ops": w.ops, "ops_per_batch": w.ops_per_batch(),
+                   "run_us_per_op": w.run_us_per_op(), "commit_ms_per_batch": w.commit_ms_per_batch()},
+        "checks": checks, "ok": m.ok(),
+    })
+}
+
+/// A single run's `--json` object: the measurement, the run without HTTP, and
+/// how the run was made.
+pub fn single_json(
+    m: &Measurement,
+    config: &Config,
+    target: &Target,
+    commit: CommitRate,
+    rss: Option<u64>,
+    no_http: &LoadResult,
+) -> Value {
+    let mut v = measurement_json(m, commit);
+    v["no_http"] = json!({
+        "n": no_http.requests(), "http": no_http.codes_by_name(), "accepted_per_s": no_http.accepted_per_s(),
+        "accepted_x_healthz": ratio(no_http.accepted_per_s(), m.healthz.rps()),
+        "p50_ms": no_http.ms(0.50), "p99_ms": no_http.ms(0.99),
+    });
+    v["stop"] = json!(stop_text(config.stop));
+    v["keep_alive"] = json!(config.keep_alive);
+    v["server"] = json!(if target.in_process {
+        "in-process"
+    } else {
+        "base"
+    });
+    v["peak_rss_kib"] = json!(rss);
+    v
+}
+
+/// The sweep's `--json` object: every point, the calibration, and the data ratio.
+pub fn sweep_json(
+    points: &[Measurement],
+    config: &Config,
+    commit: CommitRate,
+    data_ratio: f64,
+) -> Value {
+    let status0_256 = points
+        .iter()
+        .find(|p| p.concurrency == 256)
+        .map(|p| p.load.status0);
+    json!({
+        "sweep": points.iter().map(|p| measurement_json(p, commit)).collect::<Vec<_>>(),
+        "stop": stop_text(config.stop),
+        "keep_alive": config.keep_alive,
+        "single_commit_per_s": commit.mean(),
+        "single_commit_before_after": [commit.before, commit.after],
+        "single_commit_p50_ms": commit.p50_ms,
+        "single_commit_p99_ms": commit.p99_ms,
+        "rps_filled_over_empty": data_ratio,
+        "status0_at_256": status0_256,
+        "peak_rss_kib": peak_rss_kib(None),
+    })
+}
