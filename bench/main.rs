@@ -23,6 +23,7 @@
 //! `calibrate` (the two baselines), `measure` (load, drain, `/stats`),
 //! `invariants` (the checks after a run), `sweep` (the `--sweep` run and its
 //! pre-filled database), `report` (text and JSON).
+#![forbid(unsafe_code)]
 
 mod calibrate;
 mod invariants;
@@ -35,11 +36,12 @@ mod target;
 use calibrate::{single_commit_sample, CommitRate};
 use idempotent_tool::client::authority;
 use idempotent_tool::flag::Flags;
+use idempotent_tool::temp::TempDir;
 use measure::{measure, measure_without_http, peak_rss_kib};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use target::{start_in_process, Target, TempDir};
+use target::{start_in_process, Target};
 
 const USAGE: &str = "\
 usage: bench [options]
@@ -230,9 +232,9 @@ fn run_single(config: &Config) -> Result<bool, String> {
             (target, calibration_dir_beside(config.db.as_deref()))
         }
         None => {
-            temp = TempDir::new()?;
-            let db = temp.0.join("idem.db");
-            (start_in_process(&db, || Ok(()))?, temp.0.clone())
+            temp = TempDir::new("idem-bench").map_err(|e| format!("temp folder: {e}"))?;
+            let db = temp.join("idem.db");
+            (start_in_process(&db, || Ok(()))?, temp.path().to_path_buf())
         }
     };
     eprintln!(

@@ -9,12 +9,13 @@
 use crate::calibrate::{healthz_calibration, CommitRate};
 use crate::invariants::{check_invariants, Check};
 use crate::load::{parsed_request, run_load, Load, LoadResult, Via, REQUEST_TIMEOUT};
-use crate::target::{run_id, Target, TempDir};
+use crate::target::{run_id, Target};
 use crate::{Config, Mode};
 use idempotent_tool::app::Service;
 use idempotent_tool::client::Connection;
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::store::WriterStats;
+use idempotent_tool::temp::TempDir;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -190,10 +191,10 @@ pub fn measure(
 /// what the service could reach if HTTP cost nothing: a target above it cannot
 /// be reached by work on the HTTP side.
 pub fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, String> {
-    let dir = TempDir::new_in(dir)?;
+    let dir = TempDir::new_in(dir, "idem-bench").map_err(|e| format!("temp folder: {e}"))?;
     let service = ServiceConfig {
         port: 0,
-        db: dir.0.join("no-http.db"),
+        db: dir.join("no-http.db"),
         ..ServiceConfig::default()
     };
     let service = Service::start(service).map_err(|e| e.to_string())?;

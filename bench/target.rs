@@ -11,27 +11,6 @@ use idempotent_tool::store::now;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A unique folder under the system temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new() -> Result<TempDir, String> {
-        TempDir::new_in(&std::env::temp_dir())
-    }
-
-    pub fn new_in(parent: &Path) -> Result<TempDir, String> {
-        let dir = parent.join(format!("idem-bench-{}", run_id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        Ok(TempDir(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Unique per run, so keys never collide with an earlier run's on the same server.
 pub fn run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);

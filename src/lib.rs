@@ -34,4 +34,5 @@ pub mod runner;
 pub mod server;
 pub mod store;
 pub mod sync;
+pub mod temp;
 pub mod tools;

@@ -1,6 +1,7 @@
 //! The `idempotent-tool` binary: parse flags, start, print one line, serve
 //! until SIGTERM or SIGINT, then stop gracefully (a second signal exits at
 //! once).
+#![forbid(unsafe_code)]
 
 use idempotent_tool::app::Service;
 use idempotent_tool::config::{Command, Config, USAGE};

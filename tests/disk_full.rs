@@ -144,9 +144,7 @@ fn a_full_disk_during_large_batches_loses_no_accepted_call() {
         eprintln!("disk_full: not root, so no tmpfs; this test needs root (CI runs as root)");
         return;
     };
-    let db = TempDb {
-        path: fs.dir.join("idem.db"),
-    };
+    let db = TempDb::at(fs.dir.join("idem.db"));
     let fillers = fs.dir.join("fillers");
     std::fs::create_dir(&fillers).unwrap();
     let mut server = Server::start(&db, &["--workers", "2"]);

@@ -31,6 +31,7 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
+pub mod bulk;
 mod ids;
 mod instances;
 mod model;

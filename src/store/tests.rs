@@ -36,28 +36,16 @@ fn charged(amount: i64) -> Option<NewEffect> {
     })
 }
 
-struct TempDb {
-    dir: PathBuf,
-}
+/// A database file in its own temp folder, removed on drop.
+struct TempDb(crate::temp::TempDir);
 
 impl TempDb {
     fn new(name: &str) -> TempDb {
-        let dir = std::env::temp_dir().join(format!(
-            "idem-store-{name}-{}-{}",
-            std::process::id(),
-            now()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDb { dir }
+        TempDb(crate::temp::TempDir::new(&format!("idem-store-{name}")).unwrap())
     }
-    fn path(&self) -> PathBuf {
-        self.dir.join("t.db")
-    }
-}
 
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+    fn path(&self) -> PathBuf {
+        self.0.join("t.db")
     }
 }
 
@@ -625,5 +613,28 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
         Err(StoreError::Unavailable(_))
     ));
     assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    Ok(())
+}
+
+/// The bulk loader writes settled calls the store reads like any other.
+#[test]
+fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
+    let db = TempDb::new("bulk");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let charge = bulk::BulkCharge {
+        fingerprint: "fp",
+        args_json: r#"{"amount":1}"#,
+        amount: 1,
+        key_prefix: "bulk",
+    };
+    bulk::insert_succeeded_charges(&db.path(), &charge, 1_000)?;
+    let stats = store.stats()?;
+    assert_eq!((stats.calls, stats.effects), (1_000, 1_000));
+    let call = store.find_by_key("bulk-999")?.expect("loaded");
+    assert_eq!(call.status, Status::Succeeded);
+    assert!(matches!(
+        store.create_or_get(new_call("bulk-999", "fp"))?,
+        Created::Existing(_)
+    ));
     Ok(())
 }

@@ -16,10 +16,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// How long a child may take to print its start-up line on a loaded machine.
 pub const STARTUP_DEADLINE: Duration = Duration::from_secs(60);
@@ -29,26 +28,31 @@ pub const CLIENT_BIN: &str = env!("CARGO_BIN_EXE_client");
 pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_chaos_proxy");
 pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
 
-/// A name no other test (or test run) uses: pid, time and a counter.
-pub fn unique_name(prefix: &str) -> String {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    format!("{prefix}-{}-{nanos}-{n}", std::process::id())
-}
+#[allow(unused_imports)] // each test file uses a different subset
+pub use idempotent_tool::temp::unique_name;
+use idempotent_tool::temp::TempDir;
 
-/// A database path under the temp dir, removed (with its WAL files) on drop.
+/// A database path in a temp folder of its own, removed (with its WAL files)
+/// on drop.
 pub struct TempDb {
     pub path: PathBuf,
+    /// The folder holding it, when this `TempDb` made one.
+    _dir: Option<TempDir>,
 }
 
 impl TempDb {
     pub fn new(prefix: &str) -> TempDb {
-        let path = std::env::temp_dir().join(format!("{}.db", unique_name(prefix)));
-        TempDb { path }
+        let dir = TempDir::new(prefix).expect("make a temp folder");
+        TempDb {
+            path: dir.join("idem.db"),
+            _dir: Some(dir),
+        }
+    }
+
+    /// A database at `path`, in a folder someone else owns: only its files are
+    /// removed on drop.
+    pub fn at(path: PathBuf) -> TempDb {
+        TempDb { path, _dir: None }
     }
 
     pub fn path_str(&self) -> &str {
