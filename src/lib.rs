@@ -5,6 +5,8 @@
 //!
 //! - [`config`]: command-line flags and their defaults.
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand.
+//! - [`input`]: client JSON parsed strictly (no repeated member names) and
+//!   client input quoted in error messages (at most 100 bytes).
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
 //! - [`api`]: routes, validation, and the mapping from errors to status codes.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
@@ -27,6 +29,7 @@ pub mod client;
 pub mod config;
 pub mod fingerprint;
 pub mod http;
+pub mod input;
 pub mod runner;
 pub mod server;
 pub mod store;
