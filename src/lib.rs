@@ -15,6 +15,8 @@
 //! - [`tools`]: the four tools, their validation and their outcomes.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
+//! - [`verify`]: `idempotent-tool verify`, every invariant checked read-only on
+//!   a database file (its SQL moves into `store` with the rest).
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
 //!
@@ -34,3 +36,4 @@ pub mod runner;
 pub mod server;
 pub mod store;
 pub mod tools;
+pub mod verify;
