@@ -405,8 +405,16 @@ fn wait_param(req: &Request) -> Result<Option<Duration>, ApiError> {
 /// The body as an object with only the known fields. Parsed strictly: a
 /// member name repeated at any depth is refused, not resolved (see `input`).
 fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value = parse_strict(body)
-        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
+    let value = parse_strict(body).map_err(|e| {
+        // A data error is the strict parser's own refusal (a repeated name):
+        // well-formed JSON that two readers could understand differently.
+        let what = if e.is_data() {
+            "ambiguous"
+        } else {
+            "not valid"
+        };
+        ApiError::BadRequest(format!("body is {what} JSON: {e}"))
+    })?;
     if depth(&value) > MAX_JSON_DEPTH {
         return Err(ApiError::BadRequest(format!(
             "body nests deeper than {MAX_JSON_DEPTH} levels"
@@ -529,7 +537,7 @@ mod tests {
         assert!(err(r#"{"args":{}}"#).contains("tool is required"));
         assert!(err(r#"{"tool":"charge","args":[1]}"#).contains("args must be"));
         assert!(err(r#"{"tool":"charge","extra":1}"#).contains("extra"));
-        assert!(err(r#"{"tool":"charge","tool":"fail"}"#).contains("more than once"));
+        assert!(err(r#"{"tool":"charge","tool":"fail"}"#).contains("ambiguous JSON: member"));
         assert!(err(r#"{"tool":"x","args":{"a":1,"a":1}}"#).contains("more than once"));
         let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
         assert!(err(&deep).contains("deeper"));
