@@ -7,8 +7,9 @@
 //! is on disk. It never executes a tool itself — it hands new calls to the runner.
 
 use crate::chaos;
-use crate::fingerprint::{canonical_object, fingerprint_canonical};
+use crate::fingerprint::{as_integer, canonical_object, fingerprint_canonical};
 use crate::http::{ErrorCode, Request, Response};
+use crate::input::{clip, parse_strict, quote};
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
 use crate::tools::Tool;
@@ -207,17 +208,18 @@ impl Api {
                         )
                     })?;
                     let call = self.store.find_by_key(&key)?;
-                    let call =
-                        call.ok_or_else(|| ApiError::NotFound(format!("call with key {key:?}")))?;
+                    let call = call.ok_or_else(|| {
+                        ApiError::NotFound(format!("call with key {}", quote(&key)))
+                    })?;
                     self.respond_with_call(call, wait_param(req)?)
                 } else if let Some(call_id) = path.strip_prefix("/v1/tool-calls/") {
                     allow("GET")?;
                     let call = self.store.get(call_id)?;
                     let call =
-                        call.ok_or_else(|| ApiError::NotFound(format!("call {call_id:?}")))?;
+                        call.ok_or_else(|| ApiError::NotFound(format!("call {}", quote(call_id))))?;
                     self.respond_with_call(call, wait_param(req)?)
                 } else {
-                    Err(ApiError::NotFound(format!("path {path:?}")))
+                    Err(ApiError::NotFound(format!("path {}", quote(path))))
                 }
             }
         }
@@ -283,10 +285,12 @@ impl Api {
             }
             Created::Existing(call) => call,
             Created::Conflict(call) => {
+                // The key is the client's own input: the message repeats at most
+                // `input::MAX_QUOTED_BYTES` of it.
                 return Err(ApiError::Conflict {
-                    key: call.idem_key,
+                    key: clip(&call.idem_key).to_string(),
                     call_id: call.call_id,
-                })
+                });
             }
         };
         self.respond_with_call(call, wait)
@@ -345,9 +349,22 @@ impl Api {
     }
 }
 
-/// `Idempotency-Key`: 1–255 visible ASCII characters.
+/// `Idempotency-Key`: exactly one header of 1–255 visible ASCII characters
+/// (so no control character, no space). Two headers are refused rather than
+/// one of them picked: a proxy and this server could pick differently.
 fn idempotency_key(req: &Request) -> Result<&str, ApiError> {
-    let key = req.header("idempotency-key").ok_or(ApiError::MissingKey)?;
+    // Header names are stored lower-cased.
+    let mut values = req
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "idempotency-key")
+        .map(|(_, value)| value.as_str());
+    let key = values.next().ok_or(ApiError::MissingKey)?;
+    if values.next().is_some() {
+        return Err(ApiError::BadRequest(
+            "the Idempotency-Key header appears more than once; send it once".into(),
+        ));
+    }
     let visible = |b: u8| (0x21..=0x7e).contains(&b);
     if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(visible) {
         return Err(ApiError::BadRequest(format!(
@@ -371,14 +388,25 @@ fn wait_param(req: &Request) -> Result<Option<Duration>, ApiError> {
         .map(|s| Some(Duration::from_secs_f64(s)))
         .ok_or_else(|| {
             ApiError::BadRequest(format!(
-                "wait must be a number of seconds from 0 to 30, not {raw:?}"
+                "wait must be a number of seconds from 0 to 30, not {}",
+                quote(raw)
             ))
         })
 }
 
+/// The body as an object with only the known fields. Parsed strictly: a
+/// member name repeated at any depth is refused, not resolved (see `input`).
 fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("body is not valid JSON: {e}")))?;
+    let value = parse_strict(body).map_err(|e| {
+        // A data error is the strict parser's own refusal (a repeated name):
+        // well-formed JSON that two readers could understand differently.
+        let what = if e.is_data() {
+            "ambiguous"
+        } else {
+            "not valid"
+        };
+        ApiError::BadRequest(format!("body is {what} JSON: {e}"))
+    })?;
     if depth(&value) > MAX_JSON_DEPTH {
         return Err(ApiError::BadRequest(format!(
             "body nests deeper than {MAX_JSON_DEPTH} levels"
@@ -392,7 +420,8 @@ fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
         .find(|k| !["tool", "args", "client_id", "seq"].contains(&k.as_str()))
     {
         return Err(ApiError::BadRequest(format!(
-            "{field} is not a field of a tool call (expected: tool, args, client_id, seq)"
+            "{} is not a field of a tool call (expected: tool, args, client_id, seq)",
+            quote(field)
         )));
     }
     Ok(map)
@@ -414,23 +443,29 @@ fn tool_and_args(body: &Map<String, Value>) -> Result<(&str, &Map<String, Value>
     Ok((tool, args))
 }
 
+/// An optional text field (`client_id`): at most 255 bytes, and no control
+/// character (C0, DEL, C1), which would be stored as-is and reach every log
+/// line and terminal that shows the call.
 fn optional_string(body: &Map<String, Value>, field: &str) -> Result<Option<String>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.len() <= MAX_KEY_LEN => Ok(Some(s.clone())),
+        Some(Value::String(s)) if s.len() <= MAX_KEY_LEN && !s.chars().any(char::is_control) => {
+            Ok(Some(s.clone()))
+        }
         Some(_) => Err(ApiError::BadRequest(format!(
-            "{field} must be a string of at most {MAX_KEY_LEN} bytes"
+            "{field} must be a string of at most {MAX_KEY_LEN} bytes without control characters"
         ))),
     }
 }
 
+/// An optional integer field (`seq`): the numbers the fingerprint treats as
+/// integers (`1`, `1.0`, `1e0`), as for every integer in `args`.
 fn optional_integer(body: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_i64()
+        Some(v) => as_integer(v)
             .map(Some)
-            .ok_or_else(|| ApiError::BadRequest(format!("{field} must be an integer"))),
+            .ok_or_else(|| ApiError::BadRequest(format!("{field} must be a 64-bit integer"))),
     }
 }
 
@@ -494,6 +529,8 @@ mod tests {
         assert!(err(r#"{"args":{}}"#).contains("tool is required"));
         assert!(err(r#"{"tool":"charge","args":[1]}"#).contains("args must be"));
         assert!(err(r#"{"tool":"charge","extra":1}"#).contains("extra"));
+        assert!(err(r#"{"tool":"charge","tool":"fail"}"#).contains("ambiguous JSON: member"));
+        assert!(err(r#"{"tool":"x","args":{"a":1,"a":1}}"#).contains("more than once"));
         let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
         assert!(err(&deep).contains("deeper"));
     }

@@ -71,8 +71,9 @@ fn flag(key: &str, value: &Value) -> Result<bool, String> {
 fn millis(key: &str, value: &Value) -> Result<Option<Duration>, String> {
     match value {
         Value::Null => Ok(None),
-        v => v
-            .as_u64()
+        // The integers the fingerprint knows, so `50.0` is `50` here too.
+        v => crate::fingerprint::as_integer(v)
+            .and_then(|ms| u64::try_from(ms).ok())
             .filter(|ms| *ms <= 60_000)
             .map(|ms| Some(Duration::from_millis(ms)))
             .ok_or_else(|| format!("args.{key} must be an integer from 0 to 60000")),

@@ -115,18 +115,38 @@ fn nfc(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The integer a JSON number stands for, when the canonical form prints it as
+/// an integer and an `i64` holds it: `1`, `1.0`, `1e0` and `-0.0` are integers,
+/// `1.5` and `1e300` are not. Every integer field of the API (`seq`,
+/// `amount`, `fail_times`, ...) accepts exactly these, so two requests with one
+/// fingerprint are never one accepted and one refused.
+pub fn as_integer(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => n.as_i64().or_else(|| integral_float(n)),
+        _ => None,
+    }
+}
+
+/// The largest magnitude below which every integer is an exact `f64`.
+const EXACT_LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53
+
+/// A float with an integral value small enough that an `i64` holds it exactly.
+fn integral_float(n: &serde_json::Number) -> Option<i64> {
+    if n.is_i64() || n.is_u64() {
+        return None;
+    }
+    let f = n.as_f64()?;
+    (f.is_finite() && f.fract() == 0.0 && f.abs() <= EXACT_LIMIT).then_some(f as i64)
+}
+
 /// Integers print as integers; a float with an integral value that an `i64`
 /// holds exactly prints as that integer (so `-0.0` is `0`); any other float
 /// prints in serde_json's shortest round-trip form.
 fn write_number(out: &mut String, n: &serde_json::Number) {
     if n.is_i64() || n.is_u64() {
         out.push_str(&n.to_string());
-        return;
-    }
-    let f = n.as_f64().unwrap_or(f64::NAN);
-    const EXACT_LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53
-    if f.is_finite() && f.fract() == 0.0 && f.abs() <= EXACT_LIMIT {
-        let _ = write!(out, "{}", f as i64);
+    } else if let Some(i) = integral_float(n) {
+        let _ = write!(out, "{i}");
     } else {
         out.push_str(&n.to_string());
     }
@@ -221,5 +241,37 @@ mod tests {
     #[test]
     fn escapes_only_what_json_requires() {
         assert_eq!(canonical(&json!("a\"b\\c\n")), r#""a\"b\\c\n""#);
+    }
+
+    #[test]
+    fn as_integer_accepts_exactly_what_prints_as_an_integer() {
+        for text in [
+            "1",
+            "1.0",
+            "1e0",
+            "-0.0",
+            "-7",
+            "1e2",
+            "9007199254740992.0",
+            "9007199254740994.0",
+            "1.5",
+            "1e300",
+            "-1e-3",
+            "9223372036854775807",
+            "9223372036854775808",
+        ] {
+            let value: Value = serde_json::from_str(text).unwrap();
+            let printed = canonical(&value);
+            let prints_as_integer = printed.parse::<i64>().is_ok();
+            assert_eq!(
+                as_integer(&value).is_some(),
+                prints_as_integer,
+                "{text} prints as {printed}"
+            );
+            if let Some(i) = as_integer(&value) {
+                assert_eq!(i.to_string(), printed, "{text}");
+            }
+        }
+        assert_eq!(as_integer(&json!("1")), None);
     }
 }

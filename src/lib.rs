@@ -7,6 +7,8 @@
 //!   the flag splitting every binary shares.
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
 //!   `ErrorCode`, the one table of error codes and their statuses.
+//! - [`input`]: client JSON parsed strictly (no repeated member names) and
+//!   client input quoted in error messages (at most 100 bytes).
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
 //! - [`api`]: routes, validation, and the mapping from its errors to codes.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
@@ -15,6 +17,8 @@
 //! - [`tools`]: the four tools, their validation and their outcomes.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
+//! - [`verify`]: `idempotent-tool verify`, every invariant checked read-only on
+//!   a database file (its SQL moves into `store` with the rest).
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
 //!
@@ -30,9 +34,11 @@ pub mod config;
 pub mod fingerprint;
 pub mod flag;
 pub mod http;
+pub mod input;
 pub mod runner;
 pub mod server;
 pub mod store;
 pub mod sync;
 pub mod temp;
 pub mod tools;
+pub mod verify;

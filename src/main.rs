@@ -1,17 +1,38 @@
 //! The `idempotent-tool` binary: parse flags, start, print one line, serve
 //! until SIGTERM or SIGINT, then stop gracefully (a second signal exits at
-//! once).
+//! once). `idempotent-tool verify --db FILE` checks a database file instead.
 #![forbid(unsafe_code)]
 
 use idempotent_tool::app::Service;
 use idempotent_tool::config::{Command, Config, USAGE};
+use idempotent_tool::flag::Flags;
+use idempotent_tool::verify::verify;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+const VERIFY_USAGE: &str = "\
+usage: idempotent-tool verify --db FILE
+
+Checks every invariant on a database file, read-only (safe beside a running
+server): one call per key (per tenant when tenants exist), at most one effect
+per call, every effect its succeeded call's and every succeeded charge or
+send_email call its effect, no running call without a lease, no unknown
+status, PRAGMA integrity_check. Prints counts and one line per invariant.
+
+Exit status: 0 every invariant holds, 1 a violation (each one named),
+2 bad usage, 3 the file could not be read as a service database.
+";
+
 fn main() -> ExitCode {
-    let config = match Config::parse(std::env::args().skip(1)) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    // A subcommand, decided before the server's flags are parsed.
+    if args.first().map(String::as_str) == Some("verify") {
+        return run_verify(&args[1..]);
+    }
+    let config = match Config::parse(args) {
         Ok(Command::Run(config)) => *config,
         Ok(Command::Help) => {
             print!("{USAGE}");
@@ -69,4 +90,47 @@ fn signal_name(signal: i32) -> &'static str {
         SIGINT => "SIGINT",
         _ => "SIGTERM",
     }
+}
+
+/// `verify --db FILE`: the report on stdout, its verdict in the exit status.
+fn run_verify(args: &[String]) -> ExitCode {
+    let path = match verify_db_flag(args) {
+        Ok(Some(path)) => path,
+        Ok(None) => {
+            print!("{VERIFY_USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("idempotent-tool verify: {e}\n\n{VERIFY_USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match verify(&path) {
+        Ok(report) => {
+            print!("{report}");
+            if report.is_clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("idempotent-tool verify: {e}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+/// `--db FILE`, required; `Ok(None)` for `--help`.
+fn verify_db_flag(args: &[String]) -> Result<Option<PathBuf>, String> {
+    let mut flags = Flags::new(args.iter().cloned());
+    let mut db = None;
+    while let Some(flag) = flags.next_flag()? {
+        match flag.as_str() {
+            "--help" | "-h" => return Ok(None),
+            "--db" => db = Some(PathBuf::from(flags.value()?)),
+            other => return Err(format!("unknown flag {other:?}")),
+        }
+    }
+    db.map(Some).ok_or_else(|| "expected --db FILE".to_string())
 }

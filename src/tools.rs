@@ -6,6 +6,8 @@
 //! `effects` row that the runner inserts in the same transaction as `succeeded`;
 //! a real tool would pass `effect_id` downstream as its idempotency key.
 
+use crate::fingerprint::as_integer;
+use crate::input::quote;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
@@ -61,6 +63,11 @@ pub const MAX_SLEEP_SECS: f64 = 10.0;
 /// Names of the tools, as accepted in `"tool"`.
 pub const TOOL_NAMES: [&str; 4] = ["charge", "send_email", "sleep", "fail"];
 
+/// The tools whose every success writes exactly one `effects` row (the others
+/// never write one). `verify` checks the database against this list, and a
+/// test below holds it to what `run` does.
+pub const EFFECT_TOOLS: [&str; 2] = ["charge", "send_email"];
+
 impl Tool {
     /// Validate `args` (chaos hooks already removed). The error names the field.
     pub fn parse(name: &str, args: &Map<String, Value>) -> Result<Tool, String> {
@@ -69,7 +76,7 @@ impl Tool {
                 allow_only(args, &["amount"])?;
                 let amount = args
                     .get("amount")
-                    .and_then(integer)
+                    .and_then(as_integer)
                     .filter(|a| *a > 0)
                     .ok_or("args.amount must be a positive integer")?;
                 Ok(Tool::Charge { amount })
@@ -106,7 +113,7 @@ impl Tool {
                 let fail_times = match args.get("fail_times") {
                     None | Some(Value::Null) => None,
                     Some(v) => Some(
-                        integer(v)
+                        as_integer(v)
                             .filter(|n| *n >= 0)
                             .ok_or("args.fail_times must be a non-negative integer")?,
                     ),
@@ -118,7 +125,8 @@ impl Tool {
             }
             "" => Err("tool is required".into()),
             other => Err(format!(
-                "tool {other:?} is unknown; known tools: {}",
+                "tool {} is unknown; known tools: {}",
+                quote(other),
                 TOOL_NAMES.join(", ")
             )),
         }
@@ -174,21 +182,12 @@ impl Tool {
     }
 }
 
-/// An integer, also when written as an integral float (`1.0`), because the
-/// fingerprint treats the two as one number.
-fn integer(value: &Value) -> Option<i64> {
-    if let Some(i) = value.as_i64() {
-        return Some(i);
-    }
-    let f = value.as_f64()?;
-    (f.fract() == 0.0 && f.abs() < 9.0e15).then_some(f as i64)
-}
-
 /// Unknown fields are refused: a typo in a payment request must not be ignored.
 fn allow_only(args: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
     match args.keys().find(|k| !known.contains(&k.as_str())) {
         Some(field) => Err(format!(
-            "args.{field} is not a field of this tool (expected: {})",
+            "args.{} is not a field of this tool (expected: {})",
+            crate::input::clip(field),
             known.join(", ")
         )),
         None => Ok(()),
@@ -249,8 +248,33 @@ mod tests {
     }
 
     #[test]
-    fn unknown_tool_is_named() {
+    fn unknown_tool_is_named_but_never_echoed_whole() {
         assert!(parse("refund", json!({})).unwrap_err().contains("refund"));
+        let huge = "r".repeat(500_000);
+        assert!(parse(&huge, json!({})).unwrap_err().len() < 300);
+        let field = format!("{{\"{huge}\":1}}");
+        let args: Value = serde_json::from_str(&field).unwrap();
+        assert!(parse("charge", args).unwrap_err().len() < 300);
+    }
+
+    /// `verify` trusts `EFFECT_TOOLS`: a success writes an effect exactly for them.
+    #[test]
+    fn effect_tools_are_exactly_those_whose_success_writes_an_effect() {
+        let examples = [
+            ("charge", json!({"amount": 1})),
+            ("send_email", json!({"to": "a@b"})),
+            ("sleep", json!({"seconds": 0})),
+            ("fail", json!({"fail_times": 0})),
+        ];
+        assert_eq!(examples.each_ref().map(|(name, _)| *name), TOOL_NAMES);
+        for (name, args) in examples {
+            match parse(name, args).unwrap().run(1, "eff_1") {
+                Outcome::Succeeded { effect, .. } => {
+                    assert_eq!(effect.is_some(), EFFECT_TOOLS.contains(&name), "{name}")
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
     }
 
     #[test]
