@@ -15,6 +15,9 @@
 //! - [`tools`]: the four tools, their validation and their outcomes.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
+//! - [`auth`]: tenants, the `--auth-file` loader and bearer-token checks.
+//! - [`strict_json`]: JSON parsing that refuses repeated members, for files an
+//!   operator writes.
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
 //!
@@ -24,6 +27,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod chaos;
 pub mod client;
 pub mod config;
@@ -33,5 +37,6 @@ pub mod http;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod strict_json;
 pub mod sync;
 pub mod tools;
