@@ -34,6 +34,7 @@ pub mod config;
 pub mod fingerprint;
 pub mod flag;
 pub mod http;
+pub mod log;
 pub mod runner;
 pub mod server;
 pub mod store;
