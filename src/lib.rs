@@ -35,6 +35,7 @@ pub mod fingerprint;
 pub mod flag;
 pub mod http;
 pub mod log;
+pub mod metrics;
 pub mod request_id;
 pub mod runner;
 pub mod server;
