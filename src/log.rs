@@ -176,6 +176,7 @@ pub struct Event<'a> {
 
 impl Event<'_> {
     fn str_field(mut self, name: &'static str, value: &str) -> Self {
+        debug_assert!(is_field_name(name), "field name {name:?}");
         if let Some(line) = &mut self.line {
             push_str_field(line, name, value);
         }
@@ -183,6 +184,7 @@ impl Event<'_> {
     }
 
     fn raw_field(mut self, name: &'static str, value: impl std::fmt::Display) -> Self {
+        debug_assert!(is_field_name(name), "field name {name:?}");
         if let Some(line) = &mut self.line {
             let _ = write!(line, ",\"{name}\":{value}");
         }
@@ -302,6 +304,12 @@ impl AccessRecord<'_> {
         let _ = write!(line, ",\"replayed\":{}", self.replayed);
         line
     }
+}
+
+/// A field name is written unescaped, and must not repeat a key every line has.
+fn is_field_name(name: &str) -> bool {
+    let simple = !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    simple && !["ts", "level", "msg"].contains(&name)
 }
 
 fn start_line(level: Level) -> String {

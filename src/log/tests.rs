@@ -239,3 +239,10 @@ fn a_filtered_event_builds_nothing() {
     event.emit();
     assert!(buffer.lock().unwrap().is_empty());
 }
+
+#[test]
+#[should_panic(expected = "field name")]
+fn a_field_cannot_shadow_a_key_every_line_has() {
+    let (logger, _buffer) = Logger::buffer(Level::Info, true);
+    logger.info("x").number("level", 1).emit();
+}

@@ -325,10 +325,7 @@ impl Metrics {
 
     /// One answered request.
     pub fn observe_request(&self, route: Route, status: u16, elapsed: Duration) {
-        let index = Route::ALL
-            .iter()
-            .position(|r| *r == route)
-            .unwrap_or(Route::ALL.len() - 1);
+        let index = route as usize; // `ALL` is in declaration order (tested)
         self.requests[index][status_class_index(status)].inc();
         self.request_duration[index].observe_duration(elapsed);
     }

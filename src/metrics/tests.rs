@@ -210,6 +210,10 @@ fn the_service_families_follow_the_conventions() {
             "{name} has HELP"
         );
     }
+    // `observe_request` indexes by discriminant.
+    for (index, route) in Route::ALL.into_iter().enumerate() {
+        assert_eq!(route as usize, index);
+    }
     // Every fixed series exists at zero before anything happens.
     for route in Route::ALL {
         for class in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
