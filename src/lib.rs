@@ -16,6 +16,10 @@
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
 //! - [`auth`]: tenants, the `--auth-file` loader and bearer-token checks.
+//! - [`log`]: JSON-lines events and access records on stderr.
+//! - [`metrics`]: counters, gauges and histograms in atomics, rendered for
+//!   Prometheus; [`metrics::service`] names the families this service exports.
+//! - [`request_id`]: the `X-Request-Id` kept or made for each request.
 //! - [`strict_json`]: JSON parsing that refuses repeated members, for files an
 //!   operator writes.
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the

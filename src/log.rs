@@ -158,7 +158,7 @@ impl Logger {
                 let _ = std::io::stderr().lock().write_all(line.as_bytes());
             }
             Sink::Buffer(buffer) => {
-                let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
+                let mut buffer = crate::sync::lock(buffer);
                 buffer.extend_from_slice(line.as_bytes());
             }
         }

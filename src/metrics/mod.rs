@@ -14,9 +14,10 @@ pub mod service;
 
 pub use service::{DatabaseSnapshot, Metrics, ProbeError, Route, ToolOutcome};
 
+use crate::sync::lock;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// The `Content-Type` of [`Registry::render`]'s output.
@@ -455,16 +456,13 @@ fn is_metric_name(name: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
+/// Poisoning is ignored for the `RwLock` as for every lock (see `crate::sync`).
+fn read<T>(rw: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    rw.read().unwrap_or_else(|p| p.into_inner())
 }
 
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(|p| p.into_inner())
+fn write<T>(rw: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    rw.write().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

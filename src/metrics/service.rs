@@ -8,6 +8,7 @@
 //! names, which the operator configures: never from a request.
 
 use super::{Counter, Family, Gauge, Histogram, Registry, CONTENT_TYPE};
+use crate::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -282,7 +283,7 @@ impl Metrics {
             "Calls in the database, by status.",
             &["status"],
             move || {
-                let Some(snapshot) = super::lock(&by_status).clone() else {
+                let Some(snapshot) = lock(&by_status).clone() else {
                     return Vec::new();
                 };
                 let count = |status: &str| {
@@ -303,7 +304,7 @@ impl Metrics {
             OLDEST_PENDING_AGE,
             "Age of the oldest pending call; 0 when none is pending.",
             &[],
-            move || match &*super::lock(&oldest) {
+            move || match &*lock(&oldest) {
                 Some(s) => vec![(
                     vec![],
                     s.oldest_pending_age.map_or(0.0, |a| a.as_secs_f64()),
@@ -320,7 +321,7 @@ impl Metrics {
         &self,
         probe: impl Fn() -> Result<DatabaseSnapshot, ProbeError> + Send + Sync + 'static,
     ) {
-        *super::lock(&self.probe) = Some(Box::new(probe));
+        *lock(&self.probe) = Some(Box::new(probe));
     }
 
     /// One answered request.
@@ -366,7 +367,7 @@ impl Metrics {
     /// family. Scrapes are serialised by the probe lock, so two at once never
     /// mix each other's snapshots.
     pub fn render(&self) -> String {
-        let probe = super::lock(&self.probe);
+        let probe = lock(&self.probe);
         let snapshot = match probe.as_ref().map(|probe| probe()) {
             Some(Ok(snapshot)) => Some(snapshot),
             Some(Err(cause)) => {
@@ -378,7 +379,7 @@ impl Metrics {
             }
             None => None,
         };
-        *super::lock(&self.snapshot) = snapshot;
+        *lock(&self.snapshot) = snapshot;
         self.registry.render()
     }
 }
