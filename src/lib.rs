@@ -19,6 +19,11 @@
 //! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
 //! - [`verify`]: `idempotent-tool verify`, every invariant checked read-only on
 //!   a database file (its SQL moves into `store` with the rest).
+//! - [`auth`]: tenants, the `--auth-file` loader and bearer-token checks.
+//! - [`log`]: JSON-lines events and access records on stderr.
+//! - [`metrics`]: counters, gauges and histograms in atomics, rendered for
+//!   Prometheus; [`metrics::service`] names the families this service exports.
+//! - [`request_id`]: the `X-Request-Id` kept or made for each request.
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
 //!
@@ -28,6 +33,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod chaos;
 pub mod client;
 pub mod config;
@@ -35,6 +41,9 @@ pub mod fingerprint;
 pub mod flag;
 pub mod http;
 pub mod input;
+pub mod log;
+pub mod metrics;
+pub mod request_id;
 pub mod runner;
 pub mod server;
 pub mod store;

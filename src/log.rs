@@ -1,0 +1,427 @@
+//! Structured logging: one JSON object per line on stderr — events (start-up,
+//! state transitions, errors) filtered by `--log-level`, and one access record
+//! per request unless `--access-log off`.
+//!
+//! Every line is built whole, then written with one `write_all` under the
+//! stderr lock, so lines from concurrent threads never interleave (and a line
+//! up to `PIPE_BUF` is one `write(2)`, atomic even beside other processes).
+//!
+//! This module must make it impossible to log a secret by accident: an event
+//! takes a `&'static str` message and typed fields named for what they hold
+//! (a call id, a tool, an error value) — there is no free-form string field, so
+//! an `Authorization` header, a configured header value or a call's args has
+//! nowhere to go. The access record's fields are exactly the documented ones.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How much to log; each level includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warn",
+            Level::Info => "info",
+            Level::Debug => "debug",
+        }
+    }
+
+    /// `--log-level error|warn|info|debug`.
+    pub fn parse(text: &str) -> Result<Level, String> {
+        match text {
+            "error" => Ok(Level::Error),
+            "warn" => Ok(Level::Warn),
+            "info" => Ok(Level::Info),
+            "debug" => Ok(Level::Debug),
+            _ => Err(format!(
+                "log level must be error, warn, info or debug, not {:?}",
+                text.chars().take(32).collect::<String>()
+            )),
+        }
+    }
+}
+
+/// `--access-log on|off`.
+pub fn parse_access_log(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("access log must be on or off".into()),
+    }
+}
+
+/// Where lines go: stderr, or a buffer a test reads back.
+#[derive(Clone)]
+enum Sink {
+    Stderr,
+    Buffer(Arc<Mutex<Vec<u8>>>),
+}
+
+/// A level filter, an access-log switch and a sink.
+#[derive(Clone)]
+pub struct Logger {
+    level: Level,
+    access_log: bool,
+    sink: Sink,
+}
+
+impl Default for Logger {
+    /// `info`, access log on, to stderr: the service's defaults.
+    fn default() -> Self {
+        Logger::stderr(Level::Info, true)
+    }
+}
+
+impl Logger {
+    pub fn stderr(level: Level, access_log: bool) -> Logger {
+        Logger {
+            level,
+            access_log,
+            sink: Sink::Stderr,
+        }
+    }
+
+    /// A logger writing into memory, and the memory (for tests).
+    pub fn buffer(level: Level, access_log: bool) -> (Logger, Arc<Mutex<Vec<u8>>>) {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = Sink::Buffer(buffer.clone());
+        (
+            Logger {
+                level,
+                access_log,
+                sink,
+            },
+            buffer,
+        )
+    }
+
+    pub fn enabled(&self, level: Level) -> bool {
+        level <= self.level
+    }
+
+    pub fn access_log_enabled(&self) -> bool {
+        self.access_log
+    }
+
+    /// An event at `level`; add fields, then `emit()`. Costs nothing beyond
+    /// the call when the level is filtered out.
+    pub fn event(&self, level: Level, msg: &'static str) -> Event<'_> {
+        let line = self.enabled(level).then(|| {
+            let mut line = start_line(level);
+            push_str_field(&mut line, "msg", msg);
+            line
+        });
+        Event { logger: self, line }
+    }
+
+    pub fn error(&self, msg: &'static str) -> Event<'_> {
+        self.event(Level::Error, msg)
+    }
+
+    pub fn warn(&self, msg: &'static str) -> Event<'_> {
+        self.event(Level::Warn, msg)
+    }
+
+    pub fn info(&self, msg: &'static str) -> Event<'_> {
+        self.event(Level::Info, msg)
+    }
+
+    pub fn debug(&self, msg: &'static str) -> Event<'_> {
+        self.event(Level::Debug, msg)
+    }
+
+    /// One request's access record (at `info`, whatever `--log-level` says:
+    /// only `--access-log off` silences it).
+    pub fn access(&self, record: &AccessRecord) {
+        if self.access_log {
+            self.write_line(record.to_line());
+        }
+    }
+
+    /// The whole line in one `write_all` while holding the sink's lock.
+    fn write_line(&self, mut line: String) {
+        line.push_str("}\n");
+        match &self.sink {
+            Sink::Stderr => {
+                // Nowhere to report a failed write to stderr: drop the line.
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            }
+            Sink::Buffer(buffer) => {
+                let mut buffer = crate::sync::lock(buffer);
+                buffer.extend_from_slice(line.as_bytes());
+            }
+        }
+    }
+}
+
+/// One event line being built. Each field method names what the value is;
+/// there is deliberately no method for arbitrary text.
+#[must_use = "an event is written only by emit()"]
+pub struct Event<'a> {
+    logger: &'a Logger,
+    /// `None` when the level is filtered out.
+    line: Option<String>,
+}
+
+impl Event<'_> {
+    fn str_field(mut self, name: &'static str, value: &str) -> Self {
+        debug_assert!(is_field_name(name), "field name {name:?}");
+        if let Some(line) = &mut self.line {
+            push_str_field(line, name, value);
+        }
+        self
+    }
+
+    fn raw_field(mut self, name: &'static str, value: impl std::fmt::Display) -> Self {
+        debug_assert!(is_field_name(name), "field name {name:?}");
+        if let Some(line) = &mut self.line {
+            let _ = write!(line, ",\"{name}\":{value}");
+        }
+        self
+    }
+
+    /// A stable, machine-readable event name (`claimed`, `recover`, ...).
+    pub fn event(self, name: &'static str) -> Self {
+        self.str_field("event", name)
+    }
+
+    pub fn request_id(self, id: &str) -> Self {
+        self.str_field("request_id", id)
+    }
+
+    pub fn tenant(self, tenant: &str) -> Self {
+        self.str_field("tenant", tenant)
+    }
+
+    pub fn call_id(self, call_id: &str) -> Self {
+        self.str_field("call_id", call_id)
+    }
+
+    pub fn effect_id(self, effect_id: &str) -> Self {
+        self.str_field("effect_id", effect_id)
+    }
+
+    pub fn tool(self, tool: &str) -> Self {
+        self.str_field("tool", tool)
+    }
+
+    /// The lease owner, `pid:thread`.
+    pub fn owner(self, owner: &str) -> Self {
+        self.str_field("owner", owner)
+    }
+
+    /// A call's status change; statuses are the store's fixed names.
+    pub fn transition(self, from: &'static str, to: &'static str) -> Self {
+        self.str_field("from", from).str_field("to", to)
+    }
+
+    pub fn attempt(self, attempt: i64) -> Self {
+        self.raw_field("attempt", attempt)
+    }
+
+    /// A count or size, under a fixed name (`calls`, `workers`, `port`...).
+    pub fn number(self, name: &'static str, value: u64) -> Self {
+        self.raw_field(name, value)
+    }
+
+    /// A duration in seconds (or a fraction), under a fixed name.
+    pub fn seconds(self, name: &'static str, value: Duration) -> Self {
+        self.raw_field(name, value.as_secs_f64())
+    }
+
+    pub fn flag(self, name: &'static str, value: bool) -> Self {
+        self.raw_field(name, value)
+    }
+
+    pub fn addr(self, addr: SocketAddr) -> Self {
+        self.str_field("addr", &addr.to_string())
+    }
+
+    /// The database or a config file, by path.
+    pub fn file(self, name: &'static str, path: &std::path::Path) -> Self {
+        self.str_field(name, &path.display().to_string())
+    }
+
+    /// What went wrong: an error value, never a string a caller assembled.
+    pub fn cause(self, error: &dyn std::error::Error) -> Self {
+        self.str_field("cause", &error.to_string())
+    }
+
+    pub fn emit(self) {
+        if let Some(line) = self.line {
+            self.logger.write_line(line);
+        }
+    }
+}
+
+/// What the access log says about one request: exactly these fields. No
+/// header (other than the checked `X-Request-Id` and `Idempotency-Key`), no
+/// query string and no body can be put in one.
+#[derive(Debug, Clone)]
+pub struct AccessRecord<'a> {
+    pub request_id: &'a str,
+    /// `None` when the request was refused before it was authenticated.
+    pub tenant: Option<&'a str>,
+    pub method: &'a str,
+    /// Only the part before `?` is logged, even if more is given here.
+    pub path: &'a str,
+    pub status: u16,
+    pub duration: Duration,
+    pub idem_key: Option<&'a str>,
+    pub call_id: Option<&'a str>,
+    /// The answer was an existing call (`Idempotent-Replayed: true`).
+    pub replayed: bool,
+}
+
+impl AccessRecord<'_> {
+    fn to_line(&self) -> String {
+        let mut line = start_line(Level::Info);
+        push_str_field(&mut line, "request_id", self.request_id);
+        push_optional_str_field(&mut line, "tenant", self.tenant);
+        push_str_field(&mut line, "method", self.method);
+        let path = self.path.split('?').next().unwrap_or_default();
+        push_str_field(&mut line, "path", path);
+        let micros = self.duration.as_micros() as f64;
+        let _ = write!(
+            line,
+            ",\"status\":{},\"duration_ms\":{}",
+            self.status,
+            micros / 1000.0
+        );
+        push_optional_str_field(&mut line, "idem_key", self.idem_key);
+        push_optional_str_field(&mut line, "call_id", self.call_id);
+        let _ = write!(line, ",\"replayed\":{}", self.replayed);
+        line
+    }
+}
+
+/// A field name is written unescaped, and must not repeat a key every line has.
+fn is_field_name(name: &str) -> bool {
+    let simple = !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    simple && !["ts", "level", "msg"].contains(&name)
+}
+
+fn start_line(level: Level) -> String {
+    let mut line = String::with_capacity(256);
+    let _ = write!(line, "{{\"ts\":\"{}\"", rfc3339_millis(SystemTime::now()));
+    push_str_field(&mut line, "level", level.as_str());
+    line
+}
+
+fn push_optional_str_field(line: &mut String, name: &str, value: Option<&str>) {
+    match value {
+        Some(value) => push_str_field(line, name, value),
+        None => {
+            let _ = write!(line, ",\"{name}\":null");
+        }
+    }
+}
+
+fn push_str_field(line: &mut String, name: &str, value: &str) {
+    let _ = write!(line, ",\"{name}\":");
+    push_json_string(line, value);
+}
+
+/// A JSON string literal (RFC 8259 section 7): quote, backslash and control
+/// characters escaped, everything else as UTF-8.
+fn push_json_string(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `2026-01-02T03:04:05.678Z`: RFC 3339, UTC, milliseconds. A clock before
+/// 1970 prints the epoch.
+pub fn rfc3339_millis(time: SystemTime) -> String {
+    let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since_epoch.as_secs();
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let second_of_day = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        second_of_day / 3600,
+        second_of_day / 60 % 60,
+        second_of_day % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian
+/// calendar: Howard Hinnant's `civil_from_days`, which counts in 400-year eras
+/// starting on March 1st so that the leap day is the last day of a year.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+static GLOBAL: OnceLock<Logger> = OnceLock::new();
+
+/// Set the process's logger once, from the flags, before any thread logs.
+/// A second call is refused (the first logger stays) and gets its logger back.
+pub fn init(logger: Logger) -> Result<(), Logger> {
+    GLOBAL.set(logger)
+}
+
+/// The process's logger; the defaults if `init` was never called.
+pub fn global() -> &'static Logger {
+    GLOBAL.get_or_init(Logger::default)
+}
+
+pub fn error(msg: &'static str) -> Event<'static> {
+    global().error(msg)
+}
+
+pub fn warn(msg: &'static str) -> Event<'static> {
+    global().warn(msg)
+}
+
+pub fn info(msg: &'static str) -> Event<'static> {
+    global().info(msg)
+}
+
+pub fn debug(msg: &'static str) -> Event<'static> {
+    global().debug(msg)
+}
+
+pub fn access(record: &AccessRecord) {
+    global().access(record)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,385 @@
+//! The metric families this service exports, by name, as handles the rest of
+//! the code calls `.inc()`, `.set()` or `.observe()` on.
+//!
+//! Names follow Prometheus conventions: the `idempotent_tool_` prefix, base
+//! units (`_seconds`), `_total` on counters. Every series with a fixed label
+//! set exists from start-up (at zero), so a rate over a fresh process is never
+//! "no data". Label values come only from this file's enums and from tool
+//! names, which the operator configures: never from a request.
+
+use super::{Counter, Family, Gauge, Histogram, Registry, CONTENT_TYPE};
+use crate::sync::lock;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const HTTP_REQUESTS: &str = "idempotent_tool_http_requests_total";
+pub const HTTP_REQUEST_DURATION: &str = "idempotent_tool_http_request_duration_seconds";
+pub const CALLS_CREATED: &str = "idempotent_tool_calls_created_total";
+pub const REPLAYS: &str = "idempotent_tool_replays_total";
+pub const CONFLICTS: &str = "idempotent_tool_conflicts_total";
+pub const RETRY_RESETS: &str = "idempotent_tool_retry_resets_total";
+pub const CLAIMS: &str = "idempotent_tool_claims_total";
+pub const RECOVERIES: &str = "idempotent_tool_recoveries_total";
+pub const STALE_COMPLETIONS: &str = "idempotent_tool_stale_completions_total";
+pub const PURGES: &str = "idempotent_tool_calls_purged_total";
+pub const EFFECTS_WRITTEN: &str = "idempotent_tool_effects_written_total";
+pub const TOOL_RUNS: &str = "idempotent_tool_tool_runs_total";
+pub const TOOL_RUN_DURATION: &str = "idempotent_tool_tool_run_duration_seconds";
+pub const RETRIES_SCHEDULED: &str = "idempotent_tool_retries_scheduled_total";
+pub const CALLS: &str = "idempotent_tool_calls";
+pub const OLDEST_PENDING_AGE: &str = "idempotent_tool_oldest_pending_age_seconds";
+pub const DATABASE_PROBE_ERRORS: &str = "idempotent_tool_metrics_database_errors_total";
+pub const WRITER_BATCHES: &str = "idempotent_tool_writer_batches_total";
+pub const WRITER_BATCH_OPERATIONS: &str = "idempotent_tool_writer_batch_operations";
+pub const WRITER_COMMIT_DURATION: &str = "idempotent_tool_writer_commit_duration_seconds";
+pub const OPEN_CONNECTIONS: &str = "idempotent_tool_open_connections";
+pub const BUSY_WORKERS: &str = "idempotent_tool_busy_workers";
+pub const QUEUED_CALLS: &str = "idempotent_tool_queued_calls";
+
+/// A request's wait may last 30 s, so the buckets reach past it.
+const REQUEST_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const TOOL_SECONDS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+/// A commit is an fsync: tens of microseconds on a fast disk, many ms on a slow one.
+const COMMIT_SECONDS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+const BATCH_OPERATIONS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+/// The statuses a call can have, so each has a series even at zero.
+const CALL_STATUSES: [&str; 4] = ["pending", "running", "succeeded", "failed"];
+
+/// The routes the router knows, as `route` label values (path templates).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    PostToolCall,
+    GetToolCall,
+    GetToolCallByKey,
+    GetAudit,
+    ListTools,
+    Stats,
+    Healthz,
+    Metrics,
+    OpenApi,
+    /// Any path the router does not know (a `404`).
+    Other,
+}
+
+impl Route {
+    pub const ALL: [Route; 10] = [
+        Route::PostToolCall,
+        Route::GetToolCall,
+        Route::GetToolCallByKey,
+        Route::GetAudit,
+        Route::ListTools,
+        Route::Stats,
+        Route::Healthz,
+        Route::Metrics,
+        Route::OpenApi,
+        Route::Other,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Route::PostToolCall => "/v1/tool-calls",
+            Route::GetToolCall => "/v1/tool-calls/{call_id}",
+            Route::GetToolCallByKey => "/v1/tool-calls/by-key/{key}",
+            Route::GetAudit => "/v1/tool-calls/{call_id}/audit",
+            Route::ListTools => "/v1/tools",
+            Route::Stats => "/stats",
+            Route::Healthz => "/healthz",
+            Route::Metrics => "/metrics",
+            Route::OpenApi => "/openapi.yaml",
+            Route::Other => "other",
+        }
+    }
+}
+
+/// `1xx` to `5xx`; anything outside 100–599 counts as `5xx`, which it would be
+/// a bug to send.
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+fn status_class_index(status: u16) -> usize {
+    match status {
+        100..=599 => usize::from(status / 100 - 1),
+        _ => 4,
+    }
+}
+
+/// How one run of a tool ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolOutcome {
+    Succeeded,
+    /// Failed, and may be tried again (by a retry or a same-key POST).
+    RetryableFailure,
+    PermanentFailure,
+}
+
+impl ToolOutcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            ToolOutcome::Succeeded => "succeeded",
+            ToolOutcome::RetryableFailure => "retryable_failure",
+            ToolOutcome::PermanentFailure => "permanent_failure",
+        }
+    }
+}
+
+/// What the database says at a scrape, read by a probe the store provides.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DatabaseSnapshot {
+    /// Calls per status (a status absent here counts as zero).
+    pub calls_by_status: Vec<(String, i64)>,
+    /// Age of the oldest `pending` call; `None` when there is none.
+    pub oldest_pending_age: Option<Duration>,
+}
+
+/// Why a probe could not read the database (a store error, usually).
+pub type ProbeError = Box<dyn std::error::Error + Send + Sync>;
+
+type Probe = Box<dyn Fn() -> Result<DatabaseSnapshot, ProbeError> + Send + Sync>;
+
+/// Every metric of the service. One per process, shared behind an `Arc`.
+pub struct Metrics {
+    registry: Registry,
+    /// `[route][status class]`, indexed without a lookup on the request path.
+    requests: Vec<[Arc<Counter>; 5]>,
+    request_duration: Vec<Arc<Histogram>>,
+    pub calls_created: Arc<Counter>,
+    /// A POST answered with an existing call (`Idempotent-Replayed: true`).
+    pub replays: Arc<Counter>,
+    pub conflicts: Arc<Counter>,
+    pub retry_resets: Arc<Counter>,
+    pub claims: Arc<Counter>,
+    pub recoveries: Arc<Counter>,
+    pub stale_completions: Arc<Counter>,
+    pub purges: Arc<Counter>,
+    pub effects_written: Arc<Counter>,
+    pub retries_scheduled: Arc<Counter>,
+    tool_runs: Arc<Family<Counter>>,
+    tool_run_duration: Arc<Family<Histogram>>,
+    pub writer_batches: Arc<Counter>,
+    pub writer_batch_operations: Arc<Histogram>,
+    pub writer_commit_duration: Arc<Histogram>,
+    pub open_connections: Arc<Gauge>,
+    pub busy_workers: Arc<Gauge>,
+    pub queued_calls: Arc<Gauge>,
+    database_errors: Arc<Counter>,
+    probe: Mutex<Option<Probe>>,
+    /// What the probe read for the scrape being rendered.
+    snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let requests_family = r.counter_family(
+            HTTP_REQUESTS,
+            "HTTP requests answered, by route and status class.",
+            &["route", "status_class"],
+        );
+        let duration_family = r.histogram_family(
+            HTTP_REQUEST_DURATION,
+            "Time from a request's head arriving to its response written, by route.",
+            &["route"],
+            REQUEST_SECONDS,
+        );
+        let requests = Route::ALL
+            .iter()
+            .map(|route| STATUS_CLASSES.map(|class| requests_family.with(&[route.label(), class])))
+            .collect();
+        let request_duration = Route::ALL
+            .iter()
+            .map(|route| duration_family.with(&[route.label()]))
+            .collect();
+        let snapshot = Arc::new(Mutex::new(None));
+        Metrics {
+            calls_created: r.counter(
+                CALLS_CREATED,
+                "Calls created (a new key, or a key whose call was purged).",
+            ),
+            replays: r.counter(REPLAYS, "POSTs answered with an existing call."),
+            conflicts: r.counter(
+                CONFLICTS,
+                "POSTs refused: same key, different fingerprint (409).",
+            ),
+            retry_resets: r.counter(
+                RETRY_RESETS,
+                "Retryable failed calls reset to pending by a same-key POST.",
+            ),
+            claims: r.counter(CLAIMS, "Leases taken by workers (attempts started)."),
+            recoveries: r.counter(
+                RECOVERIES,
+                "Running calls whose lease expired, put back to pending.",
+            ),
+            stale_completions: r.counter(
+                STALE_COMPLETIONS,
+                "Completions discarded because their lease was lost.",
+            ),
+            purges: r.counter(PURGES, "Terminal calls purged after the key TTL."),
+            effects_written: r.counter(EFFECTS_WRITTEN, "Rows written to the effects ledger."),
+            tool_runs: r.counter_family(
+                TOOL_RUNS,
+                "Tool runs, by tool and outcome.",
+                &["tool", "outcome"],
+            ),
+            tool_run_duration: r.histogram_family(
+                TOOL_RUN_DURATION,
+                "Time a tool ran, outside any transaction, by tool.",
+                &["tool"],
+                TOOL_SECONDS,
+            ),
+            retries_scheduled: r.counter(
+                RETRIES_SCHEDULED,
+                "Automatic retries scheduled after a retryable failure.",
+            ),
+            writer_batches: r.counter(
+                WRITER_BATCHES,
+                "Write transactions the writer thread committed or rolled back.",
+            ),
+            writer_batch_operations: r.histogram(
+                WRITER_BATCH_OPERATIONS,
+                "Operations carried by one write transaction.",
+                BATCH_OPERATIONS,
+            ),
+            writer_commit_duration: r.histogram(
+                WRITER_COMMIT_DURATION,
+                "Time spent in COMMIT (writing and syncing the WAL).",
+                COMMIT_SECONDS,
+            ),
+            open_connections: r.gauge(OPEN_CONNECTIONS, "Open client connections."),
+            busy_workers: r.gauge(BUSY_WORKERS, "Workers running a call now."),
+            queued_calls: r.gauge(QUEUED_CALLS, "Calls queued in this process for a worker."),
+            database_errors: r.counter(
+                DATABASE_PROBE_ERRORS,
+                "Scrapes whose database read failed (the call gauges are then absent).",
+            ),
+            requests,
+            request_duration,
+            probe: Mutex::new(None),
+            snapshot: Self::register_database_gauges(&r, snapshot.clone()),
+            registry: r,
+        }
+    }
+
+    /// The two gauges read from the database: filled from the snapshot the
+    /// probe took for this scrape, so one scrape costs one read.
+    fn register_database_gauges(
+        r: &Registry,
+        snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
+    ) -> Arc<Mutex<Option<DatabaseSnapshot>>> {
+        let by_status = snapshot.clone();
+        r.gauge_fn(
+            CALLS,
+            "Calls in the database, by status.",
+            &["status"],
+            move || {
+                let Some(snapshot) = lock(&by_status).clone() else {
+                    return Vec::new();
+                };
+                let count = |status: &str| {
+                    let found = snapshot.calls_by_status.iter().find(|(s, _)| s == status);
+                    found.map_or(0, |(_, n)| *n)
+                };
+                let known = CALL_STATUSES.map(|s| (vec![s.to_string()], count(s) as f64));
+                let others = snapshot
+                    .calls_by_status
+                    .iter()
+                    .filter(|(s, _)| !CALL_STATUSES.contains(&s.as_str()))
+                    .map(|(s, n)| (vec![s.clone()], *n as f64));
+                known.into_iter().chain(others).collect()
+            },
+        );
+        let oldest = snapshot.clone();
+        r.gauge_fn(
+            OLDEST_PENDING_AGE,
+            "Age of the oldest pending call; 0 when none is pending.",
+            &[],
+            move || match &*lock(&oldest) {
+                Some(s) => vec![(
+                    vec![],
+                    s.oldest_pending_age.map_or(0.0, |a| a.as_secs_f64()),
+                )],
+                None => Vec::new(),
+            },
+        );
+        snapshot
+    }
+
+    /// How `/metrics` reads the database at each scrape; it must be cheap
+    /// (counts from an index, one `min()`), since it runs on every scrape.
+    pub fn set_database_probe(
+        &self,
+        probe: impl Fn() -> Result<DatabaseSnapshot, ProbeError> + Send + Sync + 'static,
+    ) {
+        *lock(&self.probe) = Some(Box::new(probe));
+    }
+
+    /// One answered request.
+    pub fn observe_request(&self, route: Route, status: u16, elapsed: Duration) {
+        let index = route as usize; // `ALL` is in declaration order (tested)
+        self.requests[index][status_class_index(status)].inc();
+        self.request_duration[index].observe_duration(elapsed);
+    }
+
+    /// One run of a tool, however it ended.
+    pub fn observe_tool_run(&self, tool: &str, outcome: ToolOutcome, elapsed: Duration) {
+        self.tool_runs.with(&[tool, outcome.label()]).inc();
+        self.tool_run_duration
+            .with(&[tool])
+            .observe_duration(elapsed);
+    }
+
+    /// Create the zero series of a tool, so its rates exist before it first runs.
+    pub fn declare_tool(&self, tool: &str) {
+        for outcome in [
+            ToolOutcome::Succeeded,
+            ToolOutcome::RetryableFailure,
+            ToolOutcome::PermanentFailure,
+        ] {
+            self.tool_runs.with(&[tool, outcome.label()]);
+        }
+        self.tool_run_duration.with(&[tool]);
+    }
+
+    /// One write transaction of the writer thread.
+    pub fn observe_writer_batch(&self, operations: usize, commit: Duration) {
+        self.writer_batches.inc();
+        self.writer_batch_operations.observe(operations as f64);
+        self.writer_commit_duration.observe_duration(commit);
+    }
+
+    /// The `Content-Type` of [`Metrics::render`].
+    pub fn content_type(&self) -> &'static str {
+        CONTENT_TYPE
+    }
+
+    /// A scrape: read the database once through the probe, then render every
+    /// family. Scrapes are serialised by the probe lock, so two at once never
+    /// mix each other's snapshots.
+    pub fn render(&self) -> String {
+        let probe = lock(&self.probe);
+        let snapshot = match probe.as_ref().map(|probe| probe()) {
+            Some(Ok(snapshot)) => Some(snapshot),
+            Some(Err(cause)) => {
+                crate::log::warn("metrics: database read failed")
+                    .cause(cause.as_ref())
+                    .emit();
+                self.database_errors.inc();
+                None
+            }
+            None => None,
+        };
+        *lock(&self.snapshot) = snapshot;
+        self.registry.render()
+    }
+}
