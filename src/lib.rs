@@ -50,4 +50,3 @@ pub mod store;
 pub mod sync;
 pub mod temp;
 pub mod tools;
-pub mod verify;

@@ -6,7 +6,8 @@
 use idempotent_tool::app::Service;
 use idempotent_tool::config::{Command, Config, USAGE};
 use idempotent_tool::flag::Flags;
-use idempotent_tool::verify::verify;
+use idempotent_tool::store::verify::verify;
+use idempotent_tool::tools::EFFECT_TOOLS;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::Write;
@@ -105,7 +106,7 @@ fn run_verify(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match verify(&path) {
+    match verify(&path, &EFFECT_TOOLS) {
         Ok(report) => {
             print!("{report}");
             if report.is_clean() {

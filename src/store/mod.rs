@@ -39,6 +39,7 @@ mod schema;
 mod sql;
 #[cfg(test)]
 mod tests;
+pub mod verify;
 mod writer;
 
 pub use ids::{effect_id_for, now};

@@ -18,8 +18,9 @@
 //! what decides it in the service: `succeed` writes the `effects` row in the
 //! same transaction as `succeeded` exactly when the tool's outcome carries an
 //! effect, and that is so for every success of the tools in
-//! [`tools::EFFECT_TOOLS`] (`charge`, `send_email`) and never for the others
-//! (`sleep`, `fail`; a test in `tools` holds the list to `Tool::run`). A
+//! `effect_tools` — the caller passes `tools::EFFECT_TOOLS` (`charge`,
+//! `send_email`) — and never for the others (`sleep`, `fail`; a test in
+//! `tools` holds the list to `Tool::run`). The store itself knows no tool. A
 //! `running` call whose lease has expired is not a violation: it is what a
 //! crash leaves, and recovery takes it back.
 //!
@@ -30,10 +31,8 @@
 //! changes what the reader sees. The one cost is that the server cannot
 //! checkpoint the WAL past that snapshot until `verify` ends.
 //!
-//! This module only reads; it never repairs. Its SQL is self-contained (it
-//! belongs with the store's, and depends on nothing of it).
+//! This module only reads; it never repairs.
 
-use crate::tools::EFFECT_TOOLS;
 use rusqlite::{Connection, OpenFlags};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -182,7 +181,7 @@ impl std::error::Error for VerifyError {
 }
 
 /// Check every invariant on the database at `path`, read-only, in one snapshot.
-pub fn verify(path: &Path) -> Result<Report, VerifyError> {
+pub fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError> {
     let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
     let conn = open_read_only(path).map_err(open_error)?;
     // One read transaction: every count and check below sees the same commit.
@@ -199,7 +198,11 @@ pub fn verify(path: &Path) -> Result<Report, VerifyError> {
     }
     let tenant = has_column(&conn, "calls", "tenant");
     let mut checks = vec![integrity(&conn)];
-    checks.extend(invariant_checks(tenant).iter().map(|spec| spec.run(&conn)));
+    checks.extend(
+        invariant_checks(tenant, effect_tools)
+            .iter()
+            .map(|spec| spec.run(&conn)),
+    );
     let report = Report {
         path: path.to_path_buf(),
         calls: count(&conn, "SELECT count(*) FROM calls"),
@@ -280,8 +283,8 @@ impl Spec {
 
 /// The invariants past SQLite's own. Each query selects one text per
 /// violation, describing it (`quote()` keeps keys and statuses readable).
-fn invariant_checks(tenant: bool) -> Vec<Spec> {
-    let effect_tools = EFFECT_TOOLS
+fn invariant_checks(tenant: bool, effect_tools: &[&str]) -> Vec<Spec> {
+    let effect_tools = effect_tools
         .iter()
         .map(|t| format!("'{t}'"))
         .collect::<Vec<_>>()
@@ -422,17 +425,14 @@ fn has_column(conn: &Connection, table: &str, column: &str) -> bool {
 mod tests {
     use super::*;
 
-    /// A throwaway database with the service's tables, removed on drop.
-    struct Scratch(PathBuf);
+    /// A throwaway database with the service's tables, in a temp folder
+    /// removed on drop.
+    struct Scratch(PathBuf, #[allow(dead_code)] crate::temp::TempDir);
 
     impl Scratch {
         fn new(name: &str, extra_column: &str) -> (Scratch, Connection) {
-            let path = std::env::temp_dir().join(format!(
-                "verify-unit-{name}-{}-{:?}.db",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            let _ = std::fs::remove_file(&path);
+            let dir = crate::temp::TempDir::new(&format!("verify-unit-{name}")).unwrap();
+            let path = dir.join("v.db");
             let conn = Connection::open(&path).unwrap();
             conn.execute_batch(&format!(
                 "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL,
@@ -442,13 +442,7 @@ mod tests {
                     tool TEXT NOT NULL, amount INTEGER, created_at REAL);"
             ))
             .unwrap();
-            (Scratch(path), conn)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
+            (Scratch(path, dir), conn)
         }
     }
 
@@ -467,7 +461,7 @@ mod tests {
              INSERT INTO effects VALUES ('e1', 'c1', 'charge', 1, 0);",
         )
         .unwrap();
-        let report = verify(&db.0).unwrap();
+        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
         assert!(report.is_clean(), "{report}");
         assert_eq!(report.calls, 4);
         assert!(report.to_string().contains("violations 0"), "{report}");
@@ -483,7 +477,7 @@ mod tests {
                                         ('e9', 'c9', 'charge', 1, 0);",
         )
         .unwrap();
-        let report = verify(&db.0).unwrap();
+        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
         assert_eq!(
             violated(&report),
             [
@@ -514,14 +508,14 @@ mod tests {
                                       ('c2', 'k', 'sleep', 'pending', NULL, NULL, 'e2', 'b');",
         )
         .unwrap();
-        let report = verify(&db.0).unwrap();
+        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
         assert!(report.is_clean(), "{report}");
         assert_eq!(report.tenants, Some(2));
         conn.execute_batch(
             "INSERT INTO calls VALUES ('c3', 'k', 'sleep', 'pending', NULL, NULL, 'e3', 'a')",
         )
         .unwrap();
-        let report = verify(&db.0).unwrap();
+        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
         assert_eq!(violated(&report), ["duplicate_key"], "{report}");
         assert!(
             report.to_string().contains("tenant 'a' key 'k'"),
@@ -532,12 +526,15 @@ mod tests {
     #[test]
     fn a_missing_file_or_a_foreign_database_cannot_be_verified() {
         let missing = std::env::temp_dir().join("verify-unit-no-such-file.db");
-        assert!(matches!(verify(&missing), Err(VerifyError::Open(..))));
+        assert!(matches!(
+            verify(&missing, &crate::tools::EFFECT_TOOLS),
+            Err(VerifyError::Open(..))
+        ));
         assert!(!missing.exists(), "verify must never create the file");
         let (db, conn) = Scratch::new("foreign", "");
         conn.execute_batch("DROP TABLE effects").unwrap();
         assert!(matches!(
-            verify(&db.0),
+            verify(&db.0, &crate::tools::EFFECT_TOOLS),
             Err(VerifyError::NotAServiceDatabase(_))
         ));
     }
