@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The longest `?wait=` a request may ask for.
-pub const MAX_WAIT_SECS: f64 = 30.0;
+const MAX_WAIT_SECS: f64 = 30.0;
 /// Longest `Idempotency-Key`, in bytes.
-pub const MAX_KEY_LEN: usize = 255;
+const MAX_KEY_LEN: usize = 255;
 /// Deepest JSON nesting accepted in a body.
-pub const MAX_JSON_DEPTH: usize = 32;
+const MAX_JSON_DEPTH: usize = 32;
 /// Largest canonical `args`, in bytes.
-pub const MAX_ARGS_BYTES: usize = 64 * 1024;
+const MAX_ARGS_BYTES: usize = 64 * 1024;
 
 /// Every way a request can fail, each with one status and one code.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ impl From<StoreError> for ApiError {
 impl ApiError {
     /// The one place errors become responses. Internal causes go to the log,
     /// never to the client.
-    pub fn into_response(self) -> Response {
+    fn into_response(self) -> Response {
         match self {
             ApiError::MissingKey => Response::from_error(
                 ErrorCode::MissingIdempotencyKey,
@@ -479,7 +479,7 @@ fn depth(value: &Value) -> usize {
 
 /// Decode `%XX` escapes; `None` when an escape is malformed or the result is
 /// not UTF-8. `+` stays `+`: this is a path, not a form.
-pub fn percent_decode(s: &str) -> Option<String> {
+fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -287,7 +287,7 @@ impl CallOptions {
 
     /// The key attempt `attempt` sends: always `key`, unless the caller asked
     /// for the deliberate mistake.
-    pub fn key_for_attempt(&self, attempt: u32) -> String {
+    fn key_for_attempt(&self, attempt: u32) -> String {
         if self.new_key_on_retry {
             format!("{}-{attempt}", self.key)
         } else {
@@ -648,14 +648,14 @@ pub fn poll_until_terminal(
 }
 
 /// `GET /v1/tool-calls/by-key/{key}`: find a call whose creating response was lost.
-pub fn lookup_by_key(base: &str, key: &str, timeout: Option<Duration>) -> io::Result<HttpResponse> {
+fn lookup_by_key(base: &str, key: &str, timeout: Option<Duration>) -> io::Result<HttpResponse> {
     let path = format!("{TOOL_CALLS_PATH}/by-key/{}", encode_path_segment(key));
     request_once(base, "GET", &path, &[], None, timeout)
 }
 
 /// The pause before retry number `attempt + 1`: `min(2^attempt * 0.1 s, 1 s)`
 /// plus up to 50 ms of jitter.
-pub fn backoff(attempt: u32) -> Duration {
+fn backoff(attempt: u32) -> Duration {
     let exponential = Duration::from_millis(100).saturating_mul(1u32 << attempt.min(16));
     exponential.min(MAX_BACKOFF) + jitter()
 }
@@ -682,7 +682,7 @@ fn retry_after(response: &HttpResponse) -> Option<Duration> {
 
 /// A short, stable description of a transport error for the attempt lines.
 /// Read timeouts surface as `WouldBlock` on Unix and `TimedOut` on Windows.
-pub fn describe_io_error(error: &io::Error) -> String {
+fn describe_io_error(error: &io::Error) -> String {
     match error.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "timed out".to_string(),
         io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
