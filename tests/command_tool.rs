@@ -3,13 +3,11 @@
 //! when it ignores SIGTERM, the stdout cap, and secrets kept out of errors.
 //! Scripts run as `/bin/sh -c '...'`, so no test writes an executable file.
 
-mod support;
-
+use idempotent_tool::temp::TempDir;
 use idempotent_tool::tools::{Outcome, RunContext, ToolError, ToolRegistry};
 use serde_json::{json, Map, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
-use support::unique_name;
 
 const SECRET: &str = "tok-cmd-SECRET-77";
 
@@ -62,25 +60,9 @@ fn success(outcome: Outcome) -> Value {
     }
 }
 
-/// A temp folder removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let dir = std::env::temp_dir().join(unique_name("command-tool"));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).to_str().unwrap().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// `name` inside `dir`, as the string a script line needs.
+fn path_in(dir: &TempDir, name: &str) -> String {
+    dir.join(name).to_str().unwrap().to_string()
 }
 
 #[test]
@@ -174,8 +156,8 @@ fn process_state(pid: i32) -> Option<char> {
 /// timeout still ends both (SIGKILL to the group), and counts as retryable.
 #[test]
 fn a_timeout_kills_the_group_even_when_it_ignores_sigterm() {
-    let dir = TempDir::new();
-    let pid_file = dir.path("grandchild.pid");
+    let dir = TempDir::new("command-tool").unwrap();
+    let pid_file = path_in(&dir, "grandchild.pid");
     let script = format!("trap '' TERM; sleep 30 & echo $! > {pid_file}; wait; wait");
     let started = Instant::now();
     let error = failure(run(&registry(&script, json!({"timeout_ms": 1000})), 1));
@@ -241,8 +223,8 @@ fn stragglers_do_not_hold_the_run() {
 
 #[test]
 fn a_command_that_cannot_start_is_a_permanent_failure() {
-    let dir = TempDir::new();
-    let script = dir.path("gone.sh");
+    let dir = TempDir::new("command-tool").unwrap();
+    let script = path_in(&dir, "gone.sh");
     std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
     let mut perms = std::fs::metadata(&script).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);

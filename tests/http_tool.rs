@@ -4,6 +4,7 @@
 
 mod support;
 
+use idempotent_tool::temp::TempDir;
 use idempotent_tool::tools::{Outcome, RunContext, ToolError, ToolRegistry};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
@@ -278,12 +279,7 @@ fn a_secret_echoed_by_the_downstream_is_redacted() {
 struct TlsServer {
     url: String,
     ca_file: PathBuf,
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.ca_file);
-    }
+    _folder: TempDir,
 }
 
 impl TlsServer {
@@ -307,7 +303,8 @@ impl TlsServer {
         let server_params = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
         let server_cert = server_params.signed_by(&server_key, &issuer).unwrap();
 
-        let ca_file = std::env::temp_dir().join(format!("{}.pem", unique_name("test-ca")));
+        let folder = TempDir::new("test-ca").unwrap();
+        let ca_file = folder.join("ca.pem");
         std::fs::write(&ca_file, ca_cert.pem()).unwrap();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into());
@@ -326,7 +323,11 @@ impl TlsServer {
                 let _ = answer_once(rustls::StreamOwned::new(connection, stream));
             }
         });
-        TlsServer { url, ca_file }
+        TlsServer {
+            url,
+            ca_file,
+            _folder: folder,
+        }
     }
 }
 

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 use idempotent_tool::api::percent_decode;
+use idempotent_tool::flag::Flags;
 use idempotent_tool::http::{Request, Response};
 use idempotent_tool::server::{self, Handler, Limits};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -99,8 +100,7 @@ const SCHEMA: &str = "
     );";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let options = match parse_args(&args) {
+    let options = match parse_args(std::env::args().skip(1).collect()) {
         Ok(Some(options)) => options,
         Ok(None) => {
             println!("{USAGE}");
@@ -163,7 +163,7 @@ impl Downstream {
                 self.requests_for(&path["/requests/".len()..])
             }
             ("POST", _) => self.post(req),
-            _ => Ok(Response::error(
+            _ => Ok(error_response(
                 404,
                 "not_found",
                 "POST any path; GET /stats or /requests/{key}",
@@ -171,13 +171,13 @@ impl Downstream {
         };
         result.unwrap_or_else(|e| {
             eprintln!("downstream: database error: {e}");
-            Response::error(500, "internal_error", "database error")
+            error_response(500, "internal_error", "database error")
         })
     }
 
     fn post(&self, req: &Request) -> rusqlite::Result<Response> {
         let Some(key) = req.header("Idempotency-Key").filter(|k| !k.is_empty()) else {
-            return Ok(Response::error(
+            return Ok(error_response(
                 400,
                 "missing_idempotency_key",
                 "the Idempotency-Key header is required",
@@ -192,7 +192,7 @@ impl Downstream {
         );
         std::thread::sleep(self.options.delay);
         if let Some(status) = self.injected_failure(seen) {
-            let mut response = Response::error(
+            let mut response = error_response(
                 status,
                 "injected_failure",
                 format!("request {seen} for this key fails on purpose"),
@@ -240,7 +240,7 @@ impl Downstream {
             .optional()?;
         if let Some((stored, status, response)) = first {
             if stored != fingerprint {
-                return Ok(Response::error(
+                return Ok(error_response(
                     422,
                     "idempotency_key_reused",
                     "this Idempotency-Key was used for another tool or other args",
@@ -270,7 +270,7 @@ impl Downstream {
 
     fn requests_for(&self, encoded: &str) -> rusqlite::Result<Response> {
         let Some(key) = percent_decode(encoded) else {
-            return Ok(Response::error(
+            return Ok(error_response(
                 400,
                 "bad_request",
                 "the key is not valid percent-encoded UTF-8",
@@ -328,8 +328,18 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The service's error shape, `{"error":{"code","message"}}`, with this
+/// program's own codes (`injected_failure`, `idempotency_key_reused`, ...),
+/// which are not the service's and so not in its `ErrorCode` table.
+fn error_response(status: u16, code: &str, message: impl std::fmt::Display) -> Response {
+    Response::json(
+        status,
+        &json!({"error": {"code": code, "message": message.to_string()}}),
+    )
+}
+
 /// `Ok(None)` for `--help`.
-fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
+fn parse_args(args: Vec<String>) -> Result<Option<Options>, String> {
     let mut options = Options {
         host: "127.0.0.1".into(),
         port: 8081,
@@ -340,12 +350,25 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
         delay: Duration::ZERO,
         pad_bytes: 0,
     };
-    let mut iter = args.iter();
-    while let Some(flag) = iter.next() {
+    let mut flags = Flags::new(args);
+    while let Some(flag) = flags.next_flag()? {
         if flag == "--help" || flag == "-h" {
             return Ok(None);
         }
-        let value = iter.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let known = [
+            "--host",
+            "--port",
+            "--db",
+            "--fail-first",
+            "--status",
+            "--retry-after",
+            "--delay-ms",
+            "--pad-bytes",
+        ];
+        if !known.contains(&flag.as_str()) {
+            return Err(format!("unknown flag {flag}"));
+        }
+        let value = flags.value()?;
         let number = || {
             value
                 .parse::<u64>()
@@ -358,7 +381,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
                     .parse()
                     .map_err(|_| format!("--port: {value:?} is not a port"))?
             }
-            "--db" => options.db = PathBuf::from(value),
+            "--db" => options.db = PathBuf::from(&value),
             "--fail-first" => options.fail_first = Some(number()?),
             "--status" => match number()? {
                 code @ 400..=599 => options.status = Some(code as u16),
@@ -366,8 +389,7 @@ fn parse_args(args: &[String]) -> Result<Option<Options>, String> {
             },
             "--retry-after" => options.retry_after = Some(number()?),
             "--delay-ms" => options.delay = Duration::from_millis(number()?),
-            "--pad-bytes" => options.pad_bytes = number()? as usize,
-            other => return Err(format!("unknown flag {other}")),
+            _ => options.pad_bytes = number()? as usize, // --pad-bytes
         }
     }
     Ok(Some(options))

@@ -425,7 +425,8 @@ mod tests {
         )
         .unwrap_err();
         assert!(missing.contains("/nonexistent/ca.pem"), "{missing}");
-        let empty = std::env::temp_dir().join(format!("empty-ca-{}.pem", std::process::id()));
+        let temp = crate::temp::TempDir::new("empty-ca").unwrap();
+        let empty = temp.join("ca.pem");
         std::fs::write(&empty, "not pem").unwrap();
         let err = HttpTool::new(
             "https://h/".into(),
@@ -434,7 +435,6 @@ mod tests {
             Duration::from_secs(1),
         )
         .unwrap_err();
-        let _ = std::fs::remove_file(&empty);
         assert!(err.contains("no PEM certificate"), "{err}");
     }
 }

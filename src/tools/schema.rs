@@ -91,7 +91,7 @@ fn bounded(mut message: String) -> String {
             cut -= 1;
         }
         message.truncate(cut);
-        message.push_str("…");
+        message.push('…');
     }
     message
 }
