@@ -12,7 +12,7 @@ use crate::http::{ErrorCode, Request, Response};
 use crate::input::{clip, parse_strict, quote};
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
-use crate::tools::Tool;
+use crate::tools;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -239,8 +239,10 @@ impl Api {
                 )));
             }
         }
-        let parsed = Tool::parse(tool, &tool_args).map_err(ApiError::BadRequest)?;
-        let quick = parsed.is_quick() && hooks == chaos::Hooks::default();
+        let prepared = tools::builtin_registry()
+            .prepare(tool, &tool_args)
+            .map_err(ApiError::BadRequest)?;
+        let quick = prepared.quick && hooks == chaos::Hooks::default();
         let canonical_args = canonical_object(&tool_args);
         let fingerprint = fingerprint_canonical(tool, &canonical_args);
         // What the worker runs: the tool's args plus any hooks, canonical too.
@@ -479,7 +481,7 @@ fn depth(value: &Value) -> usize {
 
 /// Decode `%XX` escapes; `None` when an escape is malformed or the result is
 /// not UTF-8. `+` stays `+`: this is a path, not a form.
-fn percent_decode(s: &str) -> Option<String> {
+pub fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

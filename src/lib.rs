@@ -14,7 +14,8 @@
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
 //!   leases, fencing, unique constraints, recovery, and group commit.
 //! - [`runner`]: the worker pool that claims and runs calls, and the recovery loop.
-//! - [`tools`]: the four tools, their validation and their outcomes.
+//! - [`tools`]: the tool registry (built-ins, or the `--tools` file), argument
+//!   schemas, and the `http` and `command` executors with their outcomes.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
 //! - [`verify`]: `idempotent-tool verify`, every invariant checked read-only on

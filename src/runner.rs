@@ -17,7 +17,7 @@
 use crate::chaos;
 use crate::store::{owner_name, CallStore, Completion, Lease, StoreError, HEARTBEAT_EVERY};
 use crate::sync::lock;
-use crate::tools::{Effect, Outcome, Tool};
+use crate::tools::{self, Effect, Outcome, Prepared, RunContext, ToolError};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -276,12 +276,11 @@ impl Runner {
     /// Run one claimed call's tool and hand its completion to the store.
     fn run_claimed(self: &Arc<Self>, task: Task, lease: Lease) {
         lock(&self.running).insert(lease.call_id.clone(), lease.clone());
-        let (tool, hooks) = match parse_stored_args(&lease) {
+        let (prepared, args, hooks) = match parse_stored_args(&lease) {
             Ok(parsed) => parsed,
             Err(message) => {
-                let error =
-                    serde_json::json!({"code": "bad_args", "message": message, "retryable": false});
-                return self.complete(task, lease, Outcome::Failed { error }, false);
+                let error = ToolError::new("bad_args", message, false);
+                return self.complete(task, lease, Outcome::failed(error), false);
             }
         };
         let hooks = if self.options.chaos && lease.attempt == 1 {
@@ -289,7 +288,13 @@ impl Runner {
         } else {
             chaos::Hooks::default()
         };
-        let outcome = tool.run(lease.attempt, &lease.effect_id);
+        let outcome = prepared.spec.run(&RunContext {
+            call_id: &lease.call_id,
+            effect_id: &lease.effect_id,
+            attempt: lease.attempt,
+            tool: &lease.tool,
+            args: &args,
+        });
         if let Some(stall) = hooks.stall {
             std::thread::sleep(stall);
         }
@@ -339,7 +344,7 @@ impl Runner {
                 effect.as_ref().map(Effect::to_record),
                 then,
             ),
-            Outcome::Failed { error } => self.store.fail_then(&lease, error, then),
+            Outcome::Failed { error, .. } => self.store.fail_then(&lease, &error.to_json(), then),
         }
     }
 
@@ -362,11 +367,14 @@ fn next_tasks(tasks: &Mutex<mpsc::Receiver<Task>>) -> Option<Vec<Task>> {
     Some(std::iter::once(first).chain(second).collect())
 }
 
-fn parse_stored_args(lease: &Lease) -> Result<(Tool, chaos::Hooks), String> {
+fn parse_stored_args(
+    lease: &Lease,
+) -> Result<(Prepared, Map<String, Value>, chaos::Hooks), String> {
     let args: Map<String, Value> =
         serde_json::from_str(&lease.args_json).map_err(|e| format!("stored args: {e}"))?;
     let (args, hooks) = chaos::split(&args)?;
-    Ok((Tool::parse(&lease.tool, &args)?, hooks))
+    let prepared = tools::builtin_registry().prepare(&lease.tool, &args)?;
+    Ok((prepared, args, hooks))
 }
 
 fn spawn_named(

@@ -1,11 +1,14 @@
-//! The four tools: how their arguments are validated (at POST time, so a bad
-//! request is refused before it is accepted) and what running them produces.
+//! The four built-in tools: how their arguments are validated (at POST time, so
+//! a bad request is refused before it is accepted), the JSON Schema each
+//! publishes for those same rules, and what running them produces.
 //!
-//! A tool never touches the database: it returns an [`Outcome`], and the runner
-//! commits it. The side effect of `charge` and `send_email` is simulated by the
-//! `effects` row that the runner inserts in the same transaction as `succeeded`;
-//! a real tool would pass `effect_id` downstream as its idempotency key.
+//! A built-in never touches the database and never reaches outside the
+//! process: it returns an [`Outcome`], and the runner commits it. The side
+//! effect of `charge` and `send_email` is simulated by the `effects` row that
+//! the runner inserts in the same transaction as `succeeded`; the `http` and
+//! `command` tools pass `effect_id` downstream as its idempotency key instead.
 
+use super::{Backoff, Effect, Kind, Outcome, ToolError, ToolSpec, DEFAULT_TIMEOUT};
 use crate::fingerprint::as_integer;
 use crate::input::quote;
 use serde_json::{json, Map, Value};
@@ -27,34 +30,6 @@ pub enum Tool {
         retryable: bool,
         fail_times: Option<i64>,
     },
-}
-
-/// What a run produced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Success; `effect` says whether an `effects` row records it (and its amount).
-    Succeeded {
-        result: Value,
-        effect: Option<Effect>,
-    },
-    /// Failure; `error` is `{"code","message","retryable"}`.
-    Failed { error: Value },
-}
-
-/// The local record of a side effect.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Effect {
-    pub amount: Option<i64>,
-}
-
-impl Effect {
-    /// The `effects` row the store writes for it.
-    pub fn to_record(&self) -> crate::store::NewEffect {
-        crate::store::NewEffect {
-            amount: self.amount,
-            detail: None,
-        }
-    }
 }
 
 /// The longest a `sleep` may run; the lease must exceed it.
@@ -146,11 +121,15 @@ impl Tool {
                 result: json!({"charged": amount, "effect_id": effect_id}),
                 effect: Some(Effect {
                     amount: Some(*amount),
+                    detail: None,
                 }),
             },
             Tool::SendEmail { to } => Outcome::Succeeded {
                 result: json!({"sent_to": to, "effect_id": effect_id}),
-                effect: Some(Effect { amount: None }),
+                effect: Some(Effect {
+                    amount: None,
+                    detail: None,
+                }),
             },
             Tool::Sleep { seconds } => {
                 std::thread::sleep(Duration::from_secs_f64(*seconds));
@@ -164,13 +143,11 @@ impl Tool {
                 fail_times,
             } => {
                 if fail_times.is_none_or(|n| attempt <= n) {
-                    Outcome::Failed {
-                        error: json!({
-                            "code": "tool_failed",
-                            "message": format!("fail tool failed on attempt {attempt}"),
-                            "retryable": retryable,
-                        }),
-                    }
+                    Outcome::failed(ToolError::new(
+                        "tool_failed",
+                        format!("fail tool failed on attempt {attempt}"),
+                        *retryable,
+                    ))
                 } else {
                     Outcome::Succeeded {
                         result: json!({"failed_attempts": attempt - 1}),
@@ -192,6 +169,63 @@ fn allow_only(args: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
         )),
         None => Ok(()),
     }
+}
+
+/// The JSON Schema that states `name`'s rules, as `GET /v1/tools` publishes
+/// it. The hand rules in [`Tool::parse`] stay the ones enforced (their
+/// messages are part of the API); a test holds the two to the same verdicts.
+pub fn input_schema(name: &str) -> Option<Value> {
+    let schema = match name {
+        "charge" => json!({
+            "type": "object",
+            "required": ["amount"],
+            "properties": {"amount": {"type": "integer", "minimum": 1}},
+            "additionalProperties": false,
+        }),
+        "send_email" => json!({
+            "type": "object",
+            "required": ["to"],
+            "properties": {
+                "to": {"type": "string", "pattern": "\\S"},
+                "subject": {"type": ["string", "null"]},
+                "body": {"type": ["string", "null"]},
+            },
+            "additionalProperties": false,
+        }),
+        "sleep" => json!({
+            "type": "object",
+            "required": ["seconds"],
+            "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": MAX_SLEEP_SECS}},
+            "additionalProperties": false,
+        }),
+        "fail" => json!({
+            "type": "object",
+            "properties": {
+                "retryable": {"type": ["boolean", "null"]},
+                "fail_times": {"type": ["integer", "null"], "minimum": 0},
+            },
+            "additionalProperties": false,
+        }),
+        _ => return None,
+    };
+    Some(schema)
+}
+
+/// The spec of built-in `name` with its defaults: one attempt (a built-in's
+/// failure is final unless the tools file says otherwise), the default timeout,
+/// no concurrency cap.
+pub fn spec(name: &str) -> Option<ToolSpec> {
+    Some(ToolSpec {
+        name: name.to_string(),
+        kind: Kind::Builtin,
+        input_schema: input_schema(name)?,
+        validator: None,
+        max_attempts: 1,
+        timeout: DEFAULT_TIMEOUT,
+        backoff: Backoff::default(),
+        max_concurrency: None,
+        executor: super::Executor::Builtin,
+    })
 }
 
 #[cfg(test)]
@@ -287,11 +321,53 @@ mod tests {
         ));
         let always = parse("fail", json!({"retryable": false})).unwrap();
         match always.run(7, "eff") {
-            Outcome::Failed { error } => {
-                assert_eq!(error["code"], "tool_failed");
-                assert_eq!(error["retryable"], false);
+            Outcome::Failed { error, retry_after } => {
+                assert_eq!(error.code, "tool_failed");
+                assert!(!error.retryable);
+                assert_eq!(retry_after, None);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// The published schemas and the enforced hand rules give the same verdict.
+    #[test]
+    fn published_schemas_match_the_hand_rules() {
+        let cases = [
+            ("charge", json!({"amount": 5})),
+            ("charge", json!({"amount": 5.0})),
+            ("charge", json!({"amount": 0})),
+            ("charge", json!({"amount": 1.5})),
+            ("charge", json!({"amount": "1"})),
+            ("charge", json!({})),
+            ("charge", json!({"amount": 1, "amont": 2})),
+            (
+                "send_email",
+                json!({"to": "a@b", "subject": "s", "body": null}),
+            ),
+            ("send_email", json!({"to": "  "})),
+            ("send_email", json!({"to": ""})),
+            ("send_email", json!({"to": "a", "body": 1})),
+            ("send_email", json!({"subject": "s"})),
+            ("sleep", json!({"seconds": 0})),
+            ("sleep", json!({"seconds": 10})),
+            ("sleep", json!({"seconds": 10.5})),
+            ("sleep", json!({"seconds": -1})),
+            ("sleep", json!({"seconds": "1"})),
+            ("fail", json!({})),
+            ("fail", json!({"retryable": false, "fail_times": 2})),
+            ("fail", json!({"retryable": null, "fail_times": null})),
+            ("fail", json!({"retryable": "no"})),
+            ("fail", json!({"fail_times": -1})),
+            ("fail", json!({"fail_times": 1.5})),
+            ("fail", json!({"times": 1})),
+        ];
+        for (name, args) in cases {
+            let schema =
+                crate::tools::schema::Schema::compile(&input_schema(name).unwrap()).unwrap();
+            let by_schema = schema.check(args.as_object().unwrap()).is_ok();
+            let by_hand = parse(name, args.clone()).is_ok();
+            assert_eq!(by_schema, by_hand, "{name} {args}");
         }
     }
 
@@ -302,7 +378,10 @@ mod tests {
             out,
             Outcome::Succeeded {
                 result: json!({"charged": 100, "effect_id": "eff_1"}),
-                effect: Some(Effect { amount: Some(100) }),
+                effect: Some(Effect {
+                    amount: Some(100),
+                    detail: None
+                }),
             }
         );
     }
