@@ -6,12 +6,14 @@
 //! heart-beating, or (checked at start-up) its pid no longer exists on this
 //! host — and take it back at once instead of waiting out the lease.
 //!
-//! What this module must never do: declare a live process dead. A heartbeat
-//! goes through the writer like every write, so it is late by at most one
-//! batch; `DEAD_AFTER` leaves a margin of several heartbeats. And even a wrong
-//! verdict (a process paused longer than that) is safe: its completion is
-//! fenced by the attempt and discarded, and `effects.call_id UNIQUE` still
-//! allows one effect per call — exactly as when a lease expires.
+//! What this module must never do: declare a live process dead. On this host
+//! the kernel decides: a process whose pid is alive keeps its calls until
+//! their leases expire, however late its heartbeat (a starved process, a slow
+//! disk). For a process on another host the heartbeat decides, with a margin
+//! of several beats; and even a wrong verdict there (a process paused longer
+//! than that) is safe: its completion is fenced by the attempt and discarded,
+//! and `effects.call_id UNIQUE` still allows one effect per call — exactly as
+//! when a lease expires.
 
 use super::ids::now;
 use rusqlite::{params, Connection};
@@ -56,7 +58,7 @@ fn host_name() -> String {
 }
 
 /// Whether `pid` names a live process on this host.
-fn pid_is_alive(pid: u32) -> bool {
+pub(super) fn pid_is_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 

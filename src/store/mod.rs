@@ -267,7 +267,8 @@ impl CallStore {
         if !self.read(sql::has_reclaimable)? {
             return Ok(Vec::new());
         }
-        self.write(sql::recover_expired)
+        let me = self.instance.clone();
+        self.write(move |conn| sql::recover_expired(conn, &me))
     }
 
     /// Up to `limit` `pending` calls, oldest first.

@@ -7,7 +7,9 @@
 //! before them is only ever a shortcut, never the decision.
 
 use super::ids::{effect_id_for, new_call_id, now};
-use super::instances::{heartbeat_cutoff, CALLS_WITH_OWNER_INSTANCE, RECLAIMABLE};
+use super::instances::{
+    heartbeat_cutoff, pid_is_alive, Instance, CALLS_WITH_OWNER_INSTANCE, RECLAIMABLE,
+};
 use super::model::{Call, Completion, Created, Lease, NewCall, NewEffect, Status};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
@@ -346,11 +348,12 @@ pub(super) fn release_op(
 /// was taken from and why. The owners are read first, inside the same write
 /// transaction; each row is then moved by its own conditional `UPDATE` on the
 /// attempt that was read, whose row count decides.
-pub(super) fn recover_expired(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+pub(super) fn recover_expired(conn: &Connection, me: &Instance) -> rusqlite::Result<Vec<String>> {
     let now = now();
     let candidates: Vec<Reclaimable> = conn
         .prepare_cached(&format!(
-            "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at
+            "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at,
+                    i.host, i.pid
                FROM {CALLS_WITH_OWNER_INSTANCE} WHERE {RECLAIMABLE}"
         ))?
         .query_map(params![now, heartbeat_cutoff(now)], |r| {
@@ -361,11 +364,16 @@ pub(super) fn recover_expired(conn: &Connection) -> rusqlite::Result<Vec<String>
                 lease_until: r.get(3)?,
                 heartbeat_at: r.get(4)?,
                 stopped_at: r.get(5)?,
+                host: r.get(6)?,
+                pid: r.get(7)?,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
     let mut recovered = Vec::with_capacity(candidates.len());
     for call in candidates {
+        if call.owner_is_alive_here(me, now) {
+            continue;
+        }
         let changed = conn
             .prepare_cached(
                 "UPDATE calls
@@ -389,9 +397,22 @@ struct Reclaimable {
     lease_until: Option<f64>,
     heartbeat_at: Option<f64>,
     stopped_at: Option<f64>,
+    host: Option<String>,
+    pid: Option<u32>,
 }
 
 impl Reclaimable {
+    /// A silent heartbeat only suggests the owner is gone (it may be starved of
+    /// CPU or stuck behind a slow disk). On this host the kernel knows: a live
+    /// pid keeps its calls until its lease expires.
+    fn owner_is_alive_here(&self, me: &Instance, now: f64) -> bool {
+        let lease_valid = self.lease_until.is_some_and(|until| until > now);
+        lease_valid
+            && self.stopped_at.is_none()
+            && self.host.as_deref() == Some(me.host.as_str())
+            && self.pid.is_some_and(pid_is_alive)
+    }
+
     /// The audit detail: whose lease, and why it was taken.
     fn why(&self, now: f64) -> String {
         let owner = self.owner.as_deref().unwrap_or("-");

@@ -638,3 +638,33 @@ fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
     ));
     Ok(())
 }
+
+/// A silent heartbeat takes back the calls of a process on another host, but
+/// never those of a process whose pid is alive on this one (it may just be
+/// starved of CPU); a long lease is no obstacle to the first.
+#[test]
+fn a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch() -> Result<(), StoreError> {
+    let db = TempDb::new("silent");
+    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let conn = Connection::open(db.path())?;
+    let long_ago = now() - 60.0;
+    let me = store.instance().clone();
+    conn.execute(
+        "INSERT INTO instances (instance_id, pid, host, started_at, heartbeat_at)
+         VALUES ('i_elsewhere', 1, 'another-host', ?1, ?1), ('i_here', ?2, ?3, ?1, ?1)",
+        rusqlite::params![long_ago, std::process::id(), me.host],
+    )?;
+    let mut owners = Vec::new();
+    for (key, instance) in [("far", "i_elsewhere"), ("near", "i_here")] {
+        let call = created_call(store.create_or_get(new_call(key, "fp"))?);
+        let owner = format!("1:worker-0@{instance}");
+        store
+            .claim(&call.call_id, &owner, Duration::from_secs(600))?
+            .expect("claimed");
+        owners.push(call.call_id);
+    }
+    assert_eq!(store.recover()?, vec![owners[0].clone()]);
+    let near = store.get(&owners[1])?.unwrap();
+    assert_eq!(near.status, Status::Running);
+    Ok(())
+}
