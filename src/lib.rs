@@ -8,6 +8,8 @@
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
 //!   `ErrorCode`, the one table of error codes and their statuses.
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
+//! - [`descriptors`]: the open-file limit, raised at start-up, and the
+//!   connection cap it allows.
 //! - [`api`]: routes, validation, and the mapping from its errors to codes.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
 //!   leases, fencing, unique constraints, recovery, and group commit.
@@ -27,6 +29,7 @@ pub mod app;
 pub mod chaos;
 pub mod client;
 pub mod config;
+pub mod descriptors;
 pub mod fingerprint;
 pub mod flag;
 pub mod http;
