@@ -241,5 +241,6 @@ pub fn parsed_request(method: &str, path: &str) -> Request {
         version: Version::Http11,
         headers: Vec::new(),
         body: Vec::new(),
+        client: Default::default(),
     }
 }

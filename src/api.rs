@@ -6,16 +6,19 @@
 //! anything is accepted: a request that gets `202` has been checked, and its call
 //! is on disk. It never executes a tool itself — it hands new calls to the runner.
 
+mod key_cache;
+
+pub use key_cache::{KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
+
 use crate::chaos;
 use crate::fingerprint::{as_integer, canonical_object, fingerprint_canonical};
-use crate::http::{ErrorCode, Request, Response};
+use crate::http::{ClientProbe, ErrorCode, Request, Response};
 use crate::input::{clip, parse_strict, quote};
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
 use crate::tools;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The longest `?wait=` a request may ask for.
@@ -96,79 +99,8 @@ pub struct Api {
     pub notifier: Arc<Notifier>,
     /// Whether chaos hooks are accepted in `args`.
     pub chaos: bool,
-    /// What this process knows about idempotency keys.
+    /// What this process knows about idempotency keys, within a byte budget.
     pub keys: KeyCache,
-}
-
-/// What this process has learnt about idempotency keys, so that most requests
-/// cost no database read beyond the one the writer must make:
-/// - A key it has never seen is almost always new. It goes straight to the
-///   writer, which looks the key up inside its transaction anyway; reading it
-///   first on a read connection cost the new-call rate about 15%.
-/// - A key that has a row (created or found here) is read first: a retry of a
-///   call in progress is answered without joining the write queue.
-/// - A settled call (`succeeded`, or `failed` without `retryable`) keeps its
-///   rendered answer: a retry of it reads nothing.
-///
-/// Every answer stays correct across processes and restarts: an unknown key only
-/// takes the slower, authoritative path; a committed row's key and fingerprint
-/// never change; and a settled row never changes at all (no transition leaves
-/// those states). The fingerprint is kept so a conflicting request still reaches
-/// the store and gets its `409`. Bounded: emptied when full, which costs only
-/// re-reads.
-#[derive(Default)]
-pub struct KeyCache {
-    entries: Mutex<HashMap<String, Known>>,
-}
-
-/// One key's entry in the `KeyCache`.
-enum Known {
-    HasRow,
-    Settled { fingerprint: String, body: Vec<u8> },
-}
-
-const KEY_CACHE_ENTRIES: usize = 65_536;
-
-impl KeyCache {
-    /// The settled answer for this key and fingerprint, if there is one.
-    fn settled(&self, idem_key: &str, fingerprint: &str) -> Option<Vec<u8>> {
-        match self.lock().get(idem_key) {
-            Some(Known::Settled {
-                fingerprint: fp,
-                body,
-            }) if fp == fingerprint => Some(body.clone()),
-            _ => None,
-        }
-    }
-
-    fn has_row(&self, idem_key: &str) -> bool {
-        self.lock().contains_key(idem_key)
-    }
-
-    fn insert_has_row(&self, idem_key: &str) {
-        let mut entries = self.lock();
-        if !entries.contains_key(idem_key) {
-            Self::make_room(&mut entries);
-            entries.insert(idem_key.to_string(), Known::HasRow);
-        }
-    }
-
-    fn insert_settled(&self, idem_key: String, fingerprint: String, body: &[u8]) {
-        let mut entries = self.lock();
-        Self::make_room(&mut entries);
-        let body = body.to_vec();
-        entries.insert(idem_key, Known::Settled { fingerprint, body });
-    }
-
-    fn make_room(entries: &mut HashMap<String, Known>) {
-        if entries.len() >= KEY_CACHE_ENTRIES {
-            entries.clear();
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Known>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 impl Api {
@@ -211,13 +143,13 @@ impl Api {
                     let call = call.ok_or_else(|| {
                         ApiError::NotFound(format!("call with key {}", quote(&key)))
                     })?;
-                    self.respond_with_call(call, wait_param(req)?)
+                    self.respond_with_call(call, wait_param(req)?, &req.client)
                 } else if let Some(call_id) = path.strip_prefix("/v1/tool-calls/") {
                     allow("GET")?;
                     let call = self.store.get(call_id)?;
                     let call =
                         call.ok_or_else(|| ApiError::NotFound(format!("call {}", quote(call_id))))?;
-                    self.respond_with_call(call, wait_param(req)?)
+                    self.respond_with_call(call, wait_param(req)?, &req.client)
                 } else {
                     Err(ApiError::NotFound(format!("path {}", quote(path))))
                 }
@@ -268,9 +200,9 @@ impl Api {
         let (idem_key, fingerprint) = (new.idem_key.clone(), new.fingerprint.clone());
         let call = match self.create_or_get(new)? {
             Created::Existing(call) if call.is_settled() => {
-                let response = self.respond_with_call(call, None)?;
+                let response = self.respond_with_call(call, None, &req.client)?;
                 self.keys
-                    .insert_settled(idem_key, fingerprint, &response.body);
+                    .insert_settled(&idem_key, fingerprint, &response.body);
                 return Ok(response);
             }
             Created::New(call) => {
@@ -295,7 +227,7 @@ impl Api {
                 });
             }
         };
-        self.respond_with_call(call, wait)
+        self.respond_with_call(call, wait, &req.client)
     }
 
     /// For a key known to have a row, the fast path first: a committed row with
@@ -317,22 +249,41 @@ impl Api {
     }
 
     /// `200` with a terminal call, `202` while it is pending or running; with a
-    /// wait, first hold until it is terminal or the wait is over.
-    fn respond_with_call(&self, call: Call, wait: Option<Duration>) -> Result<Response, ApiError> {
+    /// wait, first hold until it is terminal, the wait is over, or the client
+    /// has gone.
+    fn respond_with_call(
+        &self,
+        call: Call,
+        wait: Option<Duration>,
+        client: &ClientProbe,
+    ) -> Result<Response, ApiError> {
         let call = match wait {
-            Some(wait) if !call.status.is_terminal() => self.wait_terminal(call, wait)?,
+            Some(wait) if !call.status.is_terminal() => self.wait_terminal(call, wait, client)?,
             _ => call,
         };
         let status = if call.status.is_terminal() { 200 } else { 202 };
         Ok(Response::json(status, &call.to_json()))
     }
 
-    fn wait_terminal(&self, call: Call, wait: Duration) -> Result<Call, ApiError> {
+    /// Re-read the call after every completion in this process and at least
+    /// every 100 ms (another process may finish it) until it is terminal. A
+    /// read borrows a pooled connection only while it runs, so a waiting
+    /// request holds none. A client that has hung up ends the wait at once:
+    /// its thread and connection slot are freed instead of idling up to 30 s.
+    fn wait_terminal(
+        &self,
+        call: Call,
+        wait: Duration,
+        client: &ClientProbe,
+    ) -> Result<Call, ApiError> {
         let deadline = Instant::now() + wait;
         let mut latest = call;
         let mut failure = None;
-        self.notifier
-            .wait_for(deadline, || match self.store.get(&latest.call_id) {
+        self.notifier.wait_for(deadline, || {
+            if client.gone() {
+                return Some(());
+            }
+            match self.store.get(&latest.call_id) {
                 Ok(Some(now)) => {
                     let done = now.status.is_terminal();
                     latest = now;
@@ -343,7 +294,8 @@ impl Api {
                     failure = Some(e);
                     Some(())
                 }
-            });
+            }
+        });
         match failure {
             Some(e) => Err(e.into()),
             None => Ok(latest),

@@ -3,8 +3,9 @@
 //! database is touched, and recovery runs before the first request is
 //! accepted.
 
-use crate::api::Api;
+use crate::api::{Api, KeyCache};
 use crate::config::Config;
+use crate::descriptors::{self, Budget};
 use crate::runner::{Notifier, Runner};
 use crate::server::{self, Handler, Server};
 use crate::store::CallStore;
@@ -18,6 +19,8 @@ use std::time::Duration;
 #[derive(Debug)]
 pub enum StartError {
     Database(String),
+    /// The open-file limit leaves no room for a single connection.
+    Descriptors(descriptors::TooFewDescriptors),
     Bind(std::io::Error),
     Spawn(std::io::Error),
 }
@@ -26,6 +29,7 @@ impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StartError::Database(m) => write!(f, "cannot open the database: {m}"),
+            StartError::Descriptors(e) => write!(f, "{e}"),
             StartError::Bind(e) => write!(f, "cannot bind the listening socket: {e}"),
             StartError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
         }
@@ -36,6 +40,7 @@ impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StartError::Database(_) => None,
+            StartError::Descriptors(e) => Some(e),
             StartError::Bind(e) | StartError::Spawn(e) => Some(e),
         }
     }
@@ -46,6 +51,8 @@ impl std::error::Error for StartError {
 /// ends and joins every thread it started.
 pub struct Service {
     config: Config,
+    /// The open-file limit and the connection cap it allowed.
+    descriptors: Budget,
     server: Server,
     handler: Handler,
     store: Arc<CallStore>,
@@ -68,7 +75,15 @@ impl Service {
     /// workers, and start serving. Binding first: a taken port must fail before
     /// anything touches the database (creating the file, or recovering another
     /// process's calls). Recovery runs before the first request is accepted.
-    pub fn start(config: Config) -> Result<Service, StartError> {
+    /// Before all that, the open-file limit is raised and the connection cap
+    /// lowered to what it allows (see `descriptors`).
+    pub fn start(mut config: Config) -> Result<Service, StartError> {
+        let descriptors = descriptors::budget(
+            descriptors::raise_open_file_limit(),
+            config.limits.max_connections,
+        )
+        .map_err(StartError::Descriptors)?;
+        config.limits.max_connections = descriptors.max_connections;
         let listener =
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
         let store = CallStore::open(&config.db, config.store.clone())
@@ -89,7 +104,7 @@ impl Service {
             runner: Arc::clone(&runner),
             notifier: Arc::clone(&notifier),
             chaos: config.runner.chaos,
-            keys: Default::default(),
+            keys: KeyCache::with_budget(config.answer_cache_bytes),
         };
         let handler: Handler = Arc::new(move |req| api.handle(req));
         let server =
@@ -100,6 +115,7 @@ impl Service {
             })?;
         Ok(Service {
             config,
+            descriptors,
             server,
             handler,
             store,
@@ -119,10 +135,21 @@ impl Service {
         Arc::clone(&self.handler)
     }
 
-    /// The one start-up line, with the real port.
+    /// The one start-up line, with the real port, and the connection cap when
+    /// the open-file limit lowered it.
     pub fn banner(&self) -> String {
+        let lowered = if self.descriptors.lowered() {
+            format!(
+                ", max connections {} (lowered from {}: open-file limit {})",
+                self.descriptors.max_connections,
+                self.descriptors.asked,
+                self.descriptors.open_file_limit
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s{lowered}{})",
             self.addr(),
             self.config.db.display(),
             self.config.runner.workers,

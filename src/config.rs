@@ -28,6 +28,10 @@ usage: idempotent-tool [options]
   --idle-timeout-ms MS        idle keep-alive connections close after this
                               (default 30000)
   --max-connections N         open connections; more are answered 503 (default 1024)
+                              (lowered at start-up to what the open-file limit
+                              allows; the start-up line says so)
+  --answer-cache-mib MIB      memory for settled answers kept to answer retries
+                              without a database read (default 64; 0 turns it off)
   --shutdown-grace-secs SECS  on SIGTERM/SIGINT, how long running tools may
                               finish before their leases are given back
                               (default 10; fractions allowed)
@@ -46,6 +50,9 @@ pub struct Config {
     pub limits: Limits,
     /// How long a stop lets running tools finish before giving their leases back.
     pub shutdown_grace: Duration,
+    /// Bytes of keys, fingerprints and rendered answers the API may keep
+    /// (`--answer-cache-mib`).
+    pub answer_cache_bytes: usize,
 }
 
 impl Default for Config {
@@ -63,6 +70,7 @@ impl Default for Config {
             store: StoreOptions::default(),
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
+            answer_cache_bytes: crate::api::DEFAULT_ANSWER_CACHE_BYTES,
         }
     }
 }
@@ -113,6 +121,10 @@ impl Config {
                 "--max-connections" => {
                     config.limits.max_connections =
                         number(&flag, &value()?, 1..=1_000_000)? as usize
+                }
+                "--answer-cache-mib" => {
+                    config.answer_cache_bytes =
+                        (number(&flag, &value()?, 0..=65_536)? as usize) << 20
                 }
                 other => return Err(ConfigError(format!("unknown flag {other:?}"))),
             }
@@ -182,6 +194,7 @@ mod tests {
         assert_eq!(c.runner.lease, Duration::from_secs(30));
         assert_eq!(c.runner.recover_interval, Duration::from_millis(200));
         assert!(!c.runner.chaos);
+        assert_eq!(c.answer_cache_bytes, 64 << 20);
     }
 
     #[test]
@@ -195,11 +208,14 @@ mod tests {
             "2",
             "--lease-secs",
             "0.5",
+            "--answer-cache-mib",
+            "3",
             "--chaos",
         ])
         .unwrap() else {
             panic!()
         };
+        assert_eq!(c.answer_cache_bytes, 3 << 20);
         assert_eq!(c.port, 0);
         assert_eq!(c.db, PathBuf::from("x.db"));
         assert_eq!(c.runner.workers, 2);

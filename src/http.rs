@@ -10,8 +10,8 @@
 //!
 //! Map (everything public is re-exported here, so callers name `http::X`):
 //!
-//! - this file: the message types (`Request`, `Response`, `Version`), the
-//!   parser's `Status` and `ParseLimits`, and `CONTINUE_100`.
+//! - this file: the message types (`Request`, `Response`, `Version`,
+//!   `ClientProbe`), the parser's `Status` and `ParseLimits`, and `CONTINUE_100`.
 //! - `error_code`: `ErrorCode`, the one table of every error code the service
 //!   answers with, its status and its stable string.
 //! - `parse_error`: `ParseError`, why a request was rejected, mapped to its code.
@@ -37,6 +37,7 @@ pub use parser::{parse_request, Progress, RequestParser};
 pub use write::{reason_phrase, write_response, WriteOptions};
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The protocol version of a request; it decides keep-alive defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,8 @@ pub struct Request {
     /// Header names lower-cased, values trimmed, in arrival order.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// Whether the client is still there (see `ClientProbe`).
+    pub client: ClientProbe,
 }
 
 impl Request {
@@ -99,6 +102,45 @@ impl Request {
         }
     }
 }
+
+/// Asks whether the client that sent a request is still connected, so a
+/// handler that holds a request open (`?wait=`) can stop for a client that
+/// has hung up. The server fills it in from the connection; a request made
+/// without a socket (unit tests, the bench's run without HTTP) has none, and
+/// its client is taken as present. Not part of the message: two requests with
+/// different probes are still equal.
+#[derive(Clone, Default)]
+pub struct ClientProbe(Option<Arc<dyn Fn() -> bool + Send + Sync>>);
+
+impl ClientProbe {
+    /// A probe that calls `gone`; it must be cheap and must not block.
+    pub fn new(gone: impl Fn() -> bool + Send + Sync + 'static) -> ClientProbe {
+        ClientProbe(Some(Arc::new(gone)))
+    }
+
+    /// True once the client is known to have gone.
+    pub fn gone(&self) -> bool {
+        self.0.as_ref().is_some_and(|gone| gone())
+    }
+}
+
+impl fmt::Debug for ClientProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ClientProbe(connected)"
+        } else {
+            "ClientProbe(none)"
+        })
+    }
+}
+
+impl PartialEq for ClientProbe {
+    fn eq(&self, _: &ClientProbe) -> bool {
+        true
+    }
+}
+
+impl Eq for ClientProbe {}
 
 /// A response; the writer adds `Content-Length`, `Date`-free framing and `Connection`.
 #[derive(Debug, Clone, PartialEq, Eq)]

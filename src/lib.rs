@@ -10,6 +10,8 @@
 //! - [`input`]: client JSON parsed strictly (no repeated member names) and
 //!   client input quoted in error messages (at most 100 bytes).
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
+//! - [`descriptors`]: the open-file limit, raised at start-up, and the
+//!   connection cap it allows.
 //! - [`api`]: routes, validation, and the mapping from its errors to codes.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
 //!   leases, fencing, unique constraints, recovery, and group commit.
@@ -38,6 +40,7 @@ pub mod auth;
 pub mod chaos;
 pub mod client;
 pub mod config;
+pub mod descriptors;
 pub mod fingerprint;
 pub mod flag;
 pub mod http;

@@ -13,58 +13,11 @@ mod support;
 
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
-use support::{unique_name, Server, TempDb};
-
-/// A tmpfs mounted on a fresh folder; unmounted and removed on drop.
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    /// `None` when this process may not mount (not root).
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = std::env::temp_dir().join(unique_name("idem-tmpfs"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !mounted {
-            let _ = std::fs::remove_dir(&dir);
-            return None;
-        }
-        Some(Tmpfs { dir })
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let unmounted = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !unmounted {
-            // Something still holds a file open: detach now, freed when it closes.
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
+use support::tmpfs::{is_root, Tmpfs};
+use support::{Server, TempDb};
 
 /// Fill the rest of the file system with 256 KiB files, so the next writes
 /// meet `ENOSPC`; returns them in the order to free them.

@@ -26,24 +26,12 @@ fn server_is_listening(server: &Server) -> bool {
     std::net::TcpStream::connect(server.addr()).is_ok()
 }
 
-/// The futex syscall's number: a thread blocked in it is waiting on a lock
-/// or condition variable (a `?wait` request), not reading its socket.
-#[cfg(target_arch = "x86_64")]
-const SYS_FUTEX: &str = "202";
-#[cfg(target_arch = "aarch64")]
-const SYS_FUTEX: &str = "98";
-
 /// Wait until one of the server's connection threads is blocked on a
 /// condition variable: its request has been read and is waiting for the call.
 fn wait_for_a_waiting_request(server: &Server) {
-    let tasks = format!("/proc/{}/task", server.proc.child.id());
+    let pid = server.proc.child.id();
     support::eventually("a connection thread waiting for its call", || {
-        std::fs::read_dir(&tasks).unwrap().flatten().any(|task| {
-            let read =
-                |file: &str| std::fs::read_to_string(task.path().join(file)).unwrap_or_default();
-            read("comm").starts_with("conn-")
-                && read("syscall").split_whitespace().next() == Some(SYS_FUTEX)
-        })
+        support::procfs::connection_threads(pid).1 > 0
     });
 }
 

@@ -163,6 +163,7 @@ impl RequestLine<'_> {
             version: self.version,
             headers,
             body: Vec::new(),
+            client: Default::default(),
         }
     }
 }

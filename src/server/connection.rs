@@ -10,12 +10,13 @@
 use super::input::{InputBuffer, RETAINED_BUFFER};
 use super::{closing_response_bytes, Handler, Limits};
 use crate::http::{
-    write_response, ErrorCode, ParseError, ParseLimits, Progress, Request, RequestParser, Response,
-    WriteOptions, CONTINUE_100,
+    write_response, ClientProbe, ErrorCode, ParseError, ParseLimits, Progress, Request,
+    RequestParser, Response, WriteOptions, CONTINUE_100,
 };
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Upper bound on lingering after an error response (see `Connection::linger`).
@@ -44,7 +45,11 @@ enum Next {
 
 /// One client connection, served on its own thread.
 pub(super) struct Connection<'a> {
-    stream: TcpStream,
+    /// Shared with the `ClientProbe` of the request being handled, which
+    /// peeks at it; a clone of the `Arc`, not of the descriptor.
+    stream: Arc<TcpStream>,
+    /// Handed to every request, built once per connection.
+    probe: ClientProbe,
     limits: &'a Limits,
     parse_limits: ParseLimits,
     input: InputBuffer,
@@ -55,7 +60,9 @@ pub(super) struct Connection<'a> {
 
 impl<'a> Connection<'a> {
     pub(super) fn new(stream: TcpStream, limits: &'a Limits) -> Self {
+        let stream = Arc::new(stream);
         Connection {
+            probe: probe(&stream),
             stream,
             limits,
             parse_limits: limits.parse_limits(),
@@ -79,7 +86,7 @@ impl<'a> Connection<'a> {
         if self.input.is_empty() && !self.wait_while_idle() {
             return Next::Close;
         }
-        let request = match self.read_request() {
+        let mut request = match self.read_request() {
             Ok(request) => request,
             Err(Failure::Vanished) => return Next::Close,
             Err(Failure::Respond(response)) => {
@@ -87,6 +94,7 @@ impl<'a> Connection<'a> {
                 return Next::Close;
             }
         };
+        request.client = self.probe.clone();
         let (response, handler_panicked) = call_handler(handler, &request);
         let keep_alive = !handler_panicked && request.keep_alive() && !response.asks_to_close();
         let options = WriteOptions {
@@ -96,7 +104,7 @@ impl<'a> Connection<'a> {
         };
         self.output.clear();
         write_response(&mut self.output, &response, options);
-        if self.stream.write_all(&self.output).is_err() {
+        if (&*self.stream).write_all(&self.output).is_err() {
             return Next::Close;
         }
         if !keep_alive {
@@ -115,7 +123,7 @@ impl<'a> Connection<'a> {
     fn wait_while_idle(&mut self) -> bool {
         self.set_read_timeout(self.limits.idle_timeout);
         loop {
-            match self.input.read_from(&mut self.stream) {
+            match self.input.read_from(&mut &*self.stream) {
                 Ok(0) => return false,
                 Ok(_) => return true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -137,7 +145,7 @@ impl<'a> Connection<'a> {
                 Progress::Done(request) => return Ok(request),
                 Progress::HeadComplete { expect_continue } => {
                     if expect_continue {
-                        self.stream
+                        (&*self.stream)
                             .write_all(CONTINUE_100)
                             .map_err(|_| Failure::Vanished)?;
                     }
@@ -155,7 +163,7 @@ impl<'a> Connection<'a> {
                 return Err(Failure::Respond(request_timeout_response()));
             }
             self.set_read_timeout(deadline - now);
-            match self.input.read_from(&mut self.stream) {
+            match self.input.read_from(&mut &*self.stream) {
                 Ok(0) => return Err(Failure::Vanished),
                 Ok(_) => return Ok(()),
                 Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => continue,
@@ -172,8 +180,7 @@ impl<'a> Connection<'a> {
     }
 
     fn answer_and_close(&mut self, response: &Response) {
-        if self
-            .stream
+        if (&*self.stream)
             .write_all(&closing_response_bytes(response))
             .is_ok()
         {
@@ -196,7 +203,7 @@ impl<'a> Connection<'a> {
             }
             self.set_read_timeout(deadline - now);
             self.input.clear();
-            match self.input.read_from(&mut self.stream) {
+            match self.input.read_from(&mut &*self.stream) {
                 Ok(0) => return,
                 Ok(n) => discarded += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -234,4 +241,33 @@ fn is_timeout(e: &io::Error) -> bool {
 /// Socket timeouts of zero mean "error" to std, not "expire now".
 fn at_least_1ms(d: Duration) -> Duration {
     d.max(Duration::from_millis(1))
+}
+
+/// A probe for the handler: has the client of this connection gone?
+fn probe(stream: &Arc<TcpStream>) -> ClientProbe {
+    let stream = Arc::clone(stream);
+    ClientProbe::new(move || client_gone(&stream))
+}
+
+/// A non-blocking peek. End of stream (the client closed) or a reset means
+/// gone; nothing to read yet, or bytes waiting (a pipelined request), means
+/// still there. Only the connection's own thread uses the socket meanwhile
+/// (it is running the handler), so switching to non-blocking and back cannot
+/// disturb a read. A client that half-closes (`shutdown(SHUT_WR)`) after
+/// sending its request is taken as gone too: it cannot be told apart from
+/// one that closed, and almost no HTTP client does that.
+fn client_gone(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut byte = [0u8; 1];
+    let gone = match stream.peek(&mut byte) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
+    };
+    let _ = stream.set_nonblocking(false);
+    gone
 }

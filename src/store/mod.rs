@@ -10,8 +10,8 @@
 //! Files: `model` (the types of the API), `sql` (every statement), `writer`
 //! (the group-commit thread and what it does with each SQLite error), `schema`
 //! (DDL, pragmas, migrations), `ids` (call and effect ids, the clock). Reads
-//! (`get`, `find_by_key`, `stats`, ...) use a small pool of separate
-//! connections; WAL lets them run beside the writer.
+//! (`get`, `find_by_key`, `stats`, ...) use `readers`, a pool of at most
+//! `MAX_READERS` separate connections; WAL lets them run beside the writer.
 //!
 //! **The boundary.** The public API takes and returns the types in `model`,
 //! never a `rusqlite` type, so another backend (PostgreSQL, for several
@@ -35,6 +35,7 @@ pub mod bulk;
 mod ids;
 mod instances;
 mod model;
+mod readers;
 mod schema;
 mod sql;
 #[cfg(test)]
@@ -45,20 +46,19 @@ mod writer;
 pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{Call, Completion, Created, Lease, NewCall, NewEffect, Stats, Status, WriterStats};
+pub use readers::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
 pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
 pub use writer::Then;
 
+use readers::Readers;
 use rusqlite::{Connection, ErrorCode};
 use serde_json::Value;
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::path::Path;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use writer::Writer;
-
-/// Idle read connections kept for reuse.
-const MAX_IDLE_READERS: usize = 32;
 
 /// Why the store could not answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,11 +119,10 @@ impl Default for StoreOptions {
 
 /// The SQLite-backed call store. Cheap to share behind an `Arc`.
 pub struct CallStore {
-    path: PathBuf,
-    options: StoreOptions,
     /// The writer thread; every write goes through it.
     writer: Writer,
-    readers: Mutex<Vec<Connection>>,
+    /// At most `MAX_READERS` read connections, shared by every reader.
+    readers: Readers,
     /// Whether `idx_calls_status` holds `attempt` (not in databases made by
     /// the seed's DDL or an earlier version), which decides how `stats` counts.
     status_index_has_attempt: bool,
@@ -141,10 +140,8 @@ impl CallStore {
         let writer =
             Writer::start(conn).map_err(|e| StoreError::Internal(format!("spawn writer: {e}")))?;
         let store = Arc::new(CallStore {
-            path: path.to_path_buf(),
-            options,
             writer,
-            readers: Mutex::new(Vec::new()),
+            readers: Readers::new(path, &options),
             status_index_has_attempt,
             instance: Instance::this_process(),
             stopped: Default::default(),
@@ -183,7 +180,7 @@ impl CallStore {
             eprintln!("store: could not mark this process stopped: {e}");
         }
         self.writer.stop();
-        crate::sync::lock(&self.readers).clear();
+        self.readers.close_idle();
     }
 
     /// Create the key's call, or return the one it already has. Runs in the
@@ -329,21 +326,11 @@ impl CallStore {
             .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
     }
 
-    /// Run `op` on a pooled read connection.
+    /// Run `op` on a pooled read connection (see `readers`).
     fn read<T>(
         &self,
         op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
-        let pooled = crate::sync::lock(&self.readers).pop();
-        let conn = match pooled {
-            Some(conn) => conn,
-            None => schema::open_connection(&self.path, &self.options)?,
-        };
-        let result = op(&conn).map_err(StoreError::from);
-        let mut idle = crate::sync::lock(&self.readers);
-        if idle.len() < MAX_IDLE_READERS {
-            idle.push(conn);
-        }
-        result
+        self.readers.read(op)
     }
 }

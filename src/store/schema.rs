@@ -8,7 +8,8 @@
 //! made by the chapter's exact DDL, or by a release before migrations, has
 //! version 0 and upgrades in place with its rows intact. A database whose
 //! version is newer than this release knows is refused: its schema may mean
-//! something this code would get wrong.
+//! something this code would get wrong. A database this process cannot write
+//! is refused too (`refuse_read_only`, `probe_a_write`).
 //!
 //! This module never reads or writes rows.
 
@@ -130,6 +131,12 @@ pub(super) fn open_connection(
     options: &StoreOptions,
 ) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
+    configure(&conn, options)?;
+    Ok(conn)
+}
+
+/// The settings every connection gets, the writer's and the readers'.
+fn configure(conn: &Connection, options: &StoreOptions) -> Result<(), StoreError> {
     conn.busy_timeout(options.busy_timeout)?;
     // Every statement this module runs stays prepared.
     conn.set_prepared_statement_cache_capacity(64);
@@ -142,7 +149,7 @@ pub(super) fn open_connection(
     // writer about a tenth of its CPU. Readers empty their cache whenever the
     // database changed since their last read, so a bigger one buys them nothing.
     conn.execute_batch("PRAGMA cache_size=-2048")?;
-    Ok(conn)
+    Ok(())
 }
 
 /// Bring the database up to `SCHEMA_VERSION`; returns the names of the
@@ -202,7 +209,11 @@ fn add_column(conn: &Connection, table: &str, column: &str, decl: &str) -> rusql
 /// The writer's connection: the file-level settings (page size, WAL) that only
 /// take effect on a new file or must be set once, then the migrations.
 pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connection, StoreError> {
-    let conn = open_connection(path, options)?;
+    let conn = Connection::open(path)?;
+    // Before anything reads the file: on a read-only mount, the first read of
+    // a WAL database fails as "unable to open database file" (no -shm).
+    refuse_read_only(&conn)?;
+    configure(&conn, options)?;
     // Small pages: a commit writes every page it dirtied, and a batch dirties
     // many pages a little (index leaves, appended rows), so 1 KiB pages cut
     // the bytes each fsync must flush. Only takes effect on a new file.
@@ -213,8 +224,47 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
             "could not switch to WAL (journal_mode={mode})"
         )));
     }
+    probe_a_write(&conn)?;
     migrate(&conn)?;
     Ok(conn)
+}
+
+/// Refuse a database this process cannot write, before anything else: it
+/// would otherwise start, look healthy, and answer every new key `503`
+/// forever. SQLite opens a file it may not write (permissions, a read-only
+/// mount, an immutable file) read-only without complaint; ask it.
+fn refuse_read_only(conn: &Connection) -> Result<(), StoreError> {
+    if conn.is_readonly(rusqlite::DatabaseName::Main)? {
+        return Err(cannot_write("SQLite could only open it read-only"));
+    }
+    Ok(())
+}
+
+/// For what `refuse_read_only` cannot see: take the write lock and make one
+/// harmless change (`user_version` set to itself), then roll it back, so
+/// nothing reaches the file. Runs after the page size is fixed: the first
+/// write to an empty file settles it. A disk that is merely full passes; that
+/// is transient, and answered `503` until space is freed.
+fn probe_a_write(conn: &Connection) -> Result<(), StoreError> {
+    let probe =
+        rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)
+            .and_then(|tx| {
+                tx.pragma_update(None, "user_version", user_version(&tx)?)?;
+                tx.rollback()
+            });
+    match probe {
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly) => {
+            Err(cannot_write(&e.to_string()))
+        }
+        other => other.map_err(StoreError::from),
+    }
+}
+
+fn cannot_write(why: &str) -> StoreError {
+    StoreError::Unavailable(format!(
+        "it cannot be written ({why}); the service needs write access to the file \
+         and to its folder, where SQLite keeps the -wal and -shm files"
+    ))
 }
 
 /// Whether `idx_calls_status` holds `attempt` (not in databases made by the

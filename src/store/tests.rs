@@ -4,6 +4,7 @@
 use super::sql::create_or_get_op;
 use super::*;
 use serde_json::json;
+use std::path::PathBuf;
 
 /// `succeed_then`, waiting for the commit.
 fn succeed(

@@ -1,14 +1,18 @@
 //! Test support shared by every integration test: start the real binaries
 //! (server, proxy, client) on free ports with a unique temp database, talk HTTP
 //! to them, a tiny in-process upstream for the proxy, and cleanup that runs in
-//! `Drop` even when an assertion fails. `raw` is the one raw-socket client.
+//! `Drop` even when an assertion fails. `raw` is the one raw-socket client,
+//! `procfs` reads a server's memory, threads and open files, and `tmpfs`
+//! mounts a small file system to fill up or make read-only.
 //!
 //! On failure every child's captured stderr is printed, so a red test shows
 //! what the server or proxy was doing. Nothing here sleeps for a fixed time:
 //! waits are polls against generous deadlines (the CI box is small and noisy).
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod procfs;
 pub mod raw;
+pub mod tmpfs;
 
 use idempotent_tool::client::{authority, encode_path_segment, request_once};
 use serde_json::Value;

@@ -117,6 +117,7 @@ fn build_sample(
         version,
         headers: expected_headers,
         body,
+        client: Default::default(),
     };
     Sample { bytes, expected }
 }

@@ -1,0 +1,245 @@
+//! `KeyCache`: what this process has learnt about idempotency keys, so that
+//! most requests cost no database read beyond the one the writer must make.
+//!
+//! It owns a bounded map from key to what is known about it, and must never
+//! answer anything the database does not still say: it holds only facts that
+//! no transition can change (a committed row's key and fingerprint; a settled
+//! call's whole answer), and whatever deletes a call row must `forget` its key.
+//! It never grows past its byte budget, and never reads or writes the database.
+//!
+//! - A key it has never seen is almost always new. It goes straight to the
+//!   writer, which looks the key up inside its transaction anyway; reading it
+//!   first on a read connection cost the new-call rate about 15%.
+//! - A key that has a row (created or found here) is read first: a retry of a
+//!   call in progress is answered without joining the write queue.
+//! - A settled call (`succeeded`, or `failed` without `retryable`) keeps its
+//!   rendered answer: a retry of it reads nothing.
+//!
+//! Every answer stays correct across processes and restarts: an unknown key
+//! only takes the slower, authoritative path; a committed row's key and
+//! fingerprint never change; and a settled row never changes at all (no
+//! transition leaves those states). The fingerprint is kept so a conflicting
+//! request still reaches the store and gets its `409`.
+//!
+//! **The bound is in bytes**: every entry is charged its key, its fingerprint,
+//! its rendered answer and a fixed estimate of the map's own overhead, and the
+//! oldest entries are evicted until a new one fits. Evicting costs only a
+//! re-read (and, for a settled call, rendering its answer again), never a wrong
+//! answer. An answer larger than the whole budget is not kept.
+
+use crate::sync::lock;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// The default budget: room for about a thousand answers with the largest
+/// args (64 KiB), or several hundred thousand small ones.
+pub const DEFAULT_BUDGET_BYTES: usize = 64 * 1024 * 1024;
+
+/// What an entry costs beyond its key, fingerprint and answer: the hash-map
+/// slot, the order index's node share, the shared key's header and the
+/// allocator's per-allocation overhead, rounded up. An estimate; it keeps a
+/// cache of many small entries from being charged far less than it uses.
+const ENTRY_OVERHEAD: usize = 192;
+
+/// What this process knows about idempotency keys, within a byte budget.
+pub struct KeyCache {
+    budget: usize,
+    entries: Mutex<Entries>,
+}
+
+/// The entries and their insertion order, under one lock.
+#[derive(Default)]
+struct Entries {
+    by_key: HashMap<Arc<str>, Entry>,
+    /// Every entry's key by its stamp: the first is the oldest, evicted first.
+    order: BTreeMap<u64, Arc<str>>,
+    next_stamp: u64,
+    /// The sum of every entry's `cost`.
+    bytes: usize,
+}
+
+struct Entry {
+    known: Known,
+    /// Its place in `order`.
+    stamp: u64,
+    cost: usize,
+}
+
+/// One key's entry.
+enum Known {
+    HasRow,
+    Settled { fingerprint: String, body: Vec<u8> },
+}
+
+impl Default for KeyCache {
+    fn default() -> Self {
+        KeyCache::with_budget(DEFAULT_BUDGET_BYTES)
+    }
+}
+
+impl KeyCache {
+    /// A cache that never holds more than `budget` bytes; `0` keeps nothing.
+    pub fn with_budget(budget: usize) -> KeyCache {
+        KeyCache {
+            budget,
+            entries: Mutex::new(Entries::default()),
+        }
+    }
+
+    /// The settled answer for this key and fingerprint, if there is one.
+    pub(super) fn settled(&self, idem_key: &str, fingerprint: &str) -> Option<Vec<u8>> {
+        match &lock(&self.entries).by_key.get(idem_key)?.known {
+            Known::Settled {
+                fingerprint: fp,
+                body,
+            } if fp == fingerprint => Some(body.clone()),
+            _ => None,
+        }
+    }
+
+    pub(super) fn has_row(&self, idem_key: &str) -> bool {
+        lock(&self.entries).by_key.contains_key(idem_key)
+    }
+
+    pub(super) fn insert_has_row(&self, idem_key: &str) {
+        let mut entries = lock(&self.entries);
+        if !entries.by_key.contains_key(idem_key) {
+            let cost = ENTRY_OVERHEAD + idem_key.len();
+            entries.insert(idem_key.into(), Known::HasRow, cost, self.budget);
+        }
+    }
+
+    pub(super) fn insert_settled(&self, idem_key: &str, fingerprint: String, body: &[u8]) {
+        let cost = ENTRY_OVERHEAD + idem_key.len() + fingerprint.len() + body.len();
+        let mut entries = lock(&self.entries);
+        entries.remove(idem_key);
+        let body = body.to_vec();
+        let known = Known::Settled { fingerprint, body };
+        entries.insert(idem_key.into(), known, cost, self.budget);
+    }
+
+    /// Drop everything known about `idem_key`. Whatever deletes a call row
+    /// (key retention, a purge) must call this after its delete commits, or
+    /// a settled answer would outlive its row.
+    pub fn forget(&self, idem_key: &str) {
+        lock(&self.entries).remove(idem_key);
+    }
+
+    /// Bytes charged to the entries held now (never above the budget).
+    pub fn bytes(&self) -> usize {
+        lock(&self.entries).bytes
+    }
+
+    /// How many keys are held now.
+    pub fn len(&self) -> usize {
+        lock(&self.entries).by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Entries {
+    /// Add an entry for a key that has none, evicting the oldest entries until
+    /// it fits; one that could never fit is not kept.
+    fn insert(&mut self, key: Arc<str>, known: Known, cost: usize, budget: usize) {
+        if cost > budget {
+            return;
+        }
+        while self.bytes + cost > budget && !self.order.is_empty() {
+            self.evict_oldest();
+        }
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        self.order.insert(stamp, Arc::clone(&key));
+        self.bytes += cost;
+        let entry = Entry { known, stamp, cost };
+        self.by_key.insert(key, entry);
+    }
+
+    fn evict_oldest(&mut self) {
+        if let Some((_, key)) = self.order.pop_first() {
+            if let Some(entry) = self.by_key.remove(&key) {
+                self.bytes -= entry.cost;
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(entry) = self.by_key.remove(key) {
+            self.order.remove(&entry.stamp);
+            self.bytes -= entry.cost;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FP: &str = "f1";
+
+    fn settled_cost(key: &str, body_len: usize) -> usize {
+        ENTRY_OVERHEAD + key.len() + FP.len() + body_len
+    }
+
+    #[test]
+    fn a_settled_answer_is_given_only_for_its_fingerprint() {
+        let cache = KeyCache::default();
+        cache.insert_settled("k", FP.into(), b"answer");
+        assert_eq!(cache.settled("k", FP).as_deref(), Some(&b"answer"[..]));
+        assert_eq!(cache.settled("k", "other"), None);
+        assert!(cache.has_row("k"));
+        assert!(!cache.has_row("unknown"));
+    }
+
+    #[test]
+    fn the_oldest_entries_are_evicted_to_stay_within_the_budget() {
+        let body = vec![b'x'; 1000];
+        let cache = KeyCache::with_budget(3 * settled_cost("k0", body.len()));
+        for n in 0..10 {
+            cache.insert_settled(&format!("k{n}"), FP.into(), &body);
+            assert!(cache.bytes() <= 3 * settled_cost("k0", body.len()));
+        }
+        assert_eq!(cache.len(), 3);
+        assert_eq!(cache.settled("k6", FP), None, "evicted, oldest first");
+        for kept in ["k7", "k8", "k9"] {
+            assert!(cache.settled(kept, FP).is_some(), "{kept}");
+        }
+    }
+
+    #[test]
+    fn a_key_is_charged_once_when_its_call_settles() {
+        let cache = KeyCache::default();
+        cache.insert_has_row("k");
+        cache.insert_has_row("k");
+        assert_eq!(cache.bytes(), ENTRY_OVERHEAD + 1);
+        cache.insert_settled("k", FP.into(), b"abc");
+        assert_eq!((cache.len(), cache.bytes()), (1, settled_cost("k", 3)));
+    }
+
+    #[test]
+    fn forget_drops_the_answer_and_its_bytes() {
+        let cache = KeyCache::default();
+        cache.insert_settled("k", FP.into(), b"abc");
+        cache.insert_has_row("other");
+        cache.forget("k");
+        assert_eq!(cache.settled("k", FP), None);
+        assert!(!cache.has_row("k"));
+        assert_eq!(cache.bytes(), ENTRY_OVERHEAD + "other".len());
+        cache.forget("never-seen");
+    }
+
+    #[test]
+    fn an_answer_larger_than_the_budget_is_not_kept() {
+        let cache = KeyCache::with_budget(ENTRY_OVERHEAD + 100);
+        cache.insert_has_row("small");
+        cache.insert_settled("big", FP.into(), &[0; 200]);
+        assert_eq!(cache.settled("big", FP), None);
+        assert!(cache.has_row("small"), "nothing evicted for it either");
+        let off = KeyCache::with_budget(0);
+        off.insert_has_row("k");
+        assert!(off.is_empty());
+    }
+}
