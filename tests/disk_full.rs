@@ -1,5 +1,6 @@
 //! A real full file system under the real server: a small tmpfs holds the
-//! database, 48 clients post calls with 60 KB args until it fills. Batches that
+//! database, 48 clients post calls with 60 KB args until it fills, and one
+//! filler file is freed each time it has filled again. Batches that
 //! large spill SQLite's page cache into the WAL mid-transaction, and when that
 //! write hits `ENOSPC` SQLite rolls the whole transaction back. The invariant:
 //! no call answered `202` is lost — every one is still there after space is
@@ -13,7 +14,8 @@ mod support;
 
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 use support::tmpfs::{is_root, Tmpfs};
@@ -34,36 +36,52 @@ fn fill(dir: &Path) -> Vec<PathBuf> {
     }
 }
 
-/// Free one filler file every 100 ms until `stop`: the disk keeps filling up
-/// again, mid-batch, under a load that keeps writing.
-fn free_slowly(files: &mut Vec<PathBuf>, stop: Instant) {
-    while Instant::now() < stop {
-        if let Some(file) = files.pop() {
-            let _ = std::fs::remove_file(file);
+/// Each time the load has met a full disk again, free one filler file: the
+/// disk keeps filling up again, mid-batch, under a load that keeps writing,
+/// however fast or slow this machine is.
+fn free_after_each_full(files: &mut Vec<PathBuf>, outcomes: &Mutex<Outcomes>, done: &AtomicBool) {
+    let mut seen = 0;
+    while !done.load(Ordering::SeqCst) {
+        let unavailable = outcomes.lock().unwrap().unavailable();
+        if unavailable > seen {
+            seen = unavailable;
+            if let Some(file) = files.pop() {
+                let _ = std::fs::remove_file(file);
+            }
         }
-        thread::sleep(Duration::from_millis(100));
+        thread::sleep(Duration::from_millis(20));
     }
 }
 
+#[derive(Default)]
 struct Outcomes {
     /// (key, call_id) of every answer `202`.
     accepted: Vec<(String, String)>,
     statuses: Vec<u16>,
 }
 
-/// 48 clients, each posting new keys with 60 KB args until `stop`.
-fn post_until(server: &Server, stop: Instant) -> Outcomes {
-    let outcomes = Arc::new(Mutex::new(Outcomes {
-        accepted: Vec::new(),
-        statuses: Vec::new(),
-    }));
+impl Outcomes {
+    fn unavailable(&self) -> usize {
+        self.statuses.iter().filter(|s| **s == 503).count()
+    }
+
+    /// Enough of both: calls written between full disks, and refusals.
+    fn enough(&self) -> bool {
+        self.accepted.len() >= 40 && self.unavailable() >= 40
+    }
+}
+
+/// 48 clients, each posting new keys with 60 KB args until `outcomes` has
+/// enough of both answers (or a generous deadline passes).
+fn post_until_enough(server: &Server, outcomes: &Mutex<Outcomes>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
     let padding = "x".repeat(60 * 1024);
     thread::scope(|scope| {
         for client in 0..48 {
-            let (outcomes, padding) = (Arc::clone(&outcomes), padding.clone());
+            let padding = padding.clone();
             scope.spawn(move || {
                 let mut n = 0;
-                while Instant::now() < stop {
+                while Instant::now() < deadline && !outcomes.lock().unwrap().enough() {
                     let key = format!("full-{client}-{n}");
                     n += 1;
                     let body = json!({"tool": "send_email", "args": {"to": "a@example.com", "body": padding}});
@@ -78,11 +96,6 @@ fn post_until(server: &Server, stop: Instant) -> Outcomes {
             });
         }
     });
-    Arc::try_unwrap(outcomes)
-        .ok()
-        .unwrap()
-        .into_inner()
-        .unwrap()
 }
 
 /// Every call answered `202` while the disk filled is still there once space
@@ -105,12 +118,14 @@ fn a_full_disk_during_large_batches_loses_no_accepted_call() {
     let (status, _) = server.post("warm-up", &support::charge(1));
     assert_eq!(status, 202);
     let mut files = fill(&fillers);
-    let stop = Instant::now() + Duration::from_secs(4);
-    let outcomes = thread::scope(|scope| {
-        scope.spawn(|| free_slowly(&mut files, stop));
-        post_until(&server, stop)
+    let (outcomes, done) = (Mutex::new(Outcomes::default()), AtomicBool::new(false));
+    thread::scope(|scope| {
+        scope.spawn(|| free_after_each_full(&mut files, &outcomes, &done));
+        post_until_enough(&server, &outcomes);
+        done.store(true, Ordering::SeqCst);
     });
-    let unavailable = outcomes.statuses.iter().filter(|s| **s == 503).count();
+    let outcomes = outcomes.into_inner().unwrap();
+    let unavailable = outcomes.unavailable();
     let internal = outcomes.statuses.iter().filter(|s| **s == 500).count();
     assert!(
         unavailable > 0 && !outcomes.accepted.is_empty(),
