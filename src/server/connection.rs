@@ -8,7 +8,7 @@
 //! after an error response (see `linger`).
 
 use super::input::{InputBuffer, RETAINED_BUFFER};
-use super::{closing_response_bytes, Handler, Limits};
+use super::{closing_response_bytes, Handler, Limits, Observer};
 use crate::http::{
     write_response, ErrorCode, ParseError, ParseLimits, Progress, Request, RequestParser, Response,
     WriteOptions, CONTINUE_100,
@@ -46,6 +46,8 @@ enum Next {
 pub(super) struct Connection<'a> {
     stream: TcpStream,
     limits: &'a Limits,
+    /// Told about every answer given without the handler.
+    observer: &'a dyn Observer,
     parse_limits: ParseLimits,
     input: InputBuffer,
     output: Vec<u8>,
@@ -54,10 +56,11 @@ pub(super) struct Connection<'a> {
 }
 
 impl<'a> Connection<'a> {
-    pub(super) fn new(stream: TcpStream, limits: &'a Limits) -> Self {
+    pub(super) fn new(stream: TcpStream, limits: &'a Limits, observer: &'a dyn Observer) -> Self {
         Connection {
             stream,
             limits,
+            observer,
             parse_limits: limits.parse_limits(),
             input: InputBuffer::new(),
             output: Vec::with_capacity(1024),
@@ -79,15 +82,22 @@ impl<'a> Connection<'a> {
         if self.input.is_empty() && !self.wait_while_idle() {
             return Next::Close;
         }
+        let started = Instant::now();
         let request = match self.read_request() {
             Ok(request) => request,
             Err(Failure::Vanished) => return Next::Close,
-            Err(Failure::Respond(response)) => {
+            Err(Failure::Respond(mut response)) => {
+                self.observer
+                    .own_answer(None, &mut response, started.elapsed());
                 self.answer_and_close(&response);
                 return Next::Close;
             }
         };
-        let (response, handler_panicked) = call_handler(handler, &request);
+        let (mut response, handler_panicked) = call_handler(handler, &request);
+        if handler_panicked {
+            self.observer
+                .own_answer(Some(&request), &mut response, started.elapsed());
+        }
         let keep_alive = !handler_panicked && request.keep_alive() && !response.asks_to_close();
         let options = WriteOptions {
             keep_alive,
@@ -214,10 +224,9 @@ fn call_handler(handler: &Handler, request: &Request) -> (Response, bool) {
     match catch_unwind(AssertUnwindSafe(|| handler(request))) {
         Ok(response) => (response, false),
         Err(_) => {
-            eprintln!(
-                "handler panicked on {} {}; answered 500",
-                request.method, request.path
-            );
+            crate::log::error("handler panicked; answered 500")
+                .event("handler_panic")
+                .emit();
             let response = Response::from_error(ErrorCode::InternalError, "internal error");
             (response, true)
         }
