@@ -41,6 +41,21 @@ use validate::{
     idempotency_key, optional_integer, optional_string, parse_body, tool_and_args, wait_param,
 };
 
+/// Every route the router answers, as (method, path template): what
+/// `openapi.yaml` must describe. A test holds the live router to this list
+/// (each answers, a wrong method gets `405` with exactly these methods in
+/// `Allow`) and the document to the router.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/v1/tool-calls"),
+    ("GET", "/v1/tool-calls/{call_id}"),
+    ("GET", "/v1/tool-calls/by-key/{key}"),
+    ("GET", "/v1/tool-calls/{call_id}/audit"),
+    ("GET", "/stats"),
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.yaml"),
+];
+
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
 pub const POLL_AFTER_SECS: &str = "1";
 

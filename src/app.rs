@@ -93,6 +93,9 @@ impl Service {
         let store = CallStore::open(&config.db, config.store.clone())
             .map_err(|e| StartError::Database(format!("{}: {e}", config.db.display())))?;
         let metrics = Arc::new(Metrics::new());
+        crate::tools::TOOL_NAMES
+            .iter()
+            .for_each(|tool| metrics.declare_tool(tool));
         store.report_to(Arc::clone(&metrics));
         metrics.set_database_probe(database_probe(Arc::downgrade(&store)));
         let notifier = Arc::new(Notifier::default());

@@ -8,9 +8,11 @@
 //! waits are polls against generous deadlines (the CI box is small and noisy).
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod exposition;
+pub mod openapi;
 pub mod raw;
 
-use idempotent_tool::client::{authority, encode_path_segment, request_once};
+use idempotent_tool::client::{authority, encode_path_segment, request_once, HttpResponse};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -259,6 +261,25 @@ impl Server {
         (resp.status, resp.json())
     }
 
+    /// One request, the whole response (status, headers, body).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> HttpResponse {
+        request_once(
+            &self.base,
+            method,
+            path,
+            headers,
+            body.map(str::as_bytes),
+            Some(DEADLINE),
+        )
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}; stderr:\n{}", self.stderr()))
+    }
+
     pub fn post(&self, key: &str, body: &Value) -> (u16, Value) {
         self.post_path("/v1/tool-calls", key, body)
     }
@@ -335,6 +356,44 @@ impl Drop for Server {
             }
         }
     }
+}
+
+/// An `--auth-file` in a temp folder of its own: each tenant's name, token
+/// and admin flag; the file holds only the tokens' SHA-256, as in production.
+pub struct AuthFile {
+    pub path: PathBuf,
+    _dir: TempDir,
+}
+
+impl AuthFile {
+    pub fn new(tenants: &[(&str, &str, bool)]) -> AuthFile {
+        use sha2::{Digest, Sha256};
+        let entries: serde_json::Map<String, Value> = tenants
+            .iter()
+            .map(|(name, token, admin)| {
+                let hash: String = Sha256::digest(token.as_bytes())
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let entry = serde_json::json!({"token_sha256": hash, "admin": admin});
+                (name.to_string(), entry)
+            })
+            .collect();
+        let dir = TempDir::new("idem-auth").expect("make a temp folder");
+        let path = dir.join("auth.json");
+        let text = serde_json::json!({ "tenants": entries }).to_string();
+        std::fs::write(&path, text).expect("write the auth file");
+        AuthFile { path, _dir: dir }
+    }
+
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8 here")
+    }
+}
+
+/// `("Authorization", "Bearer <token>")`, for a request's headers.
+pub fn bearer(token: &str) -> (&'static str, String) {
+    ("Authorization", format!("Bearer {token}"))
 }
 
 pub fn open_db(db: &Path) -> rusqlite::Connection {
