@@ -135,8 +135,9 @@ impl Logger {
             let mut line = start_line(level);
             push_str_field(&mut line, "msg", msg);
             CURRENT_REQUEST.with(|current| {
-                if let Some(id) = &*current.borrow() {
-                    push_str_field(&mut line, "request_id", id);
+                let id = current.borrow();
+                if !id.is_empty() {
+                    push_str_field(&mut line, "request_id", &id);
                     has_request_id = true;
                 }
             });
@@ -437,28 +438,32 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 thread_local! {
-    /// The request this thread is serving, named in each event it emits.
-    static CURRENT_REQUEST: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// The request this thread is serving, named in each event it emits;
+    /// empty when none. One buffer per thread, reused: a request's scope
+    /// costs a copy, not an allocation.
+    static CURRENT_REQUEST: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 /// While it lives, every event the current thread emits carries this request
 /// id: events deep in the store or the runner, emitted on behalf of a request,
-/// then name it without each call site passing it along.
+/// then name it without each call site passing it along. Scopes do not nest
+/// (a thread serves one request at a time); dropping one ends it.
 #[must_use = "the scope ends when the guard is dropped"]
-pub struct RequestScope {
-    previous: Option<String>,
-}
+pub struct RequestScope(());
 
 /// Name `request_id` in this thread's events until the guard is dropped.
 pub fn request_scope(request_id: &str) -> RequestScope {
-    let previous = CURRENT_REQUEST.with(|c| c.replace(Some(request_id.to_string())));
-    RequestScope { previous }
+    CURRENT_REQUEST.with(|c| {
+        let mut current = c.borrow_mut();
+        current.clear();
+        current.push_str(request_id);
+    });
+    RequestScope(())
 }
 
 impl Drop for RequestScope {
     fn drop(&mut self) {
-        let previous = self.previous.take();
-        CURRENT_REQUEST.with(|c| *c.borrow_mut() = previous);
+        CURRENT_REQUEST.with(|c| c.borrow_mut().clear());
     }
 }
 

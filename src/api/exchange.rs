@@ -73,17 +73,14 @@ impl Api {
             .accept_or_generate(req.header(request_id::HEADER));
         let _scope = log::request_scope(&request_id);
         let mut exchange = Exchange::default();
-        let response = self
+        let mut response = self
             .route(req, &mut exchange)
-            .unwrap_or_else(ApiError::into_response)
-            .with_header(request_id::HEADER, &request_id);
-        self.record(
-            &request_id,
-            Some(req),
-            &exchange,
-            &response,
-            started.elapsed(),
-        );
+            .unwrap_or_else(ApiError::into_response);
+        let elapsed = started.elapsed();
+        self.record(&request_id, Some(req), &exchange, &response, elapsed);
+        response
+            .headers
+            .push((request_id::HEADER.to_string(), request_id));
         response
     }
 

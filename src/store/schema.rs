@@ -89,8 +89,9 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 ///   case) have nothing to find there, and a lookup by `client_id = ?` still
 ///   uses it.
 /// - `audit.id` is a plain `INTEGER PRIMARY KEY`: `AUTOINCREMENT` would also
-///   update `sqlite_sequence` on every insert, and only matters when rows are
-///   deleted, which audit rows never are; ids still grow with time.
+///   update `sqlite_sequence` on every insert, and only matters when the
+///   newest rows are deleted: key retention deletes a call's audit rows only
+///   with the call, long after newer rows exist, so ids still grow with time.
 ///
 /// And `idx_calls_status` also holds `attempt`, so `/stats` counts calls by
 /// status and by attempt in one pass over that index instead of scanning the
