@@ -182,7 +182,7 @@ pub fn is_loopback(host: &str) -> bool {
 /// `--key-ttl`: seconds, fractions allowed; `0` keeps keys forever (`None`).
 fn key_ttl(flag: &str, value: &str) -> Result<Option<Duration>, ConfigError> {
     match value.parse::<f64>() {
-        Ok(s) if s == 0.0 => Ok(None),
+        Ok(0.0) => Ok(None),
         Ok(s) if s.is_finite() && s > 0.0 && s <= 100.0 * 365.0 * 86_400.0 => {
             Ok(Some(Duration::from_secs_f64(s)))
         }

@@ -217,7 +217,7 @@ impl Retention {
         let ttl = self.key_ttl?;
         call.status
             .is_terminal()
-            .then(|| call.updated_at + ttl.as_secs_f64())
+            .then_some(call.updated_at + ttl.as_secs_f64())
     }
 
     /// `call` with its `expires_at` filled in.
