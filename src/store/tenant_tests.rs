@@ -220,3 +220,42 @@ fn health_reads_the_file_afresh() -> Result<(), StoreError> {
     assert_eq!(store.health().database, Ok(()));
     Ok(())
 }
+
+/// The writer counts as stuck only with work queued and no batch finished
+/// for a while: `/healthz` reads this (and says so past `WRITER_STUCK_AFTER`).
+#[test]
+fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
+    let (_dir, db) = temp_db("stuck");
+    let store = CallStore::open(&db, StoreOptions::default())?;
+    assert_eq!(store.writer.stuck_for(), None, "idle is not stuck");
+    let (entered, inside) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    store.writer.submit(
+        move |_conn: &Connection| {
+            entered.send(()).unwrap();
+            let _ = released.recv();
+            Ok(())
+        },
+        Box::new(|_| {}),
+    );
+    inside.recv().unwrap();
+    let (answer, answered) = mpsc::channel();
+    store.writer.submit(
+        |_conn: &Connection| Ok(()),
+        Box::new(move |r| answer.send(r).unwrap()),
+    );
+    std::thread::sleep(Duration::from_millis(60));
+    let (stuck, queued) = store.writer.stuck_for().expect("work is queued");
+    assert!(stuck >= Duration::from_millis(50), "{stuck:?}");
+    assert_eq!(queued, 2, "the batch in progress and the one waiting");
+    assert_eq!(store.health().writer, Ok(()), "60 ms is not yet stuck");
+    release.send(()).unwrap();
+    answered.recv().unwrap()?;
+    // Callers are answered just before the batch is counted done.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.writer.stuck_for().is_some() {
+        assert!(std::time::Instant::now() < deadline, "never idle again");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
