@@ -8,6 +8,7 @@
 //! waits are polls against generous deadlines (the CI box is small and noisy).
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod auth;
 pub mod exposition;
 pub mod openapi;
 pub mod raw;
@@ -30,6 +31,8 @@ pub const CLIENT_BIN: &str = env!("CARGO_BIN_EXE_client");
 pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_chaos_proxy");
 pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
 
+#[allow(unused_imports)] // each test file uses a different subset
+pub use auth::AuthFile;
 #[allow(unused_imports)] // each test file uses a different subset
 pub use idempotent_tool::temp::unique_name;
 use idempotent_tool::temp::TempDir;
@@ -356,44 +359,6 @@ impl Drop for Server {
             }
         }
     }
-}
-
-/// An `--auth-file` in a temp folder of its own: each tenant's name, token
-/// and admin flag; the file holds only the tokens' SHA-256, as in production.
-pub struct AuthFile {
-    pub path: PathBuf,
-    _dir: TempDir,
-}
-
-impl AuthFile {
-    pub fn new(tenants: &[(&str, &str, bool)]) -> AuthFile {
-        use sha2::{Digest, Sha256};
-        let entries: serde_json::Map<String, Value> = tenants
-            .iter()
-            .map(|(name, token, admin)| {
-                let hash: String = Sha256::digest(token.as_bytes())
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                let entry = serde_json::json!({"token_sha256": hash, "admin": admin});
-                (name.to_string(), entry)
-            })
-            .collect();
-        let dir = TempDir::new("idem-auth").expect("make a temp folder");
-        let path = dir.join("auth.json");
-        let text = serde_json::json!({ "tenants": entries }).to_string();
-        std::fs::write(&path, text).expect("write the auth file");
-        AuthFile { path, _dir: dir }
-    }
-
-    pub fn path_str(&self) -> &str {
-        self.path.to_str().expect("temp paths are UTF-8 here")
-    }
-}
-
-/// `("Authorization", "Bearer <token>")`, for a request's headers.
-pub fn bearer(token: &str) -> (&'static str, String) {
-    ("Authorization", format!("Bearer {token}"))
 }
 
 pub fn open_db(db: &Path) -> rusqlite::Connection {
