@@ -4,12 +4,45 @@
 //! of one fsync).
 //!
 //! The commit calibration writes only to a database file of its own, which it
-//! removes; it never touches the service's database.
+//! removes; it never touches the service's database. A third, small one says
+//! what access logging costs: the time to build and write one access-log line
+//! to a file, as the service does for every request.
 
 use crate::load::{quantile_ms, run_load, Load, LoadResult};
 use crate::target::run_id;
+use idempotent_tool::log::{AccessRecord, Level, Logger};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// Access-log lines written to time one.
+const ACCESS_LINES: u32 = 20_000;
+
+/// Microseconds to build and write one access-log line (a typical POST's) to
+/// a file in `dir`, averaged over `ACCESS_LINES`; the file is removed.
+pub fn access_log_micros_per_line(dir: &Path) -> Result<f64, String> {
+    let path = dir.join(format!("access-calibration-{}.log", run_id()));
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let logger = Logger::file(Level::Info, true, file);
+    let key = format!("bench-{}-000123", run_id());
+    let record = AccessRecord {
+        request_id: "r0123456789ab-123456",
+        tenant: Some("anonymous"),
+        method: "POST",
+        path: "/v1/tool-calls",
+        status: 202,
+        duration: Duration::from_micros(3_456),
+        idem_key: Some(&key),
+        call_id: Some("c_19a3b5c7d9e1f2a3"),
+        replayed: false,
+    };
+    let started = Instant::now();
+    for _ in 0..ACCESS_LINES {
+        logger.access(&record);
+    }
+    let elapsed = started.elapsed();
+    let _ = std::fs::remove_file(&path);
+    Ok(elapsed.as_secs_f64() * 1e6 / f64::from(ACCESS_LINES))
+}
 
 /// How long the single-commit calibration runs.
 const COMMIT_CALIBRATION: Duration = Duration::from_millis(1500);

@@ -36,6 +36,7 @@ mod target;
 use calibrate::{single_commit_sample, CommitRate};
 use idempotent_tool::client::authority;
 use idempotent_tool::flag::Flags;
+use idempotent_tool::log::{self, parse_access_log, Level, Logger};
 use idempotent_tool::temp::TempDir;
 use measure::{measure, measure_without_http, peak_rss_kib};
 use std::path::{Path, PathBuf};
@@ -63,6 +64,9 @@ usage: bench [options]
   --sweep              concurrency 1, 4, 16, 64, 256, then a fresh empty database
                        and one of 1,000,000 calls, alternately, twice;
                        --duration per point (default 3 s); in-process only
+  --access-log on|off  the in-process server's access log (default on, as the
+                       server's), written to a temp file; either way the report
+                       says what one line costs
   --json               print one JSON object instead of the text report
   --help               print this help
 ";
@@ -107,6 +111,8 @@ struct Config {
     drain_timeout: Duration,
     sweep: bool,
     json: bool,
+    /// The in-process service writes an access log (to a temp file).
+    access_log: bool,
 }
 
 impl Config {
@@ -123,6 +129,7 @@ impl Config {
             drain_timeout: Duration::from_secs(60),
             sweep: false,
             json: false,
+            access_log: true,
         };
         let mut duration = None;
         let mut flags = Flags::new(args);
@@ -149,6 +156,7 @@ impl Config {
                 "--drain-timeout" => c.drain_timeout = seconds(&flag, &value()?)?,
                 "--sweep" => c.sweep = true,
                 "--json" => c.json = true,
+                "--access-log" => c.access_log = parse_access_log(&value()?)?,
                 other => return Err(format!("unknown flag {other:?}")),
             }
         }
@@ -198,6 +206,24 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The in-process service logs like the real one, but to a file: its
+    // cost is paid, and a terminal is not flooded with a line per request.
+    let log_dir = match TempDir::new("idem-bench-log") {
+        Ok(dir) => dir,
+        Err(e) => {
+            eprintln!("bench: temp folder: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match std::fs::File::create(log_dir.join("server.log")) {
+        Ok(file) => {
+            let _ = log::init(Logger::file(Level::Info, config.access_log, file));
+        }
+        Err(e) => {
+            eprintln!("bench: log file: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let outcome = if config.sweep {
         sweep::run_sweep(&config)
     } else {
@@ -252,11 +278,15 @@ fn run_single(config: &Config) -> Result<bool, String> {
         target.server_pid.and_then(|p| peak_rss_kib(Some(p)))
     };
     let no_http = measure_without_http(&calibration_dir, config)?;
+    let access = report::AccessLog {
+        enabled: target.in_process.then_some(config.access_log),
+        micros_per_line: calibrate::access_log_micros_per_line(&calibration_dir)?,
+    };
     if config.json {
-        let v = report::single_json(&m, config, &target, commit_rate, rss, &no_http);
+        let v = report::single_json(&m, config, &target, commit_rate, rss, &no_http, access);
         println!("{v}");
     } else {
-        report::print_report(&m, config, &target, commit_rate, rss, &no_http);
+        report::print_report(&m, config, &target, commit_rate, rss, &no_http, access);
     }
     Ok(m.ok())
 }

@@ -53,6 +53,36 @@ fn print_writer(w: WriterStats) {
     );
 }
 
+/// What the service's access log was doing, and what one line costs.
+#[derive(Debug, Clone, Copy)]
+pub struct AccessLog {
+    /// Whether the server under load wrote one (`None`: a `--base` server,
+    /// whose flags the bench does not know).
+    pub enabled: Option<bool>,
+    /// Building and writing one line to a file, measured on this machine.
+    pub micros_per_line: f64,
+}
+
+impl AccessLog {
+    /// One line per request at `rps`, as a share of one core.
+    fn core_share(self, rps: f64) -> f64 {
+        self.micros_per_line * rps / 1e6
+    }
+}
+
+fn print_access_log(access: AccessLog, rps: f64) {
+    let state = match access.enabled {
+        Some(true) => "on (to a file)",
+        Some(false) => "off",
+        None => "as the server was started",
+    };
+    println!(
+        "access log: {state}; one line costs {:.2}us, {:.1}% of one core at this rps",
+        access.micros_per_line,
+        100.0 * access.core_share(rps)
+    );
+}
+
 pub fn print_report(
     m: &Measurement,
     config: &Config,
@@ -60,6 +90,7 @@ pub fn print_report(
     commit: CommitRate,
     rss: Option<u64>,
     no_http: &LoadResult,
+    access: AccessLog,
 ) {
     let (l, h) = (&m.load, &m.healthz);
     let server = match target.in_process {
@@ -129,6 +160,7 @@ pub fn print_report(
     println!("({} requests)", h.requests());
     print_writer(m.writer());
     print_commit_rate(commit);
+    print_access_log(access, l.rps());
     print!(
         "without HTTP: accepted/s={:.1} ({:.2}x healthz)  ",
         no_http.accepted_per_s(),
@@ -258,8 +290,13 @@ pub fn single_json(
     commit: CommitRate,
     rss: Option<u64>,
     no_http: &LoadResult,
+    access: AccessLog,
 ) -> Value {
     let mut v = measurement_json(m, commit);
+    v["access_log"] = json!({
+        "enabled": access.enabled, "us_per_line": access.micros_per_line,
+        "core_share": access.core_share(m.load.rps()),
+    });
     v["no_http"] = json!({
         "n": no_http.requests(), "http": no_http.codes_by_name(), "accepted_per_s": no_http.accepted_per_s(),
         "accepted_x_healthz": ratio(no_http.accepted_per_s(), m.healthz.rps()),

@@ -5,21 +5,60 @@
 //! of sockets, so it can be tested without one. It validates everything before
 //! anything is accepted: a request that gets `202` has been checked, and its call
 //! is on disk. It never executes a tool itself — it hands new calls to the runner.
+//!
+//! Every request but `/healthz` is authenticated first; the tenant it belongs
+//! to scopes every key and call it names, and another tenant's call is
+//! `404`, never `403`, so its existence does not leak. It must never put a
+//! token, a header value or a call's args in a log line or an error body.
+//!
+//! Map: this file holds the call routes, their validation, the error mapping
+//! and the key cache; `exchange` wraps every request (request id, tenant,
+//! access log, metrics, the server's own answers); `operations` answers
+//! `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the audit timeline.
 
+mod exchange;
 mod key_cache;
+mod operations;
+mod validate;
 
+pub use exchange::Exchange;
 pub use key_cache::{KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
+pub use operations::HealthCache;
+pub use validate::percent_decode;
 
+use crate::auth::{Auth, AuthError, Tenant};
 use crate::chaos;
-use crate::fingerprint::{as_integer, canonical_object, fingerprint_canonical};
+use crate::fingerprint::{canonical_object, fingerprint_canonical};
 use crate::http::{ClientProbe, ErrorCode, Request, Response};
-use crate::input::{clip, parse_strict, quote};
+use crate::input::{clip, quote};
+use crate::metrics::Metrics;
+use crate::request_id::RequestIds;
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
 use crate::tools;
-use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use validate::{
+    idempotency_key, optional_integer, optional_string, parse_body, tool_and_args, wait_param,
+};
+
+/// Every route the router answers, as (method, path template): what
+/// `openapi.yaml` must describe. A test holds the live router to this list
+/// (each answers, a wrong method gets `405` with exactly these methods in
+/// `Allow`) and the document to the router.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("POST", "/v1/tool-calls"),
+    ("GET", "/v1/tool-calls/{call_id}"),
+    ("GET", "/v1/tool-calls/by-key/{key}"),
+    ("GET", "/v1/tool-calls/{call_id}/audit"),
+    ("GET", "/stats"),
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.yaml"),
+];
+
+/// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
+pub const POLL_AFTER_SECS: &str = "1";
 
 /// The longest `?wait=` a request may ask for.
 const MAX_WAIT_SECS: f64 = 30.0;
@@ -33,6 +72,10 @@ const MAX_ARGS_BYTES: usize = 64 * 1024;
 /// Every way a request can fail, each with one status and one code.
 #[derive(Debug)]
 pub enum ApiError {
+    /// No token, or a wrong one (only with `--auth-file`).
+    Unauthorized(AuthError),
+    /// An authenticated tenant that is not an admin, asking for what is.
+    Forbidden(&'static str),
     MissingKey,
     BadRequest(String),
     ArgsTooLarge(usize),
@@ -57,6 +100,12 @@ impl ApiError {
     /// never to the client.
     fn into_response(self) -> Response {
         match self {
+            ApiError::Unauthorized(e) => Response::from_error(ErrorCode::Unauthorized, e)
+                .with_header("WWW-Authenticate", e.challenge()),
+            ApiError::Forbidden(what) => Response::from_error(
+                ErrorCode::Forbidden,
+                format_args!("{what} needs an admin tenant"),
+            ),
             ApiError::MissingKey => Response::from_error(
                 ErrorCode::MissingIdempotencyKey,
                 "the Idempotency-Key header is required",
@@ -66,26 +115,33 @@ impl ApiError {
                 ErrorCode::PayloadTooLarge,
                 format!("args is {size} bytes; the limit is {MAX_ARGS_BYTES}"),
             ),
-            ApiError::Conflict { key, call_id } => Response::from_error(
+            ApiError::Conflict { key, call_id } => Response::from_error_naming(
                 ErrorCode::IdempotencyConflict,
                 format!(
                     "same key, different fingerprint: key {:?} belongs to call {} with other tool or args",
                     key, call_id
                 ),
+                Some(&call_id),
             ),
             ApiError::NotFound(what) => {
                 Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
             }
             ApiError::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
-            ApiError::Store(StoreError::Unavailable(cause)) => {
-                eprintln!("api: database unavailable: {cause}");
+            ApiError::Store(e @ StoreError::Unavailable(_)) => {
+                crate::log::warn("database unavailable; answered 503")
+                    .event("unavailable")
+                    .cause(&e)
+                    .emit();
                 Response::from_error(
                     ErrorCode::Unavailable,
                     "the database is busy or unavailable; retry with the same key",
                 )
             }
-            ApiError::Store(StoreError::Internal(cause)) => {
-                eprintln!("api: internal error: {cause}");
+            ApiError::Store(e @ StoreError::Internal(_)) => {
+                crate::log::error("internal error; answered 500")
+                    .event("internal_error")
+                    .cause(&e)
+                    .emit();
                 Response::from_error(ErrorCode::InternalError, "internal error")
             }
         }
@@ -99,16 +155,27 @@ pub struct Api {
     pub notifier: Arc<Notifier>,
     /// Whether chaos hooks are accepted in `args`.
     pub chaos: bool,
-    /// What this process knows about idempotency keys, within a byte budget.
-    pub keys: KeyCache,
+    /// What this process knows about idempotency keys, within a byte budget
+    /// (shared with the purge, which makes it forget purged keys).
+    pub keys: Arc<KeyCache>,
+    /// Who each request is: the tenants of `--auth-file`, or anonymous.
+    pub auth: Auth,
+    pub metrics: Arc<Metrics>,
+    pub request_ids: RequestIds,
+    pub health: HealthCache,
+}
+
+/// The `KeyCache` key of an idempotency key: its tenant, a space (never in
+/// a tenant name or a key), and the key.
+pub fn scoped_key(tenant: &str, idem_key: &str) -> String {
+    format!("{tenant} {idem_key}")
 }
 
 impl Api {
-    pub fn handle(&self, req: &Request) -> Response {
-        self.route(req).unwrap_or_else(ApiError::into_response)
-    }
-
-    fn route(&self, req: &Request) -> Result<Response, ApiError> {
+    /// The routes. `/healthz` needs no token; every other path is answered
+    /// for the authenticated tenant (`401` first, before any path is told
+    /// apart, so an unauthenticated client learns nothing of the routes).
+    fn route(&self, req: &Request, exchange: &mut Exchange) -> Result<Response, ApiError> {
         let method = req.method.as_str();
         let path = req.path.as_str();
         let allow = |allowed: &'static str| {
@@ -118,18 +185,31 @@ impl Api {
                 Err(ApiError::MethodNotAllowed(allowed))
             }
         };
+        if path == "/healthz" {
+            allow("GET")?;
+            return Ok(self.healthz());
+        }
+        let tenant = self
+            .auth
+            .authenticate(req.header("authorization"))
+            .map_err(ApiError::Unauthorized)?;
+        exchange.tenant = Some(Arc::clone(&tenant.name));
         match path {
-            "/healthz" => {
-                allow("GET")?;
-                Ok(Response::json(200, &json!({"ok": true})))
-            }
             "/stats" => {
                 allow("GET")?;
-                Ok(Response::json(200, &self.store.stats()?.to_json()))
+                self.stats(req, &tenant)
+            }
+            "/metrics" => {
+                allow("GET")?;
+                self.metrics_text(&tenant)
+            }
+            "/openapi.yaml" => {
+                allow("GET")?;
+                Ok(operations::openapi())
             }
             "/v1/tool-calls" => {
                 allow("POST")?;
-                self.post_call(req)
+                self.post_call(req, &tenant, exchange)
             }
             _ => {
                 if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {
@@ -139,16 +219,21 @@ impl Api {
                             "the key in the path is not valid percent-encoded UTF-8".into(),
                         )
                     })?;
-                    let call = self.store.find_by_key(&key)?;
+                    let call = self.store.find_by_key(&tenant.name, &key)?;
                     let call = call.ok_or_else(|| {
                         ApiError::NotFound(format!("call with key {}", quote(&key)))
                     })?;
+                    exchange.call_id = Some(call.call_id.clone());
                     self.respond_with_call(call, wait_param(req)?, &req.client)
-                } else if let Some(call_id) = path.strip_prefix("/v1/tool-calls/") {
+                } else if let Some(rest) = path.strip_prefix("/v1/tool-calls/") {
                     allow("GET")?;
-                    let call = self.store.get(call_id)?;
+                    if let Some(call_id) = rest.strip_suffix("/audit") {
+                        return self.audit(&tenant, call_id, exchange);
+                    }
+                    let call = self.store.get_for(&tenant.name, rest)?;
                     let call =
-                        call.ok_or_else(|| ApiError::NotFound(format!("call {}", quote(call_id))))?;
+                        call.ok_or_else(|| ApiError::NotFound(format!("call {}", quote(rest))))?;
+                    exchange.call_id = Some(call.call_id.clone());
                     self.respond_with_call(call, wait_param(req)?, &req.client)
                 } else {
                     Err(ApiError::NotFound(format!("path {}", quote(path))))
@@ -157,9 +242,18 @@ impl Api {
         }
     }
 
-    /// `POST /v1/tool-calls`: validate, then create-or-get under the key.
-    fn post_call(&self, req: &Request) -> Result<Response, ApiError> {
+    /// `POST /v1/tool-calls`: validate, then create-or-get under the key,
+    /// within the tenant. Every answer that returns a call carries its
+    /// `Location`; one that returns a call that already existed (not one it
+    /// reset to run again) carries `Idempotent-Replayed: true`.
+    fn post_call(
+        &self,
+        req: &Request,
+        tenant: &Tenant,
+        exchange: &mut Exchange,
+    ) -> Result<Response, ApiError> {
         let key = idempotency_key(req)?;
+        exchange.idem_key = Some(key.to_string());
         let wait = wait_param(req)?;
         let body = parse_body(&req.body)?;
         let (tool, args) = tool_and_args(&body)?;
@@ -187,6 +281,7 @@ impl Api {
             return Err(ApiError::ArgsTooLarge(args_json.len()));
         }
         let new = NewCall {
+            tenant: tenant.name.to_string(),
             idem_key: key.to_string(),
             fingerprint,
             tool: tool.to_string(),
@@ -194,31 +289,54 @@ impl Api {
             client_id: optional_string(&body, "client_id")?,
             seq: optional_integer(&body, "seq")?,
         };
-        if let Some(body) = self.keys.settled(&new.idem_key, &new.fingerprint) {
-            return Ok(Response::json_bytes(200, body));
+        let cache_key = scoped_key(&tenant.name, key);
+        if let Some((call_id, body)) = self.keys.settled(&cache_key, &new.fingerprint) {
+            self.metrics.replays.inc();
+            let response = Response::json_bytes(200, body);
+            return Ok(exchange.returned_call(response, &call_id, true));
         }
-        let (idem_key, fingerprint) = (new.idem_key.clone(), new.fingerprint.clone());
-        let call = match self.create_or_get(new)? {
+        let fingerprint = new.fingerprint.clone();
+        let (call, replayed) = match self.create_or_get(&cache_key, new)? {
             Created::Existing(call) if call.is_settled() => {
-                let response = self.respond_with_call(call, None, &req.client)?;
-                self.keys
-                    .insert_settled(&idem_key, fingerprint, &response.body);
-                return Ok(response);
+                self.metrics.replays.inc();
+                let response = self.respond_with_call(call.clone(), None, &req.client)?;
+                self.keys.insert_settled(
+                    &cache_key,
+                    fingerprint,
+                    (&call.call_id, call.expires_at),
+                    &response.body,
+                );
+                return Ok(exchange.returned_call(response, &call.call_id, true));
             }
             Created::New(call) => {
+                self.metrics.calls_created.inc();
+                log_transition("call created", "created", &call, "none", "pending");
                 self.runner.submit(&call.call_id, quick);
                 if let Some(delay) = hooks.delay_response {
                     std::thread::sleep(delay);
                 }
-                call
+                (call, false)
             }
             Created::RetryReset(call) => {
+                self.metrics.retry_resets.inc();
+                log_transition(
+                    "call reset to run again",
+                    "retry_reset",
+                    &call,
+                    "failed",
+                    "pending",
+                );
                 // Rare; its stored args are not parsed here, so assume slow.
                 self.runner.submit(&call.call_id, false);
-                call
+                (call, false)
             }
-            Created::Existing(call) => call,
+            Created::Existing(call) => {
+                self.metrics.replays.inc();
+                (call, true)
+            }
             Created::Conflict(call) => {
+                self.metrics.conflicts.inc();
+                exchange.call_id = Some(call.call_id.clone());
                 // The key is the client's own input: the message repeats at most
                 // `input::MAX_QUOTED_BYTES` of it.
                 return Err(ApiError::Conflict {
@@ -227,30 +345,31 @@ impl Api {
                 });
             }
         };
-        self.respond_with_call(call, wait, &req.client)
+        let call_id = call.call_id.clone();
+        let response = self.respond_with_call(call, wait, &req.client)?;
+        Ok(exchange.returned_call(response, &call_id, replayed))
     }
 
     /// For a key known to have a row, the fast path first: a committed row with
     /// this key and fingerprint that needs no reset is the answer, without
     /// joining the write queue. Anything else — an unknown key, a conflict, a
     /// retryable failure — is decided inside the writer's transaction.
-    fn create_or_get(&self, new: NewCall) -> Result<Created, ApiError> {
-        if self.keys.has_row(&new.idem_key) {
-            if let Some(existing) = self.store.find_by_key(&new.idem_key)? {
+    fn create_or_get(&self, cache_key: &str, new: NewCall) -> Result<Created, ApiError> {
+        if self.keys.has_row(cache_key) {
+            if let Some(existing) = self.store.find_by_key(&new.tenant, &new.idem_key)? {
                 if existing.fingerprint == new.fingerprint && !existing.is_retryable_failure() {
                     return Ok(Created::Existing(existing));
                 }
             }
         }
-        let idem_key = new.idem_key.clone();
         let created = self.store.create_or_get(new)?;
-        self.keys.insert_has_row(&idem_key);
+        self.keys.insert_has_row(cache_key);
         Ok(created)
     }
 
-    /// `200` with a terminal call, `202` while it is pending or running; with a
-    /// wait, first hold until it is terminal, the wait is over, or the client
-    /// has gone.
+    /// `200` with a terminal call, `202` (with `Retry-After`, a poll
+    /// interval) while it is pending or running; with a wait, first hold
+    /// until it is terminal, the wait is over, or the client has gone.
     fn respond_with_call(
         &self,
         call: Call,
@@ -261,8 +380,11 @@ impl Api {
             Some(wait) if !call.status.is_terminal() => self.wait_terminal(call, wait, client)?,
             _ => call,
         };
-        let status = if call.status.is_terminal() { 200 } else { 202 };
-        Ok(Response::json(status, &call.to_json()))
+        if call.status.is_terminal() {
+            Ok(Response::json(200, &call.to_json()))
+        } else {
+            Ok(Response::json(202, &call.to_json()).with_header("Retry-After", POLL_AFTER_SECS))
+        }
     }
 
     /// Re-read the call after every completion in this process and at least
@@ -303,189 +425,20 @@ impl Api {
     }
 }
 
-/// `Idempotency-Key`: exactly one header of 1–255 visible ASCII characters
-/// (so no control character, no space). Two headers are refused rather than
-/// one of them picked: a proxy and this server could pick differently.
-fn idempotency_key(req: &Request) -> Result<&str, ApiError> {
-    // Header names are stored lower-cased.
-    let mut values = req
-        .headers
-        .iter()
-        .filter(|(name, _)| name == "idempotency-key")
-        .map(|(_, value)| value.as_str());
-    let key = values.next().ok_or(ApiError::MissingKey)?;
-    if values.next().is_some() {
-        return Err(ApiError::BadRequest(
-            "the Idempotency-Key header appears more than once; send it once".into(),
-        ));
-    }
-    let visible = |b: u8| (0x21..=0x7e).contains(&b);
-    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(visible) {
-        return Err(ApiError::BadRequest(format!(
-            "Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters"
-        )));
-    }
-    Ok(key)
-}
-
-/// `?wait=SECONDS`, 0 to 30; other query parameters are ignored.
-fn wait_param(req: &Request) -> Result<Option<Duration>, ApiError> {
-    let Some(query) = &req.query else {
-        return Ok(None);
-    };
-    let Some(raw) = query.split('&').find_map(|pair| pair.strip_prefix("wait=")) else {
-        return Ok(None);
-    };
-    raw.parse::<f64>()
-        .ok()
-        .filter(|s| (0.0..=MAX_WAIT_SECS).contains(s))
-        .map(|s| Some(Duration::from_secs_f64(s)))
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "wait must be a number of seconds from 0 to 30, not {}",
-                quote(raw)
-            ))
-        })
-}
-
-/// The body as an object with only the known fields. Parsed strictly: a
-/// member name repeated at any depth is refused, not resolved (see `input`).
-fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value = parse_strict(body).map_err(|e| {
-        // A data error is the strict parser's own refusal (a repeated name):
-        // well-formed JSON that two readers could understand differently.
-        let what = if e.is_data() {
-            "ambiguous"
-        } else {
-            "not valid"
-        };
-        ApiError::BadRequest(format!("body is {what} JSON: {e}"))
-    })?;
-    if depth(&value) > MAX_JSON_DEPTH {
-        return Err(ApiError::BadRequest(format!(
-            "body nests deeper than {MAX_JSON_DEPTH} levels"
-        )));
-    }
-    let Value::Object(map) = value else {
-        return Err(ApiError::BadRequest("body must be a JSON object".into()));
-    };
-    if let Some(field) = map
-        .keys()
-        .find(|k| !["tool", "args", "client_id", "seq"].contains(&k.as_str()))
-    {
-        return Err(ApiError::BadRequest(format!(
-            "{} is not a field of a tool call (expected: tool, args, client_id, seq)",
-            quote(field)
-        )));
-    }
-    Ok(map)
-}
-
-/// `tool` (required string) and `args` (object; absent or null means `{}`).
-fn tool_and_args(body: &Map<String, Value>) -> Result<(&str, &Map<String, Value>), ApiError> {
-    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    let tool = match body.get("tool") {
-        Some(Value::String(tool)) => tool.as_str(),
-        None | Some(Value::Null) => return Err(ApiError::BadRequest("tool is required".into())),
-        Some(_) => return Err(ApiError::BadRequest("tool must be a string".into())),
-    };
-    let args = match body.get("args") {
-        Some(Value::Object(args)) => args,
-        None | Some(Value::Null) => EMPTY.get_or_init(Map::new),
-        Some(_) => return Err(ApiError::BadRequest("args must be a JSON object".into())),
-    };
-    Ok((tool, args))
-}
-
-/// An optional text field (`client_id`): at most 255 bytes, and no control
-/// character (C0, DEL, C1), which would be stored as-is and reach every log
-/// line and terminal that shows the call.
-fn optional_string(body: &Map<String, Value>, field: &str) -> Result<Option<String>, ApiError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.len() <= MAX_KEY_LEN && !s.chars().any(char::is_control) => {
-            Ok(Some(s.clone()))
-        }
-        Some(_) => Err(ApiError::BadRequest(format!(
-            "{field} must be a string of at most {MAX_KEY_LEN} bytes without control characters"
-        ))),
-    }
-}
-
-/// An optional integer field (`seq`): the numbers the fingerprint treats as
-/// integers (`1`, `1.0`, `1e0`), as for every integer in `args`.
-fn optional_integer(body: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => as_integer(v)
-            .map(Some)
-            .ok_or_else(|| ApiError::BadRequest(format!("{field} must be a 64-bit integer"))),
-    }
-}
-
-fn depth(value: &Value) -> usize {
-    match value {
-        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// Decode `%XX` escapes; `None` when an escape is malformed or the result is
-/// not UTF-8. `+` stays `+`: this is a path, not a form.
-pub fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("a%20b%2Fc").as_deref(), Some("a b/c"));
-        assert_eq!(percent_decode("%E4%BD%A0").as_deref(), Some("你"));
-        assert_eq!(percent_decode("a+b").as_deref(), Some("a+b"));
-        assert_eq!(percent_decode("%2"), None);
-        assert_eq!(percent_decode("%zz"), None);
-        assert_eq!(percent_decode("%FF"), None);
-    }
-
-    #[test]
-    fn json_depth_is_counted() {
-        assert_eq!(depth(&json!(1)), 0);
-        assert_eq!(depth(&json!({"a": [1, {"b": 2}]})), 3);
-    }
-
-    #[test]
-    fn body_fields_are_checked_and_named() {
-        let err = |body: &str| match parse_body(body.as_bytes())
-            .and_then(|b| tool_and_args(&b).map(|_| ()))
-        {
-            Err(ApiError::BadRequest(m)) => m,
-            other => panic!("{other:?}"),
-        };
-        assert!(err("{").contains("not valid JSON"));
-        assert!(err("[1]").contains("JSON object"));
-        assert!(err(r#"{"args":{}}"#).contains("tool is required"));
-        assert!(err(r#"{"tool":"charge","args":[1]}"#).contains("args must be"));
-        assert!(err(r#"{"tool":"charge","extra":1}"#).contains("extra"));
-        assert!(err(r#"{"tool":"charge","tool":"fail"}"#).contains("ambiguous JSON: member"));
-        assert!(err(r#"{"tool":"x","args":{"a":1,"a":1}}"#).contains("more than once"));
-        let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
-        assert!(err(&deep).contains("deeper"));
-    }
+/// A call's state change made by a request, at `debug` (one per transition
+/// would dominate the log at `info` under load).
+fn log_transition(
+    msg: &'static str,
+    event: &'static str,
+    call: &Call,
+    from: &'static str,
+    to: &'static str,
+) {
+    crate::log::debug(msg)
+        .event(event)
+        .call_id(&call.call_id)
+        .tenant(&call.tenant)
+        .attempt(call.attempt)
+        .transition(from, to)
+        .emit();
 }

@@ -1,23 +1,33 @@
 //! Start-up: wires the store, the runner, the API and the HTTP server together,
-//! in the order that makes a restart safe — the port is bound before the
-//! database is touched, and recovery runs before the first request is
-//! accepted.
+//! in the order that makes a restart safe — the auth file is read before
+//! anything else, the port is bound before the database is touched, and
+//! recovery runs before the first request is accepted. It also wires what
+//! observes them: one `Metrics` fed by the store's writer, the runner and the
+//! API, and the purge hook that makes the API forget purged keys.
+//!
+//! It never sets up logging: the binary (or the bench) installs the process's
+//! logger before starting a service.
 
-use crate::api::{Api, KeyCache};
+use crate::api::{scoped_key, Api, KeyCache};
+use crate::auth::{Auth, AuthFileError};
 use crate::config::Config;
 use crate::descriptors::{self, Budget};
-use crate::runner::{Notifier, Runner};
-use crate::server::{self, Handler, Server};
-use crate::store::CallStore;
+use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError};
+use crate::request_id::RequestIds;
+use crate::runner::{Notifier, OnPurged, Runner};
+use crate::server::{self, Handler, Observer, Server};
+use crate::store::{now, CallStore};
 use crate::sync::lock;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// Why the service could not start.
 #[derive(Debug)]
 pub enum StartError {
+    /// `--auth-file` is missing or invalid (a configuration mistake: exit 2).
+    Auth(AuthFileError),
     Database(String),
     /// The open-file limit leaves no room for a single connection.
     Descriptors(descriptors::TooFewDescriptors),
@@ -28,6 +38,7 @@ pub enum StartError {
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            StartError::Auth(e) => write!(f, "{e}"),
             StartError::Database(m) => write!(f, "cannot open the database: {m}"),
             StartError::Descriptors(e) => write!(f, "{e}"),
             StartError::Bind(e) => write!(f, "cannot bind the listening socket: {e}"),
@@ -39,6 +50,7 @@ impl fmt::Display for StartError {
 impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
+            StartError::Auth(e) => Some(e),
             StartError::Database(_) => None,
             StartError::Descriptors(e) => Some(e),
             StartError::Bind(e) | StartError::Spawn(e) => Some(e),
@@ -58,6 +70,9 @@ pub struct Service {
     store: Arc<CallStore>,
     runner: Arc<Runner>,
     notifier: Arc<Notifier>,
+    metrics: Arc<Metrics>,
+    /// Tenants by name, for the banner (no hash ever leaves `Auth`).
+    tenants: Vec<String>,
     /// What the first `stop` did; later calls return it again.
     stopped: Mutex<Option<StopReport>>,
 }
@@ -78,6 +93,10 @@ impl Service {
     /// Before all that, the open-file limit is raised and the connection cap
     /// lowered to what it allows (see `descriptors`).
     pub fn start(mut config: Config) -> Result<Service, StartError> {
+        let auth = match &config.auth_file {
+            Some(path) => Auth::load(path).map_err(StartError::Auth)?,
+            None => Auth::anonymous(),
+        };
         let descriptors = descriptors::budget(
             descriptors::raise_open_file_limit(),
             config.limits.max_connections,
@@ -88,27 +107,46 @@ impl Service {
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
         let store = CallStore::open(&config.db, config.store.clone())
             .map_err(|e| StartError::Database(format!("{}: {e}", config.db.display())))?;
+        let metrics = Arc::new(Metrics::new());
+        crate::tools::TOOL_NAMES
+            .iter()
+            .for_each(|tool| metrics.declare_tool(tool));
+        store.report_to(Arc::clone(&metrics));
+        metrics.set_database_probe(database_probe(Arc::downgrade(&store)));
         let notifier = Arc::new(Notifier::default());
+        let keys = Arc::new(KeyCache::with_budget(config.answer_cache_bytes));
         let runner = Runner::start(
             Arc::clone(&store),
             config.runner.clone(),
             Arc::clone(&notifier),
+            Arc::clone(&metrics),
+            forget_purged_keys(Arc::clone(&keys)),
         )
         .map_err(|e| {
             store.stop();
             StartError::Spawn(e)
         })?;
         runner.recover_once();
-        let api = Api {
+        let tenants = auth.tenants().map(|t| t.name.to_string()).collect();
+        let api = Arc::new(Api {
             store: Arc::clone(&store),
             runner: Arc::clone(&runner),
             notifier: Arc::clone(&notifier),
             chaos: config.runner.chaos,
-            keys: KeyCache::with_budget(config.answer_cache_bytes),
+            keys,
+            auth,
+            metrics: Arc::clone(&metrics),
+            request_ids: RequestIds::new(),
+            health: Default::default(),
+        });
+        let handler: Handler = {
+            let api = Arc::clone(&api);
+            Arc::new(move |req| api.handle(req))
         };
-        let handler: Handler = Arc::new(move |req| api.handle(req));
-        let server =
-            server::start(listener, Arc::clone(&handler), config.limits.clone()).map_err(|e| {
+        let observer: Arc<dyn Observer> = api;
+        let limits = config.limits.clone();
+        let server = server::start_observed(listener, Arc::clone(&handler), limits, observer)
+            .map_err(|e| {
                 runner.stop(Duration::ZERO);
                 store.stop();
                 StartError::Spawn(e)
@@ -121,8 +159,31 @@ impl Service {
             store,
             runner,
             notifier,
+            metrics,
+            tenants,
             stopped: Mutex::new(None),
         })
+    }
+
+    /// This service's metrics (the bench reads them without HTTP).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Log the start-up as an event too, with what the banner says.
+    pub fn log_start(&self) {
+        crate::log::info("listening")
+            .event("started")
+            .addr(self.addr())
+            .file("db", &self.config.db)
+            .number("workers", self.config.runner.workers as u64)
+            .number("tenants", self.tenants.len() as u64)
+            .flag("auth", !self.tenants.is_empty())
+            .seconds(
+                "key_ttl",
+                self.config.store.retention.key_ttl.unwrap_or_default(),
+            )
+            .emit();
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -149,11 +210,19 @@ impl Service {
             String::new()
         };
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s{lowered}{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{lowered}{})",
             self.addr(),
             self.config.db.display(),
             self.config.runner.workers,
             self.config.runner.lease.as_secs_f64(),
+            match self.tenants.len() {
+                0 => "no auth: one anonymous tenant".to_string(),
+                n => format!("{n} tenant(s)"),
+            },
+            match self.config.store.retention.key_ttl {
+                Some(ttl) => format!("{}s", ttl.as_secs_f64()),
+                None => "forever".to_string(),
+            },
             if self.config.runner.chaos {
                 ", chaos hooks ON"
             } else {
@@ -184,6 +253,35 @@ impl Service {
         *stopped = Some(report.clone());
         report
     }
+}
+
+/// What `/metrics` reads from the database at each scrape. Holds the store
+/// weakly: the store's writer holds the metrics, and a strong reference back
+/// would keep both alive after the service is dropped.
+fn database_probe(
+    store: Weak<CallStore>,
+) -> impl Fn() -> Result<DatabaseSnapshot, ProbeError> + Send + Sync + 'static {
+    move || {
+        let store = store.upgrade().ok_or("the store is gone")?;
+        let backlog = store.backlog()?;
+        let oldest_pending_age = backlog
+            .oldest_pending_created_at
+            .map(|created| Duration::from_secs_f64((now() - created).max(0.0)));
+        Ok(DatabaseSnapshot {
+            calls_by_status: backlog.calls_by_status,
+            oldest_pending_age,
+        })
+    }
+}
+
+/// The runner's purge hook: a purged call's key is forgotten, so no cached
+/// answer outlives the call.
+fn forget_purged_keys(keys: Arc<KeyCache>) -> OnPurged {
+    Box::new(move |purged| {
+        for call in purged {
+            keys.forget(&scoped_key(&call.tenant, &call.idem_key));
+        }
+    })
 }
 
 impl Drop for Service {

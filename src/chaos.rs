@@ -55,8 +55,11 @@ pub fn names_a_hook(args: &Map<String, Value>) -> Option<&'static str> {
 }
 
 /// Exit at once, as a crash would: no destructors, no flushing of responses.
-pub fn crash(reason: &str) -> ! {
-    eprintln!("chaos: exiting the process {reason}");
+pub fn crash(reason: &'static str) -> ! {
+    crate::log::warn("chaos hook: exiting the process")
+        .event("chaos_exit")
+        .label("when", reason)
+        .emit();
     std::process::exit(1)
 }
 

@@ -4,11 +4,13 @@
 //! (usage on stderr, exit 2).
 
 use crate::flag::Flags;
+use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
-use crate::store::StoreOptions;
+use crate::store::{Retention, StoreOptions};
 use crate::tools::MAX_SLEEP_SECS;
 use std::fmt;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -35,9 +37,20 @@ usage: idempotent-tool [options]
   --shutdown-grace-secs SECS  on SIGTERM/SIGINT, how long running tools may
                               finish before their leases are given back
                               (default 10; fractions allowed)
+  --auth-file FILE            tenants and the SHA-256 of their bearer tokens;
+                              every request but /healthz then needs a token
+  --insecure-no-auth          allow a non-loopback --host without --auth-file
+  --key-ttl SECS              keep terminal calls this long after their last
+                              update, then purge them (default 86400; fractions
+                              allowed; 0 keeps them forever)
+  --log-level LEVEL           error, warn, info or debug (default info)
+  --access-log on|off         one JSON line per request on stderr (default on)
   --chaos                     honour chaos hooks in args (tests, fault injection)
   --help                      print this help
 ";
+
+/// `--key-ttl`'s default: a day, as Stripe keeps its keys.
+pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(86_400);
 
 /// Everything the service needs to start.
 #[derive(Debug, Clone)]
@@ -53,6 +66,13 @@ pub struct Config {
     /// Bytes of keys, fingerprints and rendered answers the API may keep
     /// (`--answer-cache-mib`).
     pub answer_cache_bytes: usize,
+    /// Tenants and token hashes; `None`: everyone is the anonymous tenant.
+    pub auth_file: Option<PathBuf>,
+    /// Serve a non-loopback `host` without `auth_file` anyway.
+    pub insecure_no_auth: bool,
+    pub log_level: Level,
+    /// One access-log line per request.
+    pub access_log: bool,
 }
 
 impl Default for Config {
@@ -67,10 +87,19 @@ impl Default for Config {
                 recover_interval: Duration::from_millis(200),
                 chaos: false,
             },
-            store: StoreOptions::default(),
+            store: StoreOptions {
+                retention: Retention {
+                    key_ttl: Some(DEFAULT_KEY_TTL),
+                },
+                ..StoreOptions::default()
+            },
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
             answer_cache_bytes: crate::api::DEFAULT_ANSWER_CACHE_BYTES,
+            auth_file: None,
+            insecure_no_auth: false,
+            log_level: Level::Info,
+            access_log: true,
         }
     }
 }
@@ -104,6 +133,14 @@ impl Config {
             match flag.as_str() {
                 "--help" | "-h" => return Ok(Command::Help),
                 "--chaos" => config.runner.chaos = true,
+                "--insecure-no-auth" => config.insecure_no_auth = true,
+                "--auth-file" => config.auth_file = Some(PathBuf::from(value()?)),
+                "--key-ttl" => config.store.retention.key_ttl = key_ttl(&flag, &value()?)?,
+                "--log-level" => config.log_level = Level::parse(&value()?).map_err(ConfigError)?,
+                "--access-log" => {
+                    config.access_log =
+                        crate::log::parse_access_log(&value()?).map_err(ConfigError)?
+                }
                 "--host" => config.host = value()?,
                 "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,
                 "--db" => config.db = PathBuf::from(value()?),
@@ -129,14 +166,41 @@ impl Config {
                 other => return Err(ConfigError(format!("unknown flag {other:?}"))),
             }
         }
-        if config.runner.lease.as_secs_f64() <= MAX_SLEEP_SECS && !config.runner.chaos {
-            // Allowed (tests use short leases), but a `sleep` could then be taken over.
-            eprintln!(
-                "warning: --lease-secs {} does not exceed the longest tool run ({MAX_SLEEP_SECS} s)",
-                config.runner.lease.as_secs_f64()
-            );
+        if config.auth_file.is_none() && !config.insecure_no_auth && !is_loopback(&config.host) {
+            return Err(ConfigError(format!(
+                "--host {:?} is not a loopback address: anyone who can reach it could read \
+                 and make calls; give --auth-file, or --insecure-no-auth to serve without tokens",
+                config.host.chars().take(64).collect::<String>()
+            )));
         }
         Ok(Command::Run(Box::new(config)))
+    }
+
+    /// A lease no longer than the longest tool run: allowed (tests use short
+    /// leases), but a healthy `sleep` could then be taken over. Said at start.
+    pub fn lease_is_short(&self) -> bool {
+        self.runner.lease.as_secs_f64() <= MAX_SLEEP_SECS && !self.runner.chaos
+    }
+}
+
+/// Whether binding `host` keeps the service on this machine: `localhost`, or
+/// an address in 127.0.0.0/8 or `::1`. Any other name counts as reachable.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `--key-ttl`: seconds, fractions allowed; `0` keeps keys forever (`None`).
+fn key_ttl(flag: &str, value: &str) -> Result<Option<Duration>, ConfigError> {
+    match value.parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 100.0 * 365.0 * 86_400.0 => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        _ => Err(ConfigError(format!(
+            "{flag} must be a number of seconds, 0 (keep forever) or above, not {value:?}"
+        ))),
     }
 }
 
@@ -195,6 +259,39 @@ mod tests {
         assert_eq!(c.runner.recover_interval, Duration::from_millis(200));
         assert!(!c.runner.chaos);
         assert_eq!(c.answer_cache_bytes, 64 << 20);
+        assert_eq!(c.store.retention.key_ttl, Some(DEFAULT_KEY_TTL));
+        assert_eq!((c.log_level, c.access_log), (Level::Info, true));
+        assert!(c.auth_file.is_none() && !c.insecure_no_auth);
+    }
+
+    #[test]
+    fn key_ttl_takes_fractions_and_zero_means_forever() {
+        let ttl = |v: &str| match parse(&["--key-ttl", v]) {
+            Ok(Command::Run(c)) => Ok(c.store.retention.key_ttl),
+            Ok(Command::Help) => panic!(),
+            Err(e) => Err(e),
+        };
+        assert_eq!(ttl("0.5"), Ok(Some(Duration::from_millis(500))));
+        assert_eq!(ttl("0"), Ok(None));
+        for bad in ["-1", "nan", "inf", "x", ""] {
+            assert!(ttl(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_reachable_host_needs_auth_or_an_explicit_opt_out() {
+        for host in ["127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"] {
+            assert!(parse(&["--host", host]).is_ok(), "{host}");
+        }
+        for host in ["0.0.0.0", "10.0.0.1", "::", "example.com"] {
+            let err = parse(&["--host", host]).unwrap_err().to_string();
+            assert!(
+                err.contains("--auth-file") && err.contains("--insecure-no-auth"),
+                "{err}"
+            );
+            assert!(parse(&["--host", host, "--insecure-no-auth"]).is_ok());
+            assert!(parse(&["--host", host, "--auth-file", "a.json"]).is_ok());
+        }
     }
 
     #[test]
@@ -232,6 +329,9 @@ mod tests {
             &["--workers", "0"],
             &["--lease-secs", "-1"],
             &["--lease-secs", "nan"],
+            &["--log-level", "verbose"],
+            &["--access-log", "maybe"],
+            &["--auth-file"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

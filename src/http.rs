@@ -171,9 +171,21 @@ impl Response {
     /// client's retry policy honours `Retry-After`. A 405 comes from
     /// `method_not_allowed`, which knows what to put in `Allow`.
     pub fn from_error(code: ErrorCode, message: impl fmt::Display) -> Response {
-        let body = serde_json::json!({
-            "error": {"code": code.as_str(), "message": message.to_string()}
-        });
+        Response::from_error_naming(code, message, None)
+    }
+
+    /// `from_error`, with the call the error is about in `error.call_id`
+    /// (a `409`: the call that owns the key).
+    pub fn from_error_naming(
+        code: ErrorCode,
+        message: impl fmt::Display,
+        call_id: Option<&str>,
+    ) -> Response {
+        let mut error = serde_json::json!({"code": code.as_str(), "message": message.to_string()});
+        if let Some(call_id) = call_id {
+            error["call_id"] = call_id.into();
+        }
+        let body = serde_json::json!({ "error": error });
         let response = Response::json(code.status(), &body);
         match code {
             ErrorCode::Unavailable => response.with_header("Retry-After", "1"),
@@ -194,6 +206,14 @@ impl Response {
     pub fn with_header(mut self, name: &str, value: &str) -> Response {
         self.headers.push((name.to_string(), value.to_string()));
         self
+    }
+
+    /// The first header with this (case-insensitive) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// Whether the handler asked for the connection to close after this response.

@@ -12,6 +12,7 @@
 //! an `Authorization` header, a configured header value or a call's args has
 //! nowhere to go. The access record's fields are exactly the documented ones.
 
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -61,10 +62,12 @@ pub fn parse_access_log(text: &str) -> Result<bool, String> {
     }
 }
 
-/// Where lines go: stderr, or a buffer a test reads back.
+/// Where lines go: stderr, a file (the bench's in-process server), or a
+/// buffer a test reads back.
 #[derive(Clone)]
 enum Sink {
     Stderr,
+    File(Arc<Mutex<std::fs::File>>),
     Buffer(Arc<Mutex<Vec<u8>>>),
 }
 
@@ -89,6 +92,16 @@ impl Logger {
             level,
             access_log,
             sink: Sink::Stderr,
+        }
+    }
+
+    /// A logger appending to a file: what stderr redirected to a file costs,
+    /// without flooding a terminal (the bench's in-process server).
+    pub fn file(level: Level, access_log: bool, file: std::fs::File) -> Logger {
+        Logger {
+            level,
+            access_log,
+            sink: Sink::File(Arc::new(Mutex::new(file))),
         }
     }
 
@@ -117,12 +130,24 @@ impl Logger {
     /// An event at `level`; add fields, then `emit()`. Costs nothing beyond
     /// the call when the level is filtered out.
     pub fn event(&self, level: Level, msg: &'static str) -> Event<'_> {
+        let mut has_request_id = false;
         let line = self.enabled(level).then(|| {
             let mut line = start_line(level);
             push_str_field(&mut line, "msg", msg);
+            CURRENT_REQUEST.with(|current| {
+                let id = current.borrow();
+                if !id.is_empty() {
+                    push_str_field(&mut line, "request_id", &id);
+                    has_request_id = true;
+                }
+            });
             line
         });
-        Event { logger: self, line }
+        Event {
+            logger: self,
+            line,
+            has_request_id,
+        }
     }
 
     pub fn error(&self, msg: &'static str) -> Event<'_> {
@@ -157,6 +182,9 @@ impl Logger {
                 // Nowhere to report a failed write to stderr: drop the line.
                 let _ = std::io::stderr().lock().write_all(line.as_bytes());
             }
+            Sink::File(file) => {
+                let _ = crate::sync::lock(file).write_all(line.as_bytes());
+            }
             Sink::Buffer(buffer) => {
                 let mut buffer = crate::sync::lock(buffer);
                 buffer.extend_from_slice(line.as_bytes());
@@ -172,6 +200,8 @@ pub struct Event<'a> {
     logger: &'a Logger,
     /// `None` when the level is filtered out.
     line: Option<String>,
+    /// The line already names its request (from the thread's `RequestScope`).
+    has_request_id: bool,
 }
 
 impl Event<'_> {
@@ -196,7 +226,12 @@ impl Event<'_> {
         self.str_field("event", name)
     }
 
+    /// The request this event belongs to; a no-op inside a `RequestScope`,
+    /// which has already named it.
     pub fn request_id(self, id: &str) -> Self {
+        if self.has_request_id {
+            return self;
+        }
         self.str_field("request_id", id)
     }
 
@@ -238,6 +273,18 @@ impl Event<'_> {
     /// A duration in seconds (or a fraction), under a fixed name.
     pub fn seconds(self, name: &'static str, value: Duration) -> Self {
         self.raw_field(name, value.as_secs_f64())
+    }
+
+    /// A fixed text from the code (a migration's name, a signal's name), under
+    /// a fixed name: `'static`, so it can never be request data.
+    pub fn label(self, name: &'static str, value: &'static str) -> Self {
+        self.str_field(name, value)
+    }
+
+    /// An idempotency key: the client's own label for its request, logged so a
+    /// client can find its request (it is at most 255 visible ASCII bytes).
+    pub fn idem_key(self, key: &str) -> Self {
+        self.str_field("idem_key", key)
     }
 
     pub fn flag(self, name: &'static str, value: bool) -> Self {
@@ -388,6 +435,36 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     } as u32;
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     (year, month, day)
+}
+
+thread_local! {
+    /// The request this thread is serving, named in each event it emits;
+    /// empty when none. One buffer per thread, reused: a request's scope
+    /// costs a copy, not an allocation.
+    static CURRENT_REQUEST: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// While it lives, every event the current thread emits carries this request
+/// id: events deep in the store or the runner, emitted on behalf of a request,
+/// then name it without each call site passing it along. Scopes do not nest
+/// (a thread serves one request at a time); dropping one ends it.
+#[must_use = "the scope ends when the guard is dropped"]
+pub struct RequestScope(());
+
+/// Name `request_id` in this thread's events until the guard is dropped.
+pub fn request_scope(request_id: &str) -> RequestScope {
+    CURRENT_REQUEST.with(|c| {
+        let mut current = c.borrow_mut();
+        current.clear();
+        current.push_str(request_id);
+    });
+    RequestScope(())
+}
+
+impl Drop for RequestScope {
+    fn drop(&mut self) {
+        CURRENT_REQUEST.with(|c| c.borrow_mut().clear());
+    }
 }
 
 static GLOBAL: OnceLock<Logger> = OnceLock::new();

@@ -1,11 +1,17 @@
-//! The `idempotent-tool` binary: parse flags, start, print one line, serve
-//! until SIGTERM or SIGINT, then stop gracefully (a second signal exits at
-//! once). `idempotent-tool verify --db FILE` checks a database file instead.
+//! The `idempotent-tool` binary: parse flags, install the JSON logger, start,
+//! print one line, serve until SIGTERM or SIGINT, then stop gracefully (a
+//! second signal exits at once). `idempotent-tool verify --db FILE` checks a
+//! database file instead.
+//!
+//! Usage errors and a failed start are plain lines on stderr (a person reads
+//! them, before any service exists); everything the running service says is a
+//! JSON log event.
 #![forbid(unsafe_code)]
 
-use idempotent_tool::app::Service;
+use idempotent_tool::app::{Service, StartError};
 use idempotent_tool::config::{Command, Config, USAGE};
 use idempotent_tool::flag::Flags;
+use idempotent_tool::log::{self, Logger};
 use idempotent_tool::store::verify::verify;
 use idempotent_tool::tools::EFFECT_TOOLS;
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -44,6 +50,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let _ = log::init(Logger::stderr(config.log_level, config.access_log));
+    if config.lease_is_short() {
+        log::warn("--lease-secs does not exceed the longest tool run; a sleep may be taken over")
+            .event("short_lease")
+            .seconds("lease", config.runner.lease)
+            .emit();
+    }
     // Registered before anything starts, so a signal during start-up is not lost.
     let mut signals = match Signals::new([SIGTERM, SIGINT]) {
         Ok(signals) => signals,
@@ -55,6 +68,10 @@ fn main() -> ExitCode {
     let grace = config.shutdown_grace;
     let service = match Service::start(config) {
         Ok(service) => service,
+        Err(e @ StartError::Auth(_)) => {
+            eprintln!("idempotent-tool: {e}");
+            return ExitCode::from(2);
+        }
         Err(e) => {
             eprintln!("idempotent-tool: {e}");
             return ExitCode::from(1);
@@ -63,26 +80,27 @@ fn main() -> ExitCode {
     println!("{}", service.banner());
     // Tests and scripts read this line to learn the port; do not leave it buffered.
     let _ = std::io::stdout().flush();
+    service.log_start();
     let first = signals.forever().next().unwrap_or(SIGTERM);
-    eprintln!(
-        "idempotent-tool: {} received; stopping (running tools get {}s; a second signal exits at once)",
-        signal_name(first),
-        grace.as_secs_f64()
-    );
+    log::info("signal received; stopping (running tools get the grace period; a second signal exits at once)")
+        .event("stopping")
+        .label("signal", signal_name(first))
+        .seconds("grace", grace)
+        .emit();
     std::thread::spawn(move || {
         if let Some(second) = signals.forever().next() {
-            eprintln!(
-                "idempotent-tool: {} received again; exiting now",
-                signal_name(second)
-            );
+            log::warn("signal received again; exiting now")
+                .event("exiting_now")
+                .label("signal", signal_name(second))
+                .emit();
             std::process::exit(1);
         }
     });
     let report = service.stop(grace);
-    eprintln!(
-        "idempotent-tool: stopped cleanly; {} running call(s) released for the next process",
-        report.released.len()
-    );
+    log::info("stopped cleanly; running calls released for the next process")
+        .event("stopped")
+        .number("released", report.released.len() as u64)
+        .emit();
     ExitCode::SUCCESS
 }
 

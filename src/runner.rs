@@ -13,8 +13,21 @@
 //! map only stops the same call being queued twice in this process; it is an
 //! optimisation, never a guarantee — the claim's conditional `UPDATE` is what
 //! keeps two executors apart, in one process or several.
+//!
+//! The recovery thread also applies key retention: about once a second it
+//! purges terminal calls older than `--key-ttl`, in small batches, and tells
+//! the API which keys to forget (`on_purged`), so no cache answers for a
+//! purged call. A purge never touches a `pending` or `running` call (the
+//! store's conditional `DELETE` decides).
+
+mod retention;
+
+pub use retention::OnPurged;
+use retention::PURGE_EVERY;
 
 use crate::chaos;
+use crate::log;
+use crate::metrics::{Metrics, ToolOutcome};
 use crate::store::{owner_name, CallStore, Completion, Lease, StoreError, HEARTBEAT_EVERY};
 use crate::sync::lock;
 use crate::tools::{self, Effect, Outcome, Prepared, RunContext, ToolError};
@@ -64,6 +77,8 @@ pub struct Runner {
     /// release the ones still running when its grace period ends.
     running: Mutex<HashMap<String, Lease>>,
     notifier: Arc<Notifier>,
+    metrics: Arc<Metrics>,
+    on_purged: OnPurged,
     /// Set once by `stop`: workers take no new call, recovery ends.
     stopping: AtomicBool,
     /// Dropped by `stop` to wake the recovery thread at once.
@@ -78,6 +93,8 @@ impl Runner {
         store: Arc<CallStore>,
         options: RunnerOptions,
         notifier: Arc<Notifier>,
+        metrics: Arc<Metrics>,
+        on_purged: OnPurged,
     ) -> std::io::Result<Arc<Runner>> {
         let (queue, tasks) = mpsc::channel::<Task>();
         let (recovery_wake, recovery_sleep) = mpsc::channel::<()>();
@@ -90,6 +107,8 @@ impl Runner {
             }),
             running: Mutex::new(HashMap::new()),
             notifier,
+            metrics,
+            on_purged,
             stopping: AtomicBool::new(false),
             recovery_wake: Mutex::new(Some(recovery_wake)),
             workers: Mutex::new(Vec::new()),
@@ -153,9 +172,21 @@ impl Runner {
         let mut released = Vec::new();
         for lease in leases {
             match self.store.release(&lease) {
-                Ok(Completion::Applied) => released.push(lease.call_id),
+                Ok(Completion::Applied) => {
+                    log::info("lease released by a stopping process")
+                        .event("released")
+                        .call_id(&lease.call_id)
+                        .attempt(lease.attempt)
+                        .transition("running", "pending")
+                        .emit();
+                    released.push(lease.call_id)
+                }
                 Ok(Completion::Stale) => {}
-                Err(e) => eprintln!("release {}: {e}", lease.call_id),
+                Err(e) => log::error("could not release a lease")
+                    .event("release_failed")
+                    .call_id(&lease.call_id)
+                    .cause(&e)
+                    .emit(),
             }
         }
         released
@@ -182,6 +213,7 @@ impl Runner {
         let generation = in_flight.next_generation;
         in_flight.calls.insert(call_id.to_string(), generation);
         drop(in_flight);
+        self.metrics.queued_calls.inc();
         let _ = queue.send(Task {
             call_id: call_id.to_string(),
             generation,
@@ -194,19 +226,31 @@ impl Runner {
     pub fn recover_once(&self) {
         match self.store.recover() {
             Ok(recovered) => {
+                self.metrics.recoveries.inc_by(recovered.len() as u64);
                 let mut in_flight = self.lock_in_flight();
                 for call_id in &recovered {
                     // Its old executor (if in this process) is stalled past its lease;
                     // forget it so the call can be queued again. The fence discards
                     // whatever that executor completes later.
                     in_flight.calls.remove(call_id);
+                    log::info("call recovered")
+                        .event("recover")
+                        .call_id(call_id)
+                        .transition("running", "pending")
+                        .emit();
                 }
             }
-            Err(e) => eprintln!("recovery: {e}"),
+            Err(e) => log::error("recovery failed")
+                .event("recovery_failed")
+                .cause(&e)
+                .emit(),
         }
         match self.store.pending_ids(1_000) {
             Ok(ids) => ids.iter().for_each(|id| self.submit(id, false)),
-            Err(e) => eprintln!("recovery: {e}"),
+            Err(e) => log::error("could not list pending calls")
+                .event("recovery_failed")
+                .cause(&e)
+                .emit(),
         }
     }
 
@@ -216,20 +260,29 @@ impl Runner {
     /// know its leases are held by a live owner.
     fn recover_until_stopped(&self, sleep: &mpsc::Receiver<()>) {
         let mut last_heartbeat = Instant::now();
+        let mut last_purge = Instant::now();
         let interval = self.options.recover_interval.min(HEARTBEAT_EVERY);
         while let Err(mpsc::RecvTimeoutError::Timeout) = sleep.recv_timeout(interval) {
             if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
                 if let Err(e) = self.store.heartbeat() {
-                    eprintln!("heartbeat: {e}");
+                    log::warn("heartbeat not written")
+                        .event("heartbeat_failed")
+                        .cause(&e)
+                        .emit();
                 }
                 last_heartbeat = Instant::now();
             }
             self.recover_once();
+            if last_purge.elapsed() >= PURGE_EVERY {
+                self.purge_expired();
+                last_purge = Instant::now();
+            }
         }
     }
 
     fn work(self: &Arc<Self>, tasks: &Mutex<mpsc::Receiver<Task>>) {
         while let Some(taken) = next_tasks(tasks) {
+            self.metrics.queued_calls.add(-(taken.len() as f64));
             if self.is_stopping() {
                 // Left `pending` in the database for the next process.
                 return taken.iter().for_each(|task| self.finish(task));
@@ -261,13 +314,27 @@ impl Runner {
         let leases = match self.store.claim_many(&ids, &owner, self.options.lease) {
             Ok(leases) => leases,
             Err(e) => {
-                eprintln!("claim {}: {e}", ids.join(", "));
+                log::error("claim failed")
+                    .event("claim_failed")
+                    .number("calls", ids.len() as u64)
+                    .cause(&e)
+                    .emit();
                 return tasks.iter().for_each(|task| self.finish(task));
             }
         };
         for (task, lease) in tasks.into_iter().zip(leases) {
             match lease {
-                Some(lease) => self.run_claimed(task, lease),
+                Some(lease) => {
+                    self.metrics.claims.inc();
+                    log::debug("call claimed")
+                        .event("claimed")
+                        .call_id(&lease.call_id)
+                        .attempt(lease.attempt)
+                        .owner(&owner)
+                        .transition("pending", "running")
+                        .emit();
+                    self.run_claimed(task, lease)
+                }
                 None => self.finish(&task), // held elsewhere, or already terminal
             }
         }
@@ -276,6 +343,7 @@ impl Runner {
     /// Run one claimed call's tool and hand its completion to the store.
     fn run_claimed(self: &Arc<Self>, task: Task, lease: Lease) {
         lock(&self.running).insert(lease.call_id.clone(), lease.clone());
+        self.metrics.busy_workers.inc();
         let (prepared, args, hooks) = match parse_stored_args(&lease) {
             Ok(parsed) => parsed,
             Err(message) => {
@@ -288,6 +356,7 @@ impl Runner {
         } else {
             chaos::Hooks::default()
         };
+        let started = Instant::now();
         let outcome = prepared.spec.run(&RunContext {
             call_id: &lease.call_id,
             effect_id: &lease.effect_id,
@@ -295,6 +364,8 @@ impl Runner {
             tool: &lease.tool,
             args: &args,
         });
+        self.metrics
+            .observe_tool_run(&lease.tool, tool_outcome(&outcome), started.elapsed());
         if let Some(stall) = hooks.stall {
             std::thread::sleep(stall);
         }
@@ -314,6 +385,7 @@ impl Runner {
         outcome: Outcome,
         crash_after_commit: bool,
     ) {
+        self.metrics.busy_workers.dec();
         if lock(&self.running).remove(&lease.call_id).is_none() && self.is_stopping() {
             // The stop's grace period ended and released this lease: the call
             // is `pending` again; completing it would only be discarded.
@@ -321,19 +393,42 @@ impl Runner {
         }
         let runner = Arc::clone(self);
         let (call_id, attempt) = (lease.call_id.clone(), lease.attempt);
+        let (to, writes_effect) = match &outcome {
+            Outcome::Succeeded { effect, .. } => ("succeeded", effect.is_some()),
+            Outcome::Failed { .. } => ("failed", false),
+        };
         let then = Box::new(move |committed: Result<Completion, StoreError>| {
             match committed {
                 Ok(Completion::Applied) => {
+                    if writes_effect {
+                        runner.metrics.effects_written.inc();
+                    }
+                    log::debug("call completed")
+                        .event(to)
+                        .call_id(&call_id)
+                        .attempt(attempt)
+                        .transition("running", to)
+                        .emit();
                     if crash_after_commit {
                         chaos::crash("after the completion committed, before any response");
                     }
                 }
                 Ok(Completion::Stale) => {
-                    eprintln!("worker: stale completion of {call_id} attempt {attempt} discarded")
+                    runner.metrics.stale_completions.inc();
+                    log::warn("stale completion discarded: the lease was lost")
+                        .event("stale_completion")
+                        .call_id(&call_id)
+                        .attempt(attempt)
+                        .emit()
                 }
                 // The lease will expire and recovery will run the call again with
                 // the same effect_id, which the downstream (and `effects`) deduplicate.
-                Err(e) => eprintln!("complete {call_id}: {e}"),
+                Err(e) => log::error("completion not committed; recovery will run the call again")
+                    .event("complete_failed")
+                    .call_id(&call_id)
+                    .attempt(attempt)
+                    .cause(&e)
+                    .emit(),
             }
             runner.finish(&task);
         });
@@ -350,6 +445,15 @@ impl Runner {
 
     fn lock_in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
         lock(&self.in_flight)
+    }
+}
+
+/// The metrics label of a tool run's outcome.
+fn tool_outcome(outcome: &Outcome) -> ToolOutcome {
+    match outcome {
+        Outcome::Succeeded { .. } => ToolOutcome::Succeeded,
+        Outcome::Failed { error, .. } if error.retryable => ToolOutcome::RetryableFailure,
+        Outcome::Failed { .. } => ToolOutcome::PermanentFailure,
     }
 }
 

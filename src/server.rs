@@ -7,9 +7,10 @@
 //! hold a thread past its deadlines, never leak a connection slot, and never log
 //! more than one short line per unusual event (stderr only).
 //!
-//! Map: this file holds the accept loop, the limits, the connection cap and the
-//! answers given without a connection thread; `connection` serves one client;
-//! `input` is a connection's read buffer.
+//! Map: this file holds the accept loop, the limits, the connection cap, the
+//! answers given without a connection thread, and `Observer`, what the service
+//! learns about connections and the server's own answers; `connection` serves
+//! one client; `input` is a connection's read buffer.
 
 mod connection;
 mod input;
@@ -31,6 +32,24 @@ use std::time::{Duration, Instant};
 /// What the server calls for each request; it must not panic, but if it does the
 /// connection answers `500 internal_error`.
 pub type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
+
+/// What the server tells the service beyond requests: connections opening
+/// and closing (a gauge), and every answer it gives without the handler — a
+/// request it could not read (`request` is `None`), a handler that panicked,
+/// a connection over the cap — which the service may stamp (a request id)
+/// and record (the access log, metrics) like its own. Each method must be
+/// quick and must not panic; the defaults do nothing.
+pub trait Observer: Send + Sync {
+    fn connection_opened(&self) {}
+    fn connection_closed(&self) {}
+    fn own_answer(&self, _request: Option<&Request>, _response: &mut Response, _elapsed: Duration) {
+    }
+}
+
+/// The observer of a server nobody watches (the tools, the tests).
+struct Unobserved;
+
+impl Observer for Unobserved {}
 
 /// Size and time limits for every connection.
 #[derive(Debug, Clone)]
@@ -100,6 +119,16 @@ struct OpenConnection {
 
 /// Start serving on an already-bound listener, on a thread of its own.
 pub fn start(listener: TcpListener, handler: Handler, limits: Limits) -> io::Result<Server> {
+    start_observed(listener, handler, limits, Arc::new(Unobserved))
+}
+
+/// `start`, telling `observer` about connections and the server's own answers.
+pub fn start_observed(
+    listener: TcpListener,
+    handler: Handler,
+    limits: Limits,
+    observer: Arc<dyn Observer>,
+) -> io::Result<Server> {
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
         stopping: AtomicBool::new(false),
@@ -108,7 +137,7 @@ pub fn start(listener: TcpListener, handler: Handler, limits: Limits) -> io::Res
     let accepting = Arc::clone(&shared);
     let accept = thread::Builder::new()
         .name("accept".into())
-        .spawn(move || accept_until_stopped(&listener, &handler, limits, accepting))?;
+        .spawn(move || accept_until_stopped(&listener, &handler, limits, accepting, observer))?;
     Ok(Server {
         addr,
         shared,
@@ -182,6 +211,7 @@ fn accept_until_stopped(
     handler: &Handler,
     limits: Limits,
     shared: Arc<Shared>,
+    observer: Arc<dyn Observer>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     let limits = Arc::new(limits);
@@ -195,7 +225,13 @@ fn accept_until_stopped(
         let stream = match incoming {
             Ok(stream) => stream,
             Err(e) => {
-                accept_errors.log(format_args!("accept failed: {e}"));
+                accept_errors.log(|suppressed| {
+                    crate::log::error("accept failed")
+                        .event("accept_failed")
+                        .number("suppressed", suppressed)
+                        .cause(&e)
+                        .emit()
+                });
                 // Out of descriptors or memory: give the system a moment instead of spinning.
                 thread::sleep(Duration::from_millis(5));
                 continue;
@@ -204,16 +240,19 @@ fn accept_until_stopped(
         join_finished(&shared.connections);
         // Only this thread increments `open`, so checking then claiming cannot overshoot.
         if open.load(Ordering::Acquire) >= limits.max_connections {
-            busy_log.log(format_args!(
-                "connection limit ({}) reached; answering 503",
-                limits.max_connections
-            ));
-            reject_busy(stream);
+            busy_log.log(|suppressed| {
+                crate::log::warn("connection limit reached; answering 503")
+                    .event("connection_limit")
+                    .number("max_connections", limits.max_connections as u64)
+                    .number("suppressed", suppressed)
+                    .emit()
+            });
+            reject_busy(stream, &*observer);
             continue;
         }
         next_id += 1;
         let Ok(socket) = stream.try_clone() else {
-            reject_busy(stream);
+            reject_busy(stream, &*observer);
             continue;
         };
         // Registered before the thread starts, so its end always finds its entry.
@@ -225,7 +264,7 @@ fn accept_until_stopped(
         let thread = spawn_connection(
             next_id,
             stream,
-            Slot::claim(&open),
+            Slot::claim(&open, &observer),
             handler,
             &limits,
             &shared,
@@ -271,12 +310,16 @@ fn spawn_connection(
     let spawned = thread::Builder::new()
         .name(format!("conn-{id}"))
         .spawn(move || {
+            let observer = Arc::clone(&slot.observer);
             let _slot = slot;
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                Connection::new(stream, &limits).run(&handler)
+                Connection::new(stream, &limits, &*observer).run(&handler)
             }));
             if outcome.is_err() {
-                eprintln!("conn-{id}: connection thread panicked; connection closed");
+                crate::log::error("connection thread panicked; connection closed")
+                    .event("connection_panic")
+                    .number("connection", id)
+                    .emit();
             }
             // Close our end now: the registry's handle must not outlive us.
             if let Some(entry) = lock(&shared.connections).get_mut(&id) {
@@ -285,23 +328,37 @@ fn spawn_connection(
         });
     // On failure the closure (and with it the slot and the stream) is dropped here.
     spawned
-        .map_err(|e| eprintln!("cannot spawn a connection thread: {e}"))
+        .map_err(|e| {
+            crate::log::error("cannot spawn a connection thread")
+                .event("spawn_failed")
+                .cause(&e)
+                .emit()
+        })
         .ok()
 }
 
-/// One counted open connection; dropping it (however the thread ends) frees it.
-struct Slot(Arc<AtomicUsize>);
+/// One counted open connection; dropping it (however the thread ends) frees
+/// it, and tells the observer.
+struct Slot {
+    open: Arc<AtomicUsize>,
+    observer: Arc<dyn Observer>,
+}
 
 impl Slot {
-    fn claim(open: &Arc<AtomicUsize>) -> Slot {
+    fn claim(open: &Arc<AtomicUsize>, observer: &Arc<dyn Observer>) -> Slot {
         open.fetch_add(1, Ordering::AcqRel);
-        Slot(Arc::clone(open))
+        observer.connection_opened();
+        Slot {
+            open: Arc::clone(open),
+            observer: Arc::clone(observer),
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.open.fetch_sub(1, Ordering::AcqRel);
+        self.observer.connection_closed();
     }
 }
 
@@ -313,7 +370,8 @@ struct RateLimitedLog {
 }
 
 impl RateLimitedLog {
-    fn log(&mut self, message: std::fmt::Arguments<'_>) {
+    /// Call `message` with how many calls since the last one were suppressed.
+    fn log(&mut self, message: impl FnOnce(u64)) {
         let now = Instant::now();
         if self
             .last
@@ -322,10 +380,7 @@ impl RateLimitedLog {
             self.suppressed += 1;
             return;
         }
-        match self.suppressed {
-            0 => eprintln!("{message}"),
-            n => eprintln!("{message} ({n} similar suppressed)"),
-        }
+        message(self.suppressed);
         self.last = Some(now);
         self.suppressed = 0;
     }
@@ -333,10 +388,11 @@ impl RateLimitedLog {
 
 /// Over the cap: answer from the accept thread without spawning. The socket is
 /// fresh, so its send buffer is empty and the write cannot block for long.
-fn reject_busy(mut stream: TcpStream) {
+fn reject_busy(mut stream: TcpStream, observer: &dyn Observer) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
-    let response = Response::from_error(ErrorCode::Unavailable, "too many open connections");
+    let mut response = Response::from_error(ErrorCode::Unavailable, "too many open connections");
+    observer.own_answer(None, &mut response, Duration::ZERO);
     let _ = stream.write_all(&closing_response_bytes(&response));
     let _ = stream.shutdown(Shutdown::Write);
     discard_already_received(&mut stream);

@@ -20,6 +20,11 @@ fn help_prints_usage_and_exits_0() {
         "--lease-secs",
         "--recover-interval-ms",
         "--chaos",
+        "--auth-file",
+        "--insecure-no-auth",
+        "--key-ttl",
+        "--log-level",
+        "--access-log",
     ] {
         assert!(text.contains(flag), "usage lacks {flag}");
     }
@@ -32,6 +37,10 @@ fn unknown_flag_or_bad_value_exits_2_with_usage() {
         &["--port", "http"],
         &["--workers", "0"],
         &["--lease-secs"],
+        &["--key-ttl", "-1"],
+        &["--log-level", "loud"],
+        &["--access-log", "yes"],
+        &["--host", "0.0.0.0"],
     ] {
         let out = Command::new(SERVER_BIN).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -2,62 +2,14 @@
 //! covers what README promises: every `$ref` resolves, every component is
 //! used, every path parameter is declared, every operation answers with
 //! `X-Request-Id`, and every error code in README's table appears with its
-//! status. (Coverage against the live router comes with the wiring.)
+//! status. Coverage against the live router, `ErrorCode` and the headers the
+//! server sends is in `openapi_live.rs`.
 
-use serde_json::{Map, Value};
+mod support;
+
+use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
-use yaml_rust2::{Yaml, YamlLoader};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-fn spec() -> Value {
-    let text = std::fs::read_to_string(format!("{ROOT}/openapi.yaml")).expect("openapi.yaml");
-    let mut docs = YamlLoader::load_from_str(&text).expect("openapi.yaml is valid YAML");
-    assert_eq!(docs.len(), 1, "one YAML document");
-    to_json(&docs.remove(0))
-}
-
-/// YAML into JSON; OpenAPI is JSON in YAML's clothes, so anything that has no
-/// JSON form (an alias, a non-scalar key) is an error here.
-fn to_json(yaml: &Yaml) -> Value {
-    match yaml {
-        Yaml::Null => Value::Null,
-        Yaml::Boolean(b) => Value::Bool(*b),
-        Yaml::Integer(i) => Value::from(*i),
-        Yaml::Real(text) => Value::from(text.parse::<f64>().expect("a YAML float")),
-        Yaml::String(s) => Value::String(s.clone()),
-        Yaml::Array(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Hash(hash) => {
-            let mut map = Map::new();
-            for (key, value) in hash {
-                let key = match key {
-                    Yaml::String(s) => s.clone(),
-                    Yaml::Integer(i) => i.to_string(),
-                    other => panic!("a mapping key that is not a string: {other:?}"),
-                };
-                map.insert(key, to_json(value));
-            }
-            Value::Object(map)
-        }
-        Yaml::Alias(_) | Yaml::BadValue => panic!("YAML without a JSON form: {yaml:?}"),
-    }
-}
-
-/// `#/a/b~1c` → the value there (RFC 6901 escapes).
-fn resolve<'a>(spec: &'a Value, reference: &str) -> Option<&'a Value> {
-    let pointer = reference.strip_prefix('#')?;
-    spec.pointer(pointer)
-}
-
-/// A `$ref` object replaced by what it points to (once; refs here never chain).
-fn deref<'a>(spec: &'a Value, value: &'a Value) -> &'a Value {
-    match value.get("$ref").and_then(Value::as_str) {
-        Some(reference) => {
-            resolve(spec, reference).unwrap_or_else(|| panic!("{reference} does not resolve"))
-        }
-        None => value,
-    }
-}
+use support::openapi::{deref, operations, resolve, spec, ROOT};
 
 fn refs(value: &Value, out: &mut Vec<String>) {
     match value {
@@ -72,24 +24,6 @@ fn refs(value: &Value, out: &mut Vec<String>) {
         Value::Array(items) => items.iter().for_each(|item| refs(item, out)),
         _ => {}
     }
-}
-
-const METHODS: [&str; 8] = [
-    "get", "put", "post", "delete", "options", "head", "patch", "trace",
-];
-
-/// Every (path, method, operation) in the document.
-fn operations(spec: &Value) -> Vec<(String, String, &Value)> {
-    let paths = spec["paths"].as_object().expect("paths");
-    let mut out = Vec::new();
-    for (path, item) in paths {
-        for (method, operation) in item.as_object().expect("a path item") {
-            if METHODS.contains(&method.as_str()) {
-                out.push((path.clone(), method.clone(), operation));
-            }
-        }
-    }
-    out
 }
 
 /// (status, code) for every error example of every operation's responses.

@@ -27,6 +27,7 @@
 //! re-read (and, for a settled call, rendering its answer again), never a wrong
 //! answer. An answer larger than the whole budget is not kept.
 
+use crate::store::now;
 use crate::sync::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -65,10 +66,18 @@ struct Entry {
     cost: usize,
 }
 
-/// One key's entry.
+/// One key's entry. Entries are keyed by `scoped_key` (tenant and key), so
+/// two tenants' equal keys never meet.
 enum Known {
     HasRow,
-    Settled { fingerprint: String, body: Vec<u8> },
+    Settled {
+        fingerprint: String,
+        call_id: String,
+        body: Vec<u8>,
+        /// The call's `expires_at`: past it the call may have been purged,
+        /// so the entry no longer answers (the purge also forgets it).
+        expires_at: Option<f64>,
+    },
 }
 
 impl Default for KeyCache {
@@ -86,13 +95,18 @@ impl KeyCache {
         }
     }
 
-    /// The settled answer for this key and fingerprint, if there is one.
-    pub(super) fn settled(&self, idem_key: &str, fingerprint: &str) -> Option<Vec<u8>> {
+    /// The settled answer (call id and body) for this key and fingerprint, if
+    /// there is one and its call cannot have been purged yet.
+    pub(super) fn settled(&self, idem_key: &str, fingerprint: &str) -> Option<(String, Vec<u8>)> {
         match &lock(&self.entries).by_key.get(idem_key)?.known {
             Known::Settled {
                 fingerprint: fp,
+                call_id,
                 body,
-            } if fp == fingerprint => Some(body.clone()),
+                expires_at,
+            } if fp == fingerprint && expires_at.is_none_or(|at| now() < at) => {
+                Some((call_id.clone(), body.clone()))
+            }
             _ => None,
         }
     }
@@ -109,12 +123,24 @@ impl KeyCache {
         }
     }
 
-    pub(super) fn insert_settled(&self, idem_key: &str, fingerprint: String, body: &[u8]) {
-        let cost = ENTRY_OVERHEAD + idem_key.len() + fingerprint.len() + body.len();
+    pub(super) fn insert_settled(
+        &self,
+        idem_key: &str,
+        fingerprint: String,
+        call: (&str, Option<f64>),
+        body: &[u8],
+    ) {
+        let (call_id, expires_at) = (call.0.to_string(), call.1);
+        let cost = ENTRY_OVERHEAD + idem_key.len() + fingerprint.len() + call_id.len() + body.len();
         let mut entries = lock(&self.entries);
         entries.remove(idem_key);
         let body = body.to_vec();
-        let known = Known::Settled { fingerprint, body };
+        let known = Known::Settled {
+            fingerprint,
+            call_id,
+            body,
+            expires_at,
+        };
         entries.insert(idem_key.into(), known, cost, self.budget);
     }
 
@@ -179,16 +205,28 @@ mod tests {
     use super::*;
 
     const FP: &str = "f1";
+    /// The call behind every settled answer here: id `c`, never expiring.
+    const CALL: (&str, Option<f64>) = ("c", None);
 
     fn settled_cost(key: &str, body_len: usize) -> usize {
-        ENTRY_OVERHEAD + key.len() + FP.len() + body_len
+        ENTRY_OVERHEAD + key.len() + FP.len() + CALL.0.len() + body_len
+    }
+
+    #[test]
+    fn an_answer_past_its_calls_expiry_is_not_given() {
+        let cache = KeyCache::default();
+        cache.insert_settled("k", FP.into(), ("c", Some(now() - 1.0)), b"old");
+        assert_eq!(cache.settled("k", FP), None);
     }
 
     #[test]
     fn a_settled_answer_is_given_only_for_its_fingerprint() {
         let cache = KeyCache::default();
-        cache.insert_settled("k", FP.into(), b"answer");
-        assert_eq!(cache.settled("k", FP).as_deref(), Some(&b"answer"[..]));
+        cache.insert_settled("k", FP.into(), CALL, b"answer");
+        assert_eq!(
+            cache.settled("k", FP),
+            Some(("c".to_string(), b"answer".to_vec()))
+        );
         assert_eq!(cache.settled("k", "other"), None);
         assert!(cache.has_row("k"));
         assert!(!cache.has_row("unknown"));
@@ -199,7 +237,7 @@ mod tests {
         let body = vec![b'x'; 1000];
         let cache = KeyCache::with_budget(3 * settled_cost("k0", body.len()));
         for n in 0..10 {
-            cache.insert_settled(&format!("k{n}"), FP.into(), &body);
+            cache.insert_settled(&format!("k{n}"), FP.into(), CALL, &body);
             assert!(cache.bytes() <= 3 * settled_cost("k0", body.len()));
         }
         assert_eq!(cache.len(), 3);
@@ -215,14 +253,14 @@ mod tests {
         cache.insert_has_row("k");
         cache.insert_has_row("k");
         assert_eq!(cache.bytes(), ENTRY_OVERHEAD + 1);
-        cache.insert_settled("k", FP.into(), b"abc");
+        cache.insert_settled("k", FP.into(), CALL, b"abc");
         assert_eq!((cache.len(), cache.bytes()), (1, settled_cost("k", 3)));
     }
 
     #[test]
     fn forget_drops_the_answer_and_its_bytes() {
         let cache = KeyCache::default();
-        cache.insert_settled("k", FP.into(), b"abc");
+        cache.insert_settled("k", FP.into(), CALL, b"abc");
         cache.insert_has_row("other");
         cache.forget("k");
         assert_eq!(cache.settled("k", FP), None);
@@ -235,7 +273,7 @@ mod tests {
     fn an_answer_larger_than_the_budget_is_not_kept() {
         let cache = KeyCache::with_budget(ENTRY_OVERHEAD + 100);
         cache.insert_has_row("small");
-        cache.insert_settled("big", FP.into(), &[0; 200]);
+        cache.insert_settled("big", FP.into(), CALL, &[0; 200]);
         assert_eq!(cache.settled("big", FP), None);
         assert!(cache.has_row("small"), "nothing evicted for it either");
         let off = KeyCache::with_budget(0);

@@ -52,6 +52,13 @@ error_codes! {
     MissingIdempotencyKey => (400, "missing_idempotency_key"),
     /// Malformed HTTP framing, or a body, key or parameter the API rejects.
     BadRequest => (400, "bad_request"),
+    /// No bearer token, or one that matches no tenant (with `--auth-file`);
+    /// the answer carries `WWW-Authenticate`.
+    Unauthorized => (401, "unauthorized"),
+    /// An authenticated tenant asking for what only an admin may read
+    /// (`/metrics`, `/stats?scope=all`). Never for another tenant's call:
+    /// that is `not_found`, so existence does not leak.
+    Forbidden => (403, "forbidden"),
     /// Unknown call, key or path.
     NotFound => (404, "not_found"),
     /// A known path with the wrong method; the answer carries `Allow`.

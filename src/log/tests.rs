@@ -246,3 +246,25 @@ fn a_field_cannot_shadow_a_key_every_line_has() {
     let (logger, _buffer) = Logger::buffer(Level::Info, true);
     logger.info("x").number("level", 1).emit();
 }
+
+/// Inside a request's scope every event names the request, once (an explicit
+/// `.request_id` does not repeat it); after the scope, none does.
+#[test]
+fn events_in_a_request_scope_carry_its_id() {
+    let (logger, buffer) = Logger::buffer(Level::Debug, true);
+    {
+        let _scope = request_scope("req-7");
+        logger.info("inside").emit();
+        logger.warn("explicit").request_id("other").emit();
+    }
+    logger.info("after").emit();
+    let lines = lines(&buffer);
+    assert_eq!(lines[0]["request_id"], "req-7");
+    assert_eq!(lines[1]["request_id"], "req-7");
+    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        text.lines().nth(1).unwrap().matches("request_id").count(),
+        1
+    );
+    assert!(lines[2].get("request_id").is_none(), "{}", lines[2]);
+}

@@ -8,7 +8,7 @@
 //! after an error response (see `linger`).
 
 use super::input::{InputBuffer, RETAINED_BUFFER};
-use super::{closing_response_bytes, Handler, Limits};
+use super::{closing_response_bytes, Handler, Limits, Observer};
 use crate::http::{
     write_response, ClientProbe, ErrorCode, ParseError, ParseLimits, Progress, Request,
     RequestParser, Response, WriteOptions, CONTINUE_100,
@@ -51,6 +51,8 @@ pub(super) struct Connection<'a> {
     /// Handed to every request, built once per connection.
     probe: ClientProbe,
     limits: &'a Limits,
+    /// Told about every answer given without the handler.
+    observer: &'a dyn Observer,
     parse_limits: ParseLimits,
     input: InputBuffer,
     output: Vec<u8>,
@@ -59,12 +61,13 @@ pub(super) struct Connection<'a> {
 }
 
 impl<'a> Connection<'a> {
-    pub(super) fn new(stream: TcpStream, limits: &'a Limits) -> Self {
+    pub(super) fn new(stream: TcpStream, limits: &'a Limits, observer: &'a dyn Observer) -> Self {
         let stream = Arc::new(stream);
         Connection {
             probe: probe(&stream),
             stream,
             limits,
+            observer,
             parse_limits: limits.parse_limits(),
             input: InputBuffer::new(),
             output: Vec::with_capacity(1024),
@@ -86,16 +89,23 @@ impl<'a> Connection<'a> {
         if self.input.is_empty() && !self.wait_while_idle() {
             return Next::Close;
         }
+        let started = Instant::now();
         let mut request = match self.read_request() {
             Ok(request) => request,
             Err(Failure::Vanished) => return Next::Close,
-            Err(Failure::Respond(response)) => {
+            Err(Failure::Respond(mut response)) => {
+                self.observer
+                    .own_answer(None, &mut response, started.elapsed());
                 self.answer_and_close(&response);
                 return Next::Close;
             }
         };
         request.client = self.probe.clone();
-        let (response, handler_panicked) = call_handler(handler, &request);
+        let (mut response, handler_panicked) = call_handler(handler, &request);
+        if handler_panicked {
+            self.observer
+                .own_answer(Some(&request), &mut response, started.elapsed());
+        }
         let keep_alive = !handler_panicked && request.keep_alive() && !response.asks_to_close();
         let options = WriteOptions {
             keep_alive,
@@ -221,10 +231,9 @@ fn call_handler(handler: &Handler, request: &Request) -> (Response, bool) {
     match catch_unwind(AssertUnwindSafe(|| handler(request))) {
         Ok(response) => (response, false),
         Err(_) => {
-            eprintln!(
-                "handler panicked on {} {}; answered 500",
-                request.method, request.path
-            );
+            crate::log::error("handler panicked; answered 500")
+                .event("handler_panic")
+                .emit();
             let response = Response::from_error(ErrorCode::InternalError, "internal error");
             (response, true)
         }

@@ -7,18 +7,23 @@
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
-//! Files: `model` (the types of the API), `sql` (every statement), `writer`
-//! (the group-commit thread and what it does with each SQLite error), `schema`
-//! (DDL, pragmas, migrations), `ids` (call and effect ids, the clock). Reads
-//! (`get`, `find_by_key`, `stats`, ...) use `readers`, a pool of at most
-//! `MAX_READERS` separate connections; WAL lets them run beside the writer.
+//! Files: `model` (the types of the API), `sql` (every statement of the state
+//! machine), `retention` (the purge of expired keys), `reads` (the reads of
+//! the operations endpoints), `writer` (the group-commit thread and what it
+//! does with each SQLite error), `schema` (DDL, pragmas, migrations), `ids`
+//! (call and effect ids, the clock). Reads (`get`, `find_by_key`, `stats`,
+//! ...) use `readers`, a pool of at most `MAX_READERS` separate connections;
+//! WAL lets them run beside the writer.
+//!
+//! Idempotency keys are scoped by tenant: every lookup the API makes names
+//! the tenant, and another tenant's call reads as absent.
 //!
 //! **The boundary.** The public API takes and returns the types in `model`,
 //! never a `rusqlite` type, so another backend (PostgreSQL, for several
 //! machines) can implement the same operations without the rest of the crate
 //! changing. What any backend must guarantee:
-//! - `calls.idem_key` and `effects.call_id` are unique constraints, enforced by
-//!   the database, not by a prior read;
+//! - `calls (tenant, idem_key)` and `effects.call_id` are unique constraints,
+//!   enforced by the database, not by a prior read;
 //! - every transition is one conditional update whose affected-row count
 //!   decides (`claim`: `pending`, or `running` with an expired lease; the
 //!   fenced `succeed`/`fail`: `running` under the same `attempt`; the retry
@@ -36,8 +41,12 @@ mod ids;
 mod instances;
 mod model;
 mod readers;
+mod reads;
+mod retention;
 mod schema;
 mod sql;
+#[cfg(test)]
+mod tenant_tests;
 #[cfg(test)]
 mod tests;
 pub mod verify;
@@ -45,20 +54,30 @@ mod writer;
 
 pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
-pub use model::{Call, Completion, Created, Lease, NewCall, NewEffect, Stats, Status, WriterStats};
+pub use model::{
+    AuditEvent, Backlog, Call, Completion, Created, Health, Lease, NewCall, NewEffect, Purged,
+    Retention, Scope, Stats, Status, WriterStats,
+};
 pub use readers::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
 pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
 pub use writer::Then;
 
+use crate::metrics::Metrics;
 use readers::Readers;
 use rusqlite::{Connection, ErrorCode};
 use serde_json::Value;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use writer::Writer;
+
+/// A writer with work queued and no batch started or finished for this long
+/// is stuck (`/healthz` says so): a batch takes milliseconds, and waiting for
+/// another process's lock is bounded by the busy timeout.
+pub const WRITER_STUCK_AFTER: Duration = Duration::from_secs(5);
 
 /// Why the store could not answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,22 +122,28 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
-/// Connection settings shared by the writer and the readers.
+/// Connection settings shared by the writer and the readers, and how long
+/// terminal calls are kept.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     pub busy_timeout: Duration,
+    pub retention: Retention,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             busy_timeout: Duration::from_secs(5),
+            retention: Retention::default(),
         }
     }
 }
 
 /// The SQLite-backed call store. Cheap to share behind an `Arc`.
 pub struct CallStore {
+    /// The database file: `/healthz` reads it on a fresh connection.
+    path: PathBuf,
+    options: StoreOptions,
     /// The writer thread; every write goes through it.
     writer: Writer,
     /// At most `MAX_READERS` read connections, shared by every reader.
@@ -129,6 +154,8 @@ pub struct CallStore {
     /// This process in `instances`; its workers' owner strings name it.
     instance: Instance,
     stopped: std::sync::atomic::AtomicBool,
+    /// Where the retention scan goes on from (a `rowid`; 0: the beginning).
+    purge_cursor: AtomicI64,
 }
 
 impl CallStore {
@@ -140,21 +167,36 @@ impl CallStore {
         let writer =
             Writer::start(conn).map_err(|e| StoreError::Internal(format!("spawn writer: {e}")))?;
         let store = Arc::new(CallStore {
+            path: path.to_path_buf(),
             writer,
             readers: Readers::new(path, &options),
             status_index_has_attempt,
             instance: Instance::this_process(),
             stopped: Default::default(),
+            purge_cursor: AtomicI64::new(0),
+            options,
         });
         let me = store.instance.clone();
         let gone = store.write(move |conn| instances::register(conn, &me))?;
         if gone > 0 {
-            eprintln!(
-                "store: {gone} earlier process(es) on this host are gone; \
-                 their running calls are reclaimed now"
-            );
+            crate::log::warn(
+                "earlier processes on this host are gone; their running calls are reclaimed now",
+            )
+            .event("instances_gone")
+            .number("processes", gone as u64)
+            .emit();
         }
         Ok(store)
+    }
+
+    /// Report every write batch to `metrics` from now on.
+    pub fn report_to(&self, metrics: Arc<Metrics>) {
+        self.writer.report_to(metrics);
+    }
+
+    /// How long terminal calls are kept.
+    pub fn retention(&self) -> Retention {
+        self.options.retention
     }
 
     /// This process's instance: its id goes into every owner it writes.
@@ -177,7 +219,10 @@ impl CallStore {
         }
         let id = self.instance.id.clone();
         if let Err(e) = self.write(move |conn| instances::mark_stopped(conn, &id, now())) {
-            eprintln!("store: could not mark this process stopped: {e}");
+            crate::log::warn("could not mark this process stopped")
+                .event("mark_stopped_failed")
+                .cause(&e)
+                .emit();
         }
         self.writer.stop();
         self.readers.close_idle();
@@ -187,7 +232,13 @@ impl CallStore {
     /// writer's `BEGIN IMMEDIATE` transaction, so the lookup and the insert cannot
     /// interleave with another writer; `calls.idem_key UNIQUE` backs it up.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
-        self.write(sql::create_or_get_op(new))
+        let retention = self.options.retention;
+        Ok(match self.write(sql::create_or_get_op(new))? {
+            Created::New(c) => Created::New(retention.stamp(c)),
+            Created::Existing(c) => Created::Existing(retention.stamp(c)),
+            Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
+            Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
+        })
     }
 
     /// Take the lease on a call for one attempt. Only one claimer can win: the
@@ -273,29 +324,105 @@ impl CallStore {
         self.read(|conn| sql::pending_ids(conn, limit))
     }
 
+    /// A call by id, whatever its tenant: for a caller that already holds
+    /// the call (the wait loop), never for a tenant's lookup (`get_for`).
     pub fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
-        self.read(|conn| sql::select_call(conn, call_id))
+        let call = self.read(|conn| sql::select_call(conn, call_id))?;
+        Ok(call.map(|c| self.options.retention.stamp(c)))
     }
 
-    /// The key's call as last committed. Used for the fast path of a same-key
-    /// retry: `idem_key` and `fingerprint` never change once written, so a
-    /// committed row is a safe answer without taking the write lock.
-    pub fn find_by_key(&self, idem_key: &str) -> Result<Option<Call>, StoreError> {
-        self.read(|conn| sql::select_call_by_key(conn, idem_key))
+    /// `tenant`'s call by id; another tenant's reads as absent.
+    pub fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
+        let call = self.read(|conn| sql::select_tenant_call(conn, tenant, call_id))?;
+        Ok(call.map(|c| self.options.retention.stamp(c)))
     }
 
-    pub fn stats(&self) -> Result<Stats, StoreError> {
+    /// The key's call within `tenant`, as last committed. Used for the fast
+    /// path of a same-key retry: `idem_key` and `fingerprint` never change
+    /// once written, so a committed row is a safe answer without taking the
+    /// write lock.
+    pub fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
+        let call = self.read(|conn| sql::select_call_by_key(conn, tenant, idem_key))?;
+        Ok(call.map(|c| self.options.retention.stamp(c)))
+    }
+
+    /// `tenant`'s call and its audit rows, oldest first, read in one
+    /// snapshot; `None` when the tenant has no such call.
+    pub fn audit_for(
+        &self,
+        tenant: &str,
+        call_id: &str,
+    ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
+        self.read(|conn| {
+            let snapshot = conn.unchecked_transaction()?;
+            let events = match sql::select_tenant_call(conn, tenant, call_id)? {
+                Some(_) => Some(reads::audit_timeline(conn, call_id)?),
+                None => None,
+            };
+            snapshot.commit()?;
+            Ok(events)
+        })
+    }
+
+    /// Purge up to `limit` terminal calls whose last update is older than
+    /// the retention's TTL (nothing when keys are kept forever): one small
+    /// write batch, found by a read first. Returns what was purged.
+    pub fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
+        let Some(ttl) = self.options.retention.key_ttl else {
+            return Ok(Vec::new());
+        };
+        let cutoff = now() - ttl.as_secs_f64();
+        let after = self.purge_cursor.load(Ordering::Relaxed);
+        let (found, next) = self.read(|conn| retention::candidates(conn, cutoff, after, limit))?;
+        self.purge_cursor.store(next, Ordering::Relaxed);
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(retention::purge_op(found, cutoff))
+    }
+
+    /// What `/healthz` reports: whether a new connection can read the file
+    /// now, and whether the writer is stuck with work queued.
+    pub fn health(&self) -> Health {
+        let database = reads::fresh_read(&self.path).map_err(|e| e.to_string());
+        let writer = match self.writer.stuck_for() {
+            Some((stuck, queued)) if stuck > WRITER_STUCK_AFTER => Err(format!(
+                "stuck for {:.1} s with {queued} operations queued",
+                stuck.as_secs_f64()
+            )),
+            _ => Ok(()),
+        };
+        Health { database, writer }
+    }
+
+    /// Calls by status and the oldest pending call, in one read (a scrape).
+    pub fn backlog(&self) -> Result<Backlog, StoreError> {
+        self.read(|conn| {
+            let snapshot = conn.unchecked_transaction()?;
+            let backlog = reads::backlog(conn)?;
+            snapshot.commit()?;
+            Ok(backlog)
+        })
+    }
+
+    /// Every call's counts (`Scope::All`), or one tenant's.
+    pub fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
         self.read(|conn| {
             // One read transaction, so the counts describe one moment even while
             // the writer commits between the queries (each would otherwise see
             // its own snapshot, and the statuses could outnumber the calls).
             let snapshot = conn.unchecked_transaction()?;
-            let (calls, by_status, attempts) = if self.status_index_has_attempt {
-                sql::count_calls_in_status_index(conn)?
-            } else {
-                sql::count_calls_in_table(conn)?
+            let (calls, by_status, attempts) = match scope {
+                Scope::Tenant(tenant) => reads::count_tenant_calls(conn, tenant)?,
+                Scope::All if self.status_index_has_attempt => {
+                    sql::count_calls_in_status_index(conn)?
+                }
+                Scope::All => sql::count_calls_in_table(conn)?,
             };
-            let effects = sql::count_effects(conn)?;
+            let effects = match scope {
+                Scope::Tenant(tenant) => reads::count_tenant_effects(conn, tenant)?,
+                Scope::All => sql::count_effects(conn)?,
+            };
             snapshot.commit()?;
             Ok(Stats {
                 calls,

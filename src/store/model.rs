@@ -45,6 +45,9 @@ impl Status {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     pub call_id: String,
+    /// Whose key this is: keys are unique per tenant, and no tenant sees
+    /// another's calls.
+    pub tenant: String,
     pub idem_key: String,
     pub fingerprint: String,
     pub client_id: Option<String>,
@@ -64,6 +67,10 @@ pub struct Call {
     pub effect_id: String,
     pub created_at: f64,
     pub updated_at: f64,
+    /// When a terminal call may be purged (`updated_at` + `--key-ttl`);
+    /// `None` while in flight or when keys are kept forever. Computed by the
+    /// store from its `Retention`, never stored.
+    pub expires_at: Option<f64>,
 }
 
 impl Call {
@@ -90,6 +97,7 @@ impl Call {
         Call {
             effect_id: effect_id_for(&call_id),
             call_id,
+            tenant: new.tenant,
             idem_key: new.idem_key,
             fingerprint: new.fingerprint,
             client_id: new.client_id,
@@ -104,7 +112,13 @@ impl Call {
             owner: None,
             created_at: now,
             updated_at: now,
+            expires_at: None,
         }
+    }
+
+    /// The call's URL, for `Location` and `query_url`.
+    pub fn url(&self) -> String {
+        format!("/v1/tool-calls/{}", self.call_id)
     }
 
     /// The JSON the API returns.
@@ -123,7 +137,10 @@ impl Call {
             "effect_id": self.effect_id,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
-            "query_url": format!("/v1/tool-calls/{}", self.call_id),
+            "query_url": self.url(),
+            "expires_at": self.expires_at,
+            // Automatic retries are not scheduled by this release.
+            "next_attempt_at": Value::Null,
         })
     }
 }
@@ -131,6 +148,8 @@ impl Call {
 /// A request to create a call, already validated and fingerprinted.
 #[derive(Debug, Clone)]
 pub struct NewCall {
+    /// The authenticated tenant: the key's scope.
+    pub tenant: String,
     pub idem_key: String,
     pub fingerprint: String,
     pub tool: String,
@@ -183,6 +202,81 @@ pub enum Completion {
     /// The lease was lost (another attempt took over, or the call is terminal):
     /// the completion was discarded and audited as `stale_completion`.
     Stale,
+}
+
+/// How long terminal calls are kept: `key_ttl` after their last update, or
+/// forever (`None`). The store purges by it and stamps `expires_at` with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Retention {
+    pub key_ttl: Option<std::time::Duration>,
+}
+
+impl Retention {
+    /// When `call` may be purged: only terminal calls expire.
+    pub fn expires_at(&self, call: &Call) -> Option<f64> {
+        let ttl = self.key_ttl?;
+        call.status
+            .is_terminal()
+            .then_some(call.updated_at + ttl.as_secs_f64())
+    }
+
+    /// `call` with its `expires_at` filled in.
+    pub fn stamp(&self, mut call: Call) -> Call {
+        call.expires_at = self.expires_at(&call);
+        call
+    }
+}
+
+/// A call the retention policy removed, so caches can forget its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Purged {
+    pub call_id: String,
+    pub tenant: String,
+    pub idem_key: String,
+}
+
+/// One row of a call's audit timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEvent {
+    /// Unix time in seconds.
+    pub at: f64,
+    pub event: String,
+    /// The call's attempt when it happened; `None` in rows written before
+    /// the column existed.
+    pub attempt: Option<i64>,
+    pub detail: Option<String>,
+}
+
+impl AuditEvent {
+    pub fn to_json(&self) -> Value {
+        json!({"at": self.at, "event": self.event, "attempt": self.attempt, "detail": self.detail})
+    }
+}
+
+/// Whose calls `/stats` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// Every call in the file.
+    All,
+    /// One tenant's calls (and the effects of those still kept).
+    Tenant(&'a str),
+}
+
+/// What the database says about the backlog, for a metrics scrape.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Backlog {
+    pub calls_by_status: Vec<(String, i64)>,
+    /// `created_at` of the oldest `pending` call.
+    pub oldest_pending_created_at: Option<f64>,
+}
+
+/// What `/healthz` needs from the store: a fresh read, and the writer's state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Health {
+    /// `Err` with what went wrong when a new connection could not read the file.
+    pub database: Result<(), String>,
+    /// `Err` when the writer has had work queued for too long without finishing a batch.
+    pub writer: Result<(), String>,
 }
 
 /// What `/stats` reports.

@@ -141,40 +141,18 @@ impl Drop for Lent<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::temp::TempDir;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
     use std::thread;
     use std::time::Duration;
 
-    /// A database file in a folder of its own, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let dir = std::env::temp_dir().join(format!(
-                "idem-readers-{name}-{}-{nanos}",
-                std::process::id()
-            ));
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     /// However many threads read at once, at most `MAX_READERS` connections
     /// are ever open; the other readers wait their turn, and every read runs.
     #[test]
     fn concurrent_reads_never_open_more_than_max_readers() {
-        let dir = TempDir::new("bound");
-        let pool = Readers::new(&dir.0.join("t.db"), &StoreOptions::default());
+        let dir = TempDir::new("idem-readers-bound").unwrap();
+        let pool = Readers::new(&dir.join("t.db"), &StoreOptions::default());
         let (reading, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
         thread::scope(|scope| {
             for _ in 0..4 * MAX_READERS {
@@ -200,11 +178,12 @@ mod tests {
     /// given back.
     #[test]
     fn a_reader_waits_at_most_the_busy_timeout() {
-        let dir = TempDir::new("timeout");
+        let dir = TempDir::new("idem-readers-timeout").unwrap();
         let options = StoreOptions {
             busy_timeout: Duration::from_millis(50),
+            ..StoreOptions::default()
         };
-        let pool = Readers::new(&dir.0.join("t.db"), &options);
+        let pool = Readers::new(&dir.join("t.db"), &options);
         let (lent, release) = (AtomicUsize::new(0), Mutex::new(()));
         let held = lock(&release);
         let (done_tx, done_rx) = mpsc::channel();

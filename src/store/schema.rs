@@ -63,6 +63,19 @@ const MIGRATIONS: &[Migration] = &[
             )
         },
     },
+    Migration {
+        version: 5,
+        name: "calls.tenant: idempotency keys unique per tenant",
+        apply: scope_keys_by_tenant,
+    },
+    Migration {
+        version: 6,
+        name: "audit.attempt and effects.call_purged_at: audit over HTTP, key retention",
+        apply: |conn| {
+            add_column(conn, "audit", "attempt", "INTEGER")?;
+            add_column(conn, "effects", "call_purged_at", "REAL")
+        },
+    },
 ];
 
 /// The schema version this release writes.
@@ -77,8 +90,9 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 ///   case) have nothing to find there, and a lookup by `client_id = ?` still
 ///   uses it.
 /// - `audit.id` is a plain `INTEGER PRIMARY KEY`: `AUTOINCREMENT` would also
-///   update `sqlite_sequence` on every insert, and only matters when rows are
-///   deleted, which audit rows never are; ids still grow with time.
+///   update `sqlite_sequence` on every insert, and only matters when the
+///   newest rows are deleted: key retention deletes a call's audit rows only
+///   with the call, long after newer rows exist, so ids still grow with time.
 ///
 /// And `idx_calls_status` also holds `attempt`, so `/stats` counts calls by
 /// status and by attempt in one pass over that index instead of scanning the
@@ -126,6 +140,57 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 ";
 
+/// Migration 5. `idem_key` was declared `UNIQUE` on its column, and SQLite
+/// cannot drop a column constraint, so `calls` is rebuilt (SQLite's documented
+/// twelve-step procedure, inside the migration's own transaction): a new table
+/// with `tenant` and `UNIQUE (tenant, idem_key)`, every row copied with its
+/// `rowid` (retention scans calls in `rowid` order, which is creation order),
+/// the old table dropped, the new one renamed, and its two indexes made again.
+/// Existing calls belong to the anonymous tenant, which is the tenant every
+/// request was before tenants existed. `tenant` defaults to it, so a writer
+/// that does not name a tenant (the bench's bulk loader) still writes valid
+/// rows.
+fn scope_keys_by_tenant(conn: &Connection) -> rusqlite::Result<()> {
+    if has_column(conn, "calls", "tenant")? {
+        return Ok(());
+    }
+    conn.execute_batch(&format!(
+        "CREATE TABLE calls_by_tenant (
+           call_id      TEXT PRIMARY KEY,
+           tenant       TEXT NOT NULL DEFAULT '{anonymous}',
+           idem_key     TEXT NOT NULL,
+           fingerprint  TEXT NOT NULL,
+           client_id    TEXT,
+           seq          INTEGER,
+           tool         TEXT NOT NULL,
+           args_json    TEXT NOT NULL,
+           status       TEXT NOT NULL,
+           result_json  TEXT,
+           error_json   TEXT,
+           attempt      INTEGER NOT NULL DEFAULT 0,
+           lease_until  REAL,
+           owner        TEXT,
+           effect_id    TEXT,
+           created_at   REAL NOT NULL,
+           updated_at   REAL NOT NULL,
+           UNIQUE (tenant, idem_key)
+         );
+         INSERT INTO calls_by_tenant
+                (rowid, call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+                 result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
+                 updated_at)
+         SELECT rowid, call_id, idem_key, fingerprint, client_id, seq, tool, args_json, status,
+                result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
+                updated_at
+           FROM calls;
+         DROP TABLE calls;
+         ALTER TABLE calls_by_tenant RENAME TO calls;
+         CREATE INDEX idx_calls_status ON calls(status, lease_until, attempt);
+         CREATE INDEX idx_calls_client_seq ON calls(client_id, seq) WHERE client_id IS NOT NULL;",
+        anonymous = crate::auth::ANONYMOUS
+    ))
+}
+
 pub(super) fn open_connection(
     path: &Path,
     options: &StoreOptions,
@@ -165,10 +230,11 @@ pub(super) fn migrate(conn: &Connection) -> Result<Vec<&'static str>, StoreError
     let mut applied = Vec::new();
     for migration in MIGRATIONS.iter().filter(|m| m.version > found) {
         if apply_once(conn, migration)? {
-            eprintln!(
-                "store: schema migration {} applied: {}",
-                migration.version, migration.name
-            );
+            crate::log::info("schema migration applied")
+                .event("migration")
+                .number("version", migration.version as u64)
+                .label("migration", migration.name)
+                .emit();
             applied.push(migration.name);
         }
     }
@@ -195,15 +261,15 @@ fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
 /// `ALTER TABLE ... ADD COLUMN`, skipped if the column exists, so a migration
 /// stays idempotent even on a file someone altered by hand.
 fn add_column(conn: &Connection, table: &str, column: &str, decl: &str) -> rusqlite::Result<()> {
-    let exists = conn
-        .prepare(&format!(
-            "SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?1"
-        ))?
-        .exists([column])?;
-    if !exists {
+    if !has_column(conn, table, column)? {
         conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
     }
     Ok(())
+}
+
+fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<bool> {
+    conn.prepare("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+        .exists([table, column])
 }
 
 /// The writer's connection: the file-level settings (page size, WAL) that only

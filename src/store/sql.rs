@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-const CALL_COLUMNS: &str = "call_id, idem_key, fingerprint, client_id, seq, tool, args_json, \
+const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
      status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at";
 
 pub(super) fn create_or_get_op(
@@ -23,11 +23,11 @@ pub(super) fn create_or_get_op(
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Created> + Send + 'static {
     move |conn| {
         let now = now();
-        if let Some(existing) = select_call_by_key(conn, &new.idem_key)? {
+        if let Some(existing) = select_call_by_key(conn, &new.tenant, &new.idem_key)? {
             return resolve_existing(conn, existing, &new.fingerprint, now);
         }
         let call = insert_call(conn, new, now)?;
-        audit(conn, now, &call.call_id, "created", &call.tool)?;
+        audit(conn, now, &call.call_id, 0, "created", &call.tool)?;
         Ok(Created::New(call))
     }
 }
@@ -61,7 +61,7 @@ pub(super) fn claim_one(
         .optional()?;
     if let Some(lease) = &lease {
         let detail = format!("{owner} attempt={}", lease.attempt);
-        audit(conn, now, call_id, "claimed", &detail)?;
+        audit(conn, now, call_id, lease.attempt, "claimed", &detail)?;
     }
     Ok(lease)
 }
@@ -91,7 +91,14 @@ pub(super) fn succeed_op(
                 now
             ])?;
         }
-        audit(conn, now, &lease.call_id, "succeeded", &lease.effect_id)?;
+        audit(
+            conn,
+            now,
+            &lease.call_id,
+            lease.attempt,
+            "succeeded",
+            &lease.effect_id,
+        )?;
         Ok(Completion::Applied)
     }
 }
@@ -105,7 +112,7 @@ pub(super) fn fail_op(
         if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
             return discard_stale(conn, now, &lease, "failed");
         }
-        audit(conn, now, &lease.call_id, "failed", &error)?;
+        audit(conn, now, &lease.call_id, lease.attempt, "failed", &error)?;
         Ok(Completion::Applied)
     }
 }
@@ -191,9 +198,9 @@ fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Ca
     loop {
         let inserted = conn
             .prepare_cached(
-                "INSERT INTO calls (call_id, idem_key, fingerprint, client_id, seq, tool, args_json,
-                                    status, attempt, effect_id, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
+                "INSERT INTO calls (call_id, tenant, idem_key, fingerprint, client_id, seq, tool,
+                                    args_json, status, attempt, effect_id, created_at, updated_at)
+                 VALUES (?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
             )?
             .execute(params![
                 call.call_id,
@@ -204,7 +211,8 @@ fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Ca
                 call.tool,
                 call.args_json,
                 call.effect_id,
-                now
+                now,
+                call.tenant
             ]);
         match inserted {
             Ok(_) => return Ok(call),
@@ -245,7 +253,15 @@ fn resolve_existing(
         return Ok(Created::Existing(existing));
     }
     let detail = format!("after attempt {}", existing.attempt);
-    audit(conn, now, &existing.call_id, "retry_reset", &detail)?;
+    let attempt = existing.attempt;
+    audit(
+        conn,
+        now,
+        &existing.call_id,
+        attempt,
+        "retry_reset",
+        &detail,
+    )?;
     let call = select_call(conn, &existing.call_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
     Ok(Created::RetryReset(call))
 }
@@ -257,19 +273,32 @@ fn discard_stale(
     outcome: &str,
 ) -> rusqlite::Result<Completion> {
     let detail = format!("attempt {} would have {outcome}; discarded", lease.attempt);
-    audit(conn, now, &lease.call_id, "stale_completion", &detail)?;
+    let attempt = lease.attempt;
+    audit(
+        conn,
+        now,
+        &lease.call_id,
+        attempt,
+        "stale_completion",
+        &detail,
+    )?;
     Ok(Completion::Stale)
 }
 
+/// One audit row; `attempt` is the call's attempt when it happened, so the
+/// timeline answers "which try was this" without parsing `detail`.
 fn audit(
     conn: &Connection,
     now: f64,
     call_id: &str,
+    attempt: i64,
     event: &str,
     detail: &str,
 ) -> rusqlite::Result<()> {
-    conn.prepare_cached("INSERT INTO audit (ts, call_id, event, detail) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![now, call_id, event, detail])?;
+    conn.prepare_cached(
+        "INSERT INTO audit (ts, call_id, attempt, event, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![now, call_id, attempt, event, detail])?;
     Ok(())
 }
 
@@ -281,14 +310,30 @@ pub(super) fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<
     .optional()
 }
 
+/// A call by id, only if it is `tenant`'s: another tenant's call reads as
+/// absent, so its existence never shows.
+pub(super) fn select_tenant_call(
+    conn: &Connection,
+    tenant: &str,
+    call_id: &str,
+) -> rusqlite::Result<Option<Call>> {
+    conn.prepare_cached(&format!(
+        "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1 AND tenant = ?2"
+    ))?
+    .query_row(params![call_id, tenant], call_from_row)
+    .optional()
+}
+
+/// The key's call within its tenant (`UNIQUE (tenant, idem_key)`'s index).
 pub(super) fn select_call_by_key(
     conn: &Connection,
+    tenant: &str,
     idem_key: &str,
 ) -> rusqlite::Result<Option<Call>> {
     conn.prepare_cached(&format!(
-        "SELECT {CALL_COLUMNS} FROM calls WHERE idem_key = ?1"
+        "SELECT {CALL_COLUMNS} FROM calls WHERE tenant = ?1 AND idem_key = ?2"
     ))?
-    .query_row(params![idem_key], call_from_row)
+    .query_row(params![tenant, idem_key], call_from_row)
     .optional()
 }
 
@@ -301,21 +346,23 @@ fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
     };
     Ok(Call {
         call_id: row.get(0)?,
-        idem_key: row.get(1)?,
-        fingerprint: row.get(2)?,
-        client_id: row.get(3)?,
-        seq: row.get(4)?,
-        tool: row.get(5)?,
-        args_json: row.get(6)?,
-        status: Status::parse(&row.get::<_, String>(7)?),
-        result: json_col(8)?,
-        error: json_col(9)?,
-        attempt: row.get(10)?,
-        lease_until: row.get(11)?,
-        owner: row.get(12)?,
-        effect_id: row.get::<_, Option<String>>(13)?.unwrap_or_default(),
-        created_at: row.get(14)?,
-        updated_at: row.get(15)?,
+        tenant: row.get(1)?,
+        idem_key: row.get(2)?,
+        fingerprint: row.get(3)?,
+        client_id: row.get(4)?,
+        seq: row.get(5)?,
+        tool: row.get(6)?,
+        args_json: row.get(7)?,
+        status: Status::parse(&row.get::<_, String>(8)?),
+        result: json_col(9)?,
+        error: json_col(10)?,
+        attempt: row.get(11)?,
+        lease_until: row.get(12)?,
+        owner: row.get(13)?,
+        effect_id: row.get::<_, Option<String>>(14)?.unwrap_or_default(),
+        created_at: row.get(15)?,
+        updated_at: row.get(16)?,
+        expires_at: None,
     })
 }
 
@@ -338,7 +385,8 @@ pub(super) fn release_op(
             return Ok(Completion::Stale);
         }
         let detail = format!("attempt {} released by a stopping process", lease.attempt);
-        audit(conn, now, &lease.call_id, "released", &detail)?;
+        let attempt = lease.attempt;
+        audit(conn, now, &lease.call_id, attempt, "released", &detail)?;
         Ok(Completion::Applied)
     }
 }
@@ -382,7 +430,14 @@ pub(super) fn recover_expired(conn: &Connection, me: &Instance) -> rusqlite::Res
             )?
             .execute(params![now, call.call_id, call.attempt])?;
         if changed == 1 {
-            audit(conn, now, &call.call_id, "recover", &call.why(now))?;
+            audit(
+                conn,
+                now,
+                &call.call_id,
+                call.attempt,
+                "recover",
+                &call.why(now),
+            )?;
             recovered.push(call.call_id);
         }
     }

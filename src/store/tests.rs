@@ -52,6 +52,7 @@ impl TempDb {
 
 fn new_call(key: &str, fp: &str) -> NewCall {
     NewCall {
+        tenant: crate::auth::ANONYMOUS.into(),
         idem_key: key.into(),
         fingerprint: fp.into(),
         tool: "charge".into(),
@@ -68,7 +69,7 @@ fn created_call(c: Created) -> Call {
 }
 
 fn effects(store: &CallStore) -> i64 {
-    store.stats().unwrap().effects
+    store.stats(Scope::All).unwrap().effects
 }
 
 fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
@@ -83,9 +84,10 @@ fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
 }
 
 /// A new database's status index covers `attempt`, so `stats` counts from
-/// it; one made by the seed's DDL does not, and `stats` scans the table.
+/// it; so does one made by the seed's DDL (whose index lacked it) once
+/// migration 5 has rebuilt `calls` with its indexes.
 #[test]
-fn stats_counts_from_the_status_index_only_where_it_has_attempt() -> Result<(), StoreError> {
+fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), StoreError> {
     let new = TempDb::new("status-index-new");
     assert!(CallStore::open(&new.path(), StoreOptions::default())?.status_index_has_attempt);
     let seed = TempDb::new("status-index-seed");
@@ -97,7 +99,7 @@ fn stats_counts_from_the_status_index_only_where_it_has_attempt() -> Result<(), 
            created_at REAL NOT NULL, updated_at REAL NOT NULL);
          CREATE INDEX idx_calls_status ON calls(status, lease_until);",
     )?;
-    assert!(!CallStore::open(&seed.path(), StoreOptions::default())?.status_index_has_attempt);
+    assert!(CallStore::open(&seed.path(), StoreOptions::default())?.status_index_has_attempt);
     Ok(())
 }
 
@@ -285,7 +287,7 @@ fn many_threads_same_key_share_one_call() -> Result<(), StoreError> {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(ids.iter().all(|id| id == &ids[0]));
-    assert_eq!(store.stats()?.calls, 1);
+    assert_eq!(store.stats(Scope::All)?.calls, 1);
     Ok(())
 }
 
@@ -435,7 +437,7 @@ fn failing_operation_rolls_back_alone() -> Result<(), StoreError> {
         )
         .unwrap();
     assert_eq!(probes, 0);
-    assert_eq!(store.stats()?.calls, 1);
+    assert_eq!(store.stats(Scope::All)?.calls, 1);
     Ok(())
 }
 
@@ -520,13 +522,41 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
     let db = TempDb::new(name);
     Connection::open(db.path())?.execute_batch(&format!("{ddl}{OLD_ROWS}"))?;
     assert_eq!(user_version(&db.path()), 0);
+    let rowid_before = rows(&db.path(), "SELECT rowid FROM calls");
     let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    // Migration 5 rebuilt `calls`: every row kept, with its rowid, in the
+    // anonymous tenant; keys are now unique per tenant, not globally.
+    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    assert_eq!(rows(&db.path(), "SELECT rowid FROM calls"), rowid_before);
+    assert_eq!(
+        rows(
+            &db.path(),
+            "SELECT count(*) FROM calls WHERE tenant = 'anonymous'"
+        ),
+        1
+    );
+    let mut other_tenant = new_call("old-key", "fp");
+    other_tenant.tenant = "acme".into();
+    assert!(matches!(
+        store.create_or_get(other_tenant)?,
+        Created::New(_)
+    ));
+    assert!(matches!(
+        store.create_or_get(new_call("old-key", "other-fp"))?,
+        Created::Conflict(_)
+    ));
+    for (table, column) in [("audit", "attempt"), ("effects", "call_purged_at")] {
+        let sql =
+            format!("SELECT count(*) FROM pragma_table_info('{table}') WHERE name = '{column}'");
+        assert_eq!(rows(&db.path(), &sql), 1, "{table}.{column}");
+    }
     let call = store
-        .find_by_key("old-key")?
+        .find_by_key(crate::auth::ANONYMOUS, "old-key")?
         .expect("the old call survives");
     assert_eq!(call.status, Status::Succeeded);
     assert_eq!(call.result, Some(json!({"charged": 5})));
-    assert_eq!(store.stats()?.effects, 1);
+    assert_eq!(store.stats(Scope::All)?.effects, 1);
+    assert_eq!(store.stats(Scope::Tenant("acme"))?.calls, 1);
     assert_eq!(user_version(&db.path()), SCHEMA_VERSION);
     assert_eq!(
         rows(
@@ -629,9 +659,11 @@ fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
         key_prefix: "bulk",
     };
     bulk::insert_succeeded_charges(&db.path(), &charge, 1_000)?;
-    let stats = store.stats()?;
+    let stats = store.stats(Scope::All)?;
     assert_eq!((stats.calls, stats.effects), (1_000, 1_000));
-    let call = store.find_by_key("bulk-999")?.expect("loaded");
+    let call = store
+        .find_by_key(crate::auth::ANONYMOUS, "bulk-999")?
+        .expect("loaded");
     assert_eq!(call.status, Status::Succeeded);
     assert!(matches!(
         store.create_or_get(new_call("bulk-999", "fp"))?,

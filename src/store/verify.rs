@@ -8,7 +8,7 @@
 //! | SQLite's own structure is sound (`PRAGMA integrity_check`) | `integrity_check` |
 //! | one call per `Idempotency-Key` (per tenant, when `calls` has a `tenant` column) | `duplicate_key` |
 //! | at most one effect per call | `duplicate_effect` |
-//! | every effect belongs to a `succeeded` call | `effect_without_succeeded_call` |
+//! | every effect belongs to a `succeeded` call, or to one purged by key retention (`effects.call_purged_at`) | `effect_without_succeeded_call` |
 //! | the effect of a `succeeded` call is its own: same `effect_id`, same tool, a tool that writes effects | `effect_not_its_calls` |
 //! | every `succeeded` call of a tool that writes effects has its effect | `succeeded_without_effect` |
 //! | a `running` call holds a lease (`lease_until` and `owner`) | `running_without_lease` |
@@ -197,9 +197,10 @@ pub fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError>
         return Err(VerifyError::NotAServiceDatabase(path.to_path_buf()));
     }
     let tenant = has_column(&conn, "calls", "tenant");
+    let purged = has_column(&conn, "effects", "call_purged_at");
     let mut checks = vec![integrity(&conn)];
     checks.extend(
-        invariant_checks(tenant, effect_tools)
+        invariant_checks(tenant, purged, effect_tools)
             .iter()
             .map(|spec| spec.run(&conn)),
     );
@@ -283,7 +284,11 @@ impl Spec {
 
 /// The invariants past SQLite's own. Each query selects one text per
 /// violation, describing it (`quote()` keeps keys and statuses readable).
-fn invariant_checks(tenant: bool, effect_tools: &[&str]) -> Vec<Spec> {
+///
+/// `purged`: `effects` has `call_purged_at`, set when key retention deleted
+/// the effect's call (the effect stays as the ledger); such an effect has no
+/// call, and that is no violation.
+fn invariant_checks(tenant: bool, purged: bool, effect_tools: &[&str]) -> Vec<Spec> {
     let effect_tools = effect_tools
         .iter()
         .map(|t| format!("'{t}'"))
@@ -316,13 +321,24 @@ fn invariant_checks(tenant: bool, effect_tools: &[&str]) -> Vec<Spec> {
         },
         Spec {
             name: "effect_without_succeeded_call",
-            invariant: "every effect belongs to a succeeded call".into(),
-            sql: "SELECT 'effect ' || e.effect_id || ' of call ' || e.call_id || ': '
+            invariant: if purged {
+                "every effect belongs to a succeeded call, or to one purged after its TTL".into()
+            } else {
+                "every effect belongs to a succeeded call".into()
+            },
+            sql: format!(
+                "SELECT 'effect ' || e.effect_id || ' of call ' || e.call_id || ': '
                          || CASE WHEN c.call_id IS NULL THEN 'no such call'
                                  ELSE 'the call is ' || quote(c.status) END
                     FROM effects e LEFT JOIN calls c ON c.call_id = e.call_id
-                   WHERE c.call_id IS NULL OR c.status IS NOT 'succeeded'"
-                .into(),
+                   WHERE (c.call_id IS NULL{unpurged})
+                      OR (c.call_id IS NOT NULL AND c.status IS NOT 'succeeded')",
+                unpurged = if purged {
+                    " AND e.call_purged_at IS NULL"
+                } else {
+                    ""
+                }
+            ),
         },
         Spec {
             name: "effect_not_its_calls",
@@ -521,6 +537,33 @@ mod tests {
             report.to_string().contains("tenant 'a' key 'k'"),
             "{report}"
         );
+    }
+
+    /// Key retention deletes a call and keeps its effect, marked: that effect
+    /// is the ledger of a purged call, not an orphan. An unmarked one still is.
+    #[test]
+    fn an_effect_whose_call_was_purged_is_no_violation() {
+        let (db, conn) = Scratch::new("purged", "");
+        conn.execute_batch(
+            "ALTER TABLE effects ADD COLUMN call_purged_at REAL;
+             INSERT INTO effects VALUES ('e1', 'c1', 'charge', 1, 0, 5.0);",
+        )
+        .unwrap();
+        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        assert!(report.is_clean(), "{report}");
+        assert!(report.to_string().contains("purged"), "{report}");
+        conn.execute_batch("INSERT INTO effects VALUES ('e2', 'c2', 'charge', 1, 0, NULL)")
+            .unwrap();
+        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        assert_eq!(
+            violated(&report),
+            ["effect_without_succeeded_call"],
+            "{report}"
+        );
+        assert!(report
+            .to_string()
+            .contains("effect e2 of call c2: no such call"));
+        assert!(!report.to_string().contains("effect e1"), "{report}");
     }
 
     #[test]

@@ -49,27 +49,70 @@
 
 use super::model::WriterStats;
 use super::StoreError;
+use crate::metrics::Metrics;
 use rusqlite::Connection;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The most operations one commit carries; bounds how long the first waits.
 const MAX_BATCH: usize = 512;
 
-/// The writer's running totals behind `WriterStats`.
-#[derive(Default)]
+/// The writer's running totals behind `WriterStats`, what `/healthz` reads
+/// to tell a stuck writer, and where each batch is reported for `/metrics`.
 struct WriterCounters {
     batches: AtomicU64,
     ops: AtomicU64,
     run_us: AtomicU64,
     commit_us: AtomicU64,
+    /// Operations queued and not yet through a batch (committed or not).
+    outstanding: AtomicU64,
+    /// Microseconds since `epoch` when the writer last started or finished a
+    /// batch: with work outstanding, the time since then is how long it has
+    /// been stuck.
+    last_progress_us: AtomicU64,
+    epoch: Instant,
+    metrics: OnceLock<Arc<Metrics>>,
+}
+
+impl Default for WriterCounters {
+    fn default() -> Self {
+        WriterCounters {
+            batches: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
+            run_us: AtomicU64::new(0),
+            commit_us: AtomicU64::new(0),
+            outstanding: AtomicU64::new(0),
+            last_progress_us: AtomicU64::new(0),
+            epoch: Instant::now(),
+            metrics: OnceLock::new(),
+        }
+    }
 }
 
 impl WriterCounters {
+    fn progressed(&self) {
+        let now = self.epoch.elapsed().as_micros() as u64;
+        self.last_progress_us.store(now, Ordering::Relaxed);
+    }
+
+    /// How long the writer has had work outstanding without finishing or
+    /// starting a batch; `None` when it has nothing to do.
+    fn stuck_for(&self) -> Option<(Duration, u64)> {
+        let outstanding = self.outstanding.load(Ordering::Relaxed);
+        if outstanding == 0 {
+            return None;
+        }
+        let last = Duration::from_micros(self.last_progress_us.load(Ordering::Relaxed));
+        Some((self.epoch.elapsed().saturating_sub(last), outstanding))
+    }
+
     fn record(&self, ops: usize, run: Duration, commit: Duration) {
+        if let Some(metrics) = self.metrics.get() {
+            metrics.observe_writer_batch(ops, commit);
+        }
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.ops.fetch_add(ops as u64, Ordering::Relaxed);
         self.run_us
@@ -202,6 +245,10 @@ impl Writer {
             op: Some(op),
             then: Some(then),
         };
+        if self.counters.outstanding.fetch_add(1, Ordering::Relaxed) == 0 {
+            // Idle until now: the wait for this job starts here.
+            self.counters.progressed();
+        }
         // A stopped writer refuses the message; dropping the job answers it.
         let _ = self.queue.send(Message::Write(Box::new(job)));
     }
@@ -218,6 +265,17 @@ impl Writer {
 
     pub(super) fn stats(&self) -> WriterStats {
         self.counters.snapshot()
+    }
+
+    /// How long the writer has had work queued without progress, and how
+    /// many operations; `None` when idle.
+    pub(super) fn stuck_for(&self) -> Option<(Duration, u64)> {
+        self.counters.stuck_for()
+    }
+
+    /// Report every batch from now on to `metrics` (set once).
+    pub(super) fn report_to(&self, metrics: Arc<Metrics>) {
+        let _ = self.counters.metrics.set(metrics);
     }
 }
 
@@ -239,14 +297,21 @@ fn run_writer(conn: Connection, messages: mpsc::Receiver<Message>, counters: &Wr
                 Err(_) => break,
             }
         }
+        counters.progressed();
+        let ops = batch.len() as u64;
         commit_batch(&conn, batch, counters);
+        counters.outstanding.fetch_sub(ops, Ordering::Relaxed);
+        counters.progressed();
     }
     // Anything queued after the stop marker is dropped with the receiver,
     // and each dropped job answers its caller. A stopped process leaves the
     // WAL folded into the database file, so the file alone is the whole state.
     if stopping {
         if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
-            eprintln!("store: final checkpoint failed: {e}");
+            crate::log::warn("final checkpoint failed")
+                .event("checkpoint_failed")
+                .cause(&e)
+                .emit();
         }
     }
 }
@@ -284,7 +349,13 @@ fn commit_batch(conn: &Connection, batch: Vec<Box<dyn WriteJob>>, counters: &Wri
     };
     counters.record(ops, committing - started, committing.elapsed());
     if let Err(e) = &commit {
-        eprintln!("store: batch of {ops} not committed, every operation in it answered with an error: {e}");
+        crate::log::error(
+            "write batch not committed; every operation in it answered with an error",
+        )
+        .event("batch_failed")
+        .number("operations", ops as u64)
+        .cause(e)
+        .emit();
         roll_back_if_open(conn);
         jobs.for_each(|job| job.abandon(e));
     }
@@ -306,7 +377,10 @@ fn begin_batch(conn: &Connection) -> Result<(), StoreError> {
 fn roll_back_if_open(conn: &Connection) {
     if !conn.is_autocommit() {
         if let Err(e) = conn.execute_batch("ROLLBACK") {
-            eprintln!("store: ROLLBACK failed: {e}");
+            crate::log::error("ROLLBACK failed")
+                .event("rollback_failed")
+                .cause(&e)
+                .emit();
         }
     }
 }

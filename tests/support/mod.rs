@@ -10,11 +10,14 @@
 //! waits are polls against generous deadlines (the CI box is small and noisy).
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod auth;
+pub mod exposition;
+pub mod openapi;
 pub mod procfs;
 pub mod raw;
 pub mod tmpfs;
 
-use idempotent_tool::client::{authority, encode_path_segment, request_once};
+use idempotent_tool::client::{authority, encode_path_segment, request_once, HttpResponse};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -32,6 +35,8 @@ pub const CLIENT_BIN: &str = env!("CARGO_BIN_EXE_client");
 pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_chaos_proxy");
 pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
 
+#[allow(unused_imports)] // each test file uses a different subset
+pub use auth::AuthFile;
 #[allow(unused_imports)] // each test file uses a different subset
 pub use idempotent_tool::temp::unique_name;
 use idempotent_tool::temp::TempDir;
@@ -261,6 +266,25 @@ impl Server {
         )
         .unwrap_or_else(|e| panic!("{method} {path}: {e}; stderr:\n{}", self.stderr()));
         (resp.status, resp.json())
+    }
+
+    /// One request, the whole response (status, headers, body).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+    ) -> HttpResponse {
+        request_once(
+            &self.base,
+            method,
+            path,
+            headers,
+            body.map(str::as_bytes),
+            Some(DEADLINE),
+        )
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}; stderr:\n{}", self.stderr()))
     }
 
     pub fn post(&self, key: &str, body: &Value) -> (u16, Value) {

@@ -1,0 +1,191 @@
+//! The operations endpoints: `/healthz` (the truth, cheaply), `/stats` (the
+//! caller's counts, or every tenant's for an admin), `/metrics` (Prometheus,
+//! admins only), `/openapi.yaml` (this API's description, as built into the
+//! binary) and a call's audit timeline.
+//!
+//! This file must never show one tenant another tenant's calls: the audit
+//! timeline is read through the tenant's own lookup, and only an admin gets
+//! counts across tenants or the process metrics.
+
+use super::{Api, ApiError, Exchange};
+use crate::auth::Tenant;
+use crate::http::{ErrorCode, Request, Response};
+use crate::input::quote;
+use crate::store::{Health, Scope};
+use crate::sync::lock;
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The document served at `/openapi.yaml`: the repository's own file, built
+/// in, so the binary and its description cannot drift apart unnoticed (a
+/// test checks the file against the live router).
+const OPENAPI: &str = include_str!("../../openapi.yaml");
+
+/// How long one health check answers for. A check opens a new connection to
+/// the database (a pooled one would not notice the file becoming unreadable),
+/// so `/healthz` stays as cheap as a constant between checks; a problem shows
+/// within a second.
+const HEALTH_FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// The last health check and when it was made. A healthy verdict still
+/// fresh is read from two atomics, without a lock: `/healthz` is the bench's
+/// HTTP-only calibration, and twenty clients would otherwise queue on a mutex.
+pub struct HealthCache {
+    /// Microseconds since `epoch` until which a healthy verdict holds; 0:
+    /// none (unhealthy, or never checked).
+    healthy_until_us: AtomicU64,
+    epoch: Instant,
+    /// The last verdict, and the lock one checker holds while checking.
+    last: Mutex<Option<(Instant, Health)>>,
+}
+
+impl Default for HealthCache {
+    fn default() -> Self {
+        HealthCache {
+            healthy_until_us: AtomicU64::new(0),
+            epoch: Instant::now(),
+            last: Mutex::new(None),
+        }
+    }
+}
+
+impl HealthCache {
+    /// Whether a healthy verdict younger than `HEALTH_FRESH_FOR` stands.
+    fn fresh_and_healthy(&self) -> bool {
+        let now = self.epoch.elapsed().as_micros() as u64;
+        now < self.healthy_until_us.load(Ordering::Acquire)
+    }
+
+    /// A fresh enough verdict, checking again (one thread at a time) when
+    /// the last one is older than `HEALTH_FRESH_FOR`.
+    fn get(&self, check: impl FnOnce() -> Health) -> Health {
+        let mut last = lock(&self.last);
+        match &*last {
+            Some((at, health)) if at.elapsed() < HEALTH_FRESH_FOR => health.clone(),
+            _ => {
+                let health = check();
+                let checked = Instant::now();
+                let until = if health.database.is_ok() && health.writer.is_ok() {
+                    (checked + HEALTH_FRESH_FOR - self.epoch).as_micros() as u64
+                } else {
+                    0
+                };
+                self.healthy_until_us.store(until, Ordering::Release);
+                *last = Some((checked, health.clone()));
+                health
+            }
+        }
+    }
+}
+
+/// `GET /openapi.yaml`.
+pub(super) fn openapi() -> Response {
+    Response {
+        status: 200,
+        headers: vec![("Content-Type".into(), "application/yaml".into())],
+        body: OPENAPI.as_bytes().to_vec(),
+    }
+}
+
+impl Api {
+    /// `200 {"ok":true}` only when a fresh connection reads the database and
+    /// the writer is not stuck with work queued; otherwise `503` naming what
+    /// is wrong, with `Retry-After` like every `unavailable`.
+    pub(super) fn healthz(&self) -> Response {
+        if self.health.fresh_and_healthy() {
+            return Response::json_bytes(200, br#"{"ok":true}"#.to_vec());
+        }
+        let health = self.health.get(|| self.store.health());
+        let check = |result: &Result<(), String>| match result {
+            Ok(()) => json!({"ok": true}),
+            Err(detail) => json!({"ok": false, "detail": detail}),
+        };
+        let problems: Vec<String> = [("database", &health.database), ("writer", &health.writer)]
+            .into_iter()
+            .filter_map(|(what, result)| result.as_ref().err().map(|e| format!("{what}: {e}")))
+            .collect();
+        if problems.is_empty() {
+            return Response::json(200, &json!({"ok": true}));
+        }
+        crate::log::warn("health check failed")
+            .event("unhealthy")
+            .flag("database_ok", health.database.is_ok())
+            .flag("writer_ok", health.writer.is_ok())
+            .emit();
+        let code = ErrorCode::Unavailable;
+        let body = json!({
+            "ok": false,
+            "error": {"code": code.as_str(), "message": problems.join("; ")},
+            "checks": {"database": check(&health.database), "writer": check(&health.writer)},
+        });
+        Response::json(code.status(), &body).with_header("Retry-After", "1")
+    }
+
+    /// `GET /stats`: the caller's calls; `?scope=all` every tenant's, for an
+    /// admin. Without `--auth-file` the one (admin) tenant gets every call
+    /// either way, through the cheaper all-calls count.
+    pub(super) fn stats(&self, req: &Request, tenant: &Tenant) -> Result<Response, ApiError> {
+        let all = match query_value(req, "scope") {
+            None | Some("tenant") => !self.auth.is_required(),
+            Some("all") if tenant.admin => true,
+            Some("all") => return Err(ApiError::Forbidden("/stats?scope=all")),
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "scope must be tenant or all, not {}",
+                    quote(other)
+                )))
+            }
+        };
+        let scope = if all {
+            Scope::All
+        } else {
+            Scope::Tenant(&tenant.name)
+        };
+        Ok(Response::json(200, &self.store.stats(scope)?.to_json()))
+    }
+
+    /// `GET /metrics`, for an admin.
+    pub(super) fn metrics_text(&self, tenant: &Tenant) -> Result<Response, ApiError> {
+        if !tenant.admin {
+            return Err(ApiError::Forbidden("/metrics"));
+        }
+        Ok(Response {
+            status: 200,
+            headers: vec![(
+                "Content-Type".into(),
+                self.metrics.content_type().to_string(),
+            )],
+            body: self.metrics.render().into_bytes(),
+        })
+    }
+
+    /// `GET /v1/tool-calls/{call_id}/audit`: the tenant's call's audit rows,
+    /// oldest first.
+    pub(super) fn audit(
+        &self,
+        tenant: &Tenant,
+        call_id: &str,
+        exchange: &mut Exchange,
+    ) -> Result<Response, ApiError> {
+        let events = self
+            .store
+            .audit_for(&tenant.name, call_id)?
+            .ok_or_else(|| ApiError::NotFound(format!("call {}", quote(call_id))))?;
+        exchange.call_id = Some(call_id.to_string());
+        let events: Vec<_> = events.iter().map(|e| e.to_json()).collect();
+        Ok(Response::json(
+            200,
+            &json!({"call_id": call_id, "events": events}),
+        ))
+    }
+}
+
+/// The value of `name` in the query string, undecoded; the first wins.
+fn query_value<'a>(req: &'a Request, name: &str) -> Option<&'a str> {
+    req.query.as_deref()?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then_some(value)
+    })
+}

@@ -1,0 +1,58 @@
+//! Key retention, run by the recovery thread: about once a second, purge
+//! terminal calls older than `--key-ttl` in small write batches (at most
+//! `PURGE_BATCH` calls each, so the writer is never held long), count them in
+//! the process's purge counter, log the pass, and hand the purged keys to
+//! `on_purged` so the API forgets them.
+//!
+//! It never chooses what to delete: the store's conditional `DELETE` does,
+//! and it never deletes a `pending` or `running` call or an effect.
+
+use super::Runner;
+use crate::log;
+use crate::store::Purged;
+use std::time::Duration;
+
+/// How often the recovery thread looks for expired keys.
+pub(super) const PURGE_EVERY: Duration = Duration::from_secs(1);
+/// Calls purged per write batch: small, so the writer is never held long.
+const PURGE_BATCH: usize = 100;
+/// Batches per purge pass, so a large backlog drains over several passes
+/// instead of holding the recovery thread.
+const PURGE_BATCHES_PER_PASS: usize = 50;
+
+/// Told which calls a purge removed (the API forgets their keys).
+pub type OnPurged = Box<dyn Fn(&[Purged]) + Send + Sync>;
+
+impl Runner {
+    /// Key retention: purge expired terminal calls in small batches, count
+    /// them, log the pass, and have their keys forgotten.
+    pub fn purge_expired(&self) {
+        let mut total = 0;
+        for _ in 0..PURGE_BATCHES_PER_PASS {
+            match self.store.purge_expired(PURGE_BATCH) {
+                Ok(purged) if purged.is_empty() => break,
+                Ok(purged) => {
+                    total += purged.len();
+                    self.metrics.purges.inc_by(purged.len() as u64);
+                    (self.on_purged)(&purged);
+                }
+                Err(e) => {
+                    log::error("purge failed")
+                        .event("purge_failed")
+                        .cause(&e)
+                        .emit();
+                    break;
+                }
+            }
+            if self.is_stopping() {
+                break;
+            }
+        }
+        if total > 0 {
+            log::info("expired calls purged")
+                .event("purge")
+                .number("calls", total as u64)
+                .emit();
+        }
+    }
+}

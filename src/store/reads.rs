@@ -1,0 +1,97 @@
+//! The reads behind the operations endpoints: a tenant's counts for
+//! `/stats`, a call's audit timeline, the backlog a metrics scrape reports,
+//! and the fresh read `/healthz` makes. Each runs on a connection it is
+//! given, inside the caller's read transaction.
+//!
+//! This module never writes, and never reads another tenant's rows for a
+//! tenant's answer.
+
+use super::model::{AuditEvent, Backlog};
+use super::sql::CallCounts;
+use rusqlite::{params, Connection, OpenFlags};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One tenant's calls by status and by attempt, through the
+/// `UNIQUE (tenant, idem_key)` index (the status index holds no tenant, and
+/// another index would cost every call a write).
+pub(super) fn count_tenant_calls(conn: &Connection, tenant: &str) -> rusqlite::Result<CallCounts> {
+    let (mut calls, mut by_status, mut attempts) = (0, BTreeMap::new(), BTreeMap::new());
+    let mut stmt = conn.prepare_cached(
+        "SELECT status, attempt, count(*) FROM calls WHERE tenant = ?1 GROUP BY status, attempt",
+    )?;
+    let mut rows = stmt.query(params![tenant])?;
+    while let Some(row) = rows.next()? {
+        let (status, attempt, n): (String, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        calls += n;
+        *by_status.entry(status).or_insert(0) += n;
+        *attempts.entry(attempt).or_insert(0) += n;
+    }
+    Ok((
+        calls,
+        by_status.into_iter().collect(),
+        attempts.into_iter().collect(),
+    ))
+}
+
+/// The effects of a tenant's calls still kept (a purged call's effect stays
+/// in the ledger but no longer has a tenant to count it under).
+pub(super) fn count_tenant_effects(conn: &Connection, tenant: &str) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM effects e JOIN calls c ON c.call_id = e.call_id WHERE c.tenant = ?1",
+    )?
+    .query_row(params![tenant], |r| r.get(0))
+}
+
+/// A call's audit rows in the order they were written (`idx_audit_call`).
+pub(super) fn audit_timeline(
+    conn: &Connection,
+    call_id: &str,
+) -> rusqlite::Result<Vec<AuditEvent>> {
+    conn.prepare_cached(
+        "SELECT ts, event, attempt, detail FROM audit WHERE call_id = ?1 ORDER BY id",
+    )?
+    .query_map(params![call_id], |r| {
+        Ok(AuditEvent {
+            at: r.get(0)?,
+            event: r.get(1)?,
+            attempt: r.get(2)?,
+            detail: r.get(3)?,
+        })
+    })?
+    .collect()
+}
+
+/// Calls by status (one pass over `idx_calls_status`, as `/stats` makes) and
+/// the oldest pending call's creation time (a range of that index).
+pub(super) fn backlog(conn: &Connection) -> rusqlite::Result<Backlog> {
+    let calls_by_status = conn
+        .prepare_cached("SELECT status, count(*) FROM calls GROUP BY status")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let oldest_pending_created_at = conn
+        .prepare_cached("SELECT min(created_at) FROM calls WHERE status = 'pending'")?
+        .query_row([], |r| r.get(0))?;
+    Ok(Backlog {
+        calls_by_status,
+        oldest_pending_created_at,
+    })
+}
+
+/// Whether the file can be opened and read now, on a new connection: the
+/// pooled ones keep files open that may no longer be readable by anyone else
+/// (permissions changed, file replaced), so only a fresh open tells the truth.
+/// Read-only and without `CREATE`: a missing file is an answer, not a new file.
+pub(super) fn fresh_read(path: &Path) -> rusqlite::Result<()> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(1))?;
+    conn.query_row(
+        "SELECT count(*) FROM (SELECT 1 FROM calls LIMIT 1)",
+        [],
+        |r| r.get::<_, i64>(0),
+    )?;
+    Ok(())
+}
