@@ -16,7 +16,7 @@ use crate::http::{ClientProbe, ErrorCode, Request, Response};
 use crate::input::{clip, parse_strict, quote};
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
-use crate::tools;
+use crate::tools::ToolRegistry;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,6 +97,8 @@ pub struct Api {
     pub store: Arc<CallStore>,
     pub runner: Arc<Runner>,
     pub notifier: Arc<Notifier>,
+    /// The tools calls may name, with their argument rules.
+    pub tools: Arc<ToolRegistry>,
     /// Whether chaos hooks are accepted in `args`.
     pub chaos: bool,
     /// What this process knows about idempotency keys, within a byte budget.
@@ -130,6 +132,10 @@ impl Api {
             "/v1/tool-calls" => {
                 allow("POST")?;
                 self.post_call(req)
+            }
+            "/v1/tools" => {
+                allow("GET")?;
+                Ok(Response::json(200, &self.tools.public_view()))
             }
             _ => {
                 if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {
@@ -171,7 +177,8 @@ impl Api {
                 )));
             }
         }
-        let prepared = tools::builtin_registry()
+        let prepared = self
+            .tools
             .prepare(tool, &tool_args)
             .map_err(ApiError::BadRequest)?;
         let quick = prepared.quick && hooks == chaos::Hooks::default();
@@ -206,7 +213,7 @@ impl Api {
                 return Ok(response);
             }
             Created::New(call) => {
-                self.runner.submit(&call.call_id, quick);
+                self.runner.submit(&call.call_id, &call.tool, quick);
                 if let Some(delay) = hooks.delay_response {
                     std::thread::sleep(delay);
                 }
@@ -214,7 +221,7 @@ impl Api {
             }
             Created::RetryReset(call) => {
                 // Rare; its stored args are not parsed here, so assume slow.
-                self.runner.submit(&call.call_id, false);
+                self.runner.submit(&call.call_id, &call.tool, false);
                 call
             }
             Created::Existing(call) => call,

@@ -93,6 +93,7 @@ impl Service {
             Arc::clone(&store),
             config.runner.clone(),
             Arc::clone(&notifier),
+            Arc::clone(&config.tools),
         )
         .map_err(|e| {
             store.stop();
@@ -103,6 +104,7 @@ impl Service {
             store: Arc::clone(&store),
             runner: Arc::clone(&runner),
             notifier: Arc::clone(&notifier),
+            tools: Arc::clone(&config.tools),
             chaos: config.runner.chaos,
             keys: KeyCache::with_budget(config.answer_cache_bytes),
         };
@@ -148,8 +150,16 @@ impl Service {
         } else {
             String::new()
         };
+        let tools = match &self.config.tools_file {
+            Some(file) => format!(
+                ", tools {} from {}",
+                self.config.tools.specs().count(),
+                file.display()
+            ),
+            None => String::new(),
+        };
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s{lowered}{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s{tools}{lowered}{})",
             self.addr(),
             self.config.db.display(),
             self.config.runner.workers,

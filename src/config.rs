@@ -7,9 +7,10 @@ use crate::flag::Flags;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::StoreOptions;
-use crate::tools::MAX_SLEEP_SECS;
+use crate::tools::{ToolFileError, ToolRegistry};
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
@@ -20,7 +21,10 @@ usage: idempotent-tool [options]
   --db PATH                   SQLite database file (default idem.db)
   --workers N                 worker threads running tools (default 8)
   --lease-secs SECS           lease per attempt, fractions allowed (default 30);
-                              must exceed the longest tool run (sleep <= 10 s)
+                              extended every third of it while the tool runs
+  --tools FILE                the tools this server runs, from a JSON file
+                              (default: the built-ins charge, send_email,
+                              sleep, fail); a mistake in it exits 2
   --recover-interval-ms MS    how often recovery runs (default 200)
   --busy-timeout-ms MS        SQLite busy timeout (default 5000)
   --request-timeout-ms MS     a request's head, then its body, must arrive
@@ -53,6 +57,10 @@ pub struct Config {
     /// Bytes of keys, fingerprints and rendered answers the API may keep
     /// (`--answer-cache-mib`).
     pub answer_cache_bytes: usize,
+    /// `--tools FILE`, read by `load_tools`.
+    pub tools_file: Option<PathBuf>,
+    /// The tools calls may name: the built-ins, or `tools_file` once loaded.
+    pub tools: Arc<ToolRegistry>,
 }
 
 impl Default for Config {
@@ -71,6 +79,8 @@ impl Default for Config {
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
             answer_cache_bytes: crate::api::DEFAULT_ANSWER_CACHE_BYTES,
+            tools_file: None,
+            tools: Arc::new(ToolRegistry::builtins()),
         }
     }
 }
@@ -107,6 +117,7 @@ impl Config {
                 "--host" => config.host = value()?,
                 "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,
                 "--db" => config.db = PathBuf::from(value()?),
+                "--tools" => config.tools_file = Some(PathBuf::from(value()?)),
                 "--workers" => config.runner.workers = number(&flag, &value()?, 1..=1024)? as usize,
                 "--lease-secs" => config.runner.lease = seconds(&flag, &value()?)?,
                 "--recover-interval-ms" => {
@@ -129,14 +140,17 @@ impl Config {
                 other => return Err(ConfigError(format!("unknown flag {other:?}"))),
             }
         }
-        if config.runner.lease.as_secs_f64() <= MAX_SLEEP_SECS && !config.runner.chaos {
-            // Allowed (tests use short leases), but a `sleep` could then be taken over.
-            eprintln!(
-                "warning: --lease-secs {} does not exceed the longest tool run ({MAX_SLEEP_SECS} s)",
-                config.runner.lease.as_secs_f64()
-            );
-        }
         Ok(Command::Run(Box::new(config)))
+    }
+
+    /// Read `--tools FILE`, if given, into `tools`. Its own step, after the
+    /// flags: a mistake in the file is one line naming the tool and the field
+    /// (never a secret), not a usage error.
+    pub fn load_tools(&mut self) -> Result<(), ToolFileError> {
+        if let Some(path) = &self.tools_file {
+            self.tools = Arc::new(ToolRegistry::load(path)?);
+        }
+        Ok(())
     }
 }
 

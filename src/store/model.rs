@@ -64,6 +64,9 @@ pub struct Call {
     pub effect_id: String,
     pub created_at: f64,
     pub updated_at: f64,
+    /// For a `pending` call whose last attempt failed retryably: wall-clock
+    /// seconds before which no claim takes it. `None`: at once.
+    pub next_attempt_at: Option<f64>,
 }
 
 impl Call {
@@ -104,6 +107,7 @@ impl Call {
             owner: None,
             created_at: now,
             updated_at: now,
+            next_attempt_at: None,
         }
     }
 
@@ -123,6 +127,7 @@ impl Call {
             "effect_id": self.effect_id,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "next_attempt_at": self.next_attempt_at,
             "query_url": format!("/v1/tool-calls/{}", self.call_id),
         })
     }
@@ -174,6 +179,14 @@ pub struct Lease {
     pub args_json: String,
     pub effect_id: String,
     pub lease_until: f64,
+}
+
+/// A `pending` call that may be claimed now: its tool decides which
+/// concurrency cap it waits under before a worker takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueCall {
+    pub call_id: String,
+    pub tool: String,
 }
 
 /// Whether a fenced completion took effect.

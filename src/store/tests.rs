@@ -243,7 +243,12 @@ fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
     );
     assert_eq!(store.get(&live.call_id)?.unwrap().status, Status::Running);
     assert_eq!(store.get(&done.call_id)?.unwrap().status, Status::Succeeded);
-    assert_eq!(store.pending_ids(10)?, vec![expired.call_id]);
+    let due: Vec<String> = store
+        .due_calls(10)?
+        .into_iter()
+        .map(|d| d.call_id)
+        .collect();
+    assert_eq!(due, vec![expired.call_id]);
     assert!(store.recover()?.is_empty());
     Ok(())
 }
