@@ -6,6 +6,8 @@ use super::*;
 use serde_json::json;
 use std::path::PathBuf;
 
+mod retry;
+
 /// `succeed_then`, waiting for the commit.
 fn succeed(
     store: &CallStore,
@@ -546,6 +548,17 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
             "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'detail'"
         ),
         1
+    );
+    assert_eq!(
+        rows(
+            &db.path(),
+            "SELECT count(*) FROM pragma_table_info('calls') WHERE name = 'next_attempt_at'"
+        ),
+        1
+    );
+    assert_eq!(
+        call.next_attempt_at, None,
+        "an old row has no retry scheduled"
     );
     assert_eq!(audit_events(&db.path(), &call.call_id), ["succeeded"]);
     // The new code writes into the upgraded file as into a new one.
