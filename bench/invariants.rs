@@ -52,18 +52,20 @@ pub fn check_invariants(
                 calls == 1 && effects == 1,
             ));
         }
-        Mode::Distinct => {
+        Mode::Distinct | Mode::HttpTool => {
+            // Every success of `charge` and of an http tool writes one effect.
+            let name = mode.name();
             let upper = accepted + load.status0 as i64;
             checks.push(check(
                 format!(
-                    "distinct: calls = accepted ({calls} vs {accepted}, +{} status0)",
+                    "{name}: calls = accepted ({calls} vs {accepted}, +{} status0)",
                     load.status0
                 ),
                 accepted <= calls && calls <= upper,
             ));
             if drained {
                 checks.push(check(
-                    format!("distinct: one effect per call ({effects} vs {calls})"),
+                    format!("{name}: one effect per call ({effects} vs {calls})"),
                     effects == calls,
                 ));
             }

@@ -22,6 +22,8 @@ const CHARGE: &[u8] = br#"{"tool":"charge","args":{"amount":1}}"#;
 const EMAIL: &[u8] = br#"{"tool":"send_email","args":{"to":"bench@example.com"}}"#;
 const SLEEP: &[u8] = br#"{"tool":"sleep","args":{"seconds":0.01}}"#;
 const FAIL_ONCE: &[u8] = br#"{"tool":"fail","args":{"retryable":true,"fail_times":1}}"#;
+/// `--mode http-tool`'s call: `target::REMOTE_TOOL`, which has no arguments.
+const REMOTE: &[u8] = br#"{"tool":"remote","args":{}}"#;
 
 /// Where a load run's requests go.
 #[derive(Clone, Copy)]
@@ -163,6 +165,7 @@ fn request_for(mode: Mode, ticket: u64, prefix: &str, key: &mut String) -> Optio
     let (key_ticket, body) = match mode {
         Mode::Healthz => return None,
         Mode::Distinct => (Some(ticket), CHARGE),
+        Mode::HttpTool => (Some(ticket), REMOTE),
         Mode::SameKey => (None, CHARGE),
         Mode::Mixed => mixed_request(ticket),
     };

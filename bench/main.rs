@@ -16,16 +16,21 @@
 //! the same load once more straight into a fresh service's request handler,
 //! with no HTTP at all: the rate HTTP work could at best approach. The first
 //! lines of the report have the shape of the seed's Python bench (section 12.12.2).
+//! `--mode http-tool` measures the worker pool instead: every call is an
+//! `http` tool whose downstream answers after `--downstream-latency-ms`, and
+//! completed calls/s is held against the ideal `workers / latency`.
 //!
 //! This file owns the flags and the order of a single run; it never measures
 //! or prints figures itself. The rest, one concern per module: `target` (the
 //! server under load and the temp folders), `load` (the client threads),
-//! `calibrate` (the two baselines), `measure` (load, drain, `/stats`),
+//! `downstream` (http-tool's in-process downstream), `calibrate` (the two
+//! baselines), `measure` (load, drain, `/stats`),
 //! `invariants` (the checks after a run), `sweep` (the `--sweep` run and its
 //! pre-filled database), `report` (text and JSON).
 #![forbid(unsafe_code)]
 
 mod calibrate;
+mod downstream;
 mod invariants;
 mod load;
 mod measure;
@@ -35,6 +40,7 @@ mod target;
 
 use calibrate::{single_commit_sample, CommitRate};
 use idempotent_tool::client::authority;
+use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::flag::Flags;
 use idempotent_tool::log::{self, parse_access_log, Level, Logger};
 use idempotent_tool::temp::TempDir;
@@ -42,7 +48,7 @@ use measure::{measure, measure_without_http, peak_rss_kib};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use target::{start_in_process, Target};
+use target::{start_with, Setup, Target};
 
 const USAGE: &str = "\
 usage: bench [options]
@@ -54,8 +60,14 @@ usage: bench [options]
   --mode MODE          distinct (default): a new key per request, charge 1;
                        same-key: every request one key;
                        mixed: 40% charge, 10% send_email, 10% sleep 0.01 s,
-                       10% fail once, 30% same-key retries of earlier calls
-  --n N                requests per run (default 300)
+                       10% fail once, 30% same-key retries of earlier calls;
+                       http-tool: a new key per request, an http tool whose
+                       downstream (in this process) answers after
+                       --downstream-latency-ms; in-process only
+  --workers N          the in-process service's workers (default 8)
+  --downstream-latency-ms MS  http-tool's downstream latency (default 50)
+  --n N                requests per run (default 300; http-tool: five
+                       seconds' worth at the ideal workers / latency)
   --concurrency N      client threads, one connection each (default 20)
   --duration SECS      run for this long instead of --n requests
   --keep-alive         reuse each thread's connection (default)
@@ -76,6 +88,8 @@ enum Mode {
     Distinct,
     SameKey,
     Mixed,
+    /// A new key per request, each call an `http` tool with a slow downstream.
+    HttpTool,
     /// `GET /healthz`: the HTTP-only calibration.
     Healthz,
 }
@@ -86,6 +100,7 @@ impl Mode {
             Mode::Distinct => "distinct",
             Mode::SameKey => "same-key",
             Mode::Mixed => "mixed",
+            Mode::HttpTool => "http-tool",
             Mode::Healthz => "healthz",
         }
     }
@@ -113,6 +128,8 @@ struct Config {
     json: bool,
     /// The in-process service writes an access log (to a temp file).
     access_log: bool,
+    /// `--workers` and, for http-tool, the downstream's latency.
+    setup: Setup,
 }
 
 impl Config {
@@ -130,8 +147,9 @@ impl Config {
             sweep: false,
             json: false,
             access_log: true,
+            setup: Setup::default(),
         };
-        let mut duration = None;
+        let (mut duration, mut count, mut latency) = (None, None, Duration::from_millis(50));
         let mut flags = Flags::new(args);
         while let Some(flag) = flags.next_flag()? {
             let mut value = || flags.value();
@@ -145,10 +163,15 @@ impl Config {
                         "distinct" => Mode::Distinct,
                         "same-key" => Mode::SameKey,
                         "mixed" => Mode::Mixed,
+                        "http-tool" => Mode::HttpTool,
                         other => return Err(format!("unknown mode {other:?}")),
                     }
                 }
-                "--n" => c.stop = Stop::Count(number(&flag, &value()?)?),
+                "--n" => count = Some(number(&flag, &value()?)?),
+                "--workers" => c.setup.workers = Some(number(&flag, &value()?)? as usize),
+                "--downstream-latency-ms" => {
+                    latency = Duration::from_millis(number(&flag, &value()?)?)
+                }
                 "--concurrency" => c.concurrency = number(&flag, &value()?)? as usize,
                 "--duration" => duration = Some(seconds(&flag, &value()?)?),
                 "--keep-alive" => c.keep_alive = true,
@@ -160,10 +183,23 @@ impl Config {
                 other => return Err(format!("unknown flag {other:?}")),
             }
         }
+        if c.mode == Mode::HttpTool {
+            if c.base.is_some() || c.sweep {
+                return Err("--mode http-tool starts its own service; no --base or --sweep".into());
+            }
+            c.setup.downstream_latency = Some(latency);
+        }
         if let Some(d) = duration {
             c.stop = Stop::After(d);
+        } else if let Some(n) = count {
+            c.stop = Stop::Count(n);
         } else if c.sweep {
             c.stop = Stop::After(Duration::from_secs(3));
+        } else if c.mode == Mode::HttpTool {
+            c.stop = Stop::Count((c.ideal_per_s().unwrap_or(60.0) * 5.0).ceil() as u64);
+        }
+        if c.setup.workers.is_some_and(|w| w > 1024) {
+            return Err("--workers must be at most 1024, as the service's".into());
         }
         if c.sweep && c.base.is_some() {
             return Err("--sweep starts its own servers; it cannot use --base".into());
@@ -172,6 +208,18 @@ impl Config {
             return Err("--concurrency must be at most 4096".into());
         }
         Ok(Some(c))
+    }
+
+    /// http-tool's ideal rate: every worker always waiting on the downstream.
+    fn ideal_per_s(&self) -> Option<f64> {
+        let latency = self.setup.downstream_latency?.as_secs_f64().max(1e-3);
+        Some(self.workers() as f64 / latency)
+    }
+
+    /// The in-process service's workers: `--workers`, or the service's default.
+    fn workers(&self) -> usize {
+        let default = || ServiceConfig::default().runner.workers;
+        self.setup.workers.unwrap_or_else(default)
     }
 }
 
@@ -254,13 +302,17 @@ fn run_single(config: &Config) -> Result<bool, String> {
                 in_process: false,
                 server_pid: config.server_pid,
                 _service: None,
+                downstream: None,
             };
             (target, calibration_dir_beside(config.db.as_deref()))
         }
         None => {
             temp = TempDir::new("idem-bench").map_err(|e| format!("temp folder: {e}"))?;
             let db = temp.join("idem.db");
-            (start_in_process(&db, || Ok(()))?, temp.path().to_path_buf())
+            (
+                start_with(&db, config.setup, || Ok(()))?,
+                temp.path().to_path_buf(),
+            )
         }
     };
     eprintln!(
@@ -277,16 +329,29 @@ fn run_single(config: &Config) -> Result<bool, String> {
     } else {
         target.server_pid.and_then(|p| peak_rss_kib(Some(p)))
     };
-    let no_http = measure_without_http(&calibration_dir, config)?;
+    // The run without HTTP measures acceptance; http-tool measures the workers.
+    let no_http = match config.mode {
+        Mode::HttpTool => None,
+        _ => Some(measure_without_http(&calibration_dir, config)?),
+    };
     let access = report::AccessLog {
         enabled: target.in_process.then_some(config.access_log),
         micros_per_line: calibrate::access_log_micros_per_line(&calibration_dir)?,
     };
+    let downstream = target.downstream.as_ref().map(|d| &d.gauge);
+    let ideal = config.ideal_per_s();
+    let no_http = no_http.as_ref();
     if config.json {
-        let v = report::single_json(&m, config, &target, commit_rate, rss, &no_http, access);
+        let mut v = report::single_json(&m, config, &target, commit_rate, rss, no_http, access);
+        if let (Some(ideal), Some(gauge)) = (ideal, downstream) {
+            v["http_tool"] = report::http_tool_json(&m, config, ideal, gauge);
+        }
         println!("{v}");
     } else {
-        report::print_report(&m, config, &target, commit_rate, rss, &no_http, access);
+        report::print_report(&m, config, &target, commit_rate, rss, no_http, access);
+        if let (Some(ideal), Some(gauge)) = (ideal, downstream) {
+            report::print_http_tool(&m, config, ideal, gauge);
+        }
     }
     Ok(m.ok())
 }

@@ -9,11 +9,10 @@
 use crate::calibrate::{healthz_calibration, CommitRate};
 use crate::invariants::{check_invariants, Check};
 use crate::load::{parsed_request, run_load, Load, LoadResult, Via, REQUEST_TIMEOUT};
-use crate::target::{run_id, Target};
+use crate::target::{run_id, service_config, Setup, Target};
 use crate::{Config, Mode};
 use idempotent_tool::app::Service;
 use idempotent_tool::client::Connection;
-use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::store::WriterStats;
 use idempotent_tool::temp::TempDir;
 use serde_json::Value;
@@ -192,11 +191,11 @@ pub fn measure(
 /// be reached by work on the HTTP side.
 pub fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, String> {
     let dir = TempDir::new_in(dir, "idem-bench").map_err(|e| format!("temp folder: {e}"))?;
-    let service = ServiceConfig {
-        port: 0,
-        db: dir.join("no-http.db"),
-        ..ServiceConfig::default()
+    let setup = Setup {
+        workers: config.setup.workers,
+        downstream_latency: None,
     };
+    let (service, _) = service_config(&dir.join("no-http.db"), setup)?;
     let service = Service::start(service).map_err(|e| e.to_string())?;
     let handler = service.handler();
     eprintln!("bench: the same load without HTTP, straight into a fresh service's handler");

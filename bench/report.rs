@@ -7,6 +7,7 @@
 //! only the invariants decide the exit code.
 
 use crate::calibrate::CommitRate;
+use crate::downstream::Gauge;
 use crate::load::LoadResult;
 use crate::measure::{peak_rss_kib, ratio, Measurement};
 use crate::sweep::{DATA_PAIRS, PREFILL_CALLS};
@@ -89,7 +90,7 @@ pub fn print_report(
     target: &Target,
     commit: CommitRate,
     rss: Option<u64>,
-    no_http: &LoadResult,
+    no_http: Option<&LoadResult>,
     access: AccessLog,
 ) {
     let (l, h) = (&m.load, &m.healthz);
@@ -161,20 +162,62 @@ pub fn print_report(
     print_writer(m.writer());
     print_commit_rate(commit);
     print_access_log(access, l.rps());
-    print!(
-        "without HTTP: accepted/s={:.1} ({:.2}x healthz)  ",
-        no_http.accepted_per_s(),
-        ratio(no_http.accepted_per_s(), h.rps())
-    );
-    println!(
-        "p50={:.2}ms  p99={:.2}ms  (same load into a fresh service's handler)",
-        no_http.ms(0.50),
-        no_http.ms(0.99)
-    );
+    if let Some(no_http) = no_http {
+        print!(
+            "without HTTP: accepted/s={:.1} ({:.2}x healthz)  ",
+            no_http.accepted_per_s(),
+            ratio(no_http.accepted_per_s(), h.rps())
+        );
+        println!(
+            "p50={:.2}ms  p99={:.2}ms  (same load into a fresh service's handler)",
+            no_http.ms(0.50),
+            no_http.ms(0.99)
+        );
+    }
     print_targets(m, commit);
     for c in &m.checks {
         println!("check {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.name);
     }
+}
+
+/// `--mode http-tool`: completed calls/s beside the ideal `workers / latency`,
+/// and what the downstream saw.
+pub fn print_http_tool(m: &Measurement, config: &Config, ideal: f64, downstream: &Gauge) {
+    let done = m.completed_per_s();
+    let latency_ms = config
+        .setup
+        .downstream_latency
+        .unwrap_or_default()
+        .as_secs_f64()
+        * 1e3;
+    println!(
+        "http-tool: workers={} downstream latency={latency_ms:.0}ms  completed/s={done:.1}  \
+         ideal workers/latency={ideal:.1}/s  ratio={:.2}",
+        config.workers(),
+        done / ideal.max(1e-9)
+    );
+    println!(
+        "http-tool: downstream requests={} max_in_flight={}",
+        downstream.requests(),
+        downstream.max_in_flight()
+    );
+    let ratio = done / ideal.max(1e-9);
+    let mark = if ratio >= 0.8 { "met" } else { "MISSED" };
+    println!("target completed/s >= 0.8x ideal: {ratio:.2}x {mark}");
+}
+
+/// `print_http_tool`'s figures for `--json`.
+pub fn http_tool_json(m: &Measurement, config: &Config, ideal: f64, downstream: &Gauge) -> Value {
+    let latency = config.setup.downstream_latency.unwrap_or_default();
+    json!({
+        "workers": config.workers(),
+        "downstream_latency_ms": latency.as_secs_f64() * 1e3,
+        "completed_per_s": m.completed_per_s(),
+        "ideal_per_s": ideal,
+        "ratio_to_ideal": m.completed_per_s() / ideal.max(1e-9),
+        "downstream_requests": downstream.requests(),
+        "downstream_max_in_flight": downstream.max_in_flight(),
+    })
 }
 
 /// The issue's targets, as figures next to their thresholds (not assertions).
@@ -289,7 +332,7 @@ pub fn single_json(
     target: &Target,
     commit: CommitRate,
     rss: Option<u64>,
-    no_http: &LoadResult,
+    no_http: Option<&LoadResult>,
     access: AccessLog,
 ) -> Value {
     let mut v = measurement_json(m, commit);
@@ -297,11 +340,11 @@ pub fn single_json(
         "enabled": access.enabled, "us_per_line": access.micros_per_line,
         "core_share": access.core_share(m.load.rps()),
     });
-    v["no_http"] = json!({
+    v["no_http"] = no_http.map_or(Value::Null, |no_http| json!({
         "n": no_http.requests(), "http": no_http.codes_by_name(), "accepted_per_s": no_http.accepted_per_s(),
         "accepted_x_healthz": ratio(no_http.accepted_per_s(), m.healthz.rps()),
         "p50_ms": no_http.ms(0.50), "p99_ms": no_http.ms(0.99),
-    });
+    }));
     v["stop"] = json!(stop_text(config.stop));
     v["keep_alive"] = json!(config.keep_alive);
     v["server"] = json!(if target.in_process {

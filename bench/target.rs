@@ -1,21 +1,40 @@
 //! The server under load: one started in this process on a temp database, or
 //! one the caller runs (`--base`), and what the bench may inspect of it; plus
-//! the temp folders and run ids that keep runs apart.
+//! the temp folders and run ids that keep runs apart. For `--mode http-tool`
+//! the in-process service gets one `http` tool, `remote`, pointing at an
+//! in-process downstream that answers after a fixed latency.
 //!
 //! It starts servers but never loads or measures them, and it never deletes a
 //! file it did not create: only a `TempDir` it made is removed.
 
+use crate::downstream::LatencyDownstream;
 use idempotent_tool::app::Service;
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::store::now;
+use idempotent_tool::tools::ToolRegistry;
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The tool `--mode http-tool` posts.
+pub const REMOTE_TOOL: &str = "remote";
 
 /// Unique per run, so keys never collide with an earlier run's on the same server.
 pub fn run_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("{}-{:x}-{n}", std::process::id(), (now() * 1e6) as u64)
+}
+
+/// How an in-process service differs from the defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Setup {
+    /// `--workers`; the service's default when `None`.
+    pub workers: Option<usize>,
+    /// For `--mode http-tool`: the downstream's latency.
+    pub downstream_latency: Option<Duration>,
 }
 
 /// The server under load, and what we may inspect of it.
@@ -29,6 +48,9 @@ pub struct Target {
     /// The in-process service, stopped (every thread joined) when the target
     /// is dropped, before the next measurement starts.
     pub _service: Option<Service>,
+    /// `--mode http-tool`'s downstream; declared after the service, so it is
+    /// dropped after the service's workers stopped calling it.
+    pub downstream: Option<LatencyDownstream>,
 }
 
 /// Start the service in this process on `db`, a free port, default settings.
@@ -37,11 +59,16 @@ pub fn start_in_process(
     db: &Path,
     fill: impl FnOnce() -> Result<(), String>,
 ) -> Result<Target, String> {
-    let config = ServiceConfig {
-        port: 0,
-        db: db.to_path_buf(),
-        ..ServiceConfig::default()
-    };
+    start_with(db, Setup::default(), fill)
+}
+
+/// `start_in_process` with `setup`'s workers and downstream.
+pub fn start_with(
+    db: &Path,
+    setup: Setup,
+    fill: impl FnOnce() -> Result<(), String>,
+) -> Result<Target, String> {
+    let (config, downstream) = service_config(db, setup)?;
     let service = Service::start(config).map_err(|e| e.to_string())?;
     fill()?;
     Ok(Target {
@@ -50,5 +77,33 @@ pub fn start_in_process(
         in_process: true,
         server_pid: None,
         _service: Some(service),
+        downstream,
     })
+}
+
+/// The service's settings for `setup`, and the downstream it calls, if any.
+pub fn service_config(
+    db: &Path,
+    setup: Setup,
+) -> Result<(ServiceConfig, Option<LatencyDownstream>), String> {
+    let mut config = ServiceConfig {
+        port: 0,
+        db: db.to_path_buf(),
+        ..ServiceConfig::default()
+    };
+    if let Some(workers) = setup.workers {
+        config.runner.workers = workers;
+    }
+    let Some(latency) = setup.downstream_latency else {
+        return Ok((config, None));
+    };
+    let downstream = LatencyDownstream::start(latency)?;
+    let file = json!({"tools": {REMOTE_TOOL: {
+        "kind": "http", "url": downstream.url, "timeout_ms": 30_000, "max_attempts": 1
+    }}});
+    let no_vars = |_: &str| None;
+    let tools = ToolRegistry::from_json("bench", &file.to_string(), Path::new("."), &no_vars)
+        .map_err(|e| e.to_string())?;
+    config.tools = Arc::new(tools);
+    Ok((config, Some(downstream)))
 }

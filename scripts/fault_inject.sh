@@ -10,14 +10,19 @@
 #   duplicate-request  the proxy delivers every request twice
 #   new-key            the two endings of 12.15: same key K1 -> calls=1 effects=1;
 #                      a new key per retry -> 2 calls, 2 effects (the bug, reproduced on purpose)
+#   downstream         an http tool pointing at the reference downstream: the server dies
+#                      after the downstream applied the effect and before the local commit
+#                      (12.7.3), is restarted, and re-runs the call with the same key
 # For each scenario it prints the evidence (client attempt lines, calls/effects/audit
 # rows, /stats), checks the invariant, and prints PASS or FAIL. Exit status is non-zero
 # if any scenario fails.
 #
 # Usage: scripts/fault_inject.sh [--all | --dry-run | --drop-response | --crash |
-#                                 --concurrent | --duplicate-request | --new-key]...
-# Env:   IDEM_BIN_DIR        folder that already holds idempotent-tool, client, chaos_proxy
-#                            and inspect (skips the release build; the cargo test uses it)
+#                                 --concurrent | --duplicate-request | --new-key |
+#                                 --downstream]...
+# Env:   IDEM_BIN_DIR        folder that already holds idempotent-tool, client, chaos_proxy,
+#                            inspect and downstream (skips the release build; the cargo
+#                            test uses it)
 #        IDEM_FORCE_INSPECT  1 = read the database with `inspect` even if sqlite3 exists
 #
 # Needs only bash, coreutils and the project's binaries: no root, no fixed ports
@@ -28,7 +33,7 @@ set -uo pipefail # no -e: several steps are expected to fail (a crashed server, 
                  # client that gives up), and each check reports instead of aborting.
 
 readonly ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-readonly ALL_SCENARIOS=(drop-response crash concurrent duplicate-request new-key)
+readonly ALL_SCENARIOS=(drop-response crash concurrent duplicate-request new-key downstream)
 readonly STARTUP_SECONDS=60 # generous: the CI box is small and noisy
 readonly SETTLE_SECONDS=30  # deadline for background work to show up in the db
 readonly MAIN_PID=$BASHPID
@@ -75,7 +80,7 @@ usage() {
 find_binaries() {
   local dir="${IDEM_BIN_DIR:-}" name
   if [[ -n "$dir" ]]; then
-    for name in idempotent-tool client chaos_proxy inspect; do
+    for name in idempotent-tool client chaos_proxy inspect downstream; do
       if [[ ! -x "$dir/$name" ]]; then
         log "IDEM_BIN_DIR=$dir lacks $name"
         return 1
@@ -87,7 +92,7 @@ find_binaries() {
   fi
   log "building release binaries (once)"
   (cd "$ROOT" && cargo build --release --quiet --bin idempotent-tool --bin client \
-    --bin chaos_proxy --bin inspect) || return 1
+    --bin chaos_proxy --bin inspect --bin downstream) || return 1
   BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 }
 
@@ -380,6 +385,75 @@ scenario_new_key() {
   check_count_settles "$db_b" "effects (duplicate charge)" "SELECT count(*) FROM effects" 2
 }
 
+readonly DOWNSTREAM_TOOLS_FILE_TEMPLATE='{"tools": {"refund": {"kind": "http",
+  "url": "DOWNSTREAM_URL", "max_attempts": 3,
+  "input_schema": {"type": "object", "required": ["amount"],
+                   "properties": {"amount": {"type": "integer", "minimum": 1}},
+                   "additionalProperties": false}}}}'
+plan_downstream() {
+  echo "downstream (12.7.3): the reference downstream (deduplicating on Idempotency-Key) and a"
+  echo "  server --chaos --lease-secs 1 --tools FILE with an http tool 'refund' pointing at it."
+  echo "  The client posts refund 5 with _crash_before_commit: the downstream applies the effect,"
+  echo "  the server dies before its local commit. Restart on the same db; the same key is"
+  echo "  retried and polled. Expect: the call succeeded on attempt 2; the downstream saw 2"
+  echo "  requests with one Idempotency-Key (the call's effect_id) and applied 1 effect; 1 local effect."
+}
+scenario_downstream() {
+  local db="$WORK/downstream-service.db" ds_db="$WORK/downstream.db" key="refund-$$-$RANDOM"
+  local ds_out="$WORK/downstream.out" ds_err="$WORK/downstream.err" tools="$WORK/tools.json"
+  local out="$WORK/downstream.client" ds_pid ds_base crashed effect_id
+  local args='{"amount":5,"_crash_before_commit":true}'
+  local flags=(--chaos --lease-secs 1 --tools "$tools")
+  "$BIN/downstream" --port 0 --db "$ds_db" >"$ds_out" 2>"$ds_err" &
+  ds_pid=$!
+  PIDS+=("$ds_pid")
+  if ! wait_for_line "$ds_out" 'listening on http://' "$ds_pid"; then
+    log "downstream did not start"
+    indent <"$ds_err"
+    return 1
+  fi
+  ds_base="http://$(grep -m1 -o 'listening on http://[0-9.:]*' "$ds_out" | sed 's|.*http://||')"
+  log "downstream on $ds_base (db $(basename "$ds_db"))"
+  printf '%s\n' "${DOWNSTREAM_TOOLS_FILE_TEMPLATE/DOWNSTREAM_URL/$ds_base/refunds}" >"$tools"
+  log "tools file:"
+  indent <"$tools"
+
+  start_server downstream-server-1 "$db" "${flags[@]}" || return 1
+  crashed=$SERVER_PID
+  log "-- the first attempt reaches the downstream; the server dies before its commit"
+  run_client "$out.1" --base "$SERVER_BASE" --key "$key" --tool refund --args "$args" \
+    --timeout 10 --wait 5 --retries 0
+  wait_exit "$crashed"
+  check "server 1 crashed" "$?" 0
+  start_server downstream-server-2 "$db" "${flags[@]}" || return 1
+  log "-- after the restart, the same key"
+  run_client "$out.2" --base "$SERVER_BASE" --key "$key" --tool refund --args "$args" \
+    --timeout 10 --retries 3 --poll --poll-timeout 30
+  check "client exit" "$?" 0
+  check "status" "$(tail -n1 "$out.2" | field status)" succeeded
+  check "attempts" "$(db_value "$db" "SELECT attempt FROM calls WHERE idem_key='$key'")" 2
+  effect_id=$(db_value "$db" "SELECT effect_id FROM calls WHERE idem_key='$key'")
+  show_evidence "$db" "$SERVER_BASE"
+  log "local effect detail (what the downstream answered):"
+  db_value "$db" "SELECT detail FROM effects" | indent
+  log "downstream log (one line per request):"
+  indent <"$ds_err"
+  log "downstream per key and in all:"
+  "$BIN/client" --base "$ds_base" --get "/requests/$effect_id" --timeout 10 2>&1 | indent
+  "$BIN/client" --base "$ds_base" --get /stats --timeout 10 2>&1 | indent
+  check "downstream requests for $effect_id" \
+    "$("$BIN/client" --base "$ds_base" --get "/requests/$effect_id" --timeout 10 | field requests)" 2
+  check "downstream effects for $effect_id" \
+    "$("$BIN/client" --base "$ds_base" --get "/requests/$effect_id" --timeout 10 | field effects)" 1
+  check "distinct Idempotency-Keys the downstream saw" \
+    "$(grep -o ' key=[^ ]*' "$ds_err" | sort -u | wc -l)" 1
+  check "the key it saw is the call's effect_id" \
+    "$(grep -o ' key=[^ ]*' "$ds_err" | sort -u | sed 's/ key=//')" "$effect_id"
+  check "downstream effects in all" \
+    "$("$BIN/client" --base "$ds_base" --get /stats --timeout 10 | field effects)" 1
+  check_invariant "$db" 1 1
+}
+
 # ---------------------------------------------------------------- driver
 
 run_scenario() {
@@ -400,7 +474,7 @@ main() {
     case "$arg" in
       --dry-run) dry_run=1 ;;
       --all) selected+=("${ALL_SCENARIOS[@]}") ;;
-      --drop-response | --crash | --concurrent | --duplicate-request | --new-key)
+      --drop-response | --crash | --concurrent | --duplicate-request | --new-key | --downstream)
         selected+=("${arg#--}") ;;
       -h | --help) usage; return 0 ;;
       *) log "unknown argument $arg"; usage; return 2 ;;

@@ -35,7 +35,7 @@ use crate::metrics::Metrics;
 use crate::request_id::RequestIds;
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall, StoreError};
-use crate::tools;
+use crate::tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use validate::{
@@ -55,6 +55,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/metrics"),
     ("GET", "/openapi.yaml"),
+    ("GET", "/v1/tools"),
 ];
 
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
@@ -153,6 +154,8 @@ pub struct Api {
     pub store: Arc<CallStore>,
     pub runner: Arc<Runner>,
     pub notifier: Arc<Notifier>,
+    /// The tools calls may name, with their argument rules.
+    pub tools: Arc<ToolRegistry>,
     /// Whether chaos hooks are accepted in `args`.
     pub chaos: bool,
     /// What this process knows about idempotency keys, within a byte budget
@@ -211,6 +214,10 @@ impl Api {
                 allow("POST")?;
                 self.post_call(req, &tenant, exchange)
             }
+            "/v1/tools" => {
+                allow("GET")?;
+                Ok(Response::json(200, &self.tools.public_view()))
+            }
             _ => {
                 if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {
                     allow("GET")?;
@@ -265,7 +272,8 @@ impl Api {
                 )));
             }
         }
-        let prepared = tools::builtin_registry()
+        let prepared = self
+            .tools
             .prepare(tool, &tool_args)
             .map_err(ApiError::BadRequest)?;
         let quick = prepared.quick && hooks == chaos::Hooks::default();
@@ -311,7 +319,7 @@ impl Api {
             Created::New(call) => {
                 self.metrics.calls_created.inc();
                 log_transition("call created", "created", &call, "none", "pending");
-                self.runner.submit(&call.call_id, quick);
+                self.runner.submit(&call.call_id, &call.tool, quick);
                 if let Some(delay) = hooks.delay_response {
                     std::thread::sleep(delay);
                 }
@@ -327,7 +335,7 @@ impl Api {
                     "pending",
                 );
                 // Rare; its stored args are not parsed here, so assume slow.
-                self.runner.submit(&call.call_id, false);
+                self.runner.submit(&call.call_id, &call.tool, false);
                 (call, false)
             }
             Created::Existing(call) => {

@@ -119,6 +119,7 @@ impl Service {
             Arc::clone(&store),
             config.runner.clone(),
             Arc::clone(&notifier),
+            Arc::clone(&config.tools),
             Arc::clone(&metrics),
             forget_purged_keys(Arc::clone(&keys)),
         )
@@ -132,6 +133,7 @@ impl Service {
             store: Arc::clone(&store),
             runner: Arc::clone(&runner),
             notifier: Arc::clone(&notifier),
+            tools: Arc::clone(&config.tools),
             chaos: config.runner.chaos,
             keys,
             auth,
@@ -209,8 +211,16 @@ impl Service {
         } else {
             String::new()
         };
+        let tools = match &self.config.tools_file {
+            Some(file) => format!(
+                ", tools {} from {}",
+                self.config.tools.specs().count(),
+                file.display()
+            ),
+            None => String::new(),
+        };
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{lowered}{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}{lowered}{})",
             self.addr(),
             self.config.db.display(),
             self.config.runner.workers,

@@ -8,10 +8,11 @@ use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Retention, StoreOptions};
-use crate::tools::MAX_SLEEP_SECS;
+use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
@@ -22,7 +23,10 @@ usage: idempotent-tool [options]
   --db PATH                   SQLite database file (default idem.db)
   --workers N                 worker threads running tools (default 8)
   --lease-secs SECS           lease per attempt, fractions allowed (default 30);
-                              must exceed the longest tool run (sleep <= 10 s)
+                              extended every third of it while the tool runs
+  --tools FILE                the tools this server runs, from a JSON file
+                              (default: the built-ins charge, send_email,
+                              sleep, fail); a mistake in it exits 2
   --recover-interval-ms MS    how often recovery runs (default 200)
   --busy-timeout-ms MS        SQLite busy timeout (default 5000)
   --request-timeout-ms MS     a request's head, then its body, must arrive
@@ -73,6 +77,10 @@ pub struct Config {
     pub log_level: Level,
     /// One access-log line per request.
     pub access_log: bool,
+    /// `--tools FILE`, read by `load_tools`.
+    pub tools_file: Option<PathBuf>,
+    /// The tools calls may name: the built-ins, or `tools_file` once loaded.
+    pub tools: Arc<ToolRegistry>,
 }
 
 impl Default for Config {
@@ -100,6 +108,8 @@ impl Default for Config {
             insecure_no_auth: false,
             log_level: Level::Info,
             access_log: true,
+            tools_file: None,
+            tools: Arc::new(ToolRegistry::builtins()),
         }
     }
 }
@@ -144,6 +154,7 @@ impl Config {
                 "--host" => config.host = value()?,
                 "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,
                 "--db" => config.db = PathBuf::from(value()?),
+                "--tools" => config.tools_file = Some(PathBuf::from(value()?)),
                 "--workers" => config.runner.workers = number(&flag, &value()?, 1..=1024)? as usize,
                 "--lease-secs" => config.runner.lease = seconds(&flag, &value()?)?,
                 "--recover-interval-ms" => {
@@ -180,6 +191,16 @@ impl Config {
     /// leases), but a healthy `sleep` could then be taken over. Said at start.
     pub fn lease_is_short(&self) -> bool {
         self.runner.lease.as_secs_f64() <= MAX_SLEEP_SECS && !self.runner.chaos
+    }
+
+    /// Read `--tools FILE`, if given, into `tools`. Its own step, after the
+    /// flags: a mistake in the file is one line naming the tool and the field
+    /// (never a secret), not a usage error.
+    pub fn load_tools(&mut self) -> Result<(), ToolFileError> {
+        if let Some(path) = &self.tools_file {
+            self.tools = Arc::new(ToolRegistry::load(path)?);
+        }
+        Ok(())
     }
 }
 

@@ -13,7 +13,7 @@ use idempotent_tool::config::{Command, Config, USAGE};
 use idempotent_tool::flag::Flags;
 use idempotent_tool::log::{self, Logger};
 use idempotent_tool::store::verify::verify;
-use idempotent_tool::tools::EFFECT_TOOLS;
+use idempotent_tool::tools::{file::effect_tools, EFFECT_TOOLS};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::io::Write;
@@ -21,16 +21,22 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const VERIFY_USAGE: &str = "\
-usage: idempotent-tool verify --db FILE
+usage: idempotent-tool verify --db FILE [--tools FILE]
 
 Checks every invariant on a database file, read-only (safe beside a running
 server): one call per key (per tenant when tenants exist), at most one effect
-per call, every effect its succeeded call's and every succeeded charge or
-send_email call its effect, no running call without a lease, no unknown
+per call, every effect its succeeded call's and every succeeded call of a tool
+that writes effects its effect, no running call without a lease, no unknown
 status, PRAGMA integrity_check. Prints counts and one line per invariant.
 
+Which tools write effects: charge and send_email; with --tools, the tools
+file the server ran with decides (every http and command tool, and charge and
+send_email if listed). Only names and kinds are read from it: its ${NAME}
+variables need not be set.
+
 Exit status: 0 every invariant holds, 1 a violation (each one named),
-2 bad usage, 3 the file could not be read as a service database.
+2 bad usage or a tools file it cannot read, 3 the database could not be read
+as a service database.
 ";
 
 fn main() -> ExitCode {
@@ -39,7 +45,7 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("verify") {
         return run_verify(&args[1..]);
     }
-    let config = match Config::parse(args) {
+    let mut config = match Config::parse(args) {
         Ok(Command::Run(config)) => *config,
         Ok(Command::Help) => {
             print!("{USAGE}");
@@ -50,6 +56,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = config.load_tools() {
+        eprintln!("idempotent-tool: {e}");
+        return ExitCode::from(2);
+    }
     let _ = log::init(Logger::stderr(config.log_level, config.access_log));
     if config.lease_is_short() {
         log::warn("--lease-secs does not exceed the longest tool run; a sleep may be taken over")
@@ -113,8 +123,8 @@ fn signal_name(signal: i32) -> &'static str {
 
 /// `verify --db FILE`: the report on stdout, its verdict in the exit status.
 fn run_verify(args: &[String]) -> ExitCode {
-    let path = match verify_db_flag(args) {
-        Ok(Some(path)) => path,
+    let (path, tools) = match verify_flags(args) {
+        Ok(Some(flags)) => flags,
         Ok(None) => {
             print!("{VERIFY_USAGE}");
             return ExitCode::SUCCESS;
@@ -124,7 +134,18 @@ fn run_verify(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match verify(&path, &EFFECT_TOOLS) {
+    let effect_writers: Vec<String> = match tools {
+        Some(file) => match effect_tools(&file) {
+            Ok(names) => names,
+            Err(e) => {
+                eprintln!("idempotent-tool verify: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => EFFECT_TOOLS.iter().map(|t| t.to_string()).collect(),
+    };
+    let effect_writers: Vec<&str> = effect_writers.iter().map(String::as_str).collect();
+    match verify(&path, &effect_writers) {
         Ok(report) => {
             print!("{report}");
             if report.is_clean() {
@@ -140,16 +161,18 @@ fn run_verify(args: &[String]) -> ExitCode {
     }
 }
 
-/// `--db FILE`, required; `Ok(None)` for `--help`.
-fn verify_db_flag(args: &[String]) -> Result<Option<PathBuf>, String> {
+/// `--db FILE`, required, and `--tools FILE`; `Ok(None)` for `--help`.
+fn verify_flags(args: &[String]) -> Result<Option<(PathBuf, Option<PathBuf>)>, String> {
     let mut flags = Flags::new(args.iter().cloned());
-    let mut db = None;
+    let (mut db, mut tools) = (None, None);
     while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
             "--help" | "-h" => return Ok(None),
             "--db" => db = Some(PathBuf::from(flags.value()?)),
+            "--tools" => tools = Some(PathBuf::from(flags.value()?)),
             other => return Err(format!("unknown flag {other:?}")),
         }
     }
-    db.map(Some).ok_or_else(|| "expected --db FILE".to_string())
+    let db = db.ok_or_else(|| "expected --db FILE".to_string())?;
+    Ok(Some((db, tools)))
 }

@@ -20,6 +20,16 @@
 //! purged call. A purge never touches a `pending` or `running` call (the
 //! store's conditional `DELETE` decides).
 
+//! Three rules keep real tools from hurting each other or the guarantees:
+//! - a retryable failure with attempts left goes back to `pending` with a
+//!   not-before time (`retry_scheduled`); no worker waits for it: the
+//!   recovery thread queues it once it is due;
+//! - a tool's `max_concurrency` is enforced before a worker is involved
+//!   (`admission`): calls over the cap wait in memory, `pending`, so a slow
+//!   downstream cannot take every worker;
+//! - while a tool runs, its lease is extended every third of the lease
+//!   (`lease_keeper`), through the same fence as a completion.
+
 mod retention;
 
 pub use retention::OnPurged;
@@ -30,7 +40,9 @@ use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
 use crate::store::{owner_name, CallStore, Completion, Lease, StoreError, HEARTBEAT_EVERY};
 use crate::sync::lock;
-use crate::tools::{self, Effect, Outcome, Prepared, RunContext, ToolError};
+use crate::tools::{
+    self, Effect, Outcome, Prepared, RunContext, ToolError, ToolRegistry, ToolSpec,
+};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,12 +50,18 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod admission;
+mod lease_keeper;
+
+use admission::Admission;
+use lease_keeper::LeaseKeeper;
+
 /// How the runner behaves; filled from the command line.
 #[derive(Debug, Clone)]
 pub struct RunnerOptions {
     pub workers: usize,
-    /// How long a claim lets a worker execute before others may take over. Must
-    /// exceed the longest tool run, or a healthy attempt is taken over.
+    /// How long a claim lets a worker execute before others may take over;
+    /// extended every third of it while the tool runs (`lease_keeper`).
     pub lease: Duration,
     pub recover_interval: Duration,
     /// Honour chaos hooks stored in a call's args.
@@ -53,6 +71,8 @@ pub struct RunnerOptions {
 /// One call queued for a worker; `generation` tells whose in-flight entry it is.
 struct Task {
     call_id: String,
+    /// Its tool, whose concurrency cap it is admitted under.
+    tool: String,
     generation: u64,
     /// Known to run at once: another call may be claimed along with it.
     quick: bool,
@@ -72,6 +92,12 @@ struct InFlight {
 pub struct Runner {
     store: Arc<CallStore>,
     options: RunnerOptions,
+    /// The tools calls are run with (the built-ins, or the `--tools` file).
+    tools: Arc<ToolRegistry>,
+    /// Per-tool concurrency caps, and the calls waiting for a slot.
+    admission: Admission<Task>,
+    /// The leases of tools running now, extended by the heartbeat.
+    keeper: LeaseKeeper,
     in_flight: Mutex<InFlight>,
     /// The leases whose tools are running right now, so that a stop can
     /// release the ones still running when its grace period ends.
@@ -93,6 +119,7 @@ impl Runner {
         store: Arc<CallStore>,
         options: RunnerOptions,
         notifier: Arc<Notifier>,
+        tools: Arc<ToolRegistry>,
         metrics: Arc<Metrics>,
         on_purged: OnPurged,
     ) -> std::io::Result<Arc<Runner>> {
@@ -101,6 +128,9 @@ impl Runner {
         let runner = Arc::new(Runner {
             store,
             options,
+            admission: Admission::new(&tools),
+            tools,
+            keeper: LeaseKeeper::default(),
             in_flight: Mutex::new(InFlight {
                 queue: Some(queue),
                 ..InFlight::default()
@@ -140,25 +170,29 @@ impl Runner {
         Ok(runner)
     }
 
-    /// Stop: no new call is taken, recovery ends, and each worker finishes the
-    /// tool it is running and hands its completion to the store. Workers still
-    /// running a tool after `grace` have their leases released (the call goes
-    /// back to `pending`, audited `released`, for the next process to run) and
-    /// are left to end with the process. Returns the released call ids.
-    /// Idempotent.
+    /// Stop: no new call is taken (calls waiting for a concurrency slot stay
+    /// `pending`), recovery ends, and each worker finishes the tool it is
+    /// running and hands its completion to the store; their leases are still
+    /// extended meanwhile. Workers still running a tool after `grace` have
+    /// their leases released (the call goes back to `pending`, audited
+    /// `released`, for the next process to run) and are left to end with the
+    /// process. Returns the released call ids. Idempotent.
     pub fn stop(&self, grace: Duration) -> Vec<String> {
         self.stopping.store(true, Ordering::SeqCst);
         drop(self.lock_in_flight().queue.take());
-        drop(lock(&self.recovery_wake).take());
-        if let Some(recovery) = lock(&self.recovery).take() {
-            let _ = recovery.join();
-        }
+        self.admission.drop_waiting();
         let deadline = Instant::now() + grace;
         let workers = std::mem::take(&mut *lock(&self.workers));
         while Instant::now() < deadline && workers.iter().any(|w| !w.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));
         }
         let released = self.release_running();
+        // Only now: the heartbeat thread kept the leases of the tools that
+        // finished during the grace period alive until they did.
+        drop(lock(&self.recovery_wake).take());
+        if let Some(recovery) = lock(&self.recovery).take() {
+            let _ = recovery.join();
+        }
         for worker in workers.into_iter().filter(|w| w.is_finished()) {
             let _ = worker.join();
         }
@@ -196,33 +230,45 @@ impl Runner {
         self.stopping.load(Ordering::SeqCst)
     }
 
-    /// Queue a call unless this process already has it queued or running.
-    /// `quick`: its tool is known to return at once (see `Tool::is_quick`) and
-    /// it carries no chaos hook; say `false` when unsure.
-    pub fn submit(&self, call_id: &str, quick: bool) {
+    /// Queue a call of `tool` unless this process already has it queued,
+    /// waiting for a concurrency slot, or running. `quick`: its tool is known
+    /// to return at once (see `ToolSpec::is_quick`) and it carries no chaos
+    /// hook; say `false` when unsure.
+    pub fn submit(&self, call_id: &str, tool: &str, quick: bool) {
         let mut in_flight = self.lock_in_flight();
-        if in_flight.calls.contains_key(call_id) {
-            return;
-        }
-        let Some(queue) = in_flight.queue.clone() else {
+        if in_flight.calls.contains_key(call_id) || in_flight.queue.is_none() {
             // Stopped: the call stays `pending` in the database, the safe place
             // for it, and the next process runs it.
             return;
-        };
+        }
         in_flight.next_generation += 1;
         let generation = in_flight.next_generation;
         in_flight.calls.insert(call_id.to_string(), generation);
         drop(in_flight);
-        self.metrics.queued_calls.inc();
-        let _ = queue.send(Task {
+        let task = Task {
             call_id: call_id.to_string(),
+            tool: tool.to_string(),
             generation,
             quick,
-        });
+        };
+        if let Some(task) = self.admission.admit(tool, task) {
+            self.enqueue(task);
+        }
     }
 
-    /// One pass of recovery: expired leases back to `pending`, then every pending
-    /// call not already in flight queued. Also what runs at start-up.
+    /// Hand an admitted task to the workers; gone with the queue once stopped
+    /// (the call stays `pending`).
+    fn enqueue(&self, task: Task) {
+        let queue = self.lock_in_flight().queue.clone();
+        if let Some(queue) = queue {
+            self.metrics.queued_calls.inc();
+            let _ = queue.send(task);
+        }
+    }
+
+    /// One pass of recovery: expired leases back to `pending`, then every
+    /// pending call that is due (no retry scheduled for later) and not already
+    /// in flight queued. Also what runs at start-up.
     pub fn recover_once(&self) {
         match self.store.recover() {
             Ok(recovered) => {
@@ -245,8 +291,10 @@ impl Runner {
                 .cause(&e)
                 .emit(),
         }
-        match self.store.pending_ids(1_000) {
-            Ok(ids) => ids.iter().for_each(|id| self.submit(id, false)),
+        match self.store.due_calls(1_000) {
+            Ok(due) => due
+                .iter()
+                .for_each(|call| self.submit(&call.call_id, &call.tool, false)),
             Err(e) => log::error("could not list pending calls")
                 .event("recovery_failed")
                 .cause(&e)
@@ -254,14 +302,24 @@ impl Runner {
         }
     }
 
-    /// Recover every `recover_interval` until `stop` drops the other end of
-    /// `sleep`, which wakes this thread at once.
-    /// This thread also writes the process's heartbeat, so other processes
-    /// know its leases are held by a live owner.
+    /// Recover every `recover_interval` (which also queues retries once they
+    /// are due) until `stop` drops the other end of `sleep`, which wakes this
+    /// thread at once. This thread also writes the process's heartbeat, so
+    /// other processes know its leases are held by a live owner, and extends
+    /// the leases of running tools every third of the lease; both go on while
+    /// a stop's grace period lets running tools finish.
     fn recover_until_stopped(&self, sleep: &mpsc::Receiver<()>) {
         let mut last_heartbeat = Instant::now();
         let mut last_purge = Instant::now();
-        let interval = self.options.recover_interval.min(HEARTBEAT_EVERY);
+        let mut last_extension = Instant::now();
+        let extend_every = self.options.lease / 3;
+        let interval = self
+            .options
+            .recover_interval
+            .min(HEARTBEAT_EVERY)
+            .min(extend_every)
+            // A lease of a few milliseconds (tests) must not spin this thread.
+            .max(Duration::from_millis(10));
         while let Err(mpsc::RecvTimeoutError::Timeout) = sleep.recv_timeout(interval) {
             if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
                 if let Err(e) = self.store.heartbeat() {
@@ -272,10 +330,16 @@ impl Runner {
                 }
                 last_heartbeat = Instant::now();
             }
-            self.recover_once();
-            if last_purge.elapsed() >= PURGE_EVERY {
-                self.purge_expired();
-                last_purge = Instant::now();
+            if last_extension.elapsed() >= extend_every {
+                last_extension = Instant::now();
+                self.keeper.extend_all(&self.store, self.options.lease);
+            }
+            if !self.is_stopping() {
+                self.recover_once();
+                if last_purge.elapsed() >= PURGE_EVERY {
+                    self.purge_expired();
+                    last_purge = Instant::now();
+                }
             }
         }
     }
@@ -292,13 +356,17 @@ impl Runner {
     }
 
     /// The call has left this worker: its in-flight entry goes (unless a newer
-    /// submission owns it) and waiters re-check.
+    /// submission owns it), its tool's concurrency slot passes to the next
+    /// waiting call of that tool, if any, and waiters re-check.
     fn finish(&self, task: &Task) {
         let mut in_flight = self.lock_in_flight();
         if in_flight.calls.get(&task.call_id) == Some(&task.generation) {
             in_flight.calls.remove(&task.call_id);
         }
         drop(in_flight);
+        if let Some(next) = self.admission.release(&task.tool) {
+            self.enqueue(next);
+        }
         self.notifier.notify();
     }
 
@@ -344,11 +412,11 @@ impl Runner {
     fn run_claimed(self: &Arc<Self>, task: Task, lease: Lease) {
         lock(&self.running).insert(lease.call_id.clone(), lease.clone());
         self.metrics.busy_workers.inc();
-        let (prepared, args, hooks) = match parse_stored_args(&lease) {
+        let (prepared, args, hooks) = match parse_stored_args(&self.tools, &lease) {
             Ok(parsed) => parsed,
             Err(message) => {
                 let error = ToolError::new("bad_args", message, false);
-                return self.complete(task, lease, Outcome::failed(error), false);
+                return self.complete(task, lease, Outcome::failed(error), None, false);
             }
         };
         let hooks = if self.options.chaos && lease.attempt == 1 {
@@ -357,32 +425,40 @@ impl Runner {
             chaos::Hooks::default()
         };
         let started = Instant::now();
-        let outcome = prepared.spec.run(&RunContext {
-            call_id: &lease.call_id,
-            effect_id: &lease.effect_id,
-            attempt: lease.attempt,
-            tool: &lease.tool,
-            args: &args,
-        });
+        let outcome = {
+            // Extended while the tool runs, and only then (see `lease_keeper`).
+            let _kept = self.keeper.keep(&lease);
+            prepared.spec.run(&RunContext {
+                call_id: &lease.call_id,
+                effect_id: &lease.effect_id,
+                attempt: lease.attempt,
+                tool: &lease.tool,
+                args: &args,
+            })
+        };
         self.metrics
             .observe_tool_run(&lease.tool, tool_outcome(&outcome), started.elapsed());
+        let retry = retry_delay(&prepared.spec, &lease, &outcome);
         if let Some(stall) = hooks.stall {
             std::thread::sleep(stall);
         }
         if hooks.crash_before_commit {
             chaos::crash("after the tool ran, before its completion committed");
         }
-        self.complete(task, lease, outcome, hooks.crash_after_commit);
+        self.complete(task, lease, outcome, retry, hooks.crash_after_commit);
     }
 
     /// Queue the fenced completion without waiting for its commit: the worker
     /// takes its next call while this one is grouped with other writes. The
-    /// task is finished (and waiters woken) only once the commit is known.
+    /// task is finished (and waiters woken) only once the commit is known. A
+    /// failure with a `retry` delay goes back to `pending` until then instead
+    /// of ending the call; no worker waits for it.
     fn complete(
         self: &Arc<Self>,
         task: Task,
         lease: Lease,
         outcome: Outcome,
+        retry: Option<Duration>,
         crash_after_commit: bool,
     ) {
         self.metrics.busy_workers.dec();
@@ -439,7 +515,12 @@ impl Runner {
                 effect.as_ref().map(Effect::to_record),
                 then,
             ),
-            Outcome::Failed { error, .. } => self.store.fail_then(&lease, &error.to_json(), then),
+            Outcome::Failed { error, .. } => match retry {
+                Some(delay) => self
+                    .store
+                    .retry_later_then(&lease, &error.to_json(), delay, then),
+                None => self.store.fail_then(&lease, &error.to_json(), then),
+            },
         }
     }
 
@@ -471,13 +552,36 @@ fn next_tasks(tasks: &Mutex<mpsc::Receiver<Task>>) -> Option<Vec<Task>> {
     Some(std::iter::once(first).chain(second).collect())
 }
 
+/// Whether a failed attempt is retried automatically, and after how long: a
+/// retryable failure before the tool's last attempt, after its backoff (or the
+/// downstream's `Retry-After`). A call a same-key POST reset after its last
+/// attempt gets one attempt per reset.
+fn retry_delay(spec: &ToolSpec, lease: &Lease, outcome: &Outcome) -> Option<Duration> {
+    match outcome {
+        Outcome::Failed { error, retry_after }
+            if error.retryable && lease.attempt < i64::from(spec.max_attempts) =>
+        {
+            let failed_attempt = u32::try_from(lease.attempt).unwrap_or(u32::MAX);
+            Some(
+                spec.backoff
+                    .delay(failed_attempt, *retry_after, tools::jitter()),
+            )
+        }
+        _ => None,
+    }
+}
+
+/// The stored args as the tool will see them (chaos hooks split off), checked
+/// against the tool as this process knows it: a call stored by a process with
+/// another tools file may name a tool this one lacks.
 fn parse_stored_args(
+    tools: &ToolRegistry,
     lease: &Lease,
 ) -> Result<(Prepared, Map<String, Value>, chaos::Hooks), String> {
     let args: Map<String, Value> =
         serde_json::from_str(&lease.args_json).map_err(|e| format!("stored args: {e}"))?;
     let (args, hooks) = chaos::split(&args)?;
-    let prepared = tools::builtin_registry().prepare(&lease.tool, &args)?;
+    let prepared = tools.prepare(&lease.tool, &args)?;
     Ok((prepared, args, hooks))
 }
 
@@ -546,6 +650,7 @@ mod tests {
     fn task(call_id: &str, quick: bool) -> Task {
         Task {
             call_id: call_id.to_string(),
+            tool: "charge".to_string(),
             generation: 0,
             quick,
         }

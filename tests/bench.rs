@@ -159,6 +159,49 @@ fn mixed_run_holds_its_invariants() {
     assert!(checks(r).1.is_empty(), "{r}");
 }
 
+/// `--mode http-tool`: every call an http tool against the in-process slow
+/// downstream; one effect per call, the downstream's concurrency bounded by
+/// the workers, and completed calls/s reported beside workers / latency.
+#[test]
+fn http_tool_run_reports_its_rate_beside_the_ideal() {
+    let run = run_bench(&[
+        "--mode",
+        "http-tool",
+        "--n",
+        "40",
+        "--concurrency",
+        "4",
+        "--workers",
+        "4",
+        "--downstream-latency-ms",
+        "20",
+    ]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
+    assert_eq!(
+        (
+            r["mode"].as_str(),
+            r["calls"].as_i64(),
+            r["effects"].as_i64()
+        ),
+        (Some("http-tool"), Some(40), Some(40)),
+        "{r}"
+    );
+    let tool = &r["http_tool"];
+    assert_eq!(
+        (tool["workers"].as_i64(), tool["ideal_per_s"].as_f64()),
+        (Some(4), Some(200.0)),
+        "{r}"
+    );
+    assert_eq!(tool["downstream_requests"], 40, "{r}");
+    let most = tool["downstream_max_in_flight"].as_i64().unwrap();
+    assert!((1..=4).contains(&most), "{r}");
+    let ratio = tool["ratio_to_ideal"].as_f64().unwrap();
+    assert!(ratio > 0.0 && ratio <= 1.05, "{r}");
+    assert_eq!(r["no_http"], Value::Null, "{r}");
+    assert!(checks(r).1.is_empty(), "{r}");
+}
+
 /// `--base` loads a server started separately, one connection per request,
 /// checks the invariants in SQL on its file, and reads its peak RSS.
 #[test]

@@ -19,6 +19,7 @@ fn help_prints_usage_and_exits_0() {
         "--workers",
         "--lease-secs",
         "--recover-interval-ms",
+        "--tools",
         "--chaos",
         "--auth-file",
         "--insecure-no-auth",

@@ -1,5 +1,6 @@
 //! `scripts/fault_inject.sh`, run by `cargo test` so the script cannot rot:
-//! every scenario must PASS against the binaries cargo just built (the script
+//! every scenario (the `--downstream` one with a real http tool included) must
+//! PASS against the binaries cargo just built (the script
 //! finds them through `IDEM_BIN_DIR`, so no release build happens here).
 
 mod support;
@@ -43,6 +44,7 @@ fn every_fault_injection_scenario_passes() {
         "concurrent",
         "duplicate-request",
         "new-key",
+        "downstream",
     ] {
         assert!(
             stdout.contains(&format!("PASS {scenario}")),

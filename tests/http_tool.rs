@@ -12,40 +12,10 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{address_after, unique_name, FakeUpstream, Proc, Reply, TempDb};
+use support::downstream::Downstream;
+use support::{unique_name, FakeUpstream, Reply};
 
-const DOWNSTREAM_BIN: &str = env!("CARGO_BIN_EXE_downstream");
 const SECRET: &str = "tok-http-SECRET-42";
-
-/// The reference downstream on a free port with its own temp database.
-struct Downstream {
-    proc: Proc,
-    base: String,
-    _db: TempDb,
-}
-
-impl Downstream {
-    fn start(flags: &[&str]) -> Downstream {
-        let db = TempDb::new("downstream");
-        let mut args = vec!["--port", "0", "--db", db.path_str()];
-        args.extend_from_slice(flags);
-        let (proc, line) = Proc::start("downstream", DOWNSTREAM_BIN, &args, "listening on http://");
-        let base = format!("http://{}", address_after(&line, "listening on http://"));
-        Downstream {
-            proc,
-            base,
-            _db: db,
-        }
-    }
-
-    fn get(&self, path: &str) -> Value {
-        let url = format!("{}{path}", self.base);
-        let mut response = ureq::get(&url)
-            .call()
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap()
-    }
-}
 
 /// A registry with one `http` tool `refund` whose entry is `entry` plus `url`.
 fn registry(url: &str, entry: Value) -> ToolRegistry {

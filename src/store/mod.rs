@@ -3,7 +3,9 @@
 //! the schema and its migrations, and the one place where commits are grouped.
 //!
 //! State machine: `pending → running → succeeded | failed`, and `failed` (when
-//! its error says `retryable`) `→ pending` on a same-key retry. Every transition
+//! its error says `retryable`) `→ pending` on a same-key retry; `running →
+//! pending` with a `next_attempt_at` when a retryable failure has attempts
+//! left (an automatic retry, claimed no earlier than that). Every transition
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
@@ -25,10 +27,10 @@
 //! - `calls (tenant, idem_key)` and `effects.call_id` are unique constraints,
 //!   enforced by the database, not by a prior read;
 //! - every transition is one conditional update whose affected-row count
-//!   decides (`claim`: `pending`, or `running` with an expired lease; the
-//!   fenced `succeed`/`fail`: `running` under the same `attempt`; the retry
-//!   reset: `failed`); an effect row commits in the same transaction as its
-//!   call's `succeeded`;
+//!   decides (`claim`: `pending` and due, or `running` with an expired lease;
+//!   the fenced `succeed`/`fail`/`retry_later` and a lease's extension:
+//!   `running` under the same `attempt`; the retry reset: `failed`); an
+//!   effect row commits in the same transaction as its call's `succeeded`;
 //! - nothing is answered before the transaction that wrote it is durable, and
 //!   an error answer means "retry with the same key", never "it happened";
 //! - lease times are wall-clock seconds comparable across processes.
@@ -55,8 +57,8 @@ mod writer;
 pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
-    AuditEvent, Backlog, Call, Completion, Created, Health, Lease, NewCall, NewEffect, Purged,
-    Retention, Scope, Stats, Status, WriterStats,
+    AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
+    Purged, Retention, Scope, Stats, Status, WriterStats,
 };
 pub use readers::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
@@ -300,6 +302,35 @@ impl CallStore {
             .submit(sql::fail_op(lease.clone(), error.to_string()), then)
     }
 
+    /// Record a retryable failure that has attempts left: the call returns to
+    /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
+    /// `retry_scheduled`; fenced and unwaited like `fail_then`.
+    pub fn retry_later_then(
+        &self,
+        lease: &Lease,
+        error: &Value,
+        delay: Duration,
+        then: Then<Completion>,
+    ) {
+        let code = error["code"].as_str().unwrap_or_default().to_string();
+        self.writer.submit(
+            sql::retry_later_op(lease.clone(), error.to_string(), code, delay),
+            then,
+        )
+    }
+
+    /// Extend leases whose tools are still running to `lease` from now, each
+    /// only while its call is `running` under the lease's attempt. Returns,
+    /// in order, whether each lease is still held: `false` means it was lost
+    /// (taken over after it expired, or released), and extending it must stop.
+    pub fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
+        let leases = leases.to_vec();
+        self.write(move |conn| {
+            let lease_until = now() + lease.as_secs_f64();
+            sql::extend_leases(conn, &leases, lease_until)
+        })
+    }
+
     /// Give back a lease whose tool is still running when this process stops:
     /// the call returns to `pending` (audited `released`) unless the lease was
     /// already lost, in which case nothing changes (`Stale`).
@@ -319,9 +350,10 @@ impl CallStore {
         self.write(move |conn| sql::recover_expired(conn, &me))
     }
 
-    /// Up to `limit` `pending` calls, oldest first.
-    pub fn pending_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
-        self.read(|conn| sql::pending_ids(conn, limit))
+    /// Up to `limit` `pending` calls that may be claimed now (none whose
+    /// automatic retry is scheduled for later), oldest first.
+    pub fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
+        self.read(|conn| sql::due_calls(conn, now(), limit))
     }
 
     /// A call by id, whatever its tenant: for a caller that already holds

@@ -71,6 +71,9 @@ pub struct Call {
     /// `None` while in flight or when keys are kept forever. Computed by the
     /// store from its `Retention`, never stored.
     pub expires_at: Option<f64>,
+    /// For a `pending` call whose last attempt failed retryably: wall-clock
+    /// seconds before which no claim takes it. `None`: at once.
+    pub next_attempt_at: Option<f64>,
 }
 
 impl Call {
@@ -113,6 +116,7 @@ impl Call {
             created_at: now,
             updated_at: now,
             expires_at: None,
+            next_attempt_at: None,
         }
     }
 
@@ -139,8 +143,7 @@ impl Call {
             "updated_at": self.updated_at,
             "query_url": self.url(),
             "expires_at": self.expires_at,
-            // Automatic retries are not scheduled by this release.
-            "next_attempt_at": Value::Null,
+            "next_attempt_at": self.next_attempt_at,
         })
     }
 }
@@ -193,6 +196,14 @@ pub struct Lease {
     pub args_json: String,
     pub effect_id: String,
     pub lease_until: f64,
+}
+
+/// A `pending` call that may be claimed now: its tool decides which
+/// concurrency cap it waits under before a worker takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueCall {
+    pub call_id: String,
+    pub tool: String,
 }
 
 /// Whether a fenced completion took effect.

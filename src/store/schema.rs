@@ -76,6 +76,16 @@ const MIGRATIONS: &[Migration] = &[
             add_column(conn, "effects", "call_purged_at", "REAL")
         },
     },
+    Migration {
+        version: 7,
+        name: "calls.next_attempt_at: when an automatic retry may start",
+        // A pending call with a time here is not claimed before it; NULL (a
+        // call that never failed retryably) means at once. No index of its
+        // own: the scan for due calls walks `idx_calls_status`'s pending
+        // entries in creation order and skips those not yet due
+        // (`sql::due_calls`), so creates and claims write no extra B-tree.
+        apply: |conn| add_column(conn, "calls", "next_attempt_at", "REAL"),
+    },
 ];
 
 /// The schema version this release writes.

@@ -1,4 +1,4 @@
-//! Every statement the store runs, each beside the rule it implements. The
+//! Evry statment the store runs, each beside the rule it implements. The
 //! functions here run on a connection they are given, inside a transaction
 //! the caller owns (the writer's batch, or a reader's snapshot); they never
 //! begin, commit or roll back one themselves, and never run a tool.
@@ -10,13 +10,15 @@ use super::ids::{effect_id_for, new_call_id, now};
 use super::instances::{
     heartbeat_cutoff, pid_is_alive, Instance, CALLS_WITH_OWNER_INSTANCE, RECLAIMABLE,
 };
-use super::model::{Call, Completion, Created, Lease, NewCall, NewEffect, Status};
+use super::model::{Call, Completion, Created, DueCall, Lease, NewCall, NewEffect, Status};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
-     status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at";
+     status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
+     next_attempt_at";
 
 pub(super) fn create_or_get_op(
     new: NewCall,
@@ -32,6 +34,8 @@ pub(super) fn create_or_get_op(
     }
 }
 
+/// A claim takes a `pending` call that is due (no automatic retry scheduled
+/// for later), or a `running` one whose lease has expired.
 pub(super) fn claim_one(
     conn: &Connection,
     call_id: &str,
@@ -43,9 +47,10 @@ pub(super) fn claim_one(
         .prepare_cached(
             "UPDATE calls
                 SET status = 'running', attempt = attempt + 1,
-                    lease_until = ?1, owner = ?2, updated_at = ?3
+                    lease_until = ?1, owner = ?2, updated_at = ?3, next_attempt_at = NULL
               WHERE call_id = ?4
-                AND (status = 'pending' OR (status = 'running' AND lease_until <= ?3))
+                AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?3))
+                     OR (status = 'running' AND lease_until <= ?3))
           RETURNING attempt, tool, args_json, effect_id",
         )?
         .query_row(params![lease_until, owner, now, call_id], |r| {
@@ -115,6 +120,71 @@ pub(super) fn fail_op(
         audit(conn, now, &lease.call_id, lease.attempt, "failed", &error)?;
         Ok(Completion::Applied)
     }
+}
+
+/// A retryable failure before the tool's last attempt: back to `pending`,
+/// not to be claimed before `now + delay`, fenced like a completion. The
+/// error stays on the call (the client sees why it is waiting); the next
+/// claim's outcome replaces it.
+pub(super) fn retry_later_op(
+    lease: Lease,
+    error: String,
+    code: String,
+    delay: Duration,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
+    move |conn| {
+        let now = now();
+        let changed = conn
+            .prepare_cached(
+                "UPDATE calls
+                    SET status = 'pending', error_json = ?1, next_attempt_at = ?2,
+                        lease_until = NULL, owner = NULL, updated_at = ?3
+                  WHERE call_id = ?4 AND status = 'running' AND attempt = ?5",
+            )?
+            .execute(params![
+                error,
+                now + delay.as_secs_f64(),
+                now,
+                lease.call_id,
+                lease.attempt
+            ])?;
+        if changed == 0 {
+            return discard_stale(conn, now, &lease, "been retried");
+        }
+        let detail = format!(
+            "attempt {} failed ({code}); attempt {} in {:.3} s",
+            lease.attempt,
+            lease.attempt + 1,
+            delay.as_secs_f64()
+        );
+        audit(
+            conn,
+            now,
+            &lease.call_id,
+            lease.attempt,
+            "retry_scheduled",
+            &detail,
+        )?;
+        Ok(Completion::Applied)
+    }
+}
+
+/// Extend each lease to `lease_until` while its tool runs, under the same
+/// fence as a completion: only a row still `running` under the lease's
+/// attempt moves. Returns, in order, whether each lease is still held.
+pub(super) fn extend_leases(
+    conn: &Connection,
+    leases: &[Lease],
+    lease_until: f64,
+) -> rusqlite::Result<Vec<bool>> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE calls SET lease_until = ?1
+          WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
+    )?;
+    leases
+        .iter()
+        .map(|lease| Ok(stmt.execute(params![lease_until, lease.call_id, lease.attempt])? == 1))
+        .collect()
 }
 
 /// The fence. A terminal update applies only while the call is still `running`
@@ -362,6 +432,7 @@ fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
         effect_id: row.get::<_, Option<String>>(14)?.unwrap_or_default(),
         created_at: row.get(15)?,
         updated_at: row.get(16)?,
+        next_attempt_at: row.get(17)?,
         expires_at: None,
     })
 }
@@ -492,14 +563,27 @@ pub(super) fn has_reclaimable(conn: &Connection) -> rusqlite::Result<bool> {
     .query_row(params![now, heartbeat_cutoff(now)], |r| r.get(0))
 }
 
-/// Up to `limit` `pending` calls, oldest first.
-pub(super) fn pending_ids(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<String>> {
+/// Up to `limit` `pending` calls that are due at `now`, oldest first.
+pub(super) fn due_calls(
+    conn: &Connection,
+    now: f64,
+    limit: usize,
+) -> rusqlite::Result<Vec<DueCall>> {
     conn.prepare_cached(
         // Index order (status, lease_until, rowid) is creation order for
-        // pending rows, so no sort is needed.
-        "SELECT call_id FROM calls WHERE status = 'pending' ORDER BY lease_until, rowid LIMIT ?1",
+        // pending rows, so no sort is needed. A call waiting for its retry
+        // is read and skipped: such calls are few, and an index of their
+        // own would cost every create and claim one more B-tree write.
+        "SELECT call_id, tool FROM calls
+          WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+          ORDER BY lease_until, rowid LIMIT ?2",
     )?
-    .query_map(params![limit as i64], |r| r.get(0))?
+    .query_map(params![now, limit as i64], |r| {
+        Ok(DueCall {
+            call_id: r.get(0)?,
+            tool: r.get(1)?,
+        })
+    })?
     .collect()
 }
 

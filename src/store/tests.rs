@@ -6,6 +6,8 @@ use super::*;
 use serde_json::json;
 use std::path::PathBuf;
 
+mod retry;
+
 /// `succeed_then`, waiting for the commit.
 fn succeed(
     store: &CallStore,
@@ -245,7 +247,12 @@ fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
     );
     assert_eq!(store.get(&live.call_id)?.unwrap().status, Status::Running);
     assert_eq!(store.get(&done.call_id)?.unwrap().status, Status::Succeeded);
-    assert_eq!(store.pending_ids(10)?, vec![expired.call_id]);
+    let due: Vec<String> = store
+        .due_calls(10)?
+        .into_iter()
+        .map(|d| d.call_id)
+        .collect();
+    assert_eq!(due, vec![expired.call_id]);
     assert!(store.recover()?.is_empty());
     Ok(())
 }
@@ -571,6 +578,17 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
             "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'detail'"
         ),
         1
+    );
+    assert_eq!(
+        rows(
+            &db.path(),
+            "SELECT count(*) FROM pragma_table_info('calls') WHERE name = 'next_attempt_at'"
+        ),
+        1
+    );
+    assert_eq!(
+        call.next_attempt_at, None,
+        "an old row has no retry scheduled"
     );
     assert_eq!(audit_events(&db.path(), &call.call_id), ["succeeded"]);
     // The new code writes into the upgraded file as into a new one.

@@ -19,8 +19,11 @@
 //! same transaction as `succeeded` exactly when the tool's outcome carries an
 //! effect, and that is so for every success of the tools in
 //! `effect_tools` — the caller passes `tools::EFFECT_TOOLS` (`charge`,
-//! `send_email`) — and never for the others (`sleep`, `fail`; a test in
-//! `tools` holds the list to `Tool::run`). The store itself knows no tool. A
+//! `send_email`), or, for a server run with `--tools FILE`, what that file
+//! declares (`tools::file::effect_tools`: every `http` and `command` tool,
+//! whose executors record the downstream's answer as the effect) — and never
+//! for the others (`sleep`, `fail`; a test in `tools` holds the list to
+//! `Tool::run`). The store itself knows no tool. A
 //! `running` call whose lease has expired is not a violation: it is what a
 //! crash leaves, and recovery takes it back.
 //!
@@ -291,7 +294,8 @@ impl Spec {
 fn invariant_checks(tenant: bool, purged: bool, effect_tools: &[&str]) -> Vec<Spec> {
     let effect_tools = effect_tools
         .iter()
-        .map(|t| format!("'{t}'"))
+        // SQL string literals: a quote inside a name is doubled.
+        .map(|t| format!("'{}'", t.replace('\'', "''")))
         .collect::<Vec<_>>()
         .join(", ");
     let (key_group, key_scope, key_label) = if tenant {

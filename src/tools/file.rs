@@ -12,7 +12,8 @@ use super::command_tool::{CommandTool, RESERVED_ENV};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
 use super::schema::Schema;
 use super::{
-    builtin, Backoff, Executor, Kind, Secret, ToolRegistry, ToolSpec, DEFAULT_TIMEOUT, TOOL_NAMES,
+    builtin, Backoff, Executor, Kind, Secret, ToolRegistry, ToolSpec, DEFAULT_TIMEOUT,
+    EFFECT_TOOLS, TOOL_NAMES,
 };
 use serde_json::{json, Map, Value};
 use std::fmt;
@@ -137,6 +138,39 @@ impl ToolRegistry {
         }
         Ok(registry)
     }
+}
+
+/// The tools in the file at `path` whose every success writes one `effects`
+/// row: each `http` and `command` tool, and `charge` and `send_email` when
+/// listed. For `verify`, which judges a database where the service's secrets
+/// and programs may be absent: only names and kinds are read (no `${NAME}` is
+/// expanded, no URL, path or schema checked).
+pub fn effect_tools(path: &Path) -> Result<Vec<String>, ToolFileError> {
+    let error = |tool: Option<&str>, field: Option<String>, message: String| ToolFileError {
+        file: path.display().to_string(),
+        tool: tool.map(str::to_string),
+        field,
+        message,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| error(None, None, format!("cannot read it: {e}")))?;
+    let root: Value = serde_json::from_str(&text)
+        .map_err(|e| error(None, None, format!("is not valid JSON: {e}")))?;
+    let tools = tools_object(&root).map_err(|e| error(None, e.field, e.message))?;
+    let mut names = Vec::new();
+    for (name, entry) in tools {
+        check_name(name).map_err(|e| error(Some(name), e.field, e.message))?;
+        match entry.get("kind").and_then(Value::as_str) {
+            Some("http" | "command") => names.push(name.clone()),
+            Some("builtin") if EFFECT_TOOLS.contains(&name.as_str()) => names.push(name.clone()),
+            Some("builtin") => {}
+            _ => {
+                let message = "must be \"builtin\", \"http\" or \"command\"".to_string();
+                return Err(error(Some(name), Some("kind".into()), message));
+            }
+        }
+    }
+    Ok(names)
 }
 
 /// `{"tools": {...}}` with at least one tool, and nothing else at the top.

@@ -32,6 +32,13 @@ pub const RESERVED_HEADERS: [&str; 8] = [
     "upgrade",
 ];
 
+/// Idle connections each tool keeps for reuse (ureq's default is 3 per host).
+/// Attempts run in parallel on up to `--workers` threads; with 3 kept, a burst
+/// of 64 closed 61 connections per round and opened as many again (a
+/// handshake each, and sockets left in TIME_WAIT by the thousand). Each idle
+/// connection holds one descriptor until it is reused or 15 s pass.
+const IDLE_CONNECTIONS: usize = 64;
+
 /// One configured `http` tool.
 pub struct HttpTool {
     url: String,
@@ -93,6 +100,14 @@ impl HttpTool {
             .http_status_as_error(false)
             .max_redirects(0)
             .timeout_global(Some(timeout))
+            // A waiting worker holds these for the whole attempt; ureq's
+            // defaults (128 KiB each) made that ~300 KiB per waiting worker.
+            // A response head still gets ureq's 64 KiB limit; a request body
+            // larger than the output buffer is written in several pieces.
+            .input_buffer_size(64 * 1024)
+            .output_buffer_size(16 * 1024)
+            .max_idle_connections(IDLE_CONNECTIONS)
+            .max_idle_connections_per_host(IDLE_CONNECTIONS)
             // A proxy from the environment would see the secrets in headers.
             .proxy(None)
             .user_agent("idempotent-tool")

@@ -30,7 +30,7 @@ use crate::input::quote;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest excerpt of a downstream's body or a command's stderr kept in an
@@ -289,12 +289,6 @@ impl ToolRegistry {
         let tools: Vec<Value> = self.specs().map(|spec| spec.public_view()).collect();
         json!({ "tools": tools })
     }
-}
-
-/// The built-ins, shared, for callers that are not yet handed a registry.
-pub fn builtin_registry() -> &'static ToolRegistry {
-    static REGISTRY: OnceLock<ToolRegistry> = OnceLock::new();
-    REGISTRY.get_or_init(ToolRegistry::builtins)
 }
 
 /// What an attempt produced.

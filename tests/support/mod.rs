@@ -2,8 +2,9 @@
 //! (server, proxy, client) on free ports with a unique temp database, talk HTTP
 //! to them, a tiny in-process upstream for the proxy, and cleanup that runs in
 //! `Drop` even when an assertion fails. `raw` is the one raw-socket client,
-//! `procfs` reads a server's memory, threads and open files, and `tmpfs`
-//! mounts a small file system to fill up or make read-only.
+//! `procfs` reads a server's memory, threads and open files, `tmpfs` mounts a
+//! small file system to fill up or make read-only, and `downstream` runs the
+//! reference downstream and writes tools files.
 //!
 //! On failure every child's captured stderr is printed, so a red test shows
 //! what the server or proxy was doing. Nothing here sleeps for a fixed time:
@@ -11,6 +12,7 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 pub mod auth;
+pub mod downstream;
 pub mod exposition;
 pub mod openapi;
 pub mod procfs;
@@ -104,8 +106,20 @@ pub struct Proc {
 impl Proc {
     /// Start `program` and wait for the stdout line containing `marker`.
     pub fn start(name: &str, program: &str, args: &[&str], marker: &str) -> (Proc, String) {
+        Proc::start_with_env(name, program, args, &[], marker)
+    }
+
+    /// `start`, with variables added to the child's environment.
+    pub fn start_with_env(
+        name: &str,
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        marker: &str,
+    ) -> (Proc, String) {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -229,9 +243,16 @@ pub struct Server {
 impl Server {
     /// Start on `db` with `--port 0` and extra flags; several servers may share a db.
     pub fn start(db: &TempDb, extra: &[&str]) -> Server {
+        Server::start_with_env(db, extra, &[])
+    }
+
+    /// `start`, with variables added to the server's environment (the
+    /// `${NAME}`s of a tools file).
+    pub fn start_with_env(db: &TempDb, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args = vec!["--port", "0", "--db", db.path_str()];
         args.extend_from_slice(extra);
-        let (proc, line) = Proc::start("server", SERVER_BIN, &args, "listening on http://");
+        let (proc, line) =
+            Proc::start_with_env("server", SERVER_BIN, &args, env, "listening on http://");
         let base = format!("http://{}", address_after(&line, "listening on http://"));
         Server {
             proc,
@@ -403,6 +424,18 @@ pub fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
         .prepare("SELECT event FROM audit WHERE call_id = ?1 ORDER BY id")
         .unwrap();
     stmt.query_map([call_id], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// The audit rows of one call, in order: (ts, event, detail).
+pub fn audit_rows(db: &Path, call_id: &str) -> Vec<(f64, String, String)> {
+    let conn = open_db(db);
+    let mut stmt = conn
+        .prepare("SELECT ts, event, coalesce(detail, '') FROM audit WHERE call_id = ?1 ORDER BY id")
+        .unwrap();
+    stmt.query_map([call_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .unwrap()
         .collect::<rusqlite::Result<_>>()
         .unwrap()

@@ -1,0 +1,87 @@
+//! The reference downstream (`src/bin/downstream.rs`) on a free port with its
+//! own temp database, and a tools file in a temp folder of its own: what the
+//! tests of real tools share. Both clean up on drop, like everything here.
+
+use super::{address_after, Proc, TempDb, DEADLINE};
+use idempotent_tool::client::{encode_path_segment, request_once};
+use idempotent_tool::temp::TempDir;
+use serde_json::Value;
+use std::path::PathBuf;
+
+pub const DOWNSTREAM_BIN: &str = env!("CARGO_BIN_EXE_downstream");
+
+/// The reference downstream, deduplicating on `Idempotency-Key`.
+pub struct Downstream {
+    pub proc: Proc,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    _db: TempDb,
+}
+
+impl Downstream {
+    /// Start with extra flags (`--fail-first N`, `--status CODE`, `--delay-ms MS`, ...).
+    pub fn start(flags: &[&str]) -> Downstream {
+        let db = TempDb::new("downstream");
+        let mut args = vec!["--port", "0", "--db", db.path_str()];
+        args.extend_from_slice(flags);
+        let (proc, line) = Proc::start("downstream", DOWNSTREAM_BIN, &args, "listening on http://");
+        let base = format!("http://{}", address_after(&line, "listening on http://"));
+        Downstream {
+            proc,
+            base,
+            _db: db,
+        }
+    }
+
+    /// A URL on this downstream, e.g. `url("/refunds")`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn get(&self, path: &str) -> Value {
+        let resp = request_once(&self.base, "GET", path, &[], None, Some(DEADLINE))
+            .unwrap_or_else(|e| panic!("GET {path} on the downstream: {e}"));
+        assert_eq!(resp.status, 200, "GET {path} on the downstream");
+        resp.json()
+    }
+
+    /// `{"key", "requests", "effects"}` for one `Idempotency-Key`.
+    pub fn requests_for(&self, key: &str) -> Value {
+        self.get(&format!("/requests/{}", encode_path_segment(key)))
+    }
+
+    /// `{"keys", "requests", "effects", "in_flight", "max_in_flight"}`.
+    pub fn stats(&self) -> Value {
+        self.get("/stats")
+    }
+
+    /// The keys of the POSTs it logged, in order (`key=...` in each line).
+    pub fn logged_keys(&self) -> Vec<String> {
+        self.proc
+            .stderr()
+            .lines()
+            .filter_map(|line| line.split(" key=").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// A tools file written into a temp folder of its own, removed on drop.
+pub struct ToolsFile {
+    pub path: PathBuf,
+    _dir: TempDir,
+}
+
+impl ToolsFile {
+    pub fn write(tools: &Value) -> ToolsFile {
+        let dir = TempDir::new("tools-file").expect("a temp folder");
+        let path = dir.join("tools.json");
+        std::fs::write(&path, tools.to_string()).expect("write the tools file");
+        ToolsFile { path, _dir: dir }
+    }
+
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8 here")
+    }
+}
