@@ -60,7 +60,7 @@ fn a_scheduled_retry_is_claimed_only_once_it_is_due() -> Result<(), StoreError> 
     while now() <= not_before {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(due_ids(&store), [call.call_id.clone()]);
+    assert_eq!(due_ids(&store), std::slice::from_ref(&call.call_id));
     let second = store
         .claim(&call.call_id, "1:w", Duration::from_secs(30))?
         .unwrap();
