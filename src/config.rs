@@ -328,11 +328,15 @@ mod tests {
             "0.5",
             "--answer-cache-mib",
             "3",
+            "--tools",
+            "t.json",
             "--chaos",
         ])
         .unwrap() else {
             panic!()
         };
+        assert_eq!(c.tools_file, Some(PathBuf::from("t.json")));
+        assert_eq!(c.tools.specs().count(), 4, "the built-ins until load_tools");
         assert_eq!(c.answer_cache_bytes, 3 << 20);
         assert_eq!(c.port, 0);
         assert_eq!(c.db, PathBuf::from("x.db"));

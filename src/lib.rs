@@ -15,7 +15,8 @@
 //! - [`api`]: routes, validation, and the mapping from its errors to codes.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
 //!   leases, fencing, unique constraints, recovery, and group commit.
-//! - [`runner`]: the worker pool that claims and runs calls, and the recovery loop.
+//! - [`runner`]: the worker pool that claims and runs calls (automatic retries,
+//!   per-tool concurrency caps, lease heartbeats), and the recovery loop.
 //! - [`tools`]: the tool registry (built-ins, or the `--tools` file), argument
 //!   schemas, and the `http` and `command` executors with their outcomes.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.

@@ -9,8 +9,9 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use support::downstream::audit_rows;
 use support::downstream::{Downstream, ToolsFile};
-use support::{audit_rows, unique_name, FakeUpstream, Reply, Server, TempDb, DEADLINE};
+use support::{unique_name, FakeUpstream, Reply, Server, TempDb, DEADLINE};
 
 const SECRET: &str = "tok-SERVICE-SECRET-93";
 const TOKEN_VAR: (&str, &str) = ("TOOLS_HTTP_TEST_TOKEN", SECRET);

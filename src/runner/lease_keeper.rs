@@ -58,17 +58,24 @@ impl LeaseKeeper {
         }
         let held = match store.extend(&leases, lease) {
             Ok(held) => held,
-            Err(e) => return eprintln!("lease heartbeat: {e}"),
+            Err(e) => {
+                return crate::log::warn("leases not extended")
+                    .event("lease_extension_failed")
+                    .cause(&e)
+                    .emit()
+            }
         };
         let mut registered = lock(&self.leases);
         for (lease, held) in leases.iter().zip(held) {
             let key = (lease.call_id.clone(), lease.attempt);
             if !held && registered.remove(&key).is_some() {
-                eprintln!(
-                    "worker: the lease of {} attempt {} was lost; no longer extended, \
-                     its completion will be discarded",
-                    lease.call_id, lease.attempt
-                );
+                crate::log::warn(
+                    "lease lost; no longer extended, its completion will be discarded",
+                )
+                .event("lease_lost")
+                .call_id(&lease.call_id)
+                .attempt(lease.attempt)
+                .emit();
             }
         }
     }

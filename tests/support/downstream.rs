@@ -1,12 +1,13 @@
 //! The reference downstream (`src/bin/downstream.rs`) on a free port with its
-//! own temp database, and a tools file in a temp folder of its own: what the
-//! tests of real tools share. Both clean up on drop, like everything here.
+//! own temp database, a tools file in a temp folder of its own, and a call's
+//! audit rows with their times and details: what the tests of real tools
+//! share. The downstream and the file are removed on drop, like everything here.
 
-use super::{address_after, Proc, TempDb, DEADLINE};
+use super::{address_after, open_db, Proc, TempDb, DEADLINE};
 use idempotent_tool::client::{encode_path_segment, request_once};
 use idempotent_tool::temp::TempDir;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub const DOWNSTREAM_BIN: &str = env!("CARGO_BIN_EXE_downstream");
 
@@ -84,4 +85,16 @@ impl ToolsFile {
     pub fn path_str(&self) -> &str {
         self.path.to_str().expect("temp paths are UTF-8 here")
     }
+}
+
+/// The audit rows of one call, in order: (ts, event, detail).
+pub fn audit_rows(db: &Path, call_id: &str) -> Vec<(f64, String, String)> {
+    let conn = open_db(db);
+    let mut stmt = conn
+        .prepare("SELECT ts, event, coalesce(detail, '') FROM audit WHERE call_id = ?1 ORDER BY id")
+        .unwrap();
+    stmt.query_map([call_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
 }

@@ -429,18 +429,6 @@ pub fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
         .unwrap()
 }
 
-/// The audit rows of one call, in order: (ts, event, detail).
-pub fn audit_rows(db: &Path, call_id: &str) -> Vec<(f64, String, String)> {
-    let conn = open_db(db);
-    let mut stmt = conn
-        .prepare("SELECT ts, event, coalesce(detail, '') FROM audit WHERE call_id = ?1 ORDER BY id")
-        .unwrap();
-    stmt.query_map([call_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
-}
-
 pub fn charge(amount: i64) -> Value {
     serde_json::json!({"tool": "charge", "args": {"amount": amount}})
 }
