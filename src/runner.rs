@@ -469,9 +469,10 @@ impl Runner {
         }
         let runner = Arc::clone(self);
         let (call_id, attempt) = (lease.call_id.clone(), lease.attempt);
-        let (to, writes_effect) = match &outcome {
-            Outcome::Succeeded { effect, .. } => ("succeeded", effect.is_some()),
-            Outcome::Failed { .. } => ("failed", false),
+        let (to, writes_effect) = match (&outcome, retry) {
+            (Outcome::Succeeded { effect, .. }, _) => ("succeeded", effect.is_some()),
+            (Outcome::Failed { .. }, Some(_)) => ("retry_scheduled", false),
+            (Outcome::Failed { .. }, None) => ("failed", false),
         };
         let then = Box::new(move |committed: Result<Completion, StoreError>| {
             match committed {
@@ -479,11 +480,21 @@ impl Runner {
                     if writes_effect {
                         runner.metrics.effects_written.inc();
                     }
+                    if to == "retry_scheduled" {
+                        runner.metrics.retries_scheduled.inc();
+                    }
                     log::debug("call completed")
                         .event(to)
                         .call_id(&call_id)
                         .attempt(attempt)
-                        .transition("running", to)
+                        .transition(
+                            "running",
+                            if to == "retry_scheduled" {
+                                "pending"
+                            } else {
+                                to
+                            },
+                        )
                         .emit();
                     if crash_after_commit {
                         chaos::crash("after the completion committed, before any response");

@@ -128,6 +128,15 @@ fn two_503s_then_200_succeed_on_attempt_3_with_one_key_and_one_effect() {
             "succeeded"
         ]
     );
+    // Each scheduled retry moves its counter.
+    let metrics = server.call("GET", "/metrics", &[], None);
+    let text = String::from_utf8(metrics.body).unwrap();
+    let scrape = support::exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(
+        scrape.value("idempotent_tool_retries_scheduled_total", &[]),
+        Some(2.0),
+        "{text}"
+    );
 }
 
 /// A 400 is permanent: `failed` after one attempt, one request downstream,
