@@ -13,23 +13,7 @@ fn temp_db(name: &str) -> (crate::temp::TempDir, PathBuf) {
     (dir, path)
 }
 
-fn call_in(tenant: &str, key: &str, fingerprint: &str) -> NewCall {
-    NewCall {
-        tenant: tenant.into(),
-        idem_key: key.into(),
-        fingerprint: fingerprint.into(),
-        tool: "charge".into(),
-        args_json: r#"{"amount":1}"#.into(),
-        client_id: None,
-        seq: None,
-    }
-}
-
-fn created(c: Created) -> Call {
-    match c {
-        Created::New(c) | Created::Existing(c) | Created::RetryReset(c) | Created::Conflict(c) => c,
-    }
-}
+use super::tests::{created_call as created, new_call_in as call_in};
 
 fn rows(db: &Path, sql: &str) -> i64 {
     Connection::open(db)

@@ -52,9 +52,10 @@ impl TempDb {
     }
 }
 
-fn new_call(key: &str, fp: &str) -> NewCall {
+/// A `charge` of 1 under `tenant`'s `key`.
+pub(super) fn new_call_in(tenant: &str, key: &str, fp: &str) -> NewCall {
     NewCall {
-        tenant: crate::auth::ANONYMOUS.into(),
+        tenant: tenant.into(),
         idem_key: key.into(),
         fingerprint: fp.into(),
         tool: "charge".into(),
@@ -64,7 +65,11 @@ fn new_call(key: &str, fp: &str) -> NewCall {
     }
 }
 
-fn created_call(c: Created) -> Call {
+fn new_call(key: &str, fp: &str) -> NewCall {
+    new_call_in(crate::auth::ANONYMOUS, key, fp)
+}
+
+pub(super) fn created_call(c: Created) -> Call {
     match c {
         Created::New(c) | Created::Existing(c) | Created::RetryReset(c) | Created::Conflict(c) => c,
     }
