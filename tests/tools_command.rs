@@ -61,7 +61,7 @@ fn exit_0_succeeds_with_the_call_on_stdin_and_the_effect_id_as_key() {
     let script = r#"body=$(cat); printf '{"key":"%s","attempt":%s,"channel":"%s","stdin":%s}' "$IDEMPOTENCY_KEY" "$ATTEMPT" "$CHANNEL" "$body""#;
     let (server, done, _db) = run_one(script);
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("succeeded"), Some(1)),
         "{done}"
     );
@@ -88,7 +88,7 @@ fn exit_75_is_retried_automatically() {
         r#"if [ "$ATTEMPT" -lt 2 ]; then echo busy >&2; exit 75; fi; echo '{"sent":true}'"#;
     let (server, done, _db) = run_one(script);
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("succeeded"), Some(2)),
         "{done}"
     );
@@ -112,7 +112,7 @@ fn exit_75_is_retried_automatically() {
 fn exit_75_on_every_attempt_fails_after_the_last_one() {
     let (_server, done, _db) = run_one("exit 75");
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("failed"), Some(3)),
         "{done}"
     );
@@ -126,13 +126,13 @@ fn exit_75_on_every_attempt_fails_after_the_last_one() {
 fn exit_1_fails_at_once_with_its_stderr() {
     let (server, done, _db) = run_one(r#"echo "no channel; token $NOTIFY_TOKEN" >&2; exit 1"#);
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("failed"), Some(1)),
         "{done}"
     );
     let error = &done["error"];
     assert_eq!(
-        (error["code"].as_str(), error["retryable"].as_bool()),
+        support::code_and_retryable(error),
         (Some("command_failed"), Some(false))
     );
     assert_eq!(error["exit_code"], 1);

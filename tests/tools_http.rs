@@ -91,7 +91,7 @@ fn two_503s_then_200_succeed_on_attempt_3_with_one_key_and_one_effect() {
     let effect_id = call["effect_id"].as_str().unwrap().to_string();
     let done = server.wait_terminal(call["call_id"].as_str().unwrap());
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("succeeded"), Some(3)),
         "{done}"
     );
@@ -152,13 +152,13 @@ fn a_400_fails_at_once_and_is_never_retried() {
     let (_, call) = server.post(&key, &body);
     let done = server.wait_terminal(call["call_id"].as_str().unwrap());
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("failed"), Some(1)),
         "{done}"
     );
     let error = &done["error"];
     assert_eq!(
-        (error["code"].as_str(), error["retryable"].as_bool()),
+        support::code_and_retryable(error),
         (Some("downstream_rejected"), Some(false))
     );
     assert_eq!(error["http_status"], 400);
@@ -206,7 +206,7 @@ fn retry_after_from_the_downstream_is_honoured() {
     assert_eq!(waiting["error"]["code"], "downstream_unavailable");
     let done = server.wait_terminal(call_id);
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("succeeded"), Some(2)),
         "{done}"
     );
@@ -240,7 +240,7 @@ fn a_delay_past_the_timeout_is_retried_then_failed_and_a_same_key_post_resets_it
     let call_id = call["call_id"].as_str().unwrap();
     let done = server.wait_terminal(call_id);
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("failed"), Some(2)),
         "{done}"
     );
@@ -296,7 +296,7 @@ fn a_crash_between_the_downstream_answer_and_the_local_commit_leaves_one_effect_
     let second = start(&db, &tools, &flags);
     let done = second.wait_terminal(call["call_id"].as_str().unwrap());
     assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
+        support::status_and_attempt(&done),
         (Some("succeeded"), Some(2)),
         "{done}"
     );

@@ -53,7 +53,7 @@ fn a_tool_running_3s_with_a_1s_lease_finishes_on_attempt_1() {
     for id in &ids {
         let done = server.wait_terminal(id);
         assert_eq!(
-            (done["status"].as_str(), done["attempt"].as_i64()),
+            support::status_and_attempt(&done),
             (Some("succeeded"), Some(1)),
             "{done}"
         );

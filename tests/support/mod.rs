@@ -672,3 +672,13 @@ pub fn signal(child: &Child, name: &str) {
         .expect("run kill");
     assert!(status.success(), "kill -{name} {}", child.id());
 }
+
+/// A call's `status` and `attempt`, to compare as one pair.
+pub fn status_and_attempt(call: &Value) -> (Option<&str>, Option<i64>) {
+    (call["status"].as_str(), call["attempt"].as_i64())
+}
+
+/// An error's `code` and `retryable`, to compare as one pair.
+pub fn code_and_retryable(error: &Value) -> (Option<&str>, Option<bool>) {
+    (error["code"].as_str(), error["retryable"].as_bool())
+}
