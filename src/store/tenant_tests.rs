@@ -4,14 +4,9 @@
 //! one, never an effect), and audit rows carrying their attempt.
 
 use super::*;
+use crate::temp::TempDb;
 use rusqlite::Connection;
 use serde_json::json;
-
-fn temp_db(name: &str) -> (crate::temp::TempDir, PathBuf) {
-    let dir = crate::temp::TempDir::new(&format!("idem-store-{name}")).unwrap();
-    let path = dir.join("t.db");
-    (dir, path)
-}
 
 use super::tests::{created_call as created, new_call_in as call_in};
 
@@ -54,7 +49,8 @@ fn finish_with_effect(store: &CallStore, call: &Call) -> Lease {
 /// by key and by id, and counts only its own.
 #[test]
 fn keys_and_calls_are_scoped_per_tenant() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("tenants");
+    let temp = TempDb::new("tenants");
+    let db = temp.path.clone();
     let store = CallStore::open(&db, StoreOptions::default())?;
     let a = created(store.create_or_get(call_in("acme", "step-1", "fp-a"))?);
     let b = store.create_or_get(call_in("beta", "step-1", "fp-b"))?;
@@ -81,7 +77,8 @@ fn keys_and_calls_are_scoped_per_tenant() -> Result<(), StoreError> {
 /// starts a new call.
 #[test]
 fn purge_takes_only_expired_terminal_calls_and_keeps_their_effects() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("purge");
+    let temp = TempDb::new("purge");
+    let db = temp.path.clone();
     let store = CallStore::open(&db, with_ttl(Some(Duration::from_millis(50))))?;
     let done = created(store.create_or_get(call_in("acme", "done", "fp"))?);
     finish_with_effect(&store, &done);
@@ -128,7 +125,8 @@ fn purge_takes_only_expired_terminal_calls_and_keeps_their_effects() -> Result<(
 /// `--key-ttl 0`: nothing expires and nothing is purged.
 #[test]
 fn without_a_ttl_nothing_is_purged() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("forever");
+    let temp = TempDb::new("forever");
+    let db = temp.path.clone();
     let store = CallStore::open(&db, with_ttl(None))?;
     let call = created(store.create_or_get(call_in("acme", "k", "fp"))?);
     finish_with_effect(&store, &call);
@@ -141,7 +139,8 @@ fn without_a_ttl_nothing_is_purged() -> Result<(), StoreError> {
 /// Purging in batches of `limit` empties a backlog larger than one batch.
 #[test]
 fn a_backlog_is_purged_in_small_batches() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("batches");
+    let temp = TempDb::new("batches");
+    let db = temp.path.clone();
     let store = CallStore::open(&db, with_ttl(Some(Duration::from_millis(10))))?;
     for n in 0..25 {
         let call = created(store.create_or_get(call_in("acme", &format!("k{n}"), "fp"))?);
@@ -165,7 +164,8 @@ fn a_backlog_is_purged_in_small_batches() -> Result<(), StoreError> {
 /// The timeline is in order and each row says which attempt it belongs to.
 #[test]
 fn audit_rows_carry_their_attempt() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("audit");
+    let temp = TempDb::new("audit");
+    let db = temp.path.clone();
     let store = CallStore::open(&db, StoreOptions::default())?;
     let call = created(store.create_or_get(call_in("acme", "k", "fp"))?);
     finish_with_effect(&store, &call);
@@ -190,7 +190,8 @@ fn audit_rows_carry_their_attempt() -> Result<(), StoreError> {
 /// although the pooled connections still hold it open.
 #[test]
 fn health_reads_the_file_afresh() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("health");
+    let temp = TempDb::new("health");
+    let db = temp.path.clone();
     let store = CallStore::open(&db, StoreOptions::default())?;
     store.get("warm-the-pool")?;
     assert_eq!(store.health().database, Ok(()));
@@ -209,7 +210,8 @@ fn health_reads_the_file_afresh() -> Result<(), StoreError> {
 /// for a while: `/healthz` reads this (and says so past `WRITER_STUCK_AFTER`).
 #[test]
 fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("stuck");
+    let temp = TempDb::new("stuck");
+    let db = temp.path.clone();
     let store = CallStore::open(&db, StoreOptions::default())?;
     // Opening registers this process (one write); callers are answered just
     // before the batch is counted done, so idleness is awaited, not assumed.

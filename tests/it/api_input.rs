@@ -4,6 +4,7 @@
 //! integer fields accept exactly the numbers the fingerprint calls integers;
 //! and no error message repeats more than 100 bytes of what the client sent.
 
+use crate::support::Counts;
 use crate::support::{Server, TempDb};
 use serde_json::{json, Value};
 

@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use crate::support::Counts;
 use crate::support::{Proc, Server, TempDb, DEADLINE};
 use serde_json::Value;
 

@@ -5,6 +5,7 @@
 //! purges are counted in `/metrics`, and `verify` still passes.
 
 use crate::support::exposition;
+use crate::support::Counts;
 use crate::support::{charge, eventually, Server, TempDb, SERVER_BIN};
 use serde_json::{json, Value};
 use std::process::Command;

@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use crate::support::Counts;
 use crate::support::TempDb;
 use idempotent_tool::app::Service;
 use idempotent_tool::client::request_once;

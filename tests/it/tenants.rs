@@ -5,6 +5,7 @@
 //! never `403`); `/metrics` and the global `/stats` need an admin; and a
 //! reachable `--host` without tokens is refused.
 
+use crate::support::Counts;
 use crate::support::{charge, AuthFile, Server, TempDb, SERVER_BIN};
 use serde_json::{json, Value};
 use std::process::Command;

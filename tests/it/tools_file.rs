@@ -4,6 +4,7 @@
 //! a server that ran real tools by that file.
 
 use crate::support::downstream::{Downstream, ToolsFile};
+use crate::support::Counts;
 use crate::support::{unique_name, Server, TempDb, SERVER_BIN};
 use serde_json::{json, Value};
 use std::process::{Command, Output};

@@ -38,57 +38,25 @@ pub const PROXY_BIN: &str = env!("CARGO_BIN_EXE_chaos_proxy");
 pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
 
 pub use auth::AuthFile;
-pub use idempotent_tool::temp::unique_name;
-use idempotent_tool::temp::TempDir;
+pub use idempotent_tool::temp::{unique_name, TempDb};
 
-/// A database path in a temp folder of its own, removed (with its WAL files)
-/// on drop.
-pub struct TempDb {
-    pub path: PathBuf,
-    /// The folder holding it, when this `TempDb` made one.
-    _dir: Option<TempDir>,
-}
-
-impl TempDb {
-    pub fn new(prefix: &str) -> TempDb {
-        let dir = TempDir::new(prefix).expect("make a temp folder");
-        TempDb {
-            path: dir.join("idem.db"),
-            _dir: Some(dir),
-        }
-    }
-
-    /// A database at `path`, in a folder someone else owns: only its files are
-    /// removed on drop.
-    pub fn at(path: PathBuf) -> TempDb {
-        TempDb { path, _dir: None }
-    }
-
-    pub fn path_str(&self) -> &str {
-        self.path.to_str().expect("temp paths are UTF-8 here")
-    }
-
+/// Counting rows of a test's database file (live, beside a running server).
+pub trait Counts {
     /// `SELECT count(*) ...` on the live file.
-    pub fn count(&self, sql: &str) -> i64 {
-        count(&self.path, sql)
-    }
+    fn count(&self, sql: &str) -> i64;
 
-    pub fn calls(&self) -> i64 {
+    fn calls(&self) -> i64 {
         self.count("SELECT count(*) FROM calls")
     }
 
-    pub fn effects(&self) -> i64 {
+    fn effects(&self) -> i64 {
         self.count("SELECT count(*) FROM effects")
     }
 }
 
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut name = self.path.clone().into_os_string();
-            name.push(suffix);
-            let _ = std::fs::remove_file(name);
-        }
+impl Counts for TempDb {
+    fn count(&self, sql: &str) -> i64 {
+        count(&self.path, sql)
     }
 }
 
