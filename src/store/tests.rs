@@ -7,6 +7,7 @@ use crate::temp::TempDb;
 use serde_json::json;
 
 mod retry;
+mod tenants;
 
 /// `succeed_then`, waiting for the commit.
 fn succeed(

@@ -8,7 +8,7 @@ use crate::temp::TempDb;
 use rusqlite::Connection;
 use serde_json::json;
 
-use super::tests::{created_call as created, new_call_in as call_in};
+use super::{created_call as created, new_call_in as call_in};
 
 fn rows(db: &Path, sql: &str) -> i64 {
     Connection::open(db)
