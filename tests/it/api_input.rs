@@ -5,11 +5,12 @@
 //! and no error message repeats more than 100 bytes of what the client sent.
 
 use crate::support::Counts;
-use crate::support::{Server, TempDb};
+use crate::support::Http;
+use crate::support::{Local, TempDb};
 use serde_json::{json, Value};
 
 /// POST `body` with these headers; the status and the parsed answer.
-fn post_raw(server: &Server, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
+fn post_raw(server: &Local, headers: &[(&str, &str)], body: &str) -> (u16, Value) {
     server.request("POST", "/v1/tool-calls", headers, Some(body))
 }
 
@@ -29,7 +30,7 @@ fn assert_bad_request(what: &str, (status, answer): (u16, Value), names: &str) {
 #[test]
 fn repeated_json_members_at_any_depth_are_refused_and_store_nothing() {
     let db = TempDb::new("api-dup-members");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let cases = [
         (
             r#"{"tool":"charge","tool":"fail","args":{"amount":1}}"#,
@@ -76,7 +77,7 @@ fn repeated_json_members_at_any_depth_are_refused_and_store_nothing() {
 #[test]
 fn repeated_idempotency_key_headers_are_refused_and_store_nothing() {
     let db = TempDb::new("api-dup-key");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let body = r#"{"tool":"charge","args":{"amount":1}}"#;
     for headers in [
         [("Idempotency-Key", "k-a"), ("Idempotency-Key", "k-b")],
@@ -97,7 +98,7 @@ fn repeated_idempotency_key_headers_are_refused_and_store_nothing() {
 #[test]
 fn control_characters_in_client_id_or_key_are_refused() {
     let db = TempDb::new("api-control");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     for client_id in [
         "a\u{1}b",
         "tab\there",
@@ -128,7 +129,7 @@ fn control_characters_in_client_id_or_key_are_refused() {
 #[test]
 fn integer_fields_accept_exactly_the_fingerprints_integers() {
     let db = TempDb::new("api-integers");
-    let server = Server::start(&db, &["--chaos"]);
+    let server = Local::start(&db, &["--chaos"]);
     let accepted = [
         r#"{"tool":"charge","args":{"amount":1.0},"seq":1.0}"#,
         r#"{"tool":"charge","args":{"amount":1e0},"seq":2e0}"#,
@@ -184,7 +185,7 @@ fn integer_fields_accept_exactly_the_fingerprints_integers() {
 #[test]
 fn error_messages_quote_at_most_100_bytes_of_client_input() {
     let db = TempDb::new("api-quote");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let huge = "x".repeat(500_000);
     let bodies = [
         json!({"tool": huge, "args": {}}),

@@ -6,6 +6,7 @@
 use crate::support;
 
 use crate::support::Counts;
+use crate::support::Http;
 use crate::support::{FakeUpstream, Proxy, Reply, Server, TempDb};
 use idempotent_tool::client::{request_once, Connection};
 use serde_json::json;

@@ -6,6 +6,7 @@
 use crate::support;
 
 use crate::support::Counts;
+use crate::support::Http;
 use crate::support::{run_client, FakeUpstream, Proxy, Reply, Server, TempDb};
 use idempotent_tool::client::{call_tool, poll_until_terminal, CallOptions, CallResult};
 use serde_json::{json, Value};

@@ -4,6 +4,7 @@
 use crate::support;
 
 use crate::support::Counts;
+use crate::support::Http;
 use crate::support::{audit_events, charge, count, open_db, Server, TempDb};
 use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
 use serde_json::{json, Value};

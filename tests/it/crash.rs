@@ -1,6 +1,7 @@
 //! Crash recovery with real processes: exits forced by chaos hooks, `kill -9`,
 //! a stalled worker whose lease expires, and two processes on one file.
 
+use crate::support::Http;
 use crate::support::{audit_events, count, Server, TempDb, DEADLINE};
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};

@@ -10,6 +10,7 @@ use crate::support;
 
 use crate::support::procfs::{connection_threads, database_descriptors};
 use crate::support::raw::{RawClient, ReplyText};
+use crate::support::Http;
 use crate::support::{address_after, Proc, Server, TempDb, SERVER_BIN};
 use idempotent_tool::descriptors;
 use idempotent_tool::store::MAX_READERS;

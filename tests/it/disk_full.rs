@@ -13,6 +13,7 @@
 use crate::support;
 
 use crate::support::tmpfs::{is_root, Tmpfs};
+use crate::support::Http;
 use crate::support::{Server, TempDb};
 use serde_json::json;
 use std::path::{Path, PathBuf};

@@ -5,11 +5,12 @@
 //! response, the server's own answers included), and `call_id` in a `409`.
 
 use crate::support::raw::RawClient;
-use crate::support::{charge, Server, TempDb};
+use crate::support::Http;
+use crate::support::{charge, Local, TempDb};
 use idempotent_tool::client::HttpResponse;
 use serde_json::{json, Value};
 
-fn post(server: &Server, key: &str, body: &Value, extra: &[(&str, &str)]) -> HttpResponse {
+fn post(server: &Local, key: &str, body: &Value, extra: &[(&str, &str)]) -> HttpResponse {
     let mut headers = vec![("Idempotency-Key", key)];
     headers.extend_from_slice(extra);
     server.call("POST", "/v1/tool-calls", &headers, Some(&body.to_string()))
@@ -26,7 +27,7 @@ fn location_of(response: &HttpResponse) -> Option<String> {
 #[test]
 fn a_replay_is_marked_and_every_call_answer_has_its_location() {
     let db = TempDb::new("headers-replay");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let slow = json!({"tool": "sleep", "args": {"seconds": 0.3}});
     let first = post(&server, "h-1", &slow, &[]);
     assert_eq!(first.status, 202);
@@ -78,7 +79,7 @@ fn a_replay_is_marked_and_every_call_answer_has_its_location() {
 #[test]
 fn a_reset_of_a_retryable_failure_is_not_a_replay() {
     let db = TempDb::new("headers-reset");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let flaky = json!({"tool": "fail", "args": {"fail_times": 1}});
     let first = post(&server, "h-reset", &flaky, &[]);
     let call_id = first.json()["call_id"].as_str().unwrap().to_string();
@@ -98,7 +99,7 @@ fn a_reset_of_a_retryable_failure_is_not_a_replay() {
 #[test]
 fn a_conflict_names_the_existing_call() {
     let db = TempDb::new("headers-409");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let first = post(&server, "h-409", &charge(1), &[]);
     let conflict = post(&server, "h-409", &charge(2), &[]);
     assert_eq!(conflict.status, 409);
@@ -113,7 +114,7 @@ fn a_conflict_names_the_existing_call() {
 #[test]
 fn a_202_from_get_has_retry_after() {
     let db = TempDb::new("headers-get-202");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let first = post(
         &server,
         "h-get",
@@ -141,7 +142,7 @@ fn a_202_from_get_has_retry_after() {
 #[test]
 fn every_response_carries_a_request_id() {
     let db = TempDb::new("headers-request-id");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let echoed = server.call("GET", "/healthz", &[("X-Request-Id", "trace-42")], None);
     assert_eq!(echoed.header("X-Request-Id"), Some("trace-42"));
     let too_long = "x".repeat(129);

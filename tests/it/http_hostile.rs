@@ -8,6 +8,7 @@
 use crate::support;
 
 use crate::support::raw::{RawClient, ReplyText, SOCKET_PATIENCE};
+use crate::support::Http;
 use crate::support::TempDb;
 use idempotent_tool::client::HttpResponse;
 use std::net::SocketAddr;

@@ -5,6 +5,7 @@
 //! it; before it was bounded in bytes, it kept every one of them.
 
 use crate::support::procfs::status_kib;
+use crate::support::Http;
 use crate::support::{Server, TempDb};
 use serde_json::{json, Value};
 use std::thread;

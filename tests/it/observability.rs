@@ -7,6 +7,7 @@
 //! and the audit timeline over HTTP.
 
 use crate::support::exposition::{self, Exposition};
+use crate::support::Http;
 use crate::support::{charge, eventually, AuthFile, Server, TempDb};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

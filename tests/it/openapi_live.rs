@@ -10,7 +10,8 @@ use crate::support;
 
 use crate::support::openapi::{deref, operations, spec};
 use crate::support::raw::RawClient;
-use crate::support::{charge, AuthFile, Server, TempDb};
+use crate::support::Http;
+use crate::support::{charge, AuthFile, Local, TempDb};
 use idempotent_tool::api::ROUTES;
 use idempotent_tool::client::HttpResponse;
 use idempotent_tool::http::ErrorCode;
@@ -57,7 +58,7 @@ fn the_document_and_the_router_describe_the_same_routes() {
     );
 
     let db = TempDb::new("openapi-routes");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     for (method, template) in ROUTES {
         let path = concrete(template);
         let response = server.call(method, &path, &[], None);
@@ -141,7 +142,7 @@ struct Sample {
 }
 
 /// A server with two tenants, and a response of every kind it gives.
-fn samples(server: &Server) -> Vec<Sample> {
+fn samples(server: &Local) -> Vec<Sample> {
     let acme = [("Authorization", "Bearer acme-token")];
     let ops = [("Authorization", "Bearer ops-token")];
     let with = |extra: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str)> {
@@ -302,7 +303,7 @@ fn live_responses_match_the_document() {
     let spec = spec();
     let db = TempDb::new("openapi-live");
     let auth = AuthFile::new(&[("acme", "acme-token", false), ("ops", "ops-token", true)]);
-    let server = Server::start(&db, &["--auth-file", auth.path_str()]);
+    let server = Local::start(&db, &["--auth-file", auth.path_str()]);
     let mut statuses = BTreeSet::new();
     let mut headers_seen = BTreeSet::new();
     for sample in samples(&server) {

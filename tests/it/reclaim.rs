@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use crate::support::Http;
 use crate::support::{count, Server, TempDb, DEADLINE};
 use serde_json::json;
 use std::time::{Duration, Instant};

@@ -6,11 +6,12 @@
 
 use crate::support::exposition;
 use crate::support::Counts;
-use crate::support::{charge, eventually, Server, TempDb, SERVER_BIN};
+use crate::support::Http;
+use crate::support::{charge, eventually, Local, TempDb, SERVER_BIN};
 use serde_json::{json, Value};
 use std::process::Command;
 
-fn purged_total(server: &Server) -> f64 {
+fn purged_total(server: &Local) -> f64 {
     let response = server.call("GET", "/metrics", &[], None);
     let text = String::from_utf8(response.body).unwrap();
     let scrape = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -25,7 +26,7 @@ fn purged_total(server: &Server) -> f64 {
 #[test]
 fn an_expired_call_is_purged_and_its_key_starts_a_new_call() {
     let db = TempDb::new("retention");
-    let server = Server::start(&db, &["--key-ttl", "1"]);
+    let server = Local::start(&db, &["--key-ttl", "1"]);
     let (status, long) = server.post("long", &json!({"tool": "sleep", "args": {"seconds": 4}}));
     assert_eq!(status, 202, "{long}");
     let (_, first) = server.post("reused", &charge(5));
@@ -87,7 +88,7 @@ fn an_expired_call_is_purged_and_its_key_starts_a_new_call() {
 #[test]
 fn a_zero_ttl_keeps_calls_forever() {
     let db = TempDb::new("retention-forever");
-    let server = Server::start(&db, &["--key-ttl", "0"]);
+    let server = Local::start(&db, &["--key-ttl", "0"]);
     let (_, call) = server.post("kept", &charge(1));
     let done = server.wait_terminal(call["call_id"].as_str().unwrap());
     assert_eq!(done["expires_at"], Value::Null, "{done}");

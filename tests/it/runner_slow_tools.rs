@@ -6,6 +6,7 @@
 use crate::support;
 
 use crate::support::downstream::{Downstream, ToolsFile};
+use crate::support::Http;
 use crate::support::{audit_events, unique_name, Server, TempDb};
 use serde_json::{json, Value};
 use std::time::Duration;

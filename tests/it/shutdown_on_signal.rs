@@ -6,6 +6,7 @@
 use crate::support;
 
 use crate::support::Counts;
+use crate::support::Http;
 use crate::support::{audit_events, charge, signal, Server, TempDb, DEADLINE};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};

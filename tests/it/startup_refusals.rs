@@ -4,6 +4,7 @@
 use crate::support;
 
 use crate::support::tmpfs::{is_root, Tmpfs};
+use crate::support::Http;
 use crate::support::{charge, Server, TempDb, SERVER_BIN};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,8 @@
 //! reachable `--host` without tokens is refused.
 
 use crate::support::Counts;
-use crate::support::{charge, AuthFile, Server, TempDb, SERVER_BIN};
+use crate::support::Http;
+use crate::support::{charge, AuthFile, Local, TempDb, SERVER_BIN};
 use serde_json::{json, Value};
 use std::process::Command;
 
@@ -24,7 +25,7 @@ fn tenants() -> AuthFile {
 
 /// A request as `token`'s tenant: status and JSON body.
 fn as_tenant(
-    server: &Server,
+    server: &Local,
     token: &str,
     method: &str,
     path: &str,
@@ -41,7 +42,7 @@ fn as_tenant(
     (response.status, response.json())
 }
 
-fn post_as(server: &Server, token: &str, key: &str, body: &Value) -> (u16, Value) {
+fn post_as(server: &Local, token: &str, key: &str, body: &Value) -> (u16, Value) {
     as_tenant(
         server,
         token,
@@ -59,7 +60,7 @@ fn post_as(server: &Server, token: &str, key: &str, body: &Value) -> (u16, Value
 fn requests_without_a_valid_token_are_refused_with_a_challenge() {
     let db = TempDb::new("auth-401");
     let auth = tenants();
-    let server = Server::start(&db, &["--auth-file", auth.path_str()]);
+    let server = Local::start(&db, &["--auth-file", auth.path_str()]);
     let last_byte_off = format!("{}b", &ACME[..ACME.len() - 1]);
     assert_ne!(last_byte_off, ACME);
     let cases: [(Option<String>, &str); 5] = [
@@ -119,7 +120,7 @@ fn requests_without_a_valid_token_are_refused_with_a_challenge() {
 fn the_same_key_in_two_tenants_is_two_calls() {
     let db = TempDb::new("auth-scope");
     let auth = tenants();
-    let server = Server::start(&db, &["--auth-file", auth.path_str()]);
+    let server = Local::start(&db, &["--auth-file", auth.path_str()]);
     let (status, a) = post_as(&server, ACME, "step-1", &charge(10));
     assert_eq!(status, 202, "{a}");
     let (status, b) = post_as(&server, BETA, "step-1", &charge(99));
@@ -165,7 +166,7 @@ fn the_same_key_in_two_tenants_is_two_calls() {
 fn a_tenant_never_sees_another_tenants_calls() {
     let db = TempDb::new("auth-isolation");
     let auth = tenants();
-    let server = Server::start(&db, &["--auth-file", auth.path_str()]);
+    let server = Local::start(&db, &["--auth-file", auth.path_str()]);
     let (_, a) = post_as(&server, ACME, "only-acme", &charge(1));
     let (_, b) = post_as(&server, BETA, "only-beta", &charge(2));
     let pairs = [(BETA, &a, "only-acme"), (ACME, &b, "only-beta")];
@@ -216,7 +217,7 @@ fn a_tenant_never_sees_another_tenants_calls() {
 fn stats_are_per_tenant_and_global_views_need_an_admin() {
     let db = TempDb::new("auth-stats");
     let auth = tenants();
-    let server = Server::start(&db, &["--auth-file", auth.path_str()]);
+    let server = Local::start(&db, &["--auth-file", auth.path_str()]);
     for n in 0..3 {
         post_as(&server, ACME, &format!("a-{n}"), &charge(1));
     }
@@ -272,11 +273,11 @@ fn a_reachable_host_without_tokens_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
     assert!(!db.path.exists(), "nothing was created");
-    let server = Server::start(&db, &["--host", "0.0.0.0", "--insecure-no-auth"]);
+    let server = Local::start(&db, &["--host", "0.0.0.0", "--insecure-no-auth"]);
     assert_eq!(server.get("/healthz").0, 200);
     drop(server);
     let auth = tenants();
-    let server = Server::start(&db, &["--host", "0.0.0.0", "--auth-file", auth.path_str()]);
+    let server = Local::start(&db, &["--host", "0.0.0.0", "--auth-file", auth.path_str()]);
     assert_eq!(server.get("/stats").0, 401);
     drop(server);
     let bad = AuthFile::new(&[("acme", ACME, false)]);

@@ -5,6 +5,7 @@
 
 use crate::support::downstream::{Downstream, ToolsFile};
 use crate::support::Counts;
+use crate::support::Http;
 use crate::support::{unique_name, Server, TempDb, SERVER_BIN};
 use serde_json::{json, Value};
 use std::process::{Command, Output};

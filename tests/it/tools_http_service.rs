@@ -10,6 +10,7 @@ use crate::support;
 use crate::support::downstream::audit_rows;
 use crate::support::downstream::{Downstream, ToolsFile};
 use crate::support::Counts;
+use crate::support::Http;
 use crate::support::{unique_name, FakeUpstream, Reply, Server, TempDb, DEADLINE};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};

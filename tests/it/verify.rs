@@ -7,6 +7,7 @@
 use crate::support;
 
 use crate::support::Counts;
+use crate::support::Http;
 use crate::support::{open_db, Server, TempDb, SERVER_BIN};
 use serde_json::json;
 use std::collections::BTreeSet;

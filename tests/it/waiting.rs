@@ -7,6 +7,7 @@
 use crate::support;
 
 use crate::support::procfs::{connection_threads, thread_count};
+use crate::support::Http;
 use crate::support::{Server, TempDb};
 use serde_json::json;
 use std::io::Write;

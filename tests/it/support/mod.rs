@@ -13,13 +13,15 @@
 pub mod auth;
 pub mod downstream;
 pub mod exposition;
+pub mod in_process;
 pub mod openapi;
 pub mod own_process;
 pub mod procfs;
 pub mod raw;
+pub mod requests;
 pub mod tmpfs;
 
-use idempotent_tool::client::{authority, encode_path_segment, request_once, HttpResponse};
+use idempotent_tool::client::authority;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -39,6 +41,8 @@ pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
 
 pub use auth::AuthFile;
 pub use idempotent_tool::temp::{unique_name, TempDb};
+pub use in_process::Local;
+pub use requests::Http;
 
 /// Counting rows of a test's database file (live, beside a running server).
 pub trait Counts {
@@ -223,98 +227,8 @@ impl Server {
         }
     }
 
-    pub fn addr(&self) -> &str {
-        authority(&self.base)
-    }
-
     pub fn stderr(&self) -> String {
         self.proc.stderr()
-    }
-
-    /// One request; returns the status and the JSON body (`Null` if not JSON).
-    pub fn request(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Option<&str>,
-    ) -> (u16, Value) {
-        let resp = request_once(
-            &self.base,
-            method,
-            path,
-            headers,
-            body.map(str::as_bytes),
-            Some(DEADLINE),
-        )
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}; stderr:\n{}", self.stderr()));
-        (resp.status, resp.json())
-    }
-
-    /// One request, the whole response (status, headers, body).
-    pub fn call(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: Option<&str>,
-    ) -> HttpResponse {
-        request_once(
-            &self.base,
-            method,
-            path,
-            headers,
-            body.map(str::as_bytes),
-            Some(DEADLINE),
-        )
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}; stderr:\n{}", self.stderr()))
-    }
-
-    pub fn post(&self, key: &str, body: &Value) -> (u16, Value) {
-        self.post_path("/v1/tool-calls", key, body)
-    }
-
-    pub fn post_path(&self, path: &str, key: &str, body: &Value) -> (u16, Value) {
-        self.request(
-            "POST",
-            path,
-            &[("Idempotency-Key", key)],
-            Some(&body.to_string()),
-        )
-    }
-
-    pub fn get(&self, path: &str) -> (u16, Value) {
-        self.request("GET", path, &[], None)
-    }
-
-    pub fn by_key(&self, key: &str) -> (u16, Value) {
-        self.get(&format!(
-            "/v1/tool-calls/by-key/{}",
-            encode_path_segment(key)
-        ))
-    }
-
-    /// Poll the call (long-polling `?wait=1`) until it is terminal, with a deadline.
-    pub fn wait_terminal(&self, call_id: &str) -> Value {
-        let start = Instant::now();
-        loop {
-            let (status, call) = self.get(&format!("/v1/tool-calls/{call_id}?wait=1"));
-            assert!(status == 200 || status == 202, "{status} {call}");
-            if call["status"] == "succeeded" || call["status"] == "failed" {
-                return call;
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "call {call_id} never finished: {call}\nstderr:\n{}",
-                self.stderr()
-            );
-        }
-    }
-
-    pub fn stats(&self) -> Value {
-        let (status, stats) = self.get("/stats");
-        assert_eq!(status, 200, "{stats}");
-        stats
     }
 
     /// `kill -9`, then reap.
@@ -335,6 +249,16 @@ impl Server {
     /// A direct connection to the database file, for inspection.
     pub fn sql(&self) -> rusqlite::Connection {
         open_db(&self.db)
+    }
+}
+
+impl Http for Server {
+    fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn context(&self) -> String {
+        self.stderr()
     }
 }
 
