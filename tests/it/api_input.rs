@@ -1,5 +1,5 @@
-//! Ambiguous or hostile API input is refused before anything is stored, against
-//! the real binary: repeated JSON member names at any depth, repeated
+//! Ambiguous or hostile API input is refused before anything is stored, by the
+//! service in this process: repeated JSON member names at any depth, repeated
 //! `Idempotency-Key` headers, control characters in `client_id` and the key;
 //! integer fields accept exactly the numbers the fingerprint calls integers;
 //! and no error message repeats more than 100 bytes of what the client sent.

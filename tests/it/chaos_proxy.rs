@@ -1,5 +1,5 @@
 //! The chaos proxy, one test per mode, against a recording in-process upstream
-//! (plus one run against the real server): each test names what the mode must
+//! (plus one run against the service, in this process): each test names what the mode must
 //! do to the exchange and checks both sides of it, the client's view and what
 //! the upstream physically received.
 
@@ -7,7 +7,7 @@ use crate::support;
 
 use crate::support::Counts;
 use crate::support::Http;
-use crate::support::{FakeUpstream, Proxy, Reply, Server, TempDb};
+use crate::support::{FakeUpstream, Local, Proxy, Reply, TempDb};
 use idempotent_tool::client::{request_once, Connection};
 use serde_json::json;
 use std::time::Duration;
@@ -165,7 +165,7 @@ fn unreachable_upstream_answers_502() {
 #[test]
 fn duplicate_request_to_the_server_keeps_one_effect() {
     let db = TempDb::new("proxy-dup");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let proxy = Proxy::start(server.addr(), "duplicate-request", &[]);
     let run = support::run_client(&[
         "--base",

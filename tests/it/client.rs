@@ -1,5 +1,5 @@
 //! The client's retry policy (section 12.8), end to end: the real `client`
-//! binary against the real server (with the chaos proxy where a response must
+//! binary against the service (in this process; with the chaos proxy where a response must
 //! be lost), plus library checks against a scripted in-process upstream.
 //! Each test's doc line names the rule it proves.
 
@@ -7,7 +7,7 @@ use crate::support;
 
 use crate::support::Counts;
 use crate::support::Http;
-use crate::support::{run_client, FakeUpstream, Proxy, Reply, Server, TempDb};
+use crate::support::{run_client, FakeUpstream, Local, Proxy, Reply, TempDb};
 use idempotent_tool::client::{call_tool, poll_until_terminal, CallOptions, CallResult};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ fn keys_of(attempts: &[Value]) -> Vec<&str> {
 #[test]
 fn retries_a_timeout_with_the_same_key() {
     let db = TempDb::new("client-timeout");
-    let server = Server::start(&db, &["--chaos"]);
+    let server = Local::start(&db, &["--chaos"]);
     // The hook holds only the first attempt's response; 4 s against a 1 s
     // timeout leaves a wide margin on a slow machine.
     let run = run_client(&[
@@ -58,7 +58,7 @@ fn retries_a_timeout_with_the_same_key() {
 #[test]
 fn does_not_retry_a_conflict() {
     let db = TempDb::new("client-409");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let first = run_client(&[
         "--base",
         &server.base,
@@ -100,7 +100,7 @@ fn does_not_retry_a_conflict() {
 #[test]
 fn finds_the_call_by_key_when_every_response_was_lost() {
     let db = TempDb::new("client-bykey");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     // Both POSTs lose their response; the third request (the lookup) passes.
     let proxy = Proxy::start(server.addr(), "drop-response", &["--times", "2"]);
     let run = run_client(&[
@@ -136,7 +136,7 @@ fn finds_the_call_by_key_when_every_response_was_lost() {
 #[test]
 fn new_key_on_retry_produces_two_effects() {
     let db = TempDb::new("client-newkey");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let proxy = Proxy::start(server.addr(), "drop-response", &["--times", "1"]);
     let run = run_client(&[
         "--base",

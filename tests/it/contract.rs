@@ -1,11 +1,13 @@
-//! The service's contract, tested against the real binary over HTTP: the seed's
-//! seven scenarios (section 12.10.1) and the API's edges.
+//! The service's contract over HTTP: the seed's seven scenarios (section
+//! 12.10.1) and the API's edges, against the service in this process; the
+//! test that posts a crash hook uses the real binary, so a regression there
+//! kills a child rather than the test run.
 
 use crate::support;
 
 use crate::support::Counts;
 use crate::support::Http;
-use crate::support::{audit_events, charge, count, open_db, Server, TempDb};
+use crate::support::{audit_events, charge, count, open_db, Local, Server, TempDb};
 use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
 use serde_json::{json, Value};
 use std::sync::{Arc, Barrier};
@@ -15,7 +17,7 @@ use std::sync::{Arc, Barrier};
 #[test]
 fn same_key_returns_same_call() {
     let db = TempDb::new("same-key");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let (status, first) = server.post("k-same", &charge(100));
     assert_eq!(status, 202, "{first}");
     assert_eq!(first["status"], "pending");
@@ -32,7 +34,7 @@ fn same_key_returns_same_call() {
 #[test]
 fn different_key_creates_new_call() {
     let db = TempDb::new("diff-key");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let (_, a) = server.post("k-a", &charge(1));
     let (status, b) = server.post("k-b", &charge(1));
     assert_eq!(status, 202);
@@ -50,7 +52,7 @@ fn different_key_creates_new_call() {
 #[test]
 fn same_key_different_args_conflict() {
     let db = TempDb::new("conflict");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let (_, first) = server.post("k-conflict", &charge(1));
     let (status, body) = server.post("k-conflict", &charge(2));
     assert_eq!(status, 409, "{body}");
@@ -70,7 +72,7 @@ fn same_key_different_args_conflict() {
 #[test]
 fn equivalent_args_are_the_same_request() {
     let db = TempDb::new("canonical");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let (_, a) = server.post(
         "k-canon",
         &json!({"tool": "send_email", "args": {"to": "caf\u{e9}", "subject": "支付"}}),
@@ -90,7 +92,7 @@ fn equivalent_args_are_the_same_request() {
 #[test]
 fn concurrent_same_key_one_effect() {
     let db = TempDb::new("concurrent");
-    let server = Arc::new(Server::start(&db, &[]));
+    let server = Arc::new(Local::start(&db, &[]));
     let barrier = Arc::new(Barrier::new(12));
     let handles: Vec<_> = (0..12)
         .map(|_| {
@@ -129,7 +131,7 @@ fn concurrent_same_key_one_effect() {
 #[test]
 fn failed_retryable_can_be_retried() {
     let db = TempDb::new("retryable");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let body = json!({"tool": "fail", "args": {"fail_times": 1}});
     let (_, first) = server.post("k-fail", &body);
     let call_id = first["call_id"].as_str().unwrap().to_string();
@@ -163,7 +165,7 @@ fn failed_retryable_can_be_retried() {
 #[test]
 fn delay_response_then_retry_same_key() {
     let db = TempDb::new("delay");
-    let server = Server::start(&db, &["--chaos"]);
+    let server = Local::start(&db, &["--chaos"]);
     let body = json!({"tool": "charge", "args": {"amount": 7, "_delay_response_ms": 3000}});
     let first = idempotent_tool::client::request_once(
         &server.base,
@@ -189,7 +191,7 @@ fn delay_response_then_retry_same_key() {
 #[test]
 fn wait_holds_until_terminal() {
     let db = TempDb::new("wait");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let (status, call) = server.post_path(
         "/v1/tool-calls?wait=30",
         "k-wait",
@@ -206,7 +208,7 @@ fn wait_holds_until_terminal() {
 #[test]
 fn lookup_by_id_and_by_key() {
     let db = TempDb::new("lookup");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let key = "order/42 é?#%"; // needs encoding in a path
     let key_ascii = "order/42?#%&=+";
     let (status, _) = server.post(key, &charge(1));
@@ -233,7 +235,7 @@ fn lookup_by_id_and_by_key() {
 #[test]
 fn not_found_and_wrong_method() {
     let db = TempDb::new("404");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     for path in [
         "/v1/tool-calls/c_0000000000000000",
         "/v1/tool-calls/by-key/nope",
@@ -332,7 +334,7 @@ fn bad_requests_are_refused_and_create_nothing() {
 #[test]
 fn stats_reports_calls_effects_statuses_and_attempts() {
     let db = TempDb::new("stats");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let ids: Vec<String> = [
         ("s1", charge(1)),
         ("s2", json!({"tool": "send_email", "args": {"to": "x@y"}})),
@@ -378,7 +380,7 @@ fn stats_reports_calls_effects_statuses_and_attempts() {
 #[test]
 fn schema_has_unique_constraints_and_no_duplicate_effects() {
     let db = TempDb::new("schema");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     for i in 0..20 {
         server.post(&format!("dup-{}", i % 5), &charge(1 + (i % 5)));
     }
@@ -463,7 +465,7 @@ fn text_column(conn: &rusqlite::Connection, sql: &str, index: usize) -> Vec<Stri
 #[test]
 fn locked_database_answers_503_and_retry_succeeds() {
     let db = TempDb::new("locked");
-    let server = Server::start(&db, &["--busy-timeout-ms", "200"]);
+    let server = Local::start(&db, &["--busy-timeout-ms", "200"]);
     let blocker = server.sql();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let resp = idempotent_tool::client::request_once(
@@ -497,7 +499,7 @@ fn locked_database_answers_503_and_retry_succeeds() {
 #[test]
 fn settled_call_retries_match_the_record_and_conflicts_still_409() {
     let db = TempDb::new("settled");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let (_, first) = server.post("k-settled", &charge(4));
     let call_id = first["call_id"].as_str().unwrap().to_string();
     let stored = server.wait_terminal(&call_id);
@@ -522,7 +524,7 @@ fn settled_call_retries_match_the_record_and_conflicts_still_409() {
 #[test]
 fn oversized_args_are_413_and_create_nothing() {
     let db = TempDb::new("args-size");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let body = json!({"tool": "send_email", "args": {"to": "a@b", "body": "x".repeat(70 * 1024)}});
     let (status, resp) = server.post("k-big", &body);
     assert_eq!(status, 413, "{resp}");
@@ -557,7 +559,7 @@ fn database_with_the_seeds_exact_schema_still_works() {
                event TEXT NOT NULL, detail TEXT);",
         )
         .unwrap();
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let (status, created) = server.post("seed-1", &charge(7));
     assert_eq!(status, 202, "{created}");
     let call_id = created["call_id"].as_str().unwrap();
@@ -585,7 +587,7 @@ fn database_with_the_seeds_exact_schema_still_works() {
 #[test]
 fn retry_of_a_call_in_progress_does_not_need_the_writer() {
     let db = TempDb::new("inflight-retry");
-    let server = Server::start(&db, &["--busy-timeout-ms", "200"]);
+    let server = Local::start(&db, &["--busy-timeout-ms", "200"]);
     let slow = json!({"tool": "sleep", "args": {"seconds": 5}});
     let (status, first) = server.post("k-inflight", &slow);
     assert_eq!(status, 202, "{first}");
@@ -607,7 +609,7 @@ fn retry_of_a_call_in_progress_does_not_need_the_writer() {
 #[test]
 fn a_worker_claims_a_second_call_behind_a_quick_one() {
     let db = TempDb::new("claim-pair");
-    let server = Server::start(&db, &["--workers", "1"]);
+    let server = Local::start(&db, &["--workers", "1"]);
     let (_, sleeper) = server.post(
         "pair-sleep",
         &json!({"tool": "sleep", "args": {"seconds": 2}}),
@@ -647,7 +649,7 @@ fn a_worker_claims_a_second_call_behind_a_quick_one() {
 #[test]
 fn stats_is_one_consistent_snapshot_under_load() {
     let db = TempDb::new("stats-snapshot");
-    let server = Arc::new(Server::start(&db, &[]));
+    let server = Arc::new(Local::start(&db, &[]));
     let posters: Vec<_> = (0..6)
         .map(|t| {
             let server = Arc::clone(&server);

@@ -1,4 +1,4 @@
-//! The headers of the ecosystem issue, against the real binary, on each path
+//! The headers of the ecosystem issue, against the service in this process, on each path
 //! where they apply and absent where they do not: `Idempotent-Replayed`
 //! (only on a POST that returns an existing call), `Location` (every POST
 //! that returns a call), `Retry-After` (every `202`), `X-Request-Id` (every

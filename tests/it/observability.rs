@@ -1,18 +1,19 @@
-//! What an operator watches the service with, against the real binary:
+//! What an operator watches the service with, against the running service:
 //! `/metrics` (parsed by a strict exposition-format parser, each counter
 //! moving when its event happens), a truthful `/healthz` (`503` once the
 //! database file cannot be read, `200` again once it can), JSON logs (every
 //! line parses, none holds the token, access lines have exactly the
 //! documented fields, `--log-level` and `--access-log off` do what they say),
-//! and the audit timeline over HTTP.
+//! and the audit timeline over HTTP. The logs are read from the real
+//! binary's stderr; the rest runs the service in this process.
 
 use crate::support::exposition::{self, Exposition};
 use crate::support::Http;
-use crate::support::{charge, eventually, AuthFile, Server, TempDb};
+use crate::support::{charge, eventually, AuthFile, Local, Server, TempDb};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-fn scrape(server: &Server, headers: &[(&str, &str)]) -> Exposition {
+fn scrape(server: &impl Http, headers: &[(&str, &str)]) -> Exposition {
     let response = server.call("GET", "/metrics", headers, None);
     assert_eq!(response.status, 200);
     assert_eq!(
@@ -38,7 +39,7 @@ const P: &str = "idempotent_tool_";
 #[test]
 fn each_counter_moves_when_its_event_happens() {
     let db = TempDb::new("metrics");
-    let server = Server::start(&db, &["--chaos", "--lease-secs", "0.3"]);
+    let server = Local::start(&db, &["--chaos", "--lease-secs", "0.3"]);
     let before = scrape(&server, &[]);
     for name in [
         "calls_created_total",
@@ -215,7 +216,7 @@ impl Drop for Unreadable {
 #[test]
 fn healthz_tells_the_truth_about_the_database() {
     let db = TempDb::new("healthz");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     assert_eq!(server.get("/healthz"), (200, json!({"ok": true})));
     let unreadable = Unreadable::make(&db.path);
     let mut unhealthy = Value::Null;
@@ -369,7 +370,7 @@ fn log_level_and_access_log_switches() {
 #[test]
 fn the_audit_timeline_is_in_order() {
     let db = TempDb::new("audit-endpoint");
-    let server = Server::start(&db, &[]);
+    let server = Local::start(&db, &[]);
     let flaky = json!({"tool": "fail", "args": {"fail_times": 1}});
     let (_, call) = server.post("audit-1", &flaky);
     let id = call["call_id"].as_str().unwrap();

@@ -1,4 +1,4 @@
-//! Key retention against the real binary: with a short `--key-ttl`, a
+//! Key retention against the service in this process: with a short `--key-ttl`, a
 //! terminal call is purged by the background thread (its audit rows with it,
 //! its `effects` row kept), a reused key then starts a new call, a running
 //! `sleep` call is never purged, no cached answer outlives its call, the

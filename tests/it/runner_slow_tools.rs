@@ -1,17 +1,18 @@
-//! How the runner treats long and slow tools, through the real service:
+//! How the runner treats long and slow tools, through the service:
 //! lease heartbeats keep a run far longer than `--lease-secs` on its first
 //! attempt, and `max_concurrency` keeps a slow downstream to its cap without
-//! holding workers, so another tool's call finishes first.
+//! holding workers, so another tool's call finishes first. The first runs the
+//! real binary (it reads its log), the second the service in this process.
 
 use crate::support;
 
 use crate::support::downstream::{Downstream, ToolsFile};
 use crate::support::Http;
-use crate::support::{audit_events, unique_name, Server, TempDb};
+use crate::support::{audit_events, unique_name, Local, Server, TempDb};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn post(server: &Server, tool: &str, args: Value) -> String {
+fn post(server: &impl Http, tool: &str, args: Value) -> String {
     let (status, call) = server.post(&unique_name(tool), &json!({"tool": tool, "args": args}));
     assert_eq!(status, 202, "{call}");
     call["call_id"].as_str().unwrap().to_string()
@@ -79,7 +80,7 @@ fn max_concurrency_caps_a_slow_tool_without_taking_the_other_tools_workers() {
         "charge": {"kind": "builtin"}
     }}));
     let db = TempDb::new("max-concurrency");
-    let server = Server::start(&db, &["--workers", "3", "--tools", tools.path_str()]);
+    let server = Local::start(&db, &["--workers", "3", "--tools", tools.path_str()]);
     let slow: Vec<String> = (0..10).map(|_| post(&server, "slow", json!({}))).collect();
     let charge_id = post(&server, "charge", json!({"amount": 1}));
     let charged = server.wait_terminal(&charge_id);

@@ -1,4 +1,5 @@
-//! Tenants and tokens, against the real binary: `--auth-file` makes every
+//! Tenants and tokens, against the service in this process (the refusals at
+//! start-up against the real binary): `--auth-file` makes every
 //! request but `/healthz` carry a bearer token (`401` with `WWW-Authenticate`
 //! otherwise, a token wrong in its last byte included); idempotency keys are
 //! scoped per tenant; a tenant never sees or affects another's calls (`404`,

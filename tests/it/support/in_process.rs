@@ -40,6 +40,13 @@ impl Local {
     }
 }
 
+impl Local {
+    /// A direct connection to the database file, for inspection.
+    pub fn sql(&self) -> rusqlite::Connection {
+        super::open_db(&self.db)
+    }
+}
+
 impl Drop for Local {
     fn drop(&mut self) {
         if std::thread::panicking() {
