@@ -1,7 +1,7 @@
 //! The chaos proxy, one test per mode, against a recording in-process upstream
-//! (plus one run against the service, in this process): each test names what the mode must
-//! do to the exchange and checks both sides of it, the client's view and what
-//! the upstream physically received.
+//! (plus one run against the service, in this process): each test names what
+//! the mode must do to the exchange and checks both sides of it, the client's
+//! view and what the upstream physically received.
 
 use crate::support;
 

@@ -1,7 +1,7 @@
 //! The client's retry policy (section 12.8), end to end: the real `client`
-//! binary against the service (in this process; with the chaos proxy where a response must
-//! be lost), plus library checks against a scripted in-process upstream.
-//! Each test's doc line names the rule it proves.
+//! binary against the service (in this process; with the chaos proxy where a
+//! response must be lost), plus library checks against a scripted in-process
+//! upstream. Each test's doc line names the rule it proves.
 
 use crate::support;
 

@@ -1,7 +1,7 @@
 //! The service's contract over HTTP: the seed's seven scenarios (section
-//! 12.10.1) and the API's edges, against the service in this process; the
-//! test that posts a crash hook uses the real binary, so a regression there
-//! kills a child rather than the test run.
+//! 12.10.1) and the API's edges, against the service in this process; the test
+//! that posts a crash hook uses the real binary, so a regression there kills a
+//! child rather than the test run.
 
 use crate::support;
 

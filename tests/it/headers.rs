@@ -1,8 +1,9 @@
-//! The headers of the ecosystem issue, against the service in this process, on each path
-//! where they apply and absent where they do not: `Idempotent-Replayed`
-//! (only on a POST that returns an existing call), `Location` (every POST
-//! that returns a call), `Retry-After` (every `202`), `X-Request-Id` (every
-//! response, the server's own answers included), and `call_id` in a `409`.
+//! The headers of the ecosystem issue, against the service in this process, on
+//! each path where they apply and absent where they do not:
+//! `Idempotent-Replayed` (only on a POST that returns an existing call),
+//! `Location` (every POST that returns a call), `Retry-After` (every `202`),
+//! `X-Request-Id` (every response, the server's own answers included), and
+//! `call_id` in a `409`.
 
 use crate::support::raw::RawClient;
 use crate::support::Http;

@@ -1,11 +1,11 @@
 //! What an operator watches the service with, against the running service:
-//! `/metrics` (parsed by a strict exposition-format parser, each counter
-//! moving when its event happens), a truthful `/healthz` (`503` once the
-//! database file cannot be read, `200` again once it can), JSON logs (every
-//! line parses, none holds the token, access lines have exactly the
-//! documented fields, `--log-level` and `--access-log off` do what they say),
-//! and the audit timeline over HTTP. The logs are read from the real
-//! binary's stderr; the rest runs the service in this process.
+//! `/metrics` (parsed by a strict exposition-format parser, each counter moving
+//! when its event happens), a truthful `/healthz` (`503` once the database file
+//! cannot be read, `200` again once it can), JSON logs (every line parses, none
+//! holds the token, access lines have exactly the documented fields,
+//! `--log-level` and `--access-log off` do what they say), and the audit
+//! timeline over HTTP. The logs are read from the real binary's stderr; the
+//! rest runs the service in this process.
 
 use crate::support::exposition::{self, Exposition};
 use crate::support::Http;

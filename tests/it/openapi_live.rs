@@ -1,9 +1,9 @@
-//! `openapi.yaml` held to the running service (in this process): every route the router knows
-//! is described (and every described path is routed), every `ErrorCode` is
-//! in the document with its status, every header the server sends is
-//! declared where it sends it (and every required one is sent), and the
-//! responses of a running service — successes, replays, conflicts, 4xx of every
-//! kind, the server's own answer to bad framing — validate against the
+//! `openapi.yaml` held to the running service (in this process): every route
+//! the router knows is described (and every described path is routed), every
+//! `ErrorCode` is in the document with its status, every header the server
+//! sends is declared where it sends it (and every required one is sent), and
+//! the responses of a running service — successes, replays, conflicts, 4xx of
+//! every kind, the server's own answer to bad framing — validate against the
 //! document's schemas (JSON Schema 2020-12, as OpenAPI 3.1 uses).
 
 use crate::support;

@@ -1,8 +1,8 @@
-//! Key retention against the service in this process: with a short `--key-ttl`, a
-//! terminal call is purged by the background thread (its audit rows with it,
+//! Key retention against the service in this process: with a short `--key-ttl`,
+//! a terminal call is purged by the background thread (its audit rows with it,
 //! its `effects` row kept), a reused key then starts a new call, a running
-//! `sleep` call is never purged, no cached answer outlives its call, the
-//! purges are counted in `/metrics`, and `verify` still passes.
+//! `sleep` call is never purged, no cached answer outlives its call, the purges
+//! are counted in `/metrics`, and `verify` still passes.
 
 use crate::support::exposition;
 use crate::support::Counts;

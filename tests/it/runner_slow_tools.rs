@@ -1,8 +1,8 @@
-//! How the runner treats long and slow tools, through the service:
-//! lease heartbeats keep a run far longer than `--lease-secs` on its first
-//! attempt, and `max_concurrency` keeps a slow downstream to its cap without
-//! holding workers, so another tool's call finishes first. The first runs the
-//! real binary (it reads its log), the second the service in this process.
+//! How the runner treats long and slow tools, through the service: lease
+//! heartbeats keep a run far longer than `--lease-secs` on its first attempt,
+//! and `max_concurrency` keeps a slow downstream to its cap without holding
+//! workers, so another tool's call finishes first. The first runs the real
+//! binary (it reads its log), the second the service in this process.
 
 use crate::support;
 

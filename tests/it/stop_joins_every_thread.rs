@@ -1,7 +1,7 @@
-//! The stop path, in one process of its own (a child of the test binary, so
-//! no other test adds threads): a service started and stopped 50 times
-//! leaves no thread behind — not the accept thread, a connection thread, a
-//! worker, the recovery thread, nor the store's writer.
+//! The stop path, in one process of its own (a child of the test binary, so no
+//! other test adds threads): a service started and stopped 50 times leaves no
+//! thread behind — not the accept thread, a connection thread, a worker, the
+//! recovery thread, nor the store's writer.
 
 use crate::support;
 

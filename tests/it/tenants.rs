@@ -1,10 +1,10 @@
 //! Tenants and tokens, against the service in this process (the refusals at
-//! start-up against the real binary): `--auth-file` makes every
-//! request but `/healthz` carry a bearer token (`401` with `WWW-Authenticate`
-//! otherwise, a token wrong in its last byte included); idempotency keys are
-//! scoped per tenant; a tenant never sees or affects another's calls (`404`,
-//! never `403`); `/metrics` and the global `/stats` need an admin; and a
-//! reachable `--host` without tokens is refused.
+//! start-up against the real binary): `--auth-file` makes every request but
+//! `/healthz` carry a bearer token (`401` with `WWW-Authenticate` otherwise, a
+//! token wrong in its last byte included); idempotency keys are scoped per
+//! tenant; a tenant never sees or affects another's calls (`404`, never `403`);
+//! `/metrics` and the global `/stats` need an admin; and a reachable `--host`
+//! without tokens is refused.
 
 use crate::support::Counts;
 use crate::support::Http;
