@@ -90,7 +90,7 @@ impl LeaseKeeper {
 mod tests {
     use super::*;
     use crate::store::{NewCall, StoreOptions};
-    use crate::temp::TempDir;
+    use crate::temp::TempDb;
 
     fn new_call(key: &str) -> NewCall {
         NewCall {
@@ -108,8 +108,8 @@ mod tests {
     /// is reported lost and dropped; a dropped guard stops the extension.
     #[test]
     fn kept_leases_are_extended_and_lost_ones_dropped() {
-        let dir = TempDir::new("lease-keeper").unwrap();
-        let store = CallStore::open(&dir.join("idem.db"), StoreOptions::default()).unwrap();
+        let db = TempDb::new("lease-keeper");
+        let store = CallStore::open(&db.path, StoreOptions::default()).unwrap();
         let id = |key: &str| match store.create_or_get(new_call(key)).unwrap() {
             crate::store::Created::New(call) => call.call_id,
             other => panic!("{other:?}"),

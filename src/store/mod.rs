@@ -48,8 +48,6 @@ mod retention;
 mod schema;
 mod sql;
 #[cfg(test)]
-mod tenant_tests;
-#[cfg(test)]
 mod tests;
 pub mod verify;
 mod writer;

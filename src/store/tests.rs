@@ -3,10 +3,11 @@
 
 use super::sql::create_or_get_op;
 use super::*;
+use crate::temp::TempDb;
 use serde_json::json;
-use std::path::PathBuf;
 
 mod retry;
+mod tenants;
 
 /// `succeed_then`, waiting for the commit.
 fn succeed(
@@ -37,19 +38,6 @@ fn charged(amount: i64) -> Option<NewEffect> {
         amount: Some(amount),
         detail: None,
     })
-}
-
-/// A database file in its own temp folder, removed on drop.
-struct TempDb(crate::temp::TempDir);
-
-impl TempDb {
-    fn new(name: &str) -> TempDb {
-        TempDb(crate::temp::TempDir::new(&format!("idem-store-{name}")).unwrap())
-    }
-
-    fn path(&self) -> PathBuf {
-        self.0.join("t.db")
-    }
 }
 
 /// A `charge` of 1 under `tenant`'s `key`.
@@ -96,7 +84,7 @@ fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
 #[test]
 fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), StoreError> {
     let new = TempDb::new("status-index-new");
-    assert!(CallStore::open(&new.path(), StoreOptions::default())?.status_index_has_attempt);
+    assert!(CallStore::open(new.path(), StoreOptions::default())?.status_index_has_attempt);
     let seed = TempDb::new("status-index-seed");
     Connection::open(seed.path())?.execute_batch(
         "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE,
@@ -106,14 +94,14 @@ fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), Stor
            created_at REAL NOT NULL, updated_at REAL NOT NULL);
          CREATE INDEX idx_calls_status ON calls(status, lease_until);",
     )?;
-    assert!(CallStore::open(&seed.path(), StoreOptions::default())?.status_index_has_attempt);
+    assert!(CallStore::open(seed.path(), StoreOptions::default())?.status_index_has_attempt);
     Ok(())
 }
 
 #[test]
 fn same_key_gives_one_call_and_other_fingerprint_conflicts() -> Result<(), StoreError> {
     let db = TempDb::new("same-key");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let first = store.create_or_get(new_call("k", "fp1"))?;
     assert!(matches!(first, Created::New(_)));
     let again = store.create_or_get(new_call("k", "fp1"))?;
@@ -161,7 +149,7 @@ fn writer_stats_round_trip_and_difference() {
 #[test]
 fn claim_many_decides_each_call_on_its_own() -> Result<(), StoreError> {
     let db = TempDb::new("claim-many");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let ids: Vec<String> = ["a", "b", "c"]
         .iter()
         .map(|k| Ok(created_call(store.create_or_get(new_call(k, "fp"))?).call_id))
@@ -175,15 +163,15 @@ fn claim_many_decides_each_call_on_its_own() -> Result<(), StoreError> {
         .collect();
     assert_eq!(won, [Some(ids[0].as_str()), None, Some(ids[2].as_str())]);
     assert!(leases.iter().flatten().all(|l| l.attempt == 1));
-    assert_eq!(audit_events(&db.path(), &ids[0]), ["created", "claimed"]);
-    assert_eq!(audit_events(&db.path(), &ids[1]), ["created", "claimed"]);
+    assert_eq!(audit_events(db.path(), &ids[0]), ["created", "claimed"]);
+    assert_eq!(audit_events(db.path(), &ids[1]), ["created", "claimed"]);
     Ok(())
 }
 
 #[test]
 fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), StoreError> {
     let db = TempDb::new("fence");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     // A zero-length lease expires at once, as after a long pause.
     let a = store
@@ -216,7 +204,7 @@ fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), Store
     assert_eq!(after.result, Some(json!({"by": "b"})));
     assert_eq!(effects(&store), 1);
     assert_eq!(
-        audit_events(&db.path(), &call.call_id),
+        audit_events(db.path(), &call.call_id),
         [
             "created",
             "claimed",
@@ -232,7 +220,7 @@ fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), Store
 #[test]
 fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
     let db = TempDb::new("recover");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let expired = created_call(store.create_or_get(new_call("a", "fp"))?);
     let live = created_call(store.create_or_get(new_call("b", "fp"))?);
     let done = created_call(store.create_or_get(new_call("c", "fp"))?);
@@ -265,7 +253,7 @@ fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
 #[test]
 fn retryable_failure_is_reset_by_same_key_and_permanent_one_is_not() -> Result<(), StoreError> {
     let db = TempDb::new("retry");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     for (key, retryable) in [("r", true), ("p", false)] {
         let call = created_call(store.create_or_get(new_call(key, "fp"))?);
         let lease = store
@@ -289,7 +277,7 @@ fn retryable_failure_is_reset_by_same_key_and_permanent_one_is_not() -> Result<(
 #[test]
 fn many_threads_same_key_share_one_call() -> Result<(), StoreError> {
     let db = TempDb::new("threads");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let ids: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..16)
             .map(|_| {
@@ -350,7 +338,7 @@ fn rows(db: &Path, sql: &str) -> i64 {
 fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_error(
 ) -> Result<(), StoreError> {
     let db = TempDb::new("rolled-back");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let before = queue_creates(&store, &["before-1", "before-2"]);
     let (full_tx, full_rx) = mpsc::channel();
@@ -379,14 +367,14 @@ fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_
         full_rx.recv().unwrap(),
         Err(StoreError::Unavailable(_))
     ));
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM audit"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM audit"), 0);
     // The writer carries on with a fresh transaction.
     assert!(matches!(
         store.create_or_get(new_call("before-1", "fp"))?,
         Created::New(_)
     ));
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 1);
     Ok(())
 }
 
@@ -400,7 +388,7 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
         "CREATE TABLE parent (id INTEGER PRIMARY KEY);
          CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
     )?;
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let answers = queue_creates(&store, &["k-1"]);
     store.writer.submit(
@@ -418,8 +406,8 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
             "{key}: {answer:?}"
         );
     }
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM child"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM child"), 0);
     assert!(matches!(
         store.create_or_get(new_call("k-1", "fp"))?,
         Created::New(_)
@@ -430,7 +418,7 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
 #[test]
 fn failing_operation_rolls_back_alone() -> Result<(), StoreError> {
     let db = TempDb::new("savepoint");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let failing = store.write(|conn| {
         conn.execute(
             "INSERT INTO audit (ts, call_id, event, detail) VALUES (0, 'x', 'probe', '')",
@@ -533,16 +521,16 @@ fn user_version(db: &Path) -> i64 {
 fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
     let db = TempDb::new(name);
     Connection::open(db.path())?.execute_batch(&format!("{ddl}{OLD_ROWS}"))?;
-    assert_eq!(user_version(&db.path()), 0);
-    let rowid_before = rows(&db.path(), "SELECT rowid FROM calls");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    assert_eq!(user_version(db.path()), 0);
+    let rowid_before = rows(db.path(), "SELECT rowid FROM calls");
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     // Migration 5 rebuilt `calls`: every row kept, with its rowid, in the
     // anonymous tenant; keys are now unique per tenant, not globally.
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
-    assert_eq!(rows(&db.path(), "SELECT rowid FROM calls"), rowid_before);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 1);
+    assert_eq!(rows(db.path(), "SELECT rowid FROM calls"), rowid_before);
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM calls WHERE tenant = 'anonymous'"
         ),
         1
@@ -560,7 +548,7 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
     for (table, column) in [("audit", "attempt"), ("effects", "call_purged_at")] {
         let sql =
             format!("SELECT count(*) FROM pragma_table_info('{table}') WHERE name = '{column}'");
-        assert_eq!(rows(&db.path(), &sql), 1, "{table}.{column}");
+        assert_eq!(rows(db.path(), &sql), 1, "{table}.{column}");
     }
     let call = store
         .find_by_key(crate::auth::ANONYMOUS, "old-key")?
@@ -569,24 +557,24 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
     assert_eq!(call.result, Some(json!({"charged": 5})));
     assert_eq!(store.stats(Scope::All)?.effects, 1);
     assert_eq!(store.stats(Scope::Tenant("acme"))?.calls, 1);
-    assert_eq!(user_version(&db.path()), SCHEMA_VERSION);
+    assert_eq!(user_version(db.path()), SCHEMA_VERSION);
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM sqlite_master WHERE name = 'idx_audit_call'"
         ),
         1
     );
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'detail'"
         ),
         1
     );
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM pragma_table_info('calls') WHERE name = 'next_attempt_at'"
         ),
         1
@@ -595,7 +583,7 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
         call.next_attempt_at, None,
         "an old row has no retry scheduled"
     );
-    assert_eq!(audit_events(&db.path(), &call.call_id), ["succeeded"]);
+    assert_eq!(audit_events(db.path(), &call.call_id), ["succeeded"]);
     // The new code writes into the upgraded file as into a new one.
     let lease_holder = store.create_or_get(new_call("new-key", "fp"))?;
     assert!(matches!(lease_holder, Created::New(_)));
@@ -620,7 +608,7 @@ fn a_database_made_before_migrations_upgrades_in_place() -> Result<(), StoreErro
 fn a_database_from_a_newer_release_is_refused() -> Result<(), StoreError> {
     let db = TempDb::new("too-new");
     Connection::open(db.path())?.pragma_update(None, "user_version", SCHEMA_VERSION + 1)?;
-    let refused = CallStore::open(&db.path(), StoreOptions::default()).err();
+    let refused = CallStore::open(db.path(), StoreOptions::default()).err();
     let message = refused.expect("refused").to_string();
     assert!(message.contains("newer than this release"), "{message}");
     Ok(())
@@ -631,7 +619,7 @@ fn a_database_from_a_newer_release_is_refused() -> Result<(), StoreError> {
 #[test]
 fn recovery_names_the_owner_whose_lease_expired() -> Result<(), StoreError> {
     let db = TempDb::new("recover-owner");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     store
         .claim(&call.call_id, "4242:worker-7", Duration::ZERO)?
@@ -651,7 +639,7 @@ fn recovery_names_the_owner_whose_lease_expired() -> Result<(), StoreError> {
 #[test]
 fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError> {
     let db = TempDb::new("stop");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let queued = queue_creates(&store, &["queued"]);
     let stopper = {
@@ -666,7 +654,7 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
         store.create_or_get(new_call("late", "fp")),
         Err(StoreError::Unavailable(_))
     ));
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 1);
     Ok(())
 }
 
@@ -674,14 +662,14 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
 #[test]
 fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
     let db = TempDb::new("bulk");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let charge = bulk::BulkCharge {
         fingerprint: "fp",
         args_json: r#"{"amount":1}"#,
         amount: 1,
         key_prefix: "bulk",
     };
-    bulk::insert_succeeded_charges(&db.path(), &charge, 1_000)?;
+    bulk::insert_succeeded_charges(db.path(), &charge, 1_000)?;
     let stats = store.stats(Scope::All)?;
     assert_eq!((stats.calls, stats.effects), (1_000, 1_000));
     let call = store
@@ -701,7 +689,7 @@ fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
 #[test]
 fn a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch() -> Result<(), StoreError> {
     let db = TempDb::new("silent");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let conn = Connection::open(db.path())?;
     let long_ago = now() - 60.0;
     let me = store.instance().clone();

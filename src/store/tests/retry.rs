@@ -26,7 +26,7 @@ fn due_ids(store: &CallStore) -> Vec<String> {
 #[test]
 fn a_scheduled_retry_is_claimed_only_once_it_is_due() -> Result<(), StoreError> {
     let db = TempDb::new("retry-later");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     let lease = store
         .claim(&call.call_id, "1:w", Duration::from_secs(30))?
@@ -67,7 +67,7 @@ fn a_scheduled_retry_is_claimed_only_once_it_is_due() -> Result<(), StoreError> 
     assert_eq!(second.attempt, 2);
     assert_eq!(store.get(&call.call_id)?.unwrap().next_attempt_at, None);
     assert_eq!(
-        audit_events(&db.path(), &call.call_id),
+        audit_events(db.path(), &call.call_id),
         ["created", "claimed", "retry_scheduled", "claimed"]
     );
     Ok(())
@@ -78,7 +78,7 @@ fn a_scheduled_retry_is_claimed_only_once_it_is_due() -> Result<(), StoreError> 
 #[test]
 fn retries_and_extensions_are_fenced_by_the_attempt() -> Result<(), StoreError> {
     let db = TempDb::new("retry-fence");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     let lost = store.claim(&call.call_id, "1:a", Duration::ZERO)?.unwrap();
     let owner = store
@@ -99,7 +99,7 @@ fn retries_and_extensions_are_fenced_by_the_attempt() -> Result<(), StoreError> 
     succeed(&store, &owner, &json!({}), None)?;
     assert_eq!(store.extend(&[owner], Duration::from_secs(90))?, [false]);
     assert_eq!(
-        audit_events(&db.path(), &call.call_id),
+        audit_events(db.path(), &call.call_id),
         [
             "created",
             "claimed",
