@@ -172,13 +172,35 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
+/// The paragraphs of `text` outside code blocks, each joined into one line (a
+/// code span may wrap), with the number of its first line.
+fn paragraphs(text: &str) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut previous = 0;
+    for (number, line) in prose_lines(text) {
+        if line.trim().is_empty() {
+            previous = 0;
+            continue;
+        }
+        match out.last_mut() {
+            Some((_, paragraph)) if previous + 1 == number => {
+                paragraph.push(' ');
+                paragraph.push_str(line.trim());
+            }
+            _ => out.push((number, line.trim().to_string())),
+        }
+        previous = number;
+    }
+    out
+}
+
 #[test]
 fn every_repository_path_named_in_backticks_exists() {
     let mut checked = 0;
     let mut missing = Vec::new();
     for (path, text) in documents() {
-        for (number, line) in prose_lines(&text) {
-            for (index, span) in line.split('`').enumerate() {
+        for (number, paragraph) in paragraphs(&text) {
+            for (index, span) in paragraph.split('`').enumerate() {
                 // Odd pieces are inside backticks; a command's first word is checked.
                 let Some(word) = span.split_whitespace().next().filter(|_| index % 2 == 1) else {
                     continue;
