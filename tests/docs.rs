@@ -3,7 +3,8 @@
 //! name exists, README stays a front page (at most 400 lines, the two
 //! commands verbatim), its endpoint table lists exactly the routes the router
 //! serves, its flags table exactly the flags the server accepts, and its code
-//! map exactly what is under `src/` and `src/store/`.
+//! map exactly what is under `src/` and `src/store/`; and the metrics table of
+//! `docs/operations.md` names exactly the series a running server exposes.
 //!
 //! README's error-code table is held to `ErrorCode` by `src/http/error_code.rs`
 //! and to `openapi.yaml` by `tests/openapi.rs`.
@@ -395,4 +396,55 @@ fn readme_code_map_names_what_is_there_and_all_of_src_and_store() {
             );
         }
     }
+}
+
+/// `(name, type)` of every series in the metrics table of `docs/operations.md`;
+/// a cell may name siblings by their suffix (`` `idempotent_tool_a`, `_b` ``).
+fn documented_metrics() -> BTreeSet<(String, String)> {
+    let text =
+        std::fs::read_to_string(format!("{ROOT}/docs/operations.md")).expect("operations.md");
+    let section = text
+        .split("\n## Metrics: `GET /metrics`\n")
+        .nth(1)
+        .expect("docs/operations.md has a Metrics section");
+    let section = section.split("\n#").next().unwrap_or(section);
+    let mut out = BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+        let (names, kind) = (cells[0], cells[1]);
+        for name in names.split(", ") {
+            let name = name.trim_matches('`');
+            let name = name.split('{').next().unwrap_or(name);
+            let full = if name.starts_with('_') {
+                format!("idempotent_tool{name}")
+            } else {
+                name.to_string()
+            };
+            out.insert((full, kind.to_string()));
+        }
+    }
+    assert!(out.len() >= 20, "the metrics table was read: {out:?}");
+    out
+}
+
+#[test]
+fn operations_metrics_table_lists_exactly_the_series_served() {
+    let db = support::TempDb::new("docs-metrics");
+    let server = support::Server::start(&db, &[]);
+    let (status, _) = server.request("GET", "/healthz", &[], None);
+    assert_eq!(status, 200);
+    let response = server.call("GET", "/metrics", &[], None);
+    assert_eq!(response.status, 200);
+    let text = String::from_utf8(response.body).expect("UTF-8");
+    let served: BTreeSet<(String, String)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_once(' '))
+        .map(|(name, kind)| (name.to_string(), kind.trim().to_string()))
+        .collect();
+    assert_eq!(
+        documented_metrics(),
+        served,
+        "docs/operations.md's metrics table against /metrics"
+    );
 }
