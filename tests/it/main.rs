@@ -28,6 +28,7 @@ mod contract;
 mod crash;
 mod descriptors;
 mod disk_full;
+mod docs;
 mod fault_inject;
 mod headers;
 mod http_hostile;

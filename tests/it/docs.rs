@@ -9,13 +9,11 @@
 //! README's error-code table is held to `ErrorCode` by `src/http/error_code.rs`
 //! and to `openapi.yaml` by `tests/openapi.rs`.
 
-mod support;
-
+use crate::support::openapi::ROOT;
+use crate::support::{Http, Local, TempDb, SERVER_BIN};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::openapi::ROOT;
-use support::SERVER_BIN;
 
 /// README's length limit: past it the front page is a manual again (issue 17).
 const README_MAX_LINES: usize = 400;
@@ -429,8 +427,8 @@ fn documented_metrics() -> BTreeSet<(String, String)> {
 
 #[test]
 fn operations_metrics_table_lists_exactly_the_series_served() {
-    let db = support::TempDb::new("docs-metrics");
-    let server = support::Server::start(&db, &[]);
+    let db = TempDb::new("docs-metrics");
+    let server = Local::start(&db, &[]);
     let (status, _) = server.request("GET", "/healthz", &[], None);
     assert_eq!(status, 200);
     let response = server.call("GET", "/metrics", &[], None);
