@@ -158,42 +158,36 @@ impl Runner {
     pub fn stop(&self, grace: Duration) -> Vec<String> {
         let deadline = Instant::now() + grace;
         self.stopping.store(true, Ordering::SeqCst);
-        let pool = self
+        let mut pool = self
             .pool
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(mut pool) = pool {
+        if let Some(pool) = &mut pool {
             pool.close();
             pool.wait_until_idle(deadline);
-            let released = self.release_held(self.tasks.close());
-            self.end_threads(pool);
-            return released;
         }
-        self.tasks.close();
-        self.end_threads_without_pool();
-        Vec::new()
+        let released = self.release_held(self.tasks.close());
+        self.end_threads(pool);
+        released
     }
 
     /// After the grace period: the ticker ends (only now: it kept the leases
     /// of the tools that finished during the grace period alive until they
-    /// did), workers still inside a tool are let go, the others joined, and
-    /// the completer ends once the writer has answered every completion.
-    fn end_threads(&self, mut pool: WorkerPool<Task>) {
+    /// did), workers still inside a tool are let go and the others joined,
+    /// and the completer ends once the writer has answered every completion
+    /// handed to it.
+    fn end_threads(&self, pool: Option<WorkerPool<Task>>) {
         drop(lock(&self.ticker).take());
-        let busy = pool.detach_busy();
-        if busy > 0 {
-            log::warn("workers still running a tool are left to end with the process")
-                .event("workers_detached")
-                .number("workers", busy as u64)
-                .emit();
+        if let Some(mut pool) = pool {
+            let busy = pool.detach_busy();
+            if busy > 0 {
+                log::warn("workers still running a tool are left to end with the process")
+                    .event("workers_detached")
+                    .number("workers", busy as u64)
+                    .emit();
+            }
         }
-        drop(pool);
-        self.end_threads_without_pool();
-    }
-
-    fn end_threads_without_pool(&self) {
-        drop(lock(&self.ticker).take());
         if let Some(completer) = lock(&self.completer).take() {
             let _ = completer.join();
         }

@@ -198,11 +198,11 @@ impl<H: Clone> TaskTable<H> {
     pub(super) fn returned(&self, task: &Task) {
         let mut table = lock(&self.table);
         if let Some(entry) = table.own_entry(task) {
-            if let State::Running { lease, .. } = &entry.state {
-                entry.state = State::Returned {
-                    lease: lease.clone(),
-                };
-            }
+            let state = std::mem::replace(&mut entry.state, State::Completing);
+            entry.state = match state {
+                State::Running { lease, .. } => State::Returned { lease },
+                other => other,
+            };
         }
     }
 
