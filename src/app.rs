@@ -58,7 +58,7 @@ impl std::error::Error for StartError {
     }
 }
 
-/// A running service: the HTTP server, the workers and the recovery thread,
+/// A running service: the HTTP server, the runner's threads (workers, maintenance, completer),
 /// the store and its writer. Stopping it (explicitly, or by dropping it)
 /// ends and joins every thread it started.
 pub struct Service {
