@@ -44,6 +44,7 @@ mod shutdown_on_signal;
 mod startup_refusals;
 mod stop_joins_every_thread;
 mod tenants;
+mod tool_metrics;
 mod tools_command_executor;
 mod tools_command_service;
 mod tools_file_loading;
