@@ -295,3 +295,21 @@ fn verify_passes_on_served_calls_and_names_violations() -> Result<(), StoreError
     assert!(violated.contains(&"succeeded_without_effect"), "{report}");
     Ok(())
 }
+
+/// A node that stops cleanly has its running calls taken back at once by
+/// another node's recovery, long before their leases would expire.
+#[test]
+fn a_stopped_nodes_calls_are_reclaimed_by_another_at_once() -> Result<(), StoreError> {
+    let db = TestDb::postgres("stopped_node");
+    let (a, b) = (db.open()?, db.open()?);
+    a.create_or_get(call("k"))?;
+    let owner = crate::store::owner_name(a.instance(), "worker-0");
+    let lease = a.claim_due(1, &owner, Duration::from_secs(600))?;
+    assert_eq!(lease.len(), 1);
+    assert!(b.recover()?.is_empty(), "a live node keeps its lease");
+    a.stop();
+    assert_eq!(b.recover()?, vec![lease[0].call_id.clone()]);
+    let again = b.claim_due(1, "1:w@other", Duration::from_secs(30))?;
+    assert_eq!(again[0].attempt, 2);
+    Ok(())
+}
