@@ -78,6 +78,11 @@ impl PgServer {
         Ok(server)
     }
 
+    /// The server's folder (data, socket, log), removed with the server.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
