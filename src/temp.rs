@@ -3,6 +3,8 @@
 //! a test fails; and `TempDb`, the one temp-database helper of the unit tests
 //! and the integration tests alike. The service itself never uses this module.
 
+pub mod postgres;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

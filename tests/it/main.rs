@@ -36,6 +36,8 @@ mod memory;
 mod observability;
 mod openapi;
 mod openapi_live;
+mod postgres_harness;
+mod postgres_service;
 mod reclaim;
 mod retention;
 mod runner_slow_tools;

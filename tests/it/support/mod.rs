@@ -69,6 +69,7 @@ impl Counts for TempDb {
 pub struct Proc {
     pub name: String,
     pub child: Child,
+    stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -98,10 +99,11 @@ impl Proc {
         let (tx, rx) = mpsc::channel();
         // stdout is read for the start-up line only; later lines are drained so
         // the child never blocks on a full pipe.
-        drain(child.stdout.take().unwrap(), Some(tx));
+        let stdout = drain(child.stdout.take().unwrap(), Some(tx));
         let proc = Proc {
             name: name.to_string(),
             child,
+            stdout,
             stderr,
         };
         let deadline = Instant::now() + STARTUP_DEADLINE;
@@ -116,6 +118,11 @@ impl Proc {
                 ),
             }
         }
+    }
+
+    /// Everything the child printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
     }
 
     pub fn stderr(&self) -> String {
