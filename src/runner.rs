@@ -41,7 +41,7 @@ use crate::metrics::{Metrics, ToolOutcome};
 use crate::store::{owner_name, CallStore, Completion, Lease, StoreError, HEARTBEAT_EVERY};
 use crate::sync::lock;
 use crate::tools::{
-    self, Effect, Outcome, Prepared, RunContext, ToolError, ToolRegistry, ToolSpec,
+    self, Effect, Outcome, Prepared, RunContext, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -418,7 +418,7 @@ impl Runner {
         let (prepared, args, hooks) = match parse_stored_args(&self.tools, &lease) {
             Ok(parsed) => parsed,
             Err(message) => {
-                let error = ToolError::new("bad_args", message, false);
+                let error = ToolError::new(ToolErrorCode::BadArgs, message);
                 return self.complete(task, lease, Outcome::failed(error), None, false);
             }
         };

@@ -13,16 +13,20 @@
 //!
 //! Submodules: [`builtin`] (the four demo tools), [`file`] (the `--tools` file),
 //! [`schema`] (JSON Schema for `input_schema`), [`http_tool`] and
-//! [`command_tool`] (the two executors that reach outside the process).
+//! [`command_tool`] (the two executors that reach outside the process),
+//! `error_code` ([`ToolErrorCode`], the one table of the codes a failed
+//! attempt is recorded with).
 
 pub mod builtin;
 pub mod command_tool;
+mod error_code;
 pub mod file;
 pub mod http_tool;
 pub mod schema;
 mod secret;
 
 pub use builtin::{Tool, EFFECT_TOOLS, MAX_SLEEP_SECS, TOOL_NAMES};
+pub use error_code::ToolErrorCode;
 pub use file::ToolFileError;
 pub use secret::Secret;
 
@@ -206,7 +210,7 @@ impl ToolSpec {
         match &self.executor {
             Executor::Builtin => match Tool::parse(&self.name, ctx.args) {
                 Ok(tool) => tool.run(ctx.attempt, ctx.effect_id),
-                Err(message) => Outcome::failed(ToolError::new("bad_args", message, false)),
+                Err(message) => Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, message)),
             },
             Executor::Http(http) => http.run(ctx),
             Executor::Command(command) => command.run(ctx),
@@ -345,7 +349,7 @@ impl Effect {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolError {
     /// Stable: clients and dashboards match on it.
-    pub code: &'static str,
+    pub code: ToolErrorCode,
     pub message: String,
     pub retryable: bool,
     pub http_status: Option<u16>,
@@ -358,11 +362,12 @@ pub struct ToolError {
 }
 
 impl ToolError {
-    pub fn new(code: &'static str, message: impl Into<String>, retryable: bool) -> ToolError {
+    /// A failure retryable as its code's row in [`ToolErrorCode`] says.
+    pub fn new(code: ToolErrorCode, message: impl Into<String>) -> ToolError {
         ToolError {
             code,
             message: message.into(),
-            retryable,
+            retryable: code.retryable(),
             http_status: None,
             body: None,
             exit_code: None,
@@ -371,10 +376,17 @@ impl ToolError {
         }
     }
 
+    /// The same failure, retryable or not as this attempt decides: only for
+    /// the codes whose row in [`ToolErrorCode`] names the exception.
+    pub fn with_retryable(mut self, retryable: bool) -> ToolError {
+        self.retryable = retryable;
+        self
+    }
+
     /// `{"code","message","retryable"}` plus whichever optional fields are set.
     pub fn to_json(&self) -> Value {
         let mut error = json!({
-            "code": self.code,
+            "code": self.code.as_str(),
             "message": self.message,
             "retryable": self.retryable,
         });
@@ -528,7 +540,7 @@ mod tests {
 
     #[test]
     fn error_json_carries_only_the_fields_that_are_set() {
-        let mut error = ToolError::new("downstream_rejected", "status 400", false);
+        let mut error = ToolError::new(ToolErrorCode::DownstreamRejected, "status 400");
         assert_eq!(
             error.to_json(),
             json!({"code": "downstream_rejected", "message": "status 400", "retryable": false})
