@@ -142,6 +142,11 @@ impl PartialEq for ClientProbe {
 
 impl Eq for ClientProbe {}
 
+/// Seconds an `unavailable` answer asks the client to wait (`Retry-After`):
+/// a locked or full database and a full connection table are seconds-long
+/// conditions, and the client's retry policy adds its own backoff on top.
+pub const RETRY_AFTER_SECS: &str = "1";
+
 /// A response; the writer adds `Content-Length`, `Date`-free framing and `Connection`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
@@ -185,10 +190,29 @@ impl Response {
         if let Some(call_id) = call_id {
             error["call_id"] = call_id.into();
         }
-        let body = serde_json::json!({ "error": error });
-        let response = Response::json(code.status(), &body);
+        let mut body = serde_json::Map::new();
+        body.insert("error".into(), error);
+        Response::error_body(code, body)
+    }
+
+    /// `from_error`, with more members beside `error` in the body
+    /// (`/healthz`'s `ok` and `checks`); `beside` cannot replace `error`.
+    pub fn from_error_beside(
+        code: ErrorCode,
+        message: impl fmt::Display,
+        beside: serde_json::Map<String, serde_json::Value>,
+    ) -> Response {
+        let error = serde_json::json!({"code": code.as_str(), "message": message.to_string()});
+        let mut body = beside;
+        body.insert("error".into(), error);
+        Response::error_body(code, body)
+    }
+
+    /// The status and the headers `code` promises, around a finished body.
+    fn error_body(code: ErrorCode, body: serde_json::Map<String, serde_json::Value>) -> Response {
+        let response = Response::json(code.status(), &serde_json::Value::Object(body));
         match code {
-            ErrorCode::Unavailable => response.with_header("Retry-After", "1"),
+            ErrorCode::Unavailable => response.with_header("Retry-After", RETRY_AFTER_SECS),
             _ => response,
         }
     }

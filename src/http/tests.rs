@@ -299,6 +299,26 @@ fn error_responses_carry_their_status_and_promised_headers() {
         .contains(&("Allow".to_string(), "GET, HEAD".to_string())));
 }
 
+/// Members beside `error` (`/healthz`'s) go through the same path: same
+/// status, same `Retry-After`, and they cannot replace `error` itself.
+#[test]
+fn error_with_members_beside_it_keeps_the_one_shape() {
+    let mut beside = serde_json::Map::new();
+    beside.insert("ok".into(), false.into());
+    beside.insert("error".into(), "overwritten?".into());
+    let response = Response::from_error_beside(ErrorCode::Unavailable, "database: gone", beside);
+    let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+    assert_eq!(response.status, 503);
+    assert_eq!(
+        response.header("Retry-After"),
+        Some(super::RETRY_AFTER_SECS)
+    );
+    assert_eq!(
+        body,
+        serde_json::json!({"ok": false, "error": {"code": "unavailable", "message": "database: gone"}})
+    );
+}
+
 fn parsed(bytes: &[u8]) -> Request {
     match whole(bytes) {
         Ok(Status::Complete((request, _))) => request,

@@ -151,8 +151,10 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: keep-alive\r\n\r\n"
         );
         let busy = Response::from_error(ErrorCode::Unavailable, "x");
-        assert!(written(&busy, false, Version::Http11, false)
-            .starts_with("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"));
+        assert!(written(&busy, false, Version::Http11, false).starts_with(&format!(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: {}\r\n",
+            crate::http::RETRY_AFTER_SECS
+        )));
     }
 
     #[test]
