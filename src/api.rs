@@ -264,7 +264,8 @@ impl Api {
         let wait = wait_param(req)?;
         let body = parse_body(&req.body)?;
         let (tool, args) = tool_and_args(&body)?;
-        let (tool_args, hooks) = chaos::split(args).map_err(ApiError::BadRequest)?;
+        let (tool_args, hooks) =
+            chaos::split(args).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if let Some(hook) = chaos::names_a_hook(args) {
             if !self.chaos {
                 return Err(ApiError::BadRequest(format!(
@@ -275,7 +276,7 @@ impl Api {
         let prepared = self
             .tools
             .prepare(tool, &tool_args)
-            .map_err(ApiError::BadRequest)?;
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let quick = prepared.quick && hooks == chaos::Hooks::default();
         let canonical_args = canonical_object(&tool_args);
         let fingerprint = fingerprint_canonical(tool, &canonical_args);

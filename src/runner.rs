@@ -594,8 +594,10 @@ fn parse_stored_args(
 ) -> Result<(Prepared, Map<String, Value>, chaos::Hooks), String> {
     let args: Map<String, Value> =
         serde_json::from_str(&lease.args_json).map_err(|e| format!("stored args: {e}"))?;
-    let (args, hooks) = chaos::split(&args)?;
-    let prepared = tools.prepare(&lease.tool, &args)?;
+    let (args, hooks) = chaos::split(&args).map_err(|e| e.to_string())?;
+    let prepared = tools
+        .prepare(&lease.tool, &args)
+        .map_err(|e| e.to_string())?;
     Ok((prepared, args, hooks))
 }
 

@@ -230,6 +230,36 @@ impl ToolSpec {
     }
 }
 
+/// Why a posted (or stored) call cannot run: its text is the `bad_request`
+/// message, or the `bad_args` one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrepareError {
+    /// `tool` is empty.
+    NoTool,
+    /// No tool of that name in this process's registry.
+    UnknownTool { name: String, known: Vec<String> },
+    /// The args fail the tool's rules; the message names the first failing
+    /// path (`args.amount ...`).
+    BadArgs(String),
+}
+
+impl fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrepareError::NoTool => f.write_str("tool is required"),
+            PrepareError::UnknownTool { name, known } => write!(
+                f,
+                "tool {} is unknown; known tools: {}",
+                quote(name),
+                known.join(", ")
+            ),
+            PrepareError::BadArgs(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for PrepareError {}
+
 /// A call whose args passed its tool's rules.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -269,19 +299,15 @@ impl ToolRegistry {
 
     /// Check a posted call (chaos hooks already removed): the tool exists and
     /// its args pass. The message is the `bad_request` text.
-    pub fn prepare(&self, name: &str, args: &Map<String, Value>) -> Result<Prepared, String> {
+    pub fn prepare(&self, name: &str, args: &Map<String, Value>) -> Result<Prepared, PrepareError> {
         if name.is_empty() {
-            return Err("tool is required".into());
+            return Err(PrepareError::NoTool);
         }
-        let spec = self.get(name).ok_or_else(|| {
-            let known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
-            format!(
-                "tool {} is unknown; known tools: {}",
-                quote(name),
-                known.join(", ")
-            )
+        let spec = self.get(name).ok_or_else(|| PrepareError::UnknownTool {
+            name: name.to_string(),
+            known: self.tools.keys().cloned().collect(),
         })?;
-        spec.check_args(args)?;
+        spec.check_args(args).map_err(PrepareError::BadArgs)?;
         Ok(Prepared {
             spec: Arc::clone(spec),
             quick: spec.is_quick(args),
@@ -447,16 +473,20 @@ mod tests {
         let registry = ToolRegistry::builtins();
         assert_eq!(
             registry.prepare("", &Map::new()).unwrap_err(),
-            "tool is required"
+            PrepareError::NoTool
         );
-        let unknown = registry.prepare("refund", &Map::new()).unwrap_err();
+        let unknown = registry
+            .prepare("refund", &Map::new())
+            .unwrap_err()
+            .to_string();
         assert!(
             unknown.contains("\"refund\"") && unknown.contains("charge, fail, send_email, sleep"),
             "{unknown}"
         );
         let bad = registry
             .prepare("charge", &args(json!({"amount": 0})))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("args.amount"), "{bad}");
         let ok = registry
             .prepare("charge", &args(json!({"amount": 3})))
