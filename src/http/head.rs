@@ -6,8 +6,10 @@
 //! the bytes are possible it returns an error. It scans each byte of a head at
 //! most once however the head arrives (see `HeadScan`).
 
+use super::message::{Request, Version};
+use super::parse_error::ParseError;
+use super::parsing::{ParseLimits, Status};
 use super::syntax::{find_lf, is_field_value_byte, is_ows, is_token, strip_optional_cr, trim_ows};
-use super::{ParseError, ParseLimits, Request, Status, Version};
 
 /// How the body of a request is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

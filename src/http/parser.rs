@@ -7,7 +7,9 @@
 
 use super::chunked::ChunkedDecoder;
 use super::head::{parse_head_resuming, Framing, HeadScan};
-use super::{ParseError, ParseLimits, Request, Status};
+use super::message::Request;
+use super::parse_error::ParseError;
+use super::parsing::{ParseLimits, Status};
 
 /// How the body of the request being read is delimited, with its progress.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 //! or contradict the framing it chose, and never write a body where the status
 //! forbids one.
 
+use super::message::{Response, Version};
 use super::syntax::{is_field_value_byte, is_token};
-use super::{Response, Version};
 
 /// What the writer must say about the connection and the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
