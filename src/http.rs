@@ -14,7 +14,7 @@
 //!   holds no type.
 //! - `message`: the message types (`Request`, `Response`, `Version`,
 //!   `ClientProbe`), `RETRY_AFTER_SECS` and `CONTINUE_100`.
-//! - `parsing`: what the parser's stages share, `Status` and `ParseLimits`.
+//! - `parsing`: what the parser's stages share, `ParseStatus` and `ParseLimits`.
 //! - `error_code`: `ErrorCode`, the one table of every error code the service
 //!   answers with, its status and its stable string.
 //! - `parse_error`: `ParseError`, why a request was rejected, mapped to its code.
@@ -40,7 +40,7 @@ pub use head::{parse_head, Framing, Head};
 pub use message::{ClientProbe, Request, Response, Version, CONTINUE_100, RETRY_AFTER_SECS};
 pub use parse_error::ParseError;
 pub use parser::{parse_request, Progress, RequestParser};
-pub use parsing::{ParseLimits, Status};
+pub use parsing::{ParseLimits, ParseStatus};
 pub use write::{reason_phrase, write_response, WriteOptions};
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! What every stage of the parser shares: the limits it enforces while bytes
 //! arrive (`ParseLimits`), and its answer when the bytes so far are not yet a
-//! whole unit (`Status::Partial`).
+//! whole unit (`ParseStatus::Partial`).
 //!
 //! This file owns those two types only; it never parses.
 
 /// The outcome of parsing what has arrived so far (httparse-style): either the
 /// thing is complete, or more bytes are needed. Errors are kept apart in `Err`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status<T> {
+pub enum ParseStatus<T> {
     Complete(T),
     Partial,
 }
