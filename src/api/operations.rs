@@ -7,7 +7,9 @@
 //! timeline is read through the tenant's own lookup, and only an admin gets
 //! counts across tenants or the process metrics.
 
-use super::{Api, ApiError, Exchange};
+use super::error::ApiError;
+use super::exchange::Exchange;
+use super::Api;
 use crate::auth::Tenant;
 use crate::http::{ErrorCode, Request, Response};
 use crate::input::quote;
