@@ -38,7 +38,9 @@ use retention::PURGE_EVERY;
 use crate::chaos;
 use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
-use crate::store::{owner_name, CallStore, Completion, Lease, StoreError, HEARTBEAT_EVERY};
+use crate::store::{
+    owner_name, CallStore, Completion, Lease, NewEffect, StoreError, HEARTBEAT_EVERY,
+};
 use crate::sync::lock;
 use crate::tools::{
     self, Effect, Outcome, Prepared, RunContext, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
@@ -523,12 +525,10 @@ impl Runner {
             runner.finish(&task);
         });
         match &outcome {
-            Outcome::Succeeded { result, effect } => self.store.succeed_then(
-                &lease,
-                result,
-                effect.as_ref().map(Effect::to_record),
-                then,
-            ),
+            Outcome::Succeeded { result, effect } => {
+                self.store
+                    .succeed_then(&lease, result, effect.as_ref().map(effect_record), then)
+            }
             Outcome::Failed { error, .. } => match retry {
                 Some(delay) => self
                     .store
@@ -599,6 +599,15 @@ fn parse_stored_args(
         .prepare(&lease.tool, &args)
         .map_err(|e| e.to_string())?;
     Ok((prepared, args, hooks))
+}
+
+/// The `effects` row the store writes for a tool's effect: the runner is
+/// where tools and the store meet, so neither depends on the other.
+fn effect_record(effect: &Effect) -> NewEffect {
+    NewEffect {
+        amount: effect.amount,
+        detail: effect.detail.clone(),
+    }
 }
 
 fn spawn_named(

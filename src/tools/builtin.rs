@@ -8,7 +8,9 @@
 //! the runner inserts in the same transaction as `succeeded`; the `http` and
 //! `command` tools pass `effect_id` downstream as its idempotency key instead.
 
-use super::{Backoff, Effect, Kind, Outcome, ToolError, ToolErrorCode, ToolSpec, DEFAULT_TIMEOUT};
+use super::error_code::ToolErrorCode;
+use super::outcome::{Effect, Outcome, ToolError};
+use super::{Backoff, Kind, ToolSpec, DEFAULT_TIMEOUT};
 use crate::fingerprint::as_integer;
 use crate::input::quote;
 use serde_json::{json, Map, Value};

@@ -11,11 +11,10 @@
 //! child without a deadline, never read output without a cap, and never put
 //! argv or a configured `env` value into an error.
 
+use super::error_code::ToolErrorCode;
+use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
-use super::{
-    tail_excerpt, Effect, Outcome, RunContext, ToolError, ToolErrorCode, EXCERPT_BYTES,
-    MAX_OUTPUT_BYTES,
-};
+use super::{tail_excerpt, RunContext, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};

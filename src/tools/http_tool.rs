@@ -10,8 +10,10 @@
 //! carries a payment's args), never wait past the timeout, never read without
 //! a cap, and never put a header value or the URL into an error.
 
+use super::error_code::ToolErrorCode;
+use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
-use super::{excerpt, Effect, Outcome, RunContext, ToolError, ToolErrorCode, MAX_OUTPUT_BYTES};
+use super::{excerpt, RunContext, MAX_OUTPUT_BYTES};
 use serde_json::{json, Value};
 use std::fmt;
 use std::io::{self, Read};

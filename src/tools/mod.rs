@@ -15,19 +15,23 @@
 //! [`schema`] (JSON Schema for `input_schema`), [`http_tool`] and
 //! [`command_tool`] (the two executors that reach outside the process),
 //! `error_code` ([`ToolErrorCode`], the one table of the codes a failed
-//! attempt is recorded with).
+//! attempt is recorded with), `outcome` ([`Outcome`], [`Effect`] and
+//! [`ToolError`], what an attempt produced). This file holds the registry
+//! and the tool's spec.
 
 pub mod builtin;
 pub mod command_tool;
 mod error_code;
 pub mod file;
 pub mod http_tool;
+mod outcome;
 pub mod schema;
 mod secret;
 
 pub use builtin::{Tool, EFFECT_TOOLS, MAX_SLEEP_SECS, TOOL_NAMES};
 pub use error_code::ToolErrorCode;
 pub use file::ToolFileError;
+pub use outcome::{Effect, Outcome, ToolError};
 pub use secret::Secret;
 
 use crate::input::quote;
@@ -321,117 +325,6 @@ impl ToolRegistry {
     }
 }
 
-/// What an attempt produced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Success; `effect` says whether an `effects` row records it.
-    Succeeded {
-        result: Value,
-        effect: Option<Effect>,
-    },
-    /// Failure. `error.retryable` says whether another attempt may succeed;
-    /// `retry_after` is the downstream's earliest time for it, if it gave one.
-    Failed {
-        error: ToolError,
-        retry_after: Option<Duration>,
-    },
-}
-
-impl Outcome {
-    /// A failure without a retry hint.
-    pub fn failed(error: ToolError) -> Outcome {
-        Outcome::Failed {
-            error,
-            retry_after: None,
-        }
-    }
-
-    pub fn is_retryable_failure(&self) -> bool {
-        matches!(self, Outcome::Failed { error, .. } if error.retryable)
-    }
-}
-
-/// The local record of a side effect.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Effect {
-    /// `charge`'s amount; `None` for every other tool.
-    pub amount: Option<i64>,
-    /// What the downstream said: `{"status", "body"}` for `http`,
-    /// `{"exit_code"}` for `command`; `None` for built-ins.
-    pub detail: Option<Value>,
-}
-
-impl Effect {
-    /// The `effects` row the store writes for it.
-    pub fn to_record(&self) -> crate::store::NewEffect {
-        crate::store::NewEffect {
-            amount: self.amount,
-            detail: self.detail.clone(),
-        }
-    }
-}
-
-/// A failed attempt, as stored in the call's `error`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolError {
-    /// Stable: clients and dashboards match on it.
-    pub code: ToolErrorCode,
-    pub message: String,
-    pub retryable: bool,
-    pub http_status: Option<u16>,
-    /// At most 4 KiB of the downstream's response body.
-    pub body: Option<String>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    /// The last 4 KiB of a command's stderr.
-    pub stderr: Option<String>,
-}
-
-impl ToolError {
-    /// A failure retryable as its code's row in [`ToolErrorCode`] says.
-    pub fn new(code: ToolErrorCode, message: impl Into<String>) -> ToolError {
-        ToolError {
-            code,
-            message: message.into(),
-            retryable: code.retryable(),
-            http_status: None,
-            body: None,
-            exit_code: None,
-            signal: None,
-            stderr: None,
-        }
-    }
-
-    /// The same failure, retryable or not as this attempt decides: only for
-    /// the codes whose row in [`ToolErrorCode`] names the exception.
-    pub fn with_retryable(mut self, retryable: bool) -> ToolError {
-        self.retryable = retryable;
-        self
-    }
-
-    /// `{"code","message","retryable"}` plus whichever optional fields are set.
-    pub fn to_json(&self) -> Value {
-        let mut error = json!({
-            "code": self.code.as_str(),
-            "message": self.message,
-            "retryable": self.retryable,
-        });
-        let fields = [
-            ("http_status", self.http_status.map(Value::from)),
-            ("body", self.body.clone().map(Value::from)),
-            ("exit_code", self.exit_code.map(Value::from)),
-            ("signal", self.signal.map(Value::from)),
-            ("stderr", self.stderr.clone().map(Value::from)),
-        ];
-        for (name, value) in fields {
-            if let Some(value) = value {
-                error[name] = value;
-            }
-        }
-        error
-    }
-}
-
 /// At most `EXCERPT_BYTES` of `bytes` as text, cut on a character boundary.
 pub fn excerpt(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(&bytes[..bytes.len().min(EXCERPT_BYTES)]);
@@ -566,19 +459,6 @@ mod tests {
         );
         let j = jitter();
         assert!((0.0..1.0).contains(&j));
-    }
-
-    #[test]
-    fn error_json_carries_only_the_fields_that_are_set() {
-        let mut error = ToolError::new(ToolErrorCode::DownstreamRejected, "status 400");
-        assert_eq!(
-            error.to_json(),
-            json!({"code": "downstream_rejected", "message": "status 400", "retryable": false})
-        );
-        error.http_status = Some(400);
-        error.body = Some("no".into());
-        assert_eq!(error.to_json()["http_status"], 400);
-        assert_eq!(error.to_json()["body"], "no");
     }
 
     #[test]
