@@ -10,10 +10,10 @@
 //! Map: this file holds the accept loop, the limits, the connection cap, the
 //! answers given without a connection thread, and `Observer`, what the service
 //! learns about connections and the server's own answers; `connection` serves
-//! one client; `input` is a connection's read buffer.
+//! one client; `input_buffer` is a connection's read buffer.
 
 mod connection;
-mod input;
+mod input_buffer;
 
 use crate::http::{
     write_response, ErrorCode, ParseLimits, Request, Response, Version, WriteOptions,

@@ -7,7 +7,7 @@
 //! that did not arrive whole, and never close with unread input still arriving
 //! after an error response (see `linger`).
 
-use super::input::{InputBuffer, RETAINED_BUFFER};
+use super::input_buffer::{InputBuffer, RETAINED_BUFFER};
 use super::{closing_response_bytes, Handler, Limits, Observer};
 use crate::http::{
     write_response, ClientProbe, ErrorCode, ParseError, ParseLimits, Progress, Request,
