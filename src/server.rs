@@ -19,7 +19,7 @@ use crate::http::{
     write_response, ErrorCode, ParseLimits, Request, Response, Version, WriteOptions,
 };
 use crate::sync::lock;
-use connection::Connection;
+use connection::ServedConnection;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -313,7 +313,7 @@ fn spawn_connection(
             let observer = Arc::clone(&slot.observer);
             let _slot = slot;
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                Connection::new(stream, &limits, &*observer).run(&handler)
+                ServedConnection::new(stream, &limits, &*observer).run(&handler)
             }));
             if outcome.is_err() {
                 crate::log::error("connection thread panicked; connection closed")
