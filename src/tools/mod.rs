@@ -11,7 +11,7 @@
 //! (header values, `env` values): they live in [`Secret`], whose `Debug` and
 //! `Display` say `***`.
 //!
-//! Submodules: [`builtin`] (the four demo tools), [`file`] (the `--tools` file),
+//! Submodules: [`builtin`] (the four demo tools), [`file`](mod@file) (the `--tools` file),
 //! [`schema`] (JSON Schema for `input_schema`), [`http_tool`] and
 //! [`command_tool`] (the two executors that reach outside the process),
 //! `error_code` ([`ToolErrorCode`], the one table of the codes a failed
