@@ -13,8 +13,8 @@ use idempotent_tool::app::{Service, StartError};
 use idempotent_tool::config::{Command, Config, ConfigError, USAGE};
 use idempotent_tool::flag::{FlagError, Flags};
 use idempotent_tool::log::{self, Logger};
-use idempotent_tool::store::verify::{verify, VerifyError};
-use idempotent_tool::tools::{file::effect_tools, ToolFileError, EFFECT_TOOLS};
+use idempotent_tool::store::verify::{tools_outside, verify, VerifyError};
+use idempotent_tool::tools::{file::effect_tools, ToolFileError, EFFECT_TOOLS, TOOL_NAMES};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use std::error::Error;
@@ -37,9 +37,12 @@ file the server ran with decides (every http and command tool, and charge and
 send_email if listed). Only names and kinds are read from it: its ${NAME}
 variables need not be set.
 
+Without --tools, a database with calls of tools that are not built in is
+not judged: verify names those tools and asks for --tools (exit 2).
+
 Exit status: 0 every invariant holds, 1 a violation (each one named),
-2 bad usage or a tools file it cannot read, 3 the database could not be read
-as a service database.
+2 bad usage, a tools file it cannot read, or tools it needs --tools for,
+3 the database could not be read as a service database.
 ";
 
 fn main() -> ExitCode {
@@ -76,12 +79,15 @@ enum Failure {
     Violations,
     /// `verify` could not read the file as a service database.
     Unverifiable(VerifyError),
+    /// `verify` without `--tools` on calls of tools that are not built in:
+    /// which of them write effects is in the tools file.
+    NeedsToolsFile(Vec<String>),
 }
 
 impl Failure {
     fn exit_status(&self) -> u8 {
         match self {
-            Failure::Usage { .. } | Failure::ToolsFile { .. } => 2,
+            Failure::Usage { .. } | Failure::ToolsFile { .. } | Failure::NeedsToolsFile(_) => 2,
             Failure::Start(StartError::Auth(_)) => 2,
             Failure::Signals(_) | Failure::Start(_) | Failure::Violations => 1,
             Failure::Unverifiable(_) => 3,
@@ -102,6 +108,11 @@ impl Failure {
             Failure::Start(e) => eprintln!("{SERVE}: {e}"),
             Failure::Violations => {}
             Failure::Unverifiable(e) => eprintln!("{VERIFY}: {e}"),
+            Failure::NeedsToolsFile(tools) => eprintln!(
+                "{VERIFY}: calls name tools that are not built in ({}); which of them write \
+                 effects is in the tools file the server ran with: pass it with --tools FILE",
+                tools.join(", ")
+            ),
         }
     }
 }
@@ -199,7 +210,13 @@ fn run_verify(args: &[String]) -> Result<(), Failure> {
             command: VERIFY,
             error,
         })?,
-        None => EFFECT_TOOLS.iter().map(|t| t.to_string()).collect(),
+        None => {
+            let unknown = tools_outside(&path, &TOOL_NAMES).map_err(Failure::Unverifiable)?;
+            if !unknown.is_empty() {
+                return Err(Failure::NeedsToolsFile(unknown));
+            }
+            EFFECT_TOOLS.iter().map(|t| t.to_string()).collect()
+        }
     };
     let effect_writers: Vec<&str> = effect_writers.iter().map(String::as_str).collect();
     let report = verify(&path, &effect_writers).map_err(Failure::Unverifiable)?;
