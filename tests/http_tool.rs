@@ -101,10 +101,10 @@ fn effect_id_is_the_key_on_every_attempt_and_503_is_retryable() {
         (Some(4), Some(1)),
         "{stats}"
     );
-    assert!(downstream
+    // The downstream logs after it answered: wait for the line, do not race it.
+    downstream
         .proc
-        .stderr()
-        .contains(&format!("key={effect_id} request=4")));
+        .wait_for_stderr(&format!("key={effect_id} request=4"));
 }
 
 #[test]
