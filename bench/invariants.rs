@@ -1,15 +1,16 @@
-//! The checks after a run: the idempotency invariants, read in SQL from the
-//! database file when the bench knows it (else from `/stats`), and what each
-//! mode promises about the calls it added.
+//! The checks after a run: the idempotency invariants, checked by
+//! `store::verify` on the database file when the bench knows it (else from
+//! `/stats`), and what each mode promises about the calls it added.
 //!
 //! It opens the database read-only and never writes: it may run beside a live
 //! server, and a check must not change what it checks.
 
 use crate::load::LoadResult;
 use crate::measure::Stats;
-use crate::target::Target;
+use crate::target::{Target, REMOTE_TOOL};
 use crate::Mode;
-use rusqlite::OpenFlags;
+use idempotent_tool::store::verify::{verify, Check as VerifyCheck};
+use idempotent_tool::tools::EFFECT_TOOLS;
 use std::path::Path;
 
 /// One named check and whether it held.
@@ -37,7 +38,7 @@ pub fn check_invariants(
 ) -> Vec<Check> {
     let mut checks = vec![check("drained before the deadline", drained)];
     match &target.db {
-        Some(db) => checks.extend(sql_checks(db).unwrap_or_else(|e| vec![check(e, false)])),
+        Some(db) => checks.extend(store_checks(db, mode)),
         None => checks.push(check(
             "effects <= calls (/stats)",
             after.effects <= after.calls,
@@ -86,27 +87,26 @@ pub fn check_invariants(
     checks
 }
 
-fn sql_checks(db: &Path) -> Result<Vec<Check>, String> {
-    let conn = rusqlite::Connection::open_with_flags(db, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| format!("open {} read-only: {e}", db.display()))?;
-    let empty = |sql: &str| -> Result<bool, String> {
-        let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
-        let mut rows = stmt.query([]).map_err(|e| e.to_string())?;
-        Ok(rows.next().map_err(|e| e.to_string())?.is_none())
-    };
-    let count = |table: &str| -> Result<i64, String> {
-        conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
-            .map_err(|e| e.to_string())
-    };
-    Ok(vec![
-        check(
-            "one call per key",
-            empty("SELECT idem_key FROM calls GROUP BY idem_key HAVING count(*) > 1")?,
-        ),
-        check(
-            "at most one effect per call",
-            empty("SELECT call_id FROM effects GROUP BY call_id HAVING count(*) > 1")?,
-        ),
-        check("effects <= calls", count("effects")? <= count("calls")?),
-    ])
+/// Every invariant `idempotent-tool verify` checks, by `store::verify` itself
+/// (one definition of each, tenants included), read-only. The tools that
+/// write effects: the built-ins', and in `--mode http-tool` the bench's
+/// remote tool, whose every success records the downstream's answer.
+fn store_checks(db: &Path, mode: Mode) -> Vec<Check> {
+    let mut effect_tools: Vec<&str> = EFFECT_TOOLS.to_vec();
+    if mode == Mode::HttpTool {
+        effect_tools.push(REMOTE_TOOL);
+    }
+    match verify(db, &effect_tools) {
+        Ok(report) => report.checks.iter().map(named_check).collect(),
+        Err(e) => vec![check(format!("verify {}: {e}", db.display()), false)],
+    }
+}
+
+/// A verify check as the bench reports it: the invariant in words, and when
+/// it is broken, how often and under which violation name.
+fn named_check(c: &VerifyCheck) -> Check {
+    match c.violations {
+        0 => check(c.invariant.clone(), true),
+        n => check(format!("{}: {n} × {}", c.invariant, c.name), false),
+    }
 }

@@ -6,7 +6,7 @@
 //! server's state and never judges the answers beyond counting them by status.
 
 use crate::{Mode, Stop};
-use idempotent_tool::client::Connection;
+use idempotent_tool::client::HttpConnection;
 use idempotent_tool::http::{Request, Version};
 use idempotent_tool::server::Handler;
 use std::collections::BTreeMap;
@@ -197,13 +197,18 @@ fn mixed_request(ticket: u64) -> (Option<u64>, &'static [u8]) {
 }
 
 /// Send one request, (re)connecting when needed. `None` means no HTTP response.
-fn send(conn: &mut Option<Connection>, load: &Load, key: &str, body: Option<&[u8]>) -> Option<u16> {
+fn send(
+    conn: &mut Option<HttpConnection>,
+    load: &Load,
+    key: &str,
+    body: Option<&[u8]>,
+) -> Option<u16> {
     let authority = match load.via {
         Via::Http(authority) => authority,
         Via::Direct(handler) => return Some(handler(&direct_request(key, body)).status),
     };
     if conn.is_none() {
-        *conn = Connection::open(authority, Some(REQUEST_TIMEOUT)).ok();
+        *conn = HttpConnection::open(authority, Some(REQUEST_TIMEOUT)).ok();
     }
     let c = conn.as_mut()?;
     let key_header = [("Idempotency-Key", key)];

@@ -12,7 +12,7 @@ use crate::load::{parsed_request, run_load, Load, LoadResult, Via, REQUEST_TIMEO
 use crate::target::{run_id, service_config, Setup, Target};
 use crate::{Config, Mode};
 use idempotent_tool::app::Service;
-use idempotent_tool::client::Connection;
+use idempotent_tool::client::HttpConnection;
 use idempotent_tool::store::WriterStats;
 use idempotent_tool::temp::TempDir;
 use serde_json::Value;
@@ -50,7 +50,7 @@ impl Stats {
 }
 
 pub fn fetch_stats(authority: &str) -> Result<Stats, String> {
-    let mut conn = Connection::open(authority, Some(REQUEST_TIMEOUT))
+    let mut conn = HttpConnection::open(authority, Some(REQUEST_TIMEOUT))
         .map_err(|e| format!("connect to {authority}: {e}"))?;
     let resp = conn
         .request("GET", "/stats", &[], None)

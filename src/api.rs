@@ -11,30 +11,33 @@
 //! `404`, never `403`, so its existence does not leak. It must never put a
 //! token, a header value or a call's args in a log line or an error body.
 //!
-//! Map: this file holds the call routes, their validation, the error mapping
-//! and the key cache; `exchange` wraps every request (request id, tenant,
+//! Map: this file holds the call routes and their validation; `error` holds
+//! `ApiError` and the one mapping from it to a response; `key_cache` the
+//! settled answers kept for retries; `exchange` wraps every request (request id, tenant,
 //! access log, metrics, the server's own answers); `operations` answers
 //! `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the audit timeline.
 
+mod error;
 mod exchange;
 mod key_cache;
 mod operations;
 mod validate;
 
+pub use error::ApiError;
 pub use exchange::Exchange;
 pub use key_cache::{KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
 pub use operations::HealthCache;
 pub use validate::percent_decode;
 
-use crate::auth::{Auth, AuthError, Tenant};
+use crate::auth::{Auth, Tenant};
 use crate::chaos;
 use crate::fingerprint::{canonical_object, fingerprint_canonical};
-use crate::http::{ClientProbe, ErrorCode, Request, Response};
+use crate::http::{ClientProbe, Request, Response};
 use crate::input::{clip, quote};
 use crate::metrics::Metrics;
 use crate::request_id::RequestIds;
 use crate::runner::{Notifier, Runner};
-use crate::store::{Call, CallStore, Created, NewCall, StoreError};
+use crate::store::{Call, CallStore, Created, NewCall};
 use crate::tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,85 +72,6 @@ const MAX_KEY_LEN: usize = 255;
 const MAX_JSON_DEPTH: usize = 32;
 /// Largest canonical `args`, in bytes.
 const MAX_ARGS_BYTES: usize = 64 * 1024;
-
-/// Every way a request can fail, each with one status and one code.
-#[derive(Debug)]
-pub enum ApiError {
-    /// No token, or a wrong one (only with `--auth-file`).
-    Unauthorized(AuthError),
-    /// An authenticated tenant that is not an admin, asking for what is.
-    Forbidden(&'static str),
-    MissingKey,
-    BadRequest(String),
-    ArgsTooLarge(usize),
-    /// The key is taken by another request: the key and its call's id.
-    Conflict {
-        key: String,
-        call_id: String,
-    },
-    NotFound(String),
-    MethodNotAllowed(&'static str),
-    Store(StoreError),
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> ApiError {
-        ApiError::Store(e)
-    }
-}
-
-impl ApiError {
-    /// The one place errors become responses. Internal causes go to the log,
-    /// never to the client.
-    fn into_response(self) -> Response {
-        match self {
-            ApiError::Unauthorized(e) => Response::from_error(ErrorCode::Unauthorized, e)
-                .with_header("WWW-Authenticate", e.challenge()),
-            ApiError::Forbidden(what) => Response::from_error(
-                ErrorCode::Forbidden,
-                format_args!("{what} needs an admin tenant"),
-            ),
-            ApiError::MissingKey => Response::from_error(
-                ErrorCode::MissingIdempotencyKey,
-                "the Idempotency-Key header is required",
-            ),
-            ApiError::BadRequest(message) => Response::from_error(ErrorCode::BadRequest, message),
-            ApiError::ArgsTooLarge(size) => Response::from_error(
-                ErrorCode::PayloadTooLarge,
-                format!("args is {size} bytes; the limit is {MAX_ARGS_BYTES}"),
-            ),
-            ApiError::Conflict { key, call_id } => Response::from_error_naming(
-                ErrorCode::IdempotencyConflict,
-                format!(
-                    "same key, different fingerprint: key {:?} belongs to call {} with other tool or args",
-                    key, call_id
-                ),
-                Some(&call_id),
-            ),
-            ApiError::NotFound(what) => {
-                Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
-            }
-            ApiError::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
-            ApiError::Store(e @ StoreError::Unavailable(_)) => {
-                crate::log::warn("database unavailable; answered 503")
-                    .event("unavailable")
-                    .cause(&e)
-                    .emit();
-                Response::from_error(
-                    ErrorCode::Unavailable,
-                    "the database is busy or unavailable; retry with the same key",
-                )
-            }
-            ApiError::Store(e @ StoreError::Internal(_)) => {
-                crate::log::error("internal error; answered 500")
-                    .event("internal_error")
-                    .cause(&e)
-                    .emit();
-                Response::from_error(ErrorCode::InternalError, "internal error")
-            }
-        }
-    }
-}
 
 /// The routes, over one store and one runner.
 pub struct Api {
@@ -264,7 +188,8 @@ impl Api {
         let wait = wait_param(req)?;
         let body = parse_body(&req.body)?;
         let (tool, args) = tool_and_args(&body)?;
-        let (tool_args, hooks) = chaos::split(args).map_err(ApiError::BadRequest)?;
+        let (tool_args, hooks) =
+            chaos::split(args).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if let Some(hook) = chaos::names_a_hook(args) {
             if !self.chaos {
                 return Err(ApiError::BadRequest(format!(
@@ -275,7 +200,7 @@ impl Api {
         let prepared = self
             .tools
             .prepare(tool, &tool_args)
-            .map_err(ApiError::BadRequest)?;
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let quick = prepared.quick && hooks == chaos::Hooks::default();
         let canonical_args = canonical_object(&tool_args);
         let fingerprint = fingerprint_canonical(tool, &canonical_args);
@@ -286,7 +211,10 @@ impl Api {
             canonical_object(args)
         };
         if args_json.len() > MAX_ARGS_BYTES {
-            return Err(ApiError::ArgsTooLarge(args_json.len()));
+            return Err(ApiError::ArgsTooLarge {
+                size: args_json.len(),
+                limit: MAX_ARGS_BYTES,
+            });
         }
         let new = NewCall {
             tenant: tenant.name.to_string(),

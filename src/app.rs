@@ -16,7 +16,7 @@ use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError};
 use crate::request_id::RequestIds;
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
-use crate::store::{now, CallStore};
+use crate::store::{now, CallStore, StoreError};
 use crate::sync::lock;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
@@ -28,7 +28,12 @@ use std::time::Duration;
 pub enum StartError {
     /// `--auth-file` is missing or invalid (a configuration mistake: exit 2).
     Auth(AuthFileError),
-    Database(String),
+    /// The database file could not be opened, migrated or checked.
+    Database {
+        /// Printed masked: a PostgreSQL password never reaches the message.
+        db: crate::store::Database,
+        error: StoreError,
+    },
     /// The open-file limit leaves no room for a single connection.
     Descriptors(descriptors::TooFewDescriptors),
     Bind(std::io::Error),
@@ -39,7 +44,9 @@ impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StartError::Auth(e) => write!(f, "{e}"),
-            StartError::Database(m) => write!(f, "cannot open the database: {m}"),
+            StartError::Database { db, error } => {
+                write!(f, "cannot open the database: {db}: {error}")
+            }
             StartError::Descriptors(e) => write!(f, "{e}"),
             StartError::Bind(e) => write!(f, "cannot bind the listening socket: {e}"),
             StartError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
@@ -51,7 +58,7 @@ impl std::error::Error for StartError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             StartError::Auth(e) => Some(e),
-            StartError::Database(_) => None,
+            StartError::Database { error, .. } => Some(error),
             StartError::Descriptors(e) => Some(e),
             StartError::Bind(e) | StartError::Spawn(e) => Some(e),
         }
@@ -105,8 +112,12 @@ impl Service {
         config.limits.max_connections = descriptors.max_connections;
         let listener =
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
-        let store = CallStore::open(&config.db, config.store.clone())
-            .map_err(|e| StartError::Database(format!("{}: {e}", config.db)))?;
+        let store = CallStore::open(&config.db, config.store.clone()).map_err(|error| {
+            StartError::Database {
+                db: config.db.clone(),
+                error,
+            }
+        })?;
         let metrics = Arc::new(Metrics::new());
         // Every configured tool (the tools file's, not only the built-ins) has
         // its zero series before its first run.

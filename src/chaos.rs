@@ -8,6 +8,7 @@
 //! fires on a call's first attempt only, so recovery can finish the call.
 
 use serde_json::{Map, Value};
+use std::fmt;
 use std::time::Duration;
 
 /// The hooks one call carries.
@@ -31,8 +32,24 @@ const HOOK_NAMES: [&str; 4] = [
     "_stall_ms",
 ];
 
+/// A hook whose value is not of its type: `args.{hook} must be {expected}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookError {
+    pub hook: String,
+    /// What the value must be, as the message says it.
+    pub expected: &'static str,
+}
+
+impl fmt::Display for HookError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "args.{} must be {}", self.hook, self.expected)
+    }
+}
+
+impl std::error::Error for HookError {}
+
 /// Split `args` into the tool's own arguments and the hooks.
-pub fn split(args: &Map<String, Value>) -> Result<(Map<String, Value>, Hooks), String> {
+pub fn split(args: &Map<String, Value>) -> Result<(Map<String, Value>, Hooks), HookError> {
     let mut hooks = Hooks::default();
     let mut rest = Map::new();
     for (key, value) in args {
@@ -63,15 +80,18 @@ pub fn crash(reason: &'static str) -> ! {
     std::process::exit(1)
 }
 
-fn flag(key: &str, value: &Value) -> Result<bool, String> {
+fn flag(key: &str, value: &Value) -> Result<bool, HookError> {
     match value {
         Value::Bool(b) => Ok(*b),
         Value::Null => Ok(false),
-        _ => Err(format!("args.{key} must be a boolean")),
+        _ => Err(HookError {
+            hook: key.to_string(),
+            expected: "a boolean",
+        }),
     }
 }
 
-fn millis(key: &str, value: &Value) -> Result<Option<Duration>, String> {
+fn millis(key: &str, value: &Value) -> Result<Option<Duration>, HookError> {
     match value {
         Value::Null => Ok(None),
         // The integers the fingerprint knows, so `50.0` is `50` here too.
@@ -79,7 +99,10 @@ fn millis(key: &str, value: &Value) -> Result<Option<Duration>, String> {
             .and_then(|ms| u64::try_from(ms).ok())
             .filter(|ms| *ms <= 60_000)
             .map(|ms| Some(Duration::from_millis(ms)))
-            .ok_or_else(|| format!("args.{key} must be an integer from 0 to 60000")),
+            .ok_or_else(|| HookError {
+                hook: key.to_string(),
+                expected: "an integer from 0 to 60000",
+            }),
     }
 }
 

@@ -45,16 +45,16 @@ impl HttpResponse {
 }
 
 /// One keep-alive connection to `host:port`.
-pub struct Connection {
+pub struct HttpConnection {
     reader: BufReader<TcpStream>,
     host: String,
     /// Set when the server said `Connection: close`; the next request must reconnect.
     closed: bool,
 }
 
-impl Connection {
+impl HttpConnection {
     /// Connect, with `timeout` applied to the connect and to every read and write.
-    pub fn open(addr: &str, timeout: Option<Duration>) -> io::Result<Connection> {
+    pub fn open(addr: &str, timeout: Option<Duration>) -> io::Result<HttpConnection> {
         let sockaddr = addr
             .to_socket_addrs()?
             .next()
@@ -66,7 +66,7 @@ impl Connection {
         stream.set_read_timeout(timeout)?;
         stream.set_write_timeout(timeout)?;
         stream.set_nodelay(true)?;
-        Ok(Connection {
+        Ok(HttpConnection {
             reader: BufReader::new(stream),
             host: addr.to_string(),
             closed: false,
@@ -200,7 +200,7 @@ pub fn request_once(
     body: Option<&[u8]>,
     timeout: Option<Duration>,
 ) -> io::Result<HttpResponse> {
-    Connection::open(authority(base), timeout)?.request(method, path, headers, body)
+    HttpConnection::open(authority(base), timeout)?.request(method, path, headers, body)
 }
 
 /// Percent-encode a path segment (an idempotency key in `/by-key/{key}`).

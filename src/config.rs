@@ -3,7 +3,7 @@
 //! `Config::parse` never exits or prints; `main` decides what a bad flag costs
 //! (usage on stderr, exit 2).
 
-use crate::flag::Flags;
+use crate::flag::{FlagError, Flags};
 use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
@@ -138,13 +138,19 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+impl From<FlagError> for ConfigError {
+    fn from(error: FlagError) -> ConfigError {
+        ConfigError(error.to_string())
+    }
+}
+
 impl Config {
     /// Parse the arguments after the program name.
     pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, ConfigError> {
         let mut config = Config::default();
         let mut flags = Flags::new(args);
-        while let Some(flag) = flags.next_flag().map_err(ConfigError)? {
-            let mut value = || flags.value().map_err(ConfigError);
+        while let Some(flag) = flags.next_flag()? {
+            let mut value = || flags.value().map_err(ConfigError::from);
             match flag.as_str() {
                 "--help" | "-h" => return Ok(Command::Help),
                 "--chaos" => config.runner.chaos = true,

@@ -12,6 +12,51 @@
 //! `--name=VALUE`, and `--` ends the flags.
 
 use lexopt::{Arg, Parser};
+use std::fmt;
+
+/// Why a command line could not be read as flags. The binaries add the two
+/// mistakes only they can name (`Unknown`, `Missing`), so that every binary
+/// words them alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlagError {
+    /// A flag at the end of the line, without the value it takes.
+    MissingValue(String),
+    /// `--flag=value` for a flag that takes none.
+    UnexpectedValue { flag: String, value: String },
+    /// A value that is not UTF-8 (shown escaped).
+    NotUtf8 { flag: String, value: String },
+    /// A flag the binary does not know, as written.
+    Unknown(String),
+    /// A required flag that was not given, as its usage writes it (`--db FILE`).
+    Missing(&'static str),
+    /// Anything else the splitting reports.
+    Other(String),
+}
+
+impl fmt::Display for FlagError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlagError::MissingValue(flag) => write!(f, "{flag} needs a value"),
+            FlagError::UnexpectedValue { flag, value } => {
+                write!(f, "{flag} takes no value, not {value:?}")
+            }
+            FlagError::NotUtf8 { flag, value } => write!(f, "{flag} is not UTF-8: {value}"),
+            FlagError::Unknown(flag) => write!(f, "unknown flag {flag:?}"),
+            FlagError::Missing(flag) => write!(f, "expected {flag}"),
+            FlagError::Other(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for FlagError {}
+
+/// The binaries whose own flag checks are still messages take a `FlagError`
+/// as its message.
+impl From<FlagError> for String {
+    fn from(error: FlagError) -> String {
+        error.to_string()
+    }
+}
 
 /// The flags of one command line, read in order.
 pub struct Flags {
@@ -33,14 +78,17 @@ impl Flags {
     /// The next flag as written (`--port`, `-h`); a word that is not a flag
     /// comes back as it is, for the binary to refuse by name. `None` after the
     /// last argument.
-    pub fn next_flag(&mut self) -> Result<Option<String>, String> {
+    pub fn next_flag(&mut self) -> Result<Option<String>, FlagError> {
         let arg = match self.parser.next() {
             Ok(Some(arg)) => arg,
             Ok(None) => return Ok(None),
             Err(lexopt::Error::UnexpectedValue { option, value }) => {
-                return Err(format!("{option} takes no value, not {value:?}"))
+                return Err(FlagError::UnexpectedValue {
+                    flag: option,
+                    value: value.to_string_lossy().into_owned(),
+                })
             }
-            Err(other) => return Err(other.to_string()),
+            Err(other) => return Err(FlagError::Other(other.to_string())),
         };
         self.current = match arg {
             Arg::Long(name) => format!("--{name}"),
@@ -53,15 +101,16 @@ impl Flags {
     /// The value of the flag just read: the next argument, even when it starts
     /// with `-`, so that `--lease-secs -1` is refused by the flag's own check
     /// rather than taken for another flag.
-    pub fn value(&mut self) -> Result<String, String> {
+    pub fn value(&mut self) -> Result<String, FlagError> {
         let flag = &self.current;
         let value = self
             .parser
             .value()
-            .map_err(|_| format!("{flag} needs a value"))?;
-        value
-            .into_string()
-            .map_err(|value| format!("{flag} is not UTF-8: {value:?}"))
+            .map_err(|_| FlagError::MissingValue(flag.clone()))?;
+        value.into_string().map_err(|value| FlagError::NotUtf8 {
+            flag: flag.clone(),
+            value: format!("{value:?}"),
+        })
     }
 }
 
@@ -102,11 +151,11 @@ mod tests {
     fn missing_and_unexpected_values_are_named() {
         let mut f = flags(&["--port"]);
         f.next_flag().unwrap();
-        assert_eq!(f.value().unwrap_err(), "--port needs a value");
+        assert_eq!(f.value().unwrap_err().to_string(), "--port needs a value");
         let mut f = flags(&["--chaos=1"]);
         f.next_flag().unwrap();
         assert_eq!(
-            f.next_flag().unwrap_err(),
+            f.next_flag().unwrap_err().to_string(),
             "--chaos takes no value, not \"1\""
         );
     }

@@ -10,8 +10,11 @@
 //!
 //! Map (everything public is re-exported here, so callers name `http::X`):
 //!
-//! - this file: the message types (`Request`, `Response`, `Version`,
-//!   `ClientProbe`), the parser's `Status` and `ParseLimits`, and `CONTINUE_100`.
+//! - this file: the map, and the re-exports callers name (`http::X`); it
+//!   holds no type.
+//! - `message`: the message types (`Request`, `Response`, `Version`,
+//!   `ClientProbe`), `RETRY_AFTER_SECS` and `CONTINUE_100`.
+//! - `parsing`: what the parser's stages share, `ParseStatus` and `ParseLimits`.
 //! - `error_code`: `ErrorCode`, the one table of every error code the service
 //!   answers with, its status and its stable string.
 //! - `parse_error`: `ParseError`, why a request was rejected, mapped to its code.
@@ -24,246 +27,21 @@
 mod chunked;
 mod error_code;
 mod head;
+mod message;
 mod parse_error;
 mod parser;
+mod parsing;
 mod syntax;
 mod write;
 
 pub use chunked::{ChunkedDecoder, MAX_CHUNK_EXT_BYTES};
 pub use error_code::ErrorCode;
 pub use head::{parse_head, Framing, Head};
+pub use message::{ClientProbe, Request, Response, Version, CONTINUE_100, RETRY_AFTER_SECS};
 pub use parse_error::ParseError;
 pub use parser::{parse_request, Progress, RequestParser};
+pub use parsing::{ParseLimits, ParseStatus};
 pub use write::{reason_phrase, write_response, WriteOptions};
-
-use std::fmt;
-use std::sync::Arc;
-
-/// The protocol version of a request; it decides keep-alive defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Http10,
-    Http11,
-}
-
-/// One parsed request, body already de-chunked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
-    pub method: String,
-    /// The raw request-target, e.g. `/v1/tool-calls/by-key/a%20b?wait=1`.
-    pub target: String,
-    /// The target before `?`, not percent-decoded.
-    pub path: String,
-    /// The target after the first `?`, if any, not decoded.
-    pub query: Option<String>,
-    pub version: Version,
-    /// Header names lower-cased, values trimmed, in arrival order.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    /// Whether the client is still there (see `ClientProbe`).
-    pub client: ClientProbe,
-}
-
-impl Request {
-    /// The first header with this (case-insensitive) name.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Every value of a header (names are stored lower-case), in arrival order.
-    fn header_values<'a>(&'a self, lower_name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.headers
-            .iter()
-            .filter(move |(n, _)| n == lower_name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Whether the connection may carry another request after this one
-    /// (RFC 9112 §9.3): HTTP/1.1 persists unless `Connection: close`; HTTP/1.0
-    /// only with `Connection: keep-alive`, and never when it used
-    /// Transfer-Encoding, which 1.0 framing cannot be trusted with (§6.1).
-    pub fn keep_alive(&self) -> bool {
-        let has_token = |token: &str| {
-            self.header_values("connection")
-                .flat_map(|v| v.split(','))
-                .any(|t| t.trim().eq_ignore_ascii_case(token))
-        };
-        if has_token("close") {
-            return false;
-        }
-        match self.version {
-            Version::Http11 => true,
-            Version::Http10 => {
-                has_token("keep-alive") && self.header_values("transfer-encoding").next().is_none()
-            }
-        }
-    }
-}
-
-/// Asks whether the client that sent a request is still connected, so a
-/// handler that holds a request open (`?wait=`) can stop for a client that
-/// has hung up. The server fills it in from the connection; a request made
-/// without a socket (unit tests, the bench's run without HTTP) has none, and
-/// its client is taken as present. Not part of the message: two requests with
-/// different probes are still equal.
-#[derive(Clone, Default)]
-pub struct ClientProbe(Option<Arc<dyn Fn() -> bool + Send + Sync>>);
-
-impl ClientProbe {
-    /// A probe that calls `gone`; it must be cheap and must not block.
-    pub fn new(gone: impl Fn() -> bool + Send + Sync + 'static) -> ClientProbe {
-        ClientProbe(Some(Arc::new(gone)))
-    }
-
-    /// True once the client is known to have gone.
-    pub fn gone(&self) -> bool {
-        self.0.as_ref().is_some_and(|gone| gone())
-    }
-}
-
-impl fmt::Debug for ClientProbe {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "ClientProbe(connected)"
-        } else {
-            "ClientProbe(none)"
-        })
-    }
-}
-
-impl PartialEq for ClientProbe {
-    fn eq(&self, _: &ClientProbe) -> bool {
-        true
-    }
-}
-
-impl Eq for ClientProbe {}
-
-/// A response; the writer adds `Content-Length`, `Date`-free framing and `Connection`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Response {
-    /// A JSON response with `Content-Type: application/json`.
-    pub fn json(status: u16, body: &serde_json::Value) -> Response {
-        Response::json_bytes(status, body.to_string().into_bytes())
-    }
-
-    /// A JSON response from an already-serialized body.
-    pub fn json_bytes(status: u16, body: Vec<u8>) -> Response {
-        Response {
-            status,
-            headers: vec![("Content-Type".into(), "application/json".into())],
-            body,
-        }
-    }
-
-    /// The one way an error becomes a response: the code's status, the shape
-    /// every failure uses (`{"error":{"code","message"}}`), and the headers the
-    /// code promises. `unavailable` always says when to come back, because the
-    /// client's retry policy honours `Retry-After`. A 405 comes from
-    /// `method_not_allowed`, which knows what to put in `Allow`.
-    pub fn from_error(code: ErrorCode, message: impl fmt::Display) -> Response {
-        Response::from_error_naming(code, message, None)
-    }
-
-    /// `from_error`, with the call the error is about in `error.call_id`
-    /// (a `409`: the call that owns the key).
-    pub fn from_error_naming(
-        code: ErrorCode,
-        message: impl fmt::Display,
-        call_id: Option<&str>,
-    ) -> Response {
-        let mut error = serde_json::json!({"code": code.as_str(), "message": message.to_string()});
-        if let Some(call_id) = call_id {
-            error["call_id"] = call_id.into();
-        }
-        let body = serde_json::json!({ "error": error });
-        let response = Response::json(code.status(), &body);
-        match code {
-            ErrorCode::Unavailable => response.with_header("Retry-After", "1"),
-            _ => response,
-        }
-    }
-
-    /// `405 method_not_allowed` with the `Allow` header RFC 9110 §15.5.6
-    /// requires; `allow` is the comma-separated list of methods the path takes.
-    pub fn method_not_allowed(allow: &str) -> Response {
-        Response::from_error(
-            ErrorCode::MethodNotAllowed,
-            format_args!("this path allows {allow}"),
-        )
-        .with_header("Allow", allow)
-    }
-
-    pub fn with_header(mut self, name: &str, value: &str) -> Response {
-        self.headers.push((name.to_string(), value.to_string()));
-        self
-    }
-
-    /// The first header with this (case-insensitive) name.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Whether the handler asked for the connection to close after this response.
-    pub fn asks_to_close(&self) -> bool {
-        self.headers.iter().any(|(n, v)| {
-            n.eq_ignore_ascii_case("connection")
-                && v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"))
-        })
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Parser results and limits
-// ---------------------------------------------------------------------------
-
-/// The outcome of parsing what has arrived so far (httparse-style): either the
-/// thing is complete, or more bytes are needed. Errors are kept apart in `Err`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status<T> {
-    Complete(T),
-    Partial,
-}
-
-/// The size limits the parser enforces while bytes arrive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ParseLimits {
-    /// Longest request line, without its CRLF (414 past it).
-    pub max_request_line: usize,
-    /// Most bytes in the header section, CRLFs and the final empty line included
-    /// (431 past it); the trailer section of a chunked body has the same budget.
-    pub max_header_bytes: usize,
-    /// Most field lines in the header section, and again in the trailer section.
-    pub max_headers: usize,
-    /// Largest body, declared or de-chunked (413 past it).
-    pub max_body: usize,
-}
-
-impl Default for ParseLimits {
-    fn default() -> Self {
-        ParseLimits {
-            max_request_line: 8 * 1024,
-            max_header_bytes: 16 * 1024,
-            max_headers: 64,
-            max_body: 1024 * 1024,
-        }
-    }
-}
-
-/// The interim response sent before reading a body the client is holding back.
-pub const CONTINUE_100: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,8 @@
 //! - [`config`]: the server's command-line flags and their defaults; [`flag`]:
 //!   the flag splitting every binary shares.
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
-//!   `ErrorCode`, the one table of error codes and their statuses.
+//!   `ErrorCode`, the one table of error codes and their statuses;
+//!   `Response::from_error` is the one way an error becomes an answer.
 //! - [`input`]: client JSON parsed strictly (no repeated member names) and
 //!   client input quoted in error messages (at most 100 bytes).
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
@@ -14,15 +15,18 @@
 //!   connection cap it allows.
 //! - [`api`]: routes, validation, and the mapping from its errors to codes.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
-//!   leases, fencing, unique constraints, recovery, and group commit.
+//!   leases, fencing, unique constraints, recovery, and group commit; and
+//!   [`store::verify`], `idempotent-tool verify`, every invariant checked
+//!   read-only on a database file.
 //! - [`runner`]: the worker pool that claims and runs calls (automatic retries,
 //!   per-tool concurrency caps, lease heartbeats), and the recovery loop.
 //! - [`tools`]: the tool registry (built-ins, or the `--tools` file), argument
-//!   schemas, and the `http` and `command` executors with their outcomes.
+//!   schemas, the `http` and `command` executors with their outcomes, and
+//!   `ToolErrorCode`, the one table of the codes a failed attempt records.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
-//! - [`verify`]: `idempotent-tool verify`, every invariant checked read-only on
-//!   a database file (its SQL moves into `store` with the rest).
+//! - [`sync`]: lock helpers; [`temp`]: temporary directories for tests and
+//!   the bench.
 //! - [`auth`]: tenants, the `--auth-file` loader and bearer-token checks.
 //! - [`log`]: JSON-lines events and access records on stderr.
 //! - [`metrics`]: counters, gauges and histograms in atomics, rendered for
@@ -33,6 +37,8 @@
 //!
 //! Architecture invariant: only `store` writes to the database, and only its
 //! writer thread holds a write transaction; tools never run inside one.
+//! `tools` and `store` do not know each other: the `runner` turns an outcome
+//! into the store's records.
 #![forbid(unsafe_code)]
 
 pub mod api;

@@ -47,10 +47,10 @@ pub use retention::OnPurged;
 use crate::chaos;
 use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
-use crate::store::{owner_name, CallStore, Completion, Lease};
+use crate::store::{owner_name, CallStore, Completion, Lease, NewEffect};
 use crate::sync::lock;
 use crate::tools::{
-    self, Effect, Outcome, Prepared, RunContext, ToolError, ToolRegistry, ToolSpec,
+    self, Effect, Outcome, Prepared, RunContext, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
 use completion::{Completions, Handed, Transition};
 use maintenance::Ticker;
@@ -379,7 +379,7 @@ impl Runner {
         let (prepared, args, hooks) = match parse_stored_args(&self.tools, &lease) {
             Ok(parsed) => parsed,
             Err(message) => {
-                let error = ToolError::new("bad_args", message, false);
+                let error = ToolError::new(ToolErrorCode::BadArgs, message);
                 return self.complete(task, lease, Outcome::failed(error), None, false);
             }
         };
@@ -445,12 +445,10 @@ impl Runner {
         };
         let then = completion::hand_back(completions, handed);
         match &outcome {
-            Outcome::Succeeded { result, effect } => self.store.succeed_then(
-                &lease,
-                result,
-                effect.as_ref().map(Effect::to_record),
-                then,
-            ),
+            Outcome::Succeeded { result, effect } => {
+                self.store
+                    .succeed_then(&lease, result, effect.as_ref().map(effect_record), then)
+            }
             Outcome::Failed { error, .. } => match retry {
                 Some(delay) => self
                     .store
@@ -498,7 +496,18 @@ fn parse_stored_args(
 ) -> Result<(Prepared, Map<String, Value>, chaos::Hooks), String> {
     let args: Map<String, Value> =
         serde_json::from_str(&lease.args_json).map_err(|e| format!("stored args: {e}"))?;
-    let (args, hooks) = chaos::split(&args)?;
-    let prepared = tools.prepare(&lease.tool, &args)?;
+    let (args, hooks) = chaos::split(&args).map_err(|e| e.to_string())?;
+    let prepared = tools
+        .prepare(&lease.tool, &args)
+        .map_err(|e| e.to_string())?;
     Ok((prepared, args, hooks))
+}
+
+/// The `effects` row the store writes for a tool's effect: the runner is
+/// where tools and the store meet, so neither depends on the other.
+fn effect_record(effect: &Effect) -> NewEffect {
+    NewEffect {
+        amount: effect.amount,
+        detail: effect.detail.clone(),
+    }
 }

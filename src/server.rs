@@ -10,16 +10,16 @@
 //! Map: this file holds the accept loop, the limits, the connection cap, the
 //! answers given without a connection thread, and `Observer`, what the service
 //! learns about connections and the server's own answers; `connection` serves
-//! one client; `input` is a connection's read buffer.
+//! one client; `input_buffer` is a connection's read buffer.
 
 mod connection;
-mod input;
+mod input_buffer;
 
 use crate::http::{
     write_response, ErrorCode, ParseLimits, Request, Response, Version, WriteOptions,
 };
 use crate::sync::lock;
-use connection::Connection;
+use connection::ServedConnection;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -313,7 +313,7 @@ fn spawn_connection(
             let observer = Arc::clone(&slot.observer);
             let _slot = slot;
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                Connection::new(stream, &limits, &*observer).run(&handler)
+                ServedConnection::new(stream, &limits, &*observer).run(&handler)
             }));
             if outcome.is_err() {
                 crate::log::error("connection thread panicked; connection closed")

@@ -6,7 +6,7 @@
 //! `cargo +nightly fuzz run parse_request corpus/parse_request seeds/parse_request`
 #![no_main]
 
-use idempotent_tool::http::{parse_request, ParseLimits, Progress, RequestParser, Status};
+use idempotent_tool::http::{parse_request, ParseLimits, Progress, RequestParser, ParseStatus};
 use libfuzzer_sys::fuzz_target;
 
 /// Small limits, so the fuzzer reaches every limit check with short inputs.
@@ -19,14 +19,14 @@ const LIMITS: ParseLimits = ParseLimits {
 
 fuzz_target!(|data: &[u8]| {
     let whole = parse_request(data, &LIMITS);
-    if let Ok(Status::Complete((_, used))) = &whole {
+    if let Ok(ParseStatus::Complete((_, used))) = &whole {
         assert!(*used <= data.len());
     }
     let split = data.first().map_or(1, |&b| usize::from(b % 7) + 1);
     let pieces = fed_in_pieces(data, split);
     let whole = whole.map(|s| match s {
-        Status::Complete(parsed) => Some(parsed),
-        Status::Partial => None,
+        ParseStatus::Complete(parsed) => Some(parsed),
+        ParseStatus::Partial => None,
     });
     assert_eq!(pieces, whole);
 });

@@ -7,7 +7,8 @@
 //! This file must never log a header other than the checked `X-Request-Id`
 //! and `Idempotency-Key`, nor a body, nor a query string.
 
-use super::{Api, ApiError};
+use super::error::ApiError;
+use super::Api;
 use crate::http::{Request, Response};
 use crate::log::{self, AccessRecord};
 use crate::metrics::Route;

@@ -7,13 +7,15 @@
 //! timeline is read through the tenant's own lookup, and only an admin gets
 //! counts across tenants or the process metrics.
 
-use super::{Api, ApiError, Exchange};
+use super::error::ApiError;
+use super::exchange::Exchange;
+use super::Api;
 use crate::auth::Tenant;
 use crate::http::{ErrorCode, Request, Response};
 use crate::input::quote;
 use crate::store::{Health, Scope};
 use crate::sync::lock;
-use serde_json::json;
+use serde_json::{json, Map};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -114,13 +116,13 @@ impl Api {
             .flag("database_ok", health.database.is_ok())
             .flag("writer_ok", health.writer.is_ok())
             .emit();
-        let code = ErrorCode::Unavailable;
-        let body = json!({
-            "ok": false,
-            "error": {"code": code.as_str(), "message": problems.join("; ")},
-            "checks": {"database": check(&health.database), "writer": check(&health.writer)},
-        });
-        Response::json(code.status(), &body).with_header("Retry-After", "1")
+        let mut beside = Map::new();
+        beside.insert("ok".into(), false.into());
+        beside.insert(
+            "checks".into(),
+            json!({"database": check(&health.database), "writer": check(&health.writer)}),
+        );
+        Response::from_error_beside(ErrorCode::Unavailable, problems.join("; "), beside)
     }
 
     /// `GET /stats`: the caller's calls; `?scope=all` every tenant's, for an

@@ -6,7 +6,8 @@
 //!
 //! Nothing here touches the store or decides anything about a call.
 
-use super::{ApiError, MAX_JSON_DEPTH, MAX_KEY_LEN, MAX_WAIT_SECS};
+use super::error::ApiError;
+use super::{MAX_JSON_DEPTH, MAX_KEY_LEN, MAX_WAIT_SECS};
 use crate::fingerprint::as_integer;
 use crate::http::Request;
 use crate::input::{parse_strict, quote};

@@ -21,7 +21,7 @@
 use idempotent_tool::client::{read_response, HttpResponse};
 use idempotent_tool::flag::Flags;
 use idempotent_tool::http::{
-    self, parse_request, ParseLimits, Response, Status, Version, WriteOptions,
+    self, parse_request, ParseLimits, ParseStatus, Response, Version, WriteOptions,
 };
 use std::fmt;
 use std::io::{self, BufReader, Read, Write};
@@ -302,7 +302,7 @@ fn read_request(client: &mut ClientConn) -> io::Result<Option<RawRequest>> {
     loop {
         if !client.buffered.is_empty() {
             match parse_request(&client.buffered, &limits) {
-                Ok(Status::Complete((request, used))) => {
+                Ok(ParseStatus::Complete((request, used))) => {
                     let bytes: Vec<u8> = client.buffered.drain(..used).collect();
                     return Ok(Some(RawRequest {
                         summary: format!("{} {}", request.method, request.target),
@@ -310,7 +310,7 @@ fn read_request(client: &mut ClientConn) -> io::Result<Option<RawRequest>> {
                         wants_close: !request.keep_alive(),
                     }));
                 }
-                Ok(Status::Partial) => {}
+                Ok(ParseStatus::Partial) => {}
                 Err(error) => return Err(invalid(error.message())),
             }
         }

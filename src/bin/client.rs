@@ -108,9 +108,9 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
     let mut get_path = None;
     let mut opts = CallOptions::new("", "", "", json!({}));
     let mut flags = Flags::new(args.iter().cloned());
-    while let Some(flag) = flags.next_flag().map_err(UsageError)? {
+    while let Some(flag) = flags.next_flag().map_err(|e| UsageError(e.into()))? {
         let flag = flag.as_str();
-        let mut value = || flags.value().map_err(UsageError);
+        let mut value = || flags.value().map_err(|e| UsageError(e.into()));
         match flag {
             "--base" => base = value()?,
             "--key" => key = Some(value()?),

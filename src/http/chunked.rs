@@ -7,8 +7,9 @@
 //! body size against `max_body` before the data arrives.
 
 use super::head::split_field_line;
+use super::parse_error::ParseError;
+use super::parsing::ParseLimits;
 use super::syntax::{find_lf, is_field_value_byte, skip_ows, strip_required_cr, token_len};
-use super::{ParseError, ParseLimits};
 
 /// Most bytes of chunk extensions allowed on one chunk-size line; extensions are
 /// meaningless to us, so a long run of them is only a way to make us buffer.

@@ -6,8 +6,10 @@
 //! the bytes are possible it returns an error. It scans each byte of a head at
 //! most once however the head arrives (see `HeadScan`).
 
+use super::message::{Request, Version};
+use super::parse_error::ParseError;
+use super::parsing::{ParseLimits, ParseStatus};
 use super::syntax::{find_lf, is_field_value_byte, is_ows, is_token, strip_optional_cr, trim_ows};
-use super::{ParseError, ParseLimits, Request, Status, Version};
 
 /// How the body of a request is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +44,7 @@ pub struct Head {
 /// ```text
 /// HTTP-message   = start-line CRLF *( field-line CRLF ) CRLF [ message-body ]
 /// ```
-pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<Status<Head>, ParseError> {
+pub fn parse_head(buf: &[u8], limits: &ParseLimits) -> Result<ParseStatus<Head>, ParseError> {
     parse_head_resuming(buf, limits, &mut HeadScan::default())
 }
 
@@ -67,17 +69,17 @@ pub(super) fn parse_head_resuming(
     buf: &[u8],
     limits: &ParseLimits,
     scan: &mut HeadScan,
-) -> Result<Status<Head>, ParseError> {
+) -> Result<ParseStatus<Head>, ParseError> {
     let fields_start = match scan.fields_start {
         Some(start) => start,
         None => match check_request_line(buf, limits, scan)? {
-            Status::Complete(start) => start,
-            Status::Partial => return Ok(Status::Partial),
+            ParseStatus::Complete(start) => start,
+            ParseStatus::Partial => return Ok(ParseStatus::Partial),
         },
     };
     let fields_end = match scan_field_section(buf, fields_start, limits, scan)? {
-        Status::Complete(end) => end,
-        Status::Partial => return Ok(Status::Partial),
+        ParseStatus::Complete(end) => end,
+        ParseStatus::Partial => return Ok(ParseStatus::Partial),
     };
     let line_start = leading_empty_lines(buf);
     let parts = split_request_line(strip_optional_cr(&buf[line_start..fields_start - 1]))?;
@@ -85,7 +87,7 @@ pub(super) fn parse_head_resuming(
     check_host(&request)?;
     let framing = body_framing(&request, limits)?;
     let expect_continue = expects_continue(&request, framing)?;
-    Ok(Status::Complete(Head {
+    Ok(ParseStatus::Complete(Head {
         request,
         framing,
         expect_continue,
@@ -115,7 +117,7 @@ fn check_request_line(
     buf: &[u8],
     limits: &ParseLimits,
     scan: &mut HeadScan,
-) -> Result<Status<usize>, ParseError> {
+) -> Result<ParseStatus<usize>, ParseError> {
     let start = leading_empty_lines(buf);
     let from = start.max(scan.searched);
     let Some(i) = find_lf(&buf[from..]) else {
@@ -123,7 +125,7 @@ fn check_request_line(
             return Err(ParseError::RequestLineTooLong);
         }
         scan.searched = buf.len();
-        return Ok(Status::Partial);
+        return Ok(ParseStatus::Partial);
     };
     let lf = from + i;
     let line = strip_optional_cr(&buf[start..lf]);
@@ -137,7 +139,7 @@ fn check_request_line(
         fields: 0,
         searched: lf + 1,
     };
-    Ok(Status::Complete(lf + 1))
+    Ok(ParseStatus::Complete(lf + 1))
 }
 
 /// The three parts of a request line, validated but still borrowed.
@@ -228,7 +230,7 @@ fn scan_field_section(
     fields_start: usize,
     limits: &ParseLimits,
     scan: &mut HeadScan,
-) -> Result<Status<usize>, ParseError> {
+) -> Result<ParseStatus<usize>, ParseError> {
     let max_end = fields_start.saturating_add(limits.max_header_bytes);
     loop {
         let line_start = scan.validated;
@@ -238,7 +240,7 @@ fn scan_field_section(
                 return Err(ParseError::HeadersTooLarge);
             }
             scan.searched = buf.len();
-            return Ok(Status::Partial);
+            return Ok(ParseStatus::Partial);
         };
         let lf = from + i;
         if lf + 1 > max_end {
@@ -246,7 +248,7 @@ fn scan_field_section(
         }
         let line = strip_optional_cr(&buf[line_start..lf]);
         if line.is_empty() {
-            return Ok(Status::Complete(lf + 1));
+            return Ok(ParseStatus::Complete(lf + 1));
         }
         if scan.fields + 1 > limits.max_headers {
             return Err(ParseError::HeadersTooLarge);

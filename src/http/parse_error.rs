@@ -4,7 +4,8 @@
 //! to its `ErrorCode` and message. It must never name a status number or a code
 //! string itself: those come from the `ErrorCode` table.
 
-use super::{ErrorCode, Response};
+use super::error_code::ErrorCode;
+use super::message::Response;
 use std::fmt;
 
 /// Why a request was rejected. Every variant closes the connection: after any of

@@ -7,7 +7,9 @@
 
 use super::chunked::ChunkedDecoder;
 use super::head::{parse_head_resuming, Framing, HeadScan};
-use super::{ParseError, ParseLimits, Request, Status};
+use super::message::Request;
+use super::parse_error::ParseError;
+use super::parsing::{ParseLimits, ParseStatus};
 
 /// How the body of the request being read is delimited, with its progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,8 +65,8 @@ impl RequestParser {
 
     fn start(&mut self, input: &[u8]) -> Result<(usize, Progress), ParseError> {
         let head = match parse_head_resuming(input, &self.limits, &mut self.head_scan)? {
-            Status::Complete(head) => head,
-            Status::Partial => return Ok((0, Progress::NeedMore)),
+            ParseStatus::Complete(head) => head,
+            ParseStatus::Partial => return Ok((0, Progress::NeedMore)),
         };
         self.head_scan = HeadScan::default();
         let mut request = head.request;
@@ -115,16 +117,16 @@ impl RequestParser {
 pub fn parse_request(
     buf: &[u8],
     limits: &ParseLimits,
-) -> Result<Status<(Request, usize)>, ParseError> {
+) -> Result<ParseStatus<(Request, usize)>, ParseError> {
     let mut parser = RequestParser::new(*limits);
     let mut used = 0;
     loop {
         let (n, progress) = parser.advance(&buf[used..])?;
         used += n;
         match progress {
-            Progress::NeedMore => return Ok(Status::Partial),
+            Progress::NeedMore => return Ok(ParseStatus::Partial),
             Progress::HeadComplete { .. } => {}
-            Progress::Done(request) => return Ok(Status::Complete((request, used))),
+            Progress::Done(request) => return Ok(ParseStatus::Complete((request, used))),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! message means (that is `head` and `chunked`), and every function here is
 //! total: no input makes it panic.
 
-use super::ParseError;
+use super::parse_error::ParseError;
 
 // tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." /
 //         "^" / "_" / "`" / "|" / "~" / DIGIT / ALPHA

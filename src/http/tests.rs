@@ -156,7 +156,7 @@ fn invalid_cases() -> Vec<(String, Vec<u8>, ParseError)> {
     cases
 }
 
-fn whole(bytes: &[u8]) -> Result<Status<(Request, usize)>, ParseError> {
+fn whole(bytes: &[u8]) -> Result<ParseStatus<(Request, usize)>, ParseError> {
     parse_request(bytes, &LIMITS)
 }
 
@@ -192,10 +192,10 @@ fn byte_at_a_time(
     fed_in_pieces(bytes.chunks(1), limits)
 }
 
-fn as_option(status: Status<(Request, usize)>) -> Option<(Request, usize)> {
+fn as_option(status: ParseStatus<(Request, usize)>) -> Option<(Request, usize)> {
     match status {
-        Status::Complete(parsed) => Some(parsed),
-        Status::Partial => None,
+        ParseStatus::Complete(parsed) => Some(parsed),
+        ParseStatus::Partial => None,
     }
 }
 
@@ -203,7 +203,7 @@ fn as_option(status: Status<(Request, usize)>) -> Option<(Request, usize)> {
 fn valid_requests_parse_whole_and_use_every_byte() {
     for (name, bytes) in VALID {
         match whole(bytes) {
-            Ok(Status::Complete((_, used))) => assert_eq!(used, bytes.len(), "{name}"),
+            Ok(ParseStatus::Complete((_, used))) => assert_eq!(used, bytes.len(), "{name}"),
             other => panic!("{name}: {other:?}"),
         }
     }
@@ -215,7 +215,7 @@ fn every_truncated_prefix_of_a_valid_request_is_partial() {
         for end in 0..bytes.len() {
             assert_eq!(
                 whole(&bytes[..end]),
-                Ok(Status::Partial),
+                Ok(ParseStatus::Partial),
                 "{name}, first {end} bytes"
             );
         }
@@ -299,9 +299,29 @@ fn error_responses_carry_their_status_and_promised_headers() {
         .contains(&("Allow".to_string(), "GET, HEAD".to_string())));
 }
 
+/// Members beside `error` (`/healthz`'s) go through the same path: same
+/// status, same `Retry-After`, and they cannot replace `error` itself.
+#[test]
+fn error_with_members_beside_it_keeps_the_one_shape() {
+    let mut beside = serde_json::Map::new();
+    beside.insert("ok".into(), false.into());
+    beside.insert("error".into(), "overwritten?".into());
+    let response = Response::from_error_beside(ErrorCode::Unavailable, "database: gone", beside);
+    let body: serde_json::Value = serde_json::from_slice(&response.body).unwrap();
+    assert_eq!(response.status, 503);
+    assert_eq!(
+        response.header("Retry-After"),
+        Some(super::RETRY_AFTER_SECS)
+    );
+    assert_eq!(
+        body,
+        serde_json::json!({"ok": false, "error": {"code": "unavailable", "message": "database: gone"}})
+    );
+}
+
 fn parsed(bytes: &[u8]) -> Request {
     match whole(bytes) {
-        Ok(Status::Complete((request, _))) => request,
+        Ok(ParseStatus::Complete((request, _))) => request,
         other => panic!("{other:?}"),
     }
 }
@@ -334,7 +354,7 @@ fn pipelined_bytes_stay_for_the_next_request() {
     let second = b"GET /2 HTTP/1.1\r\nHost: a\r\n\r\n";
     let mut both = first.clone();
     both.extend_from_slice(second);
-    let Ok(Status::Complete((r1, used))) = whole(&both) else {
+    let Ok(ParseStatus::Complete((r1, used))) = whole(&both) else {
         panic!()
     };
     assert_eq!(
@@ -347,7 +367,7 @@ fn pipelined_bytes_stay_for_the_next_request() {
 #[test]
 fn head_reports_framing_and_expectation() {
     let head = |bytes: &[u8]| match parse_head(bytes, &LIMITS) {
-        Ok(Status::Complete(head)) => head,
+        Ok(ParseStatus::Complete(head)) => head,
         other => panic!("{other:?}"),
     };
     let h =

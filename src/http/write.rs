@@ -5,8 +5,8 @@
 //! or contradict the framing it chose, and never write a body where the status
 //! forbids one.
 
+use super::message::{Response, Version};
 use super::syntax::{is_field_value_byte, is_token};
-use super::{Response, Version};
 
 /// What the writer must say about the connection and the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,8 +151,10 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: keep-alive\r\n\r\n"
         );
         let busy = Response::from_error(ErrorCode::Unavailable, "x");
-        assert!(written(&busy, false, Version::Http11, false)
-            .starts_with("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"));
+        assert!(written(&busy, false, Version::Http11, false).starts_with(&format!(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: {}\r\n",
+            crate::http::RETRY_AFTER_SECS
+        )));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! that did not arrive whole, and never close with unread input still arriving
 //! after an error response (see `linger`).
 
-use super::input::{InputBuffer, RETAINED_BUFFER};
+use super::input_buffer::{InputBuffer, RETAINED_BUFFER};
 use super::{closing_response_bytes, Handler, Limits, Observer};
 use crate::http::{
     write_response, ClientProbe, ErrorCode, ParseError, ParseLimits, Progress, Request,
@@ -19,7 +19,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Upper bound on lingering after an error response (see `Connection::linger`).
+/// Upper bound on lingering after an error response (see `ServedConnection::linger`).
 const MAX_LINGER: Duration = Duration::from_secs(1);
 const MAX_LINGER_BYTES: usize = 256 * 1024;
 
@@ -44,7 +44,7 @@ enum Next {
 }
 
 /// One client connection, served on its own thread.
-pub(super) struct Connection<'a> {
+pub(super) struct ServedConnection<'a> {
     /// Shared with the `ClientProbe` of the request being handled, which
     /// peeks at it; a clone of the `Arc`, not of the descriptor.
     stream: Arc<TcpStream>,
@@ -60,10 +60,10 @@ pub(super) struct Connection<'a> {
     read_timeout: Option<Duration>,
 }
 
-impl<'a> Connection<'a> {
+impl<'a> ServedConnection<'a> {
     pub(super) fn new(stream: TcpStream, limits: &'a Limits, observer: &'a dyn Observer) -> Self {
         let stream = Arc::new(stream);
-        Connection {
+        ServedConnection {
             probe: probe(&stream),
             stream,
             limits,

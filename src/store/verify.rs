@@ -197,22 +197,40 @@ pub fn verify_database(db: &Database, effect_tools: &[&str]) -> Result<Report, V
     }
 }
 
+/// `tools_outside` on either backend.
+pub fn tools_outside_database(db: &Database, known: &[&str]) -> Result<Vec<String>, VerifyError> {
+    match db {
+        Database::Sqlite(path) => tools_outside(path, known),
+        Database::Postgres(target) => super::postgres::tools_outside(target, known),
+    }
+}
+
+/// The tools the database's calls name that are not in `known`, sorted: a
+/// caller that only knows the built-ins asks this first, because which of
+/// those tools write effects is in the tools file the server ran with, and
+/// without it every effect of theirs would look like a violation.
+pub fn tools_outside(path: &Path, known: &[&str]) -> Result<Vec<String>, VerifyError> {
+    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
+    let conn = open_service_database(path)?;
+    let mut statement = conn
+        .prepare("SELECT DISTINCT tool FROM calls ORDER BY tool")
+        .map_err(open_error)?;
+    let tools = statement
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<String>>>())
+        .map_err(open_error)?;
+    Ok(tools
+        .into_iter()
+        .filter(|tool| !known.contains(&tool.as_str()))
+        .collect())
+}
+
 /// Check every invariant on the database at `path`, read-only, in one snapshot.
 pub fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError> {
     let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
-    let conn = open_read_only(path).map_err(open_error)?;
+    let conn = open_service_database(path)?;
     // One read transaction: every count and check below sees the same commit.
     conn.execute_batch("BEGIN").map_err(open_error)?;
-    let tables: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('calls', 'effects')",
-            [],
-            |r| r.get(0),
-        )
-        .map_err(open_error)?;
-    if tables != 2 {
-        return Err(VerifyError::NotAServiceDatabase(path.to_path_buf()));
-    }
     let tenant = has_column(&conn, "calls", "tenant");
     let purged = has_column(&conn, "effects", "call_purged_at");
     let mut checks = vec![integrity(&conn)];
@@ -241,6 +259,23 @@ pub fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError>
         checks,
     };
     Ok(report)
+}
+
+/// The file opened read-only, once it is known to hold `calls` and `effects`.
+fn open_service_database(path: &Path) -> Result<Connection, VerifyError> {
+    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
+    let conn = open_read_only(path).map_err(open_error)?;
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('calls', 'effects')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(open_error)?;
+    if tables != 2 {
+        return Err(VerifyError::NotAServiceDatabase(path.to_path_buf()));
+    }
+    Ok(conn)
 }
 
 fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {

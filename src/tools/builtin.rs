@@ -8,7 +8,9 @@
 //! the runner inserts in the same transaction as `succeeded`; the `http` and
 //! `command` tools pass `effect_id` downstream as its idempotency key instead.
 
-use super::{Backoff, Effect, Kind, Outcome, ToolError, ToolSpec, DEFAULT_TIMEOUT};
+use super::error_code::ToolErrorCode;
+use super::outcome::{Effect, Outcome, ToolError};
+use super::{Backoff, Kind, ToolSpec, DEFAULT_TIMEOUT};
 use crate::fingerprint::as_integer;
 use crate::input::quote;
 use serde_json::{json, Map, Value};
@@ -143,11 +145,13 @@ impl Tool {
                 fail_times,
             } => {
                 if fail_times.is_none_or(|n| attempt <= n) {
-                    Outcome::failed(ToolError::new(
-                        "tool_failed",
-                        format!("fail tool failed on attempt {attempt}"),
-                        *retryable,
-                    ))
+                    Outcome::failed(
+                        ToolError::new(
+                            ToolErrorCode::ToolFailed,
+                            format!("fail tool failed on attempt {attempt}"),
+                        )
+                        .with_retryable(*retryable),
+                    )
                 } else {
                     Outcome::Succeeded {
                         result: json!({"failed_attempts": attempt - 1}),
@@ -322,7 +326,7 @@ mod tests {
         let always = parse("fail", json!({"retryable": false})).unwrap();
         match always.run(7, "eff") {
             Outcome::Failed { error, retry_after } => {
-                assert_eq!(error.code, "tool_failed");
+                assert_eq!(error.code, ToolErrorCode::ToolFailed);
                 assert!(!error.retryable);
                 assert_eq!(retry_after, None);
             }

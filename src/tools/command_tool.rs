@@ -11,10 +11,10 @@
 //! child without a deadline, never read output without a cap, and never put
 //! argv or a configured `env` value into an error.
 
+use super::error_code::ToolErrorCode;
+use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
-use super::{
-    tail_excerpt, Effect, Outcome, RunContext, ToolError, EXCERPT_BYTES, MAX_OUTPUT_BYTES,
-};
+use super::{tail_excerpt, RunContext, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -96,11 +96,7 @@ impl CommandTool {
         let stdout = stdout.finish();
         let stderr = self.redact(&tail_excerpt(&stderr.finish()));
         if overflow.load(Ordering::SeqCst) {
-            let mut error = ToolError::new(
-                "command_output_too_large",
-                format!("the command wrote more than {MAX_OUTPUT_BYTES} bytes to stdout and was stopped"),
-                false,
-            );
+            let mut error = ToolError::new(ToolErrorCode::CommandOutputTooLarge, format!("the command wrote more than {MAX_OUTPUT_BYTES} bytes to stdout and was stopped"));
             error.stderr = Some(stderr);
             return Outcome::failed(error);
         }
@@ -164,22 +160,23 @@ impl CommandTool {
             Ended::Exited(status) => status,
             Ended::TimedOut => {
                 let mut error = ToolError::new(
-                    "command_timeout",
+                    ToolErrorCode::CommandTimeout,
                     format!(
                         "the command ran past its timeout of {} ms; its process group was killed",
                         self.timeout.as_millis()
                     ),
-                    true,
                 );
                 error.stderr = Some(stderr);
                 return Outcome::failed(error);
             }
             Ended::Lost(e) => {
-                return Outcome::failed(ToolError::new(
-                    "command_failed",
-                    format!("the command could not be waited for: {e}"),
-                    true,
-                ))
+                return Outcome::failed(
+                    ToolError::new(
+                        ToolErrorCode::CommandFailed,
+                        format!("the command could not be waited for: {e}"),
+                    )
+                    .with_retryable(true),
+                )
             }
         };
         let mut error = match (status.code(), status.signal()) {
@@ -195,28 +192,24 @@ impl CommandTool {
                 };
             }
             (Some(EXIT_TEMPFAIL), _) => ToolError::new(
-                "command_tempfail",
+                ToolErrorCode::CommandTempfail,
                 format!("the command exited {EXIT_TEMPFAIL} (EX_TEMPFAIL); it may succeed later"),
-                true,
             ),
             (Some(code), _) => ToolError::new(
-                "command_failed",
+                ToolErrorCode::CommandFailed,
                 format!("the command exited {code}"),
-                false,
             ),
             (None, Some(signal)) => {
                 let mut error = ToolError::new(
-                    "command_killed",
+                    ToolErrorCode::CommandKilled,
                     format!("the command was killed by signal {signal}"),
-                    false,
                 );
                 error.signal = Some(signal);
                 error
             }
             (None, None) => ToolError::new(
-                "command_failed",
+                ToolErrorCode::CommandFailed,
                 "the command ended without a status",
-                false,
             ),
         };
         error.exit_code = status.code();
@@ -237,10 +230,10 @@ fn spawn_failure(error: &io::Error) -> ToolError {
         io::ErrorKind::ExecutableFileBusy | io::ErrorKind::WouldBlock | io::ErrorKind::OutOfMemory
     );
     ToolError::new(
-        "command_spawn_failed",
+        ToolErrorCode::CommandSpawnFailed,
         format!("cannot start the command: {error}"),
-        retryable,
     )
+    .with_retryable(retryable)
 }
 
 /// Write the body on a thread: a command that never reads stdin must not block

@@ -10,8 +10,10 @@
 //! carries a payment's args), never wait past the timeout, never read without
 //! a cap, and never put a header value or the URL into an error.
 
+use super::error_code::ToolErrorCode;
+use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
-use super::{excerpt, Effect, Outcome, RunContext, ToolError, MAX_OUTPUT_BYTES};
+use super::{excerpt, RunContext, MAX_OUTPUT_BYTES};
 use serde_json::{json, Value};
 use std::fmt;
 use std::io::{self, Read};
@@ -160,11 +162,10 @@ impl HttpTool {
         let body_excerpt = redact_all(&excerpt(bytes), self.headers.iter().map(|(_, v)| v));
         let mut error = match status {
             200..=299 if too_large => ToolError::new(
-                "downstream_response_too_large",
+                ToolErrorCode::DownstreamResponseTooLarge,
                 format!(
                     "the downstream answered {status} with a body over {MAX_OUTPUT_BYTES} bytes"
                 ),
-                false,
             ),
             200..=299 => {
                 let result = serde_json::from_slice::<Value>(bytes)
@@ -179,14 +180,12 @@ impl HttpTool {
                 };
             }
             408 | 425 | 429 | 500..=599 => ToolError::new(
-                "downstream_unavailable",
+                ToolErrorCode::DownstreamUnavailable,
                 format!("the downstream answered {status}; it may succeed later"),
-                true,
             ),
             _ => ToolError::new(
-                "downstream_rejected",
+                ToolErrorCode::DownstreamRejected,
                 format!("the downstream answered {status}"),
-                false,
             ),
         };
         error.http_status = Some(status);
@@ -272,46 +271,38 @@ fn transport_failure(error: ureq::Error) -> ToolError {
         }
         ureq::Error::ConnectionFailed => unavailable("the connection failed".into()),
         ureq::Error::Protocol(e) => ToolError::new(
-            "downstream_protocol_error",
+            ToolErrorCode::DownstreamProtocolError,
             format!("the downstream's answer is not valid HTTP/1.1: {e}"),
-            false,
         ),
         // Its text may quote the URL.
         ureq::Error::BadUri(_) => ToolError::new(
-            "downstream_error",
+            ToolErrorCode::DownstreamError,
             "the configured URL is not usable",
-            false,
         ),
         other => ToolError::new(
-            "downstream_error",
+            ToolErrorCode::DownstreamError,
             format!("the request failed: {other}"),
-            false,
         ),
     }
 }
 
 fn timed_out() -> ToolError {
     ToolError::new(
-        "downstream_timeout",
+        ToolErrorCode::DownstreamTimeout,
         "the downstream did not answer within the tool's timeout_ms",
-        true,
     )
 }
 
 fn unavailable(message: String) -> ToolError {
-    ToolError::new("downstream_unavailable", message, true)
+    ToolError::new(ToolErrorCode::DownstreamUnavailable, message)
 }
 
 fn tls_failure(error: &rustls::Error) -> ToolError {
     let code = match error {
-        rustls::Error::InvalidCertificate(_) => "downstream_certificate",
-        _ => "downstream_tls",
+        rustls::Error::InvalidCertificate(_) => ToolErrorCode::DownstreamCertificate,
+        _ => ToolErrorCode::DownstreamTls,
     };
-    ToolError::new(
-        code,
-        format!("TLS with the downstream failed: {error}"),
-        false,
-    )
+    ToolError::new(code, format!("TLS with the downstream failed: {error}"))
 }
 
 #[cfg(test)]
@@ -344,7 +335,7 @@ mod tests {
             let (error, _) = failure(tool.classify(status, hint, b"busy", false));
             assert_eq!(
                 (error.code, error.retryable, error.http_status),
-                ("downstream_unavailable", true, Some(status))
+                (ToolErrorCode::DownstreamUnavailable, true, Some(status))
             );
             assert_eq!(error.body.as_deref(), Some("busy"));
         }
@@ -352,7 +343,7 @@ mod tests {
             let (error, retry_after) = failure(tool.classify(status, hint, b"", false));
             assert_eq!(
                 (error.code, error.retryable),
-                ("downstream_rejected", false),
+                (ToolErrorCode::DownstreamRejected, false),
                 "{status}"
             );
             assert_eq!(retry_after, None);
@@ -363,7 +354,7 @@ mod tests {
         let (error, _) = failure(tool.classify(200, None, b"{}", true));
         assert_eq!(
             (error.code, error.retryable),
-            ("downstream_response_too_large", false)
+            (ToolErrorCode::DownstreamResponseTooLarge, false)
         );
     }
 

@@ -11,19 +11,27 @@
 //! (header values, `env` values): they live in [`Secret`], whose `Debug` and
 //! `Display` say `***`.
 //!
-//! Submodules: [`builtin`] (the four demo tools), [`file`] (the `--tools` file),
+//! Submodules: [`builtin`] (the four demo tools), [`file`](mod@file) (the `--tools` file),
 //! [`schema`] (JSON Schema for `input_schema`), [`http_tool`] and
-//! [`command_tool`] (the two executors that reach outside the process).
+//! [`command_tool`] (the two executors that reach outside the process),
+//! `error_code` ([`ToolErrorCode`], the one table of the codes a failed
+//! attempt is recorded with), `outcome` ([`Outcome`], [`Effect`] and
+//! [`ToolError`], what an attempt produced). This file holds the registry
+//! and the tool's spec.
 
 pub mod builtin;
 pub mod command_tool;
+mod error_code;
 pub mod file;
 pub mod http_tool;
+mod outcome;
 pub mod schema;
 mod secret;
 
 pub use builtin::{Tool, EFFECT_TOOLS, MAX_SLEEP_SECS, TOOL_NAMES};
+pub use error_code::ToolErrorCode;
 pub use file::ToolFileError;
+pub use outcome::{Effect, Outcome, ToolError};
 pub use secret::Secret;
 
 use crate::input::quote;
@@ -206,7 +214,7 @@ impl ToolSpec {
         match &self.executor {
             Executor::Builtin => match Tool::parse(&self.name, ctx.args) {
                 Ok(tool) => tool.run(ctx.attempt, ctx.effect_id),
-                Err(message) => Outcome::failed(ToolError::new("bad_args", message, false)),
+                Err(message) => Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, message)),
             },
             Executor::Http(http) => http.run(ctx),
             Executor::Command(command) => command.run(ctx),
@@ -225,6 +233,36 @@ impl ToolSpec {
         })
     }
 }
+
+/// Why a posted (or stored) call cannot run: its text is the `bad_request`
+/// message, or the `bad_args` one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrepareError {
+    /// `tool` is empty.
+    NoTool,
+    /// No tool of that name in this process's registry.
+    UnknownTool { name: String, known: Vec<String> },
+    /// The args fail the tool's rules; the message names the first failing
+    /// path (`args.amount ...`).
+    BadArgs(String),
+}
+
+impl fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrepareError::NoTool => f.write_str("tool is required"),
+            PrepareError::UnknownTool { name, known } => write!(
+                f,
+                "tool {} is unknown; known tools: {}",
+                quote(name),
+                known.join(", ")
+            ),
+            PrepareError::BadArgs(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for PrepareError {}
 
 /// A call whose args passed its tool's rules.
 #[derive(Debug, Clone)]
@@ -265,19 +303,15 @@ impl ToolRegistry {
 
     /// Check a posted call (chaos hooks already removed): the tool exists and
     /// its args pass. The message is the `bad_request` text.
-    pub fn prepare(&self, name: &str, args: &Map<String, Value>) -> Result<Prepared, String> {
+    pub fn prepare(&self, name: &str, args: &Map<String, Value>) -> Result<Prepared, PrepareError> {
         if name.is_empty() {
-            return Err("tool is required".into());
+            return Err(PrepareError::NoTool);
         }
-        let spec = self.get(name).ok_or_else(|| {
-            let known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
-            format!(
-                "tool {} is unknown; known tools: {}",
-                quote(name),
-                known.join(", ")
-            )
+        let spec = self.get(name).ok_or_else(|| PrepareError::UnknownTool {
+            name: name.to_string(),
+            known: self.tools.keys().cloned().collect(),
         })?;
-        spec.check_args(args)?;
+        spec.check_args(args).map_err(PrepareError::BadArgs)?;
         Ok(Prepared {
             spec: Arc::clone(spec),
             quick: spec.is_quick(args),
@@ -288,109 +322,6 @@ impl ToolRegistry {
     pub fn public_view(&self) -> Value {
         let tools: Vec<Value> = self.specs().map(|spec| spec.public_view()).collect();
         json!({ "tools": tools })
-    }
-}
-
-/// What an attempt produced.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Success; `effect` says whether an `effects` row records it.
-    Succeeded {
-        result: Value,
-        effect: Option<Effect>,
-    },
-    /// Failure. `error.retryable` says whether another attempt may succeed;
-    /// `retry_after` is the downstream's earliest time for it, if it gave one.
-    Failed {
-        error: ToolError,
-        retry_after: Option<Duration>,
-    },
-}
-
-impl Outcome {
-    /// A failure without a retry hint.
-    pub fn failed(error: ToolError) -> Outcome {
-        Outcome::Failed {
-            error,
-            retry_after: None,
-        }
-    }
-
-    pub fn is_retryable_failure(&self) -> bool {
-        matches!(self, Outcome::Failed { error, .. } if error.retryable)
-    }
-}
-
-/// The local record of a side effect.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Effect {
-    /// `charge`'s amount; `None` for every other tool.
-    pub amount: Option<i64>,
-    /// What the downstream said: `{"status", "body"}` for `http`,
-    /// `{"exit_code"}` for `command`; `None` for built-ins.
-    pub detail: Option<Value>,
-}
-
-impl Effect {
-    /// The `effects` row the store writes for it.
-    pub fn to_record(&self) -> crate::store::NewEffect {
-        crate::store::NewEffect {
-            amount: self.amount,
-            detail: self.detail.clone(),
-        }
-    }
-}
-
-/// A failed attempt, as stored in the call's `error`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolError {
-    /// Stable: clients and dashboards match on it.
-    pub code: &'static str,
-    pub message: String,
-    pub retryable: bool,
-    pub http_status: Option<u16>,
-    /// At most 4 KiB of the downstream's response body.
-    pub body: Option<String>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    /// The last 4 KiB of a command's stderr.
-    pub stderr: Option<String>,
-}
-
-impl ToolError {
-    pub fn new(code: &'static str, message: impl Into<String>, retryable: bool) -> ToolError {
-        ToolError {
-            code,
-            message: message.into(),
-            retryable,
-            http_status: None,
-            body: None,
-            exit_code: None,
-            signal: None,
-            stderr: None,
-        }
-    }
-
-    /// `{"code","message","retryable"}` plus whichever optional fields are set.
-    pub fn to_json(&self) -> Value {
-        let mut error = json!({
-            "code": self.code,
-            "message": self.message,
-            "retryable": self.retryable,
-        });
-        let fields = [
-            ("http_status", self.http_status.map(Value::from)),
-            ("body", self.body.clone().map(Value::from)),
-            ("exit_code", self.exit_code.map(Value::from)),
-            ("signal", self.signal.map(Value::from)),
-            ("stderr", self.stderr.clone().map(Value::from)),
-        ];
-        for (name, value) in fields {
-            if let Some(value) = value {
-                error[name] = value;
-            }
-        }
-        error
     }
 }
 
@@ -435,16 +366,20 @@ mod tests {
         let registry = ToolRegistry::builtins();
         assert_eq!(
             registry.prepare("", &Map::new()).unwrap_err(),
-            "tool is required"
+            PrepareError::NoTool
         );
-        let unknown = registry.prepare("refund", &Map::new()).unwrap_err();
+        let unknown = registry
+            .prepare("refund", &Map::new())
+            .unwrap_err()
+            .to_string();
         assert!(
             unknown.contains("\"refund\"") && unknown.contains("charge, fail, send_email, sleep"),
             "{unknown}"
         );
         let bad = registry
             .prepare("charge", &args(json!({"amount": 0})))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("args.amount"), "{bad}");
         let ok = registry
             .prepare("charge", &args(json!({"amount": 3})))
@@ -524,19 +459,6 @@ mod tests {
         );
         let j = jitter();
         assert!((0.0..1.0).contains(&j));
-    }
-
-    #[test]
-    fn error_json_carries_only_the_fields_that_are_set() {
-        let mut error = ToolError::new("downstream_rejected", "status 400", false);
-        assert_eq!(
-            error.to_json(),
-            json!({"code": "downstream_rejected", "message": "status 400", "retryable": false})
-        );
-        error.http_status = Some(400);
-        error.body = Some("no".into());
-        assert_eq!(error.to_json()["http_status"], 400);
-        assert_eq!(error.to_json()["body"], "no");
     }
 
     #[test]

@@ -3,11 +3,9 @@
 //! the invariants in its database file, and a broken invariant fails the run.
 //! Figures are read for shape and consistency, never compared with a speed.
 
-use crate::support;
-
 use crate::support::Counts;
-use crate::support::{Proc, Server, TempDb, DEADLINE};
-use serde_json::Value;
+use crate::support::{Http, Proc, Server, TempDb, DEADLINE};
+use serde_json::{json, Value};
 
 const BENCH_BIN: &str = env!("CARGO_BIN_EXE_bench");
 
@@ -91,9 +89,12 @@ fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
     assert_eq!(r["ok"], true);
     let (held, failed) = checks(r);
     assert!(failed.is_empty(), "{failed:?}");
-    for name in ["one call per key", "at most one effect per call"] {
+    for name in [
+        "one call per Idempotency-Key",
+        "at most one effect per call",
+    ] {
         assert!(
-            held.iter().any(|h| h == name),
+            held.iter().any(|h| h.starts_with(name)),
             "{name} not checked: {held:?}"
         );
     }
@@ -235,22 +236,35 @@ fn base_mode_loads_a_running_server_and_checks_its_database() {
     assert_no_http_run_accepted_every_call(r, 30);
     let (held, failed) = checks(r);
     assert!(failed.is_empty(), "{failed:?}");
-    assert!(held.iter().any(|h| h == "one call per key"), "{held:?}");
+    assert!(
+        held.iter()
+            .any(|h| h.starts_with("one call per Idempotency-Key")),
+        "{held:?}"
+    );
 }
 
 /// A database that breaks an invariant fails the run with exit 1 and names the
 /// check. (The service cannot produce such a file — its unique constraints
-/// forbid it — so the test points `--db` at a forged one.)
+/// forbid it — so the test points `--db` at one a server wrote and the test
+/// then forged: one call copied under its own key, without the unique index.)
 #[test]
 fn a_broken_invariant_fails_the_run() {
     let db = TempDb::new("bench-served");
     let server = Server::start(&db, &[]);
     let forged = TempDb::new("bench-forged");
-    support::open_db(&forged.path)
+    let mut writer = Server::start(&forged, &[]);
+    let (status, call) = writer.post("twice", &json!({"tool": "sleep", "args": {"seconds": 0}}));
+    assert_eq!(status, 202, "{call}");
+    writer.wait_terminal(call["call_id"].as_str().unwrap());
+    writer.kill();
+    crate::support::open_db(&forged.path)
         .execute_batch(
-            "CREATE TABLE calls (call_id TEXT, idem_key TEXT);
-             CREATE TABLE effects (call_id TEXT);
-             INSERT INTO calls VALUES ('c_1', 'twice'), ('c_2', 'twice');",
+            "CREATE TABLE calls_copy AS SELECT * FROM calls;
+             DROP TABLE calls;
+             ALTER TABLE calls_copy RENAME TO calls;
+             INSERT INTO calls SELECT * FROM calls WHERE idem_key = 'twice';
+             UPDATE calls SET call_id = 'c_forged', effect_id = 'eff_forged'
+              WHERE rowid = (SELECT max(rowid) FROM calls);",
         )
         .unwrap();
     let run = run_bench(&[
@@ -266,7 +280,12 @@ fn a_broken_invariant_fails_the_run() {
     assert_eq!(run.code, Some(1), "{}\n{}", run.report, run.proc.stderr());
     assert_eq!(run.report["ok"], false);
     let (_, failed) = checks(&run.report);
-    assert_eq!(failed, ["one call per key"]);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert!(
+        failed[0].starts_with("one call per Idempotency-Key")
+            && failed[0].ends_with(": 1 × duplicate_key"),
+        "{failed:?}"
+    );
     run.proc.wait_for_stderr("invariant check FAILED");
 }
 

@@ -3,12 +3,10 @@
 //! the mode must do to the exchange and checks both sides of it, the client's
 //! view and what the upstream physically received.
 
-use crate::support;
-
 use crate::support::Counts;
 use crate::support::Http;
 use crate::support::{FakeUpstream, Local, Proxy, Reply, TempDb};
-use idempotent_tool::client::{request_once, Connection};
+use idempotent_tool::client::{request_once, HttpConnection};
 use serde_json::json;
 use std::time::Duration;
 
@@ -28,7 +26,7 @@ fn echo_upstream() -> FakeUpstream {
 fn pass_keeps_keep_alive_responses_in_order() {
     let upstream = echo_upstream();
     let proxy = Proxy::start(&upstream.addr, "pass", &[]);
-    let mut conn = Connection::open(proxy.addr(), TIMEOUT).unwrap();
+    let mut conn = HttpConnection::open(proxy.addr(), TIMEOUT).unwrap();
     for path in ["/a", "/b", "/c"] {
         let response = conn.request("GET", path, &[], None).unwrap();
         assert_eq!(response.status, 200);
@@ -84,7 +82,7 @@ fn drop_response_closes_the_client_after_the_upstream_answered() {
 fn delay_response_delivers_the_held_response() {
     let upstream = echo_upstream();
     let proxy = Proxy::start(&upstream.addr, "delay-response", &["--delay-ms", "200"]);
-    let mut conn = Connection::open(proxy.addr(), TIMEOUT).unwrap();
+    let mut conn = HttpConnection::open(proxy.addr(), TIMEOUT).unwrap();
     for path in ["/slow-1", "/slow-2"] {
         let response = conn.request("GET", path, &[], None).unwrap();
         assert_eq!(response.json()["path"], path);
@@ -107,7 +105,7 @@ fn delay_response_longer_than_the_client_timeout_times_it_out() {
         ),
         "{error}"
     );
-    support::eventually("the upstream to see the request", || {
+    crate::support::eventually("the upstream to see the request", || {
         upstream.seen().len() == 1
     });
 }
@@ -118,7 +116,7 @@ fn delay_response_longer_than_the_client_timeout_times_it_out() {
 fn duplicate_request_sends_two_physical_requests_and_answers_once() {
     let upstream = echo_upstream();
     let proxy = Proxy::start(&upstream.addr, "duplicate-request", &["--times", "1"]);
-    let mut conn = Connection::open(proxy.addr(), TIMEOUT).unwrap();
+    let mut conn = HttpConnection::open(proxy.addr(), TIMEOUT).unwrap();
     let body = br#"{"tool":"charge","args":{"amount":1}}"#;
     let first = conn
         .request(
@@ -167,7 +165,7 @@ fn duplicate_request_to_the_server_keeps_one_effect() {
     let db = TempDb::new("proxy-dup");
     let server = Local::start(&db, &[]);
     let proxy = Proxy::start(server.addr(), "duplicate-request", &[]);
-    let run = support::run_client(&[
+    let run = crate::support::run_client(&[
         "--base",
         &proxy.base,
         "--key",

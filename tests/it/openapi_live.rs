@@ -15,6 +15,7 @@ use crate::support::{charge, AuthFile, Local, TempDb};
 use idempotent_tool::api::ROUTES;
 use idempotent_tool::client::HttpResponse;
 use idempotent_tool::http::ErrorCode;
+use idempotent_tool::tools::ToolErrorCode;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -131,6 +132,26 @@ fn every_error_code_is_documented_with_its_status() {
         assert!(shown, "no {status} response shows {code}");
     }
     assert!(text.contains("WWW-Authenticate"));
+}
+
+/// The document's `ToolErrorCode` enum is exactly `ToolErrorCode::ALL`, in
+/// its order, and a call's `error.code` is declared with it.
+#[test]
+fn every_tool_error_code_is_documented() {
+    let spec = spec();
+    let schemas = &spec["components"]["schemas"];
+    let enumerated: Vec<&str> = schemas["ToolErrorCode"]["enum"]
+        .as_array()
+        .expect("a ToolErrorCode enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let known: Vec<&str> = ToolErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(enumerated, known);
+    assert_eq!(
+        schemas["ToolError"]["properties"]["code"]["$ref"],
+        "#/components/schemas/ToolErrorCode"
+    );
 }
 
 /// One request a sample makes: for which operation of the document, and

@@ -4,7 +4,7 @@
 //! Scripts run as `/bin/sh -c '...'`, so no test writes an executable file.
 
 use idempotent_tool::temp::TempDir;
-use idempotent_tool::tools::{Outcome, RunContext, ToolError, ToolRegistry};
+use idempotent_tool::tools::{Outcome, RunContext, ToolError, ToolErrorCode, ToolRegistry};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -111,7 +111,7 @@ fn exit_75_is_retryable_and_other_exits_are_permanent_with_stderr() {
     ));
     assert_eq!(
         (tempfail.code, tempfail.retryable, tempfail.exit_code),
-        ("command_tempfail", true, Some(75))
+        (ToolErrorCode::CommandTempfail, true, Some(75))
     );
     let failed = failure(run(
         &registry("echo 'bad channel' >&2; exit 1", json!({})),
@@ -119,13 +119,13 @@ fn exit_75_is_retryable_and_other_exits_are_permanent_with_stderr() {
     ));
     assert_eq!(
         (failed.code, failed.retryable, failed.exit_code),
-        ("command_failed", false, Some(1))
+        (ToolErrorCode::CommandFailed, false, Some(1))
     );
     assert_eq!(failed.stderr.as_deref(), Some("bad channel\n"));
     let killed = failure(run(&registry("kill -9 $$", json!({})), 1));
     assert_eq!(
         (killed.code, killed.retryable, killed.signal),
-        ("command_killed", false, Some(9))
+        (ToolErrorCode::CommandKilled, false, Some(9))
     );
 }
 
@@ -162,7 +162,10 @@ fn a_timeout_kills_the_group_even_when_it_ignores_sigterm() {
     let started = Instant::now();
     let error = failure(run(&registry(&script, json!({"timeout_ms": 1000})), 1));
     let elapsed = started.elapsed();
-    assert_eq!((error.code, error.retryable), ("command_timeout", true));
+    assert_eq!(
+        (error.code, error.retryable),
+        (ToolErrorCode::CommandTimeout, true)
+    );
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
     let pid: i32 = std::fs::read_to_string(&pid_file)
         .expect("the script wrote its child's pid before the timeout")
@@ -187,7 +190,7 @@ fn stdout_over_one_mib_fails_the_attempt() {
     let error = failure(run(&registry("yes", json!({"timeout_ms": 30000})), 1));
     assert_eq!(
         (error.code, error.retryable),
-        ("command_output_too_large", false)
+        (ToolErrorCode::CommandOutputTooLarge, false)
     );
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -244,7 +247,7 @@ fn a_command_that_cannot_start_is_a_permanent_failure() {
     let error = failure(tools.get("notify").unwrap().run(&ctx));
     assert_eq!(
         (error.code, error.retryable),
-        ("command_spawn_failed", false)
+        (ToolErrorCode::CommandSpawnFailed, false)
     );
     assert!(
         !error.message.contains(&script),

@@ -5,7 +5,7 @@
 use crate::support::downstream::Downstream;
 use crate::support::{unique_name, FakeUpstream, Reply};
 use idempotent_tool::temp::TempDir;
-use idempotent_tool::tools::{Outcome, RunContext, ToolError, ToolRegistry};
+use idempotent_tool::tools::{Outcome, RunContext, ToolError, ToolErrorCode, ToolRegistry};
 use serde_json::{json, Map, Value};
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -78,7 +78,7 @@ fn effect_id_is_the_key_on_every_attempt_and_503_is_retryable() {
     let effect_id = unique_name("e");
     for attempt in 1..=2 {
         let (error, _) = failure(run(&tools, &effect_id, attempt));
-        assert_eq!(error.code, "downstream_unavailable");
+        assert_eq!(error.code, ToolErrorCode::DownstreamUnavailable);
         assert!(error.retryable);
         assert_eq!(error.http_status, Some(503));
         assert!(error.body.unwrap().contains("injected_failure"));
@@ -99,10 +99,10 @@ fn effect_id_is_the_key_on_every_attempt_and_503_is_retryable() {
         (Some(4), Some(1)),
         "{stats}"
     );
-    assert!(downstream
+    // The downstream logs after it answered: wait for the line, do not race it.
+    downstream
         .proc
-        .stderr()
-        .contains(&format!("key={effect_id} request=4")));
+        .wait_for_stderr(&format!("key={effect_id} request=4"));
 }
 
 #[test]
@@ -112,7 +112,7 @@ fn status_400_is_a_permanent_rejection() {
     let (error, retry_after) = failure(run(&tools, &unique_name("e"), 1));
     assert_eq!(
         (error.code, error.retryable, error.http_status),
-        ("downstream_rejected", false, Some(400))
+        (ToolErrorCode::DownstreamRejected, false, Some(400))
     );
     assert_eq!(retry_after, None);
     assert_eq!(downstream.get("/stats")["effects"], 0);
@@ -149,7 +149,10 @@ fn a_delay_past_the_timeout_is_a_retryable_timeout() {
     );
     let started = Instant::now();
     let (error, _) = failure(run(&tools, &unique_name("e"), 1));
-    assert_eq!((error.code, error.retryable), ("downstream_timeout", true));
+    assert_eq!(
+        (error.code, error.retryable),
+        (ToolErrorCode::DownstreamTimeout, true)
+    );
     assert!(
         started.elapsed() < Duration::from_millis(2500),
         "{:?}",
@@ -164,7 +167,7 @@ fn a_response_over_one_mib_is_a_permanent_failure() {
     let (error, _) = failure(run(&tools, &unique_name("e"), 1));
     assert_eq!(
         (error.code, error.retryable),
-        ("downstream_response_too_large", false)
+        (ToolErrorCode::DownstreamResponseTooLarge, false)
     );
     assert!(error.body.unwrap().len() <= 4096);
 }
@@ -180,7 +183,7 @@ fn a_refused_connection_is_retryable() {
     let (error, _) = failure(run(&tools, "e_refused", 1));
     assert_eq!(
         (error.code, error.retryable),
-        ("downstream_unavailable", true)
+        (ToolErrorCode::DownstreamUnavailable, true)
     );
 }
 
@@ -220,7 +223,7 @@ fn the_request_is_as_documented_and_redirects_are_not_followed() {
     let (error, _) = failure(run(&redirecting, "e_redirect", 1));
     assert_eq!(
         (error.code, error.retryable, error.http_status),
-        ("downstream_rejected", false, Some(302))
+        (ToolErrorCode::DownstreamRejected, false, Some(302))
     );
     assert_eq!(upstream.seen().len(), 2, "the redirect was not followed");
 }
@@ -347,7 +350,7 @@ fn https_verifies_against_ca_file_and_fails_without_it() {
     let (error, _) = failure(run(&untrusting, "e_tls_untrusted", 1));
     assert_eq!(
         (error.code, error.retryable),
-        ("downstream_certificate", false),
+        (ToolErrorCode::DownstreamCertificate, false),
         "{error:?}"
     );
     assert!(Path::new(ca_file).exists());

@@ -321,3 +321,31 @@ fn usage_and_unreadable_files_have_their_own_exit_codes() {
     assert_eq!(output.status.code(), Some(3), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("not an idempotent-tool database"));
 }
+
+/// Calls of tools that are not built in (a server run with `--tools`) are not
+/// judged without the tools file: verify names them and asks for `--tools`
+/// (exit 2) instead of reporting their effects as violations.
+#[test]
+fn calls_of_tools_it_does_not_know_ask_for_the_tools_file() {
+    let db = clean_database("verify-unknown-tools");
+    let charge = call_id(&db, CHARGE);
+    let email = call_id(&db, EMAIL);
+    open_db(&db.path)
+        .execute_batch(&format!(
+            "UPDATE calls SET tool = 'refund' WHERE call_id = '{charge}';
+             UPDATE effects SET tool = 'refund' WHERE call_id = '{charge}';
+             UPDATE calls SET tool = 'notify' WHERE call_id = '{email}';
+             UPDATE effects SET tool = 'notify' WHERE call_id = '{email}';"
+        ))
+        .unwrap();
+    let output = run_verify(&["--db", db.path_str()]);
+    let text = describe(&output);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("(notify, refund)"), "{text}");
+    assert!(stderr.contains("--tools FILE"), "{text}");
+    assert!(
+        output.stdout.is_empty(),
+        "no report without the tools\n{text}"
+    );
+}

@@ -197,7 +197,7 @@ proptest! {
     #[test]
     fn generated_requests_parse_to_what_was_sent(s in sample()) {
         let parsed = parse_request(&s.bytes, &ROOMY);
-        prop_assert_eq!(parsed, Ok(Status::Complete((s.expected, s.bytes.len()))));
+        prop_assert_eq!(parsed, Ok(ParseStatus::Complete((s.expected, s.bytes.len()))));
     }
 
     #[test]
@@ -207,7 +207,7 @@ proptest! {
             let (a, b) = s.bytes.split_at(split);
             prop_assert_eq!(&fed_in_pieces([a, b], &ROOMY), &expected, "split at {}", split);
             if split < s.bytes.len() {
-                prop_assert_eq!(parse_request(a, &ROOMY), Ok(Status::Partial), "prefix {}", split);
+                prop_assert_eq!(parse_request(a, &ROOMY), Ok(ParseStatus::Partial), "prefix {}", split);
             }
         }
         prop_assert_eq!(&byte_at_a_time(&s.bytes, &ROOMY), &expected);
@@ -218,9 +218,9 @@ proptest! {
         let mut both = a.bytes.clone();
         both.extend_from_slice(&b.bytes);
         let first = parse_request(&both, &ROOMY);
-        prop_assert_eq!(first, Ok(Status::Complete((a.expected, a.bytes.len()))));
+        prop_assert_eq!(first, Ok(ParseStatus::Complete((a.expected, a.bytes.len()))));
         let second = parse_request(&both[a.bytes.len()..], &ROOMY);
-        prop_assert_eq!(second, Ok(Status::Complete((b.expected, b.bytes.len()))));
+        prop_assert_eq!(second, Ok(ParseStatus::Complete((b.expected, b.bytes.len()))));
     }
 
     #[test]

@@ -33,7 +33,7 @@ mod tls;
 mod tls_tests;
 mod verify;
 
-pub(super) use verify::verify;
+pub(super) use verify::{tools_outside, verify};
 
 pub use schema::PG_SCHEMA_VERSION;
 

@@ -112,3 +112,22 @@ fn grouped(tx: &mut Transaction<'_>, sql: &str) -> Vec<(String, i64)> {
         })
         .unwrap_or_default()
 }
+
+/// The tools the database's calls name that are not in `known`, sorted (see
+/// `store::verify::tools_outside`).
+pub(in crate::store) fn tools_outside(
+    target: &PgTarget,
+    known: &[&str],
+) -> Result<Vec<String>, VerifyError> {
+    let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
+    let mut client = super::pool::connect_once(target)
+        .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
+    let rows = client
+        .query("SELECT DISTINCT tool FROM calls ORDER BY tool", &[])
+        .map_err(failed)?;
+    Ok(rows
+        .iter()
+        .map(|row| row.get::<_, String>(0))
+        .filter(|tool| !known.contains(&tool.as_str()))
+        .collect())
+}

@@ -102,7 +102,8 @@ fn the_issue_example_loads_with_its_defaults() {
     let args = json!({"amount": 0});
     let refused = registry
         .prepare("refund", args.as_object().unwrap())
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(refused.starts_with("args.amount: "), "{refused}");
     let debug = format!("{registry:?}");
     assert!(
