@@ -407,9 +407,10 @@ impl Api {
         client: &ClientProbe,
     ) -> Result<Call, ApiError> {
         let deadline = Instant::now() + wait;
+        let call_id = call.call_id.clone();
         let mut latest = call;
         let mut failure = None;
-        self.notifier.wait_for(deadline, || {
+        self.notifier.wait_for(&call_id, deadline, || {
             if client.gone() {
                 return Some(());
             }

@@ -58,7 +58,7 @@ impl std::error::Error for StartError {
     }
 }
 
-/// A running service: the HTTP server, the workers and the recovery thread,
+/// A running service: the HTTP server, the runner's threads (workers, maintenance, completer),
 /// the store and its writer. Stopping it (explicitly, or by dropping it)
 /// ends and joins every thread it started.
 pub struct Service {
@@ -108,9 +108,12 @@ impl Service {
         let store = CallStore::open(&config.db, config.store.clone())
             .map_err(|e| StartError::Database(format!("{}: {e}", config.db)))?;
         let metrics = Arc::new(Metrics::new());
-        crate::tools::TOOL_NAMES
-            .iter()
-            .for_each(|tool| metrics.declare_tool(tool));
+        // Every configured tool (the tools file's, not only the built-ins) has
+        // its zero series before its first run.
+        config
+            .tools
+            .specs()
+            .for_each(|spec| metrics.declare_tool(&spec.name));
         store.report_to(Arc::clone(&metrics));
         metrics.set_database_probe(database_probe(Arc::downgrade(&store)));
         let notifier = Arc::new(Notifier::default());

@@ -1,6 +1,7 @@
-//! Temporary folders for the tests and the bench: a folder with a name no
-//! other run uses, removed with everything in it on drop, even when a test
-//! fails. The service itself never uses this module.
+//! Temporary folders and databases for the tests and the bench: a folder with
+//! a name no other run uses, removed with everything in it on drop, even when
+//! a test fails; and `TempDb`, the one temp-database helper of the unit tests
+//! and the integration tests alike. The service itself never uses this module.
 
 pub mod postgres;
 
@@ -43,6 +44,56 @@ impl Drop for TempDir {
     }
 }
 
+/// A database file in a temp folder of its own: the one temp database of every
+/// test, unit and integration alike. On drop the file goes, with its `-wal`,
+/// `-shm` and `-journal`, and the folder with them when this `TempDb` made it.
+#[derive(Debug)]
+pub struct TempDb {
+    /// The database file (created by whoever opens it first).
+    pub path: PathBuf,
+    /// The folder holding it, when this `TempDb` made one.
+    _dir: Option<TempDir>,
+}
+
+impl TempDb {
+    /// `idem.db` in a new folder `{prefix}-{unique}` under the system's temp
+    /// folder. Panics when the folder cannot be made: no test can go on
+    /// without it.
+    pub fn new(prefix: &str) -> TempDb {
+        let dir =
+            TempDir::new(prefix).unwrap_or_else(|e| panic!("make a temp folder for {prefix}: {e}"));
+        TempDb {
+            path: dir.join("idem.db"),
+            _dir: Some(dir),
+        }
+    }
+
+    /// A database at `path`, in a folder someone else owns (a mounted file
+    /// system): only its files are removed on drop.
+    pub fn at(path: PathBuf) -> TempDb {
+        TempDb { path, _dir: None }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path as text, for a command line.
+    pub fn path_str(&self) -> &str {
+        self.path.to_str().expect("temp paths are UTF-8 here")
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut name = self.path.clone().into_os_string();
+            name.push(suffix);
+            let _ = std::fs::remove_file(name);
+        }
+    }
+}
+
 /// `{prefix}-{pid}-{nanoseconds}-{counter}`: unique across processes and
 /// within one.
 pub fn unique_name(prefix: &str) -> String {
@@ -67,5 +118,22 @@ mod tests {
         let path = a.path().to_path_buf();
         drop(a);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_temp_db_removes_its_files_and_only_its_own_folder() {
+        let made = TempDb::new("t");
+        let folder = made.path().parent().unwrap().to_path_buf();
+        std::fs::write(&made.path, b"x").unwrap();
+        drop(made);
+        assert!(!folder.exists());
+        let owner = TempDir::new("t").unwrap();
+        let inside = TempDb::at(owner.join("idem.db"));
+        std::fs::write(&inside.path, b"x").unwrap();
+        std::fs::write(owner.join("idem.db-wal"), b"x").unwrap();
+        drop(inside);
+        assert!(!owner.join("idem.db").exists());
+        assert!(!owner.join("idem.db-wal").exists());
+        assert!(owner.path().exists());
     }
 }

@@ -1,7 +1,8 @@
 //! The `downstream` binary: a reference downstream for `http` tools, doing what
-//! README's "Your own tools" asks of a downstream's owner — deduplicate on
-//! `Idempotency-Key` in its own durable store, and answer a repeat with the
-//! first answer — plus knobs to misbehave on purpose for tests and demos.
+//! docs/tools.md ("What a downstream must do with the key") asks of a
+//! downstream's owner — deduplicate on `Idempotency-Key` in its own durable
+//! store, and answer a repeat with the first answer — plus knobs to misbehave
+//! on purpose for tests and demos.
 //!
 //! `POST` (any path) with an `Idempotency-Key`: the request is counted for its
 //! key; after `--delay-ms`, the first `--fail-first N` requests of each key are

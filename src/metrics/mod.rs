@@ -466,7 +466,7 @@ fn write<T>(rw: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 #[cfg(test)]
-#[path = "../../tests/support/exposition.rs"]
+#[path = "../../tests/it/support/exposition.rs"]
 pub(crate) mod exposition;
 
 #[cfg(test)]

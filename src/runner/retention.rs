@@ -1,4 +1,4 @@
-//! Key retention, run by the recovery thread: about once a second, purge
+//! Key retention, a job of the maintenance ticker: about once a second, purge
 //! terminal calls older than `--key-ttl` in small write batches (at most
 //! `PURGE_BATCH` calls each, so the writer is never held long), count them in
 //! the process's purge counter, log the pass, and hand the purged keys to
@@ -12,12 +12,12 @@ use crate::log;
 use crate::store::Purged;
 use std::time::Duration;
 
-/// How often the recovery thread looks for expired keys.
+/// How often the maintenance ticker looks for expired keys.
 pub(super) const PURGE_EVERY: Duration = Duration::from_secs(1);
 /// Calls purged per write batch: small, so the writer is never held long.
 const PURGE_BATCH: usize = 100;
 /// Batches per purge pass, so a large backlog drains over several passes
-/// instead of holding the recovery thread.
+/// instead of holding the maintenance ticker.
 const PURGE_BATCHES_PER_PASS: usize = 50;
 
 /// Told which calls a purge removed (the API forgets their keys).

@@ -57,8 +57,6 @@ mod schema;
 mod sql;
 mod sqlite;
 #[cfg(test)]
-mod tenant_tests;
-#[cfg(test)]
 mod tests;
 pub mod verify;
 mod writer;

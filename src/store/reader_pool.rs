@@ -141,7 +141,7 @@ impl Drop for Lent<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::temp::TempDir;
+    use crate::temp::TempDb;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
     use std::thread;
@@ -151,8 +151,8 @@ mod tests {
     /// are ever open; the other readers wait their turn, and every read runs.
     #[test]
     fn concurrent_reads_never_open_more_than_max_readers() {
-        let dir = TempDir::new("idem-readers-bound").unwrap();
-        let pool = Readers::new(&dir.join("t.db"), &StoreOptions::default());
+        let db = TempDb::new("idem-readers-bound");
+        let pool = Readers::new(&db.path, &StoreOptions::default());
         let (reading, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
         thread::scope(|scope| {
             for _ in 0..4 * MAX_READERS {
@@ -178,12 +178,12 @@ mod tests {
     /// given back.
     #[test]
     fn a_reader_waits_at_most_the_busy_timeout() {
-        let dir = TempDir::new("idem-readers-timeout").unwrap();
+        let db = TempDb::new("idem-readers-timeout");
         let options = StoreOptions {
             busy_timeout: Duration::from_millis(50),
             ..StoreOptions::default()
         };
-        let pool = Readers::new(&dir.join("t.db"), &options);
+        let pool = Readers::new(&db.path, &options);
         let (lent, release) = (AtomicUsize::new(0), Mutex::new(()));
         let held = lock(&release);
         let (done_tx, done_rx) = mpsc::channel();

@@ -3,13 +3,15 @@
 
 use super::sql::create_or_get_op;
 use super::*;
+use crate::temp::TempDb;
 use rusqlite::Connection;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 
 pub(super) mod backends;
 mod retry;
+mod tenants;
 
 use backends::{on_both_backends, TestDb};
 
@@ -53,19 +55,6 @@ fn charged(amount: i64) -> Option<NewEffect> {
         amount: Some(amount),
         detail: None,
     })
-}
-
-/// A database file in its own temp folder, removed on drop.
-struct TempDb(crate::temp::TempDir);
-
-impl TempDb {
-    fn new(name: &str) -> TempDb {
-        TempDb(crate::temp::TempDir::new(&format!("idem-store-{name}")).unwrap())
-    }
-
-    fn path(&self) -> PathBuf {
-        self.0.join("t.db")
-    }
 }
 
 /// A `charge` of 1 under `tenant`'s `key`.
@@ -112,7 +101,7 @@ fn audit_events(store: &CallStore, call_id: &str) -> Vec<String> {
 fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), StoreError> {
     let new = TempDb::new("status-index-new");
     assert!(
-        CallStore::open(&new.path(), StoreOptions::default())?
+        CallStore::open(new.path(), StoreOptions::default())?
             .sqlite()
             .status_index_has_attempt
     );
@@ -126,7 +115,7 @@ fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), Stor
          CREATE INDEX idx_calls_status ON calls(status, lease_until);",
     )?;
     assert!(
-        CallStore::open(&seed.path(), StoreOptions::default())?
+        CallStore::open(seed.path(), StoreOptions::default())?
             .sqlite()
             .status_index_has_attempt
     );
@@ -363,7 +352,7 @@ fn rows(db: &Path, sql: &str) -> i64 {
 fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_error(
 ) -> Result<(), StoreError> {
     let db = TempDb::new("rolled-back");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let before = queue_creates(&store, &["before-1", "before-2"]);
     let (full_tx, full_rx) = mpsc::channel();
@@ -392,14 +381,14 @@ fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_
         full_rx.recv().unwrap(),
         Err(StoreError::Unavailable(_))
     ));
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM audit"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM audit"), 0);
     // The writer carries on with a fresh transaction.
     assert!(matches!(
         store.create_or_get(new_call("before-1", "fp"))?,
         Created::New(_)
     ));
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 1);
     Ok(())
 }
 
@@ -413,7 +402,7 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
         "CREATE TABLE parent (id INTEGER PRIMARY KEY);
          CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
     )?;
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let answers = queue_creates(&store, &["k-1"]);
     store.sqlite().writer.submit(
@@ -431,8 +420,8 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
             "{key}: {answer:?}"
         );
     }
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 0);
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM child"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 0);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM child"), 0);
     assert!(matches!(
         store.create_or_get(new_call("k-1", "fp"))?,
         Created::New(_)
@@ -443,7 +432,7 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
 #[test]
 fn failing_operation_rolls_back_alone() -> Result<(), StoreError> {
     let db = TempDb::new("failing_operation_rolls_back_alone");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let failing = store.sqlite().write(|conn| {
         conn.execute(
             "INSERT INTO audit (ts, call_id, event, detail) VALUES (0, 'x', 'probe', '')",
@@ -546,16 +535,16 @@ fn user_version(db: &Path) -> i64 {
 fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
     let db = TempDb::new(name);
     Connection::open(db.path())?.execute_batch(&format!("{ddl}{OLD_ROWS}"))?;
-    assert_eq!(user_version(&db.path()), 0);
-    let rowid_before = rows(&db.path(), "SELECT rowid FROM calls");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    assert_eq!(user_version(db.path()), 0);
+    let rowid_before = rows(db.path(), "SELECT rowid FROM calls");
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     // Migration 5 rebuilt `calls`: every row kept, with its rowid, in the
     // anonymous tenant; keys are now unique per tenant, not globally.
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
-    assert_eq!(rows(&db.path(), "SELECT rowid FROM calls"), rowid_before);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 1);
+    assert_eq!(rows(db.path(), "SELECT rowid FROM calls"), rowid_before);
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM calls WHERE tenant = 'anonymous'"
         ),
         1
@@ -573,7 +562,7 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
     for (table, column) in [("audit", "attempt"), ("effects", "call_purged_at")] {
         let sql =
             format!("SELECT count(*) FROM pragma_table_info('{table}') WHERE name = '{column}'");
-        assert_eq!(rows(&db.path(), &sql), 1, "{table}.{column}");
+        assert_eq!(rows(db.path(), &sql), 1, "{table}.{column}");
     }
     let call = store
         .find_by_key(crate::auth::ANONYMOUS, "old-key")?
@@ -582,24 +571,24 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
     assert_eq!(call.result, Some(json!({"charged": 5})));
     assert_eq!(store.stats(Scope::All)?.effects, 1);
     assert_eq!(store.stats(Scope::Tenant("acme"))?.calls, 1);
-    assert_eq!(user_version(&db.path()), SCHEMA_VERSION);
+    assert_eq!(user_version(db.path()), SCHEMA_VERSION);
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM sqlite_master WHERE name = 'idx_audit_call'"
         ),
         1
     );
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM pragma_table_info('effects') WHERE name = 'detail'"
         ),
         1
     );
     assert_eq!(
         rows(
-            &db.path(),
+            db.path(),
             "SELECT count(*) FROM pragma_table_info('calls') WHERE name = 'next_attempt_at'"
         ),
         1
@@ -633,7 +622,7 @@ fn a_database_made_before_migrations_upgrades_in_place() -> Result<(), StoreErro
 fn a_database_from_a_newer_release_is_refused() -> Result<(), StoreError> {
     let db = TempDb::new("too-new");
     Connection::open(db.path())?.pragma_update(None, "user_version", SCHEMA_VERSION + 1)?;
-    let refused = CallStore::open(&db.path(), StoreOptions::default()).err();
+    let refused = CallStore::open(db.path(), StoreOptions::default()).err();
     let message = refused.expect("refused").to_string();
     assert!(message.contains("newer than this release"), "{message}");
     Ok(())
@@ -665,7 +654,7 @@ fn recovery_names_the_owner_whose_lease_expired(db: &TestDb) -> Result<(), Store
 #[test]
 fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError> {
     let db = TempDb::new("stop_commits_what_was_queued_and_refuses_the_rest");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let queued = queue_creates(&store, &["queued"]);
     let stopper = {
@@ -680,7 +669,7 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
         store.create_or_get(new_call("late", "fp")),
         Err(StoreError::Unavailable(_))
     ));
-    assert_eq!(rows(&db.path(), "SELECT count(*) FROM calls"), 1);
+    assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 1);
     Ok(())
 }
 
@@ -688,14 +677,14 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
 #[test]
 fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
     let db = TempDb::new("bulk_loaded_charges_read_like_served_ones");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
     let charge = bulk::BulkCharge {
         fingerprint: "fp",
         args_json: r#"{"amount":1}"#,
         amount: 1,
         key_prefix: "bulk",
     };
-    bulk::insert_succeeded_charges(&db.path(), &charge, 1_000)?;
+    bulk::insert_succeeded_charges(db.path(), &charge, 1_000)?;
     let stats = store.stats(Scope::All)?;
     assert_eq!((stats.calls, stats.effects), (1_000, 1_000));
     let call = store

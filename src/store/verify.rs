@@ -462,26 +462,21 @@ fn has_column(conn: &Connection, table: &str, column: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::temp::TempDb;
 
-    /// A throwaway database with the service's tables, in a temp folder
-    /// removed on drop.
-    struct Scratch(PathBuf, #[allow(dead_code)] crate::temp::TempDir);
-
-    impl Scratch {
-        fn new(name: &str, extra_column: &str) -> (Scratch, Connection) {
-            let dir = crate::temp::TempDir::new(&format!("verify-unit-{name}")).unwrap();
-            let path = dir.join("v.db");
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(&format!(
-                "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL,
+    /// A throwaway database with the service's tables, removed on drop.
+    fn scratch(name: &str, extra_column: &str) -> (TempDb, Connection) {
+        let db = TempDb::new(&format!("verify-unit-{name}"));
+        let conn = Connection::open(&db.path).unwrap();
+        conn.execute_batch(&format!(
+            "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL,
                     tool TEXT NOT NULL, status TEXT, lease_until REAL, owner TEXT,
                     effect_id TEXT {extra_column});
                  CREATE TABLE effects (effect_id TEXT PRIMARY KEY, call_id TEXT NOT NULL,
                     tool TEXT NOT NULL, amount INTEGER, created_at REAL);"
-            ))
-            .unwrap();
-            (Scratch(path, dir), conn)
-        }
+        ))
+        .unwrap();
+        (db, conn)
     }
 
     fn violated(report: &Report) -> Vec<&'static str> {
@@ -490,7 +485,7 @@ mod tests {
 
     #[test]
     fn clean_rows_pass_and_each_broken_row_is_named() {
-        let (db, conn) = Scratch::new("rows", "");
+        let (db, conn) = scratch("rows", "");
         conn.execute_batch(
             "INSERT INTO calls VALUES ('c1', 'k1', 'charge', 'succeeded', NULL, NULL, 'e1'),
                                       ('c2', 'k2', 'sleep', 'succeeded', NULL, NULL, 'e2'),
@@ -499,7 +494,7 @@ mod tests {
              INSERT INTO effects VALUES ('e1', 'c1', 'charge', 1, 0);",
         )
         .unwrap();
-        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
         assert!(report.is_clean(), "{report}");
         assert_eq!(report.calls, 4);
         assert!(report.to_string().contains("violations 0"), "{report}");
@@ -515,7 +510,7 @@ mod tests {
                                         ('e9', 'c9', 'charge', 1, 0);",
         )
         .unwrap();
-        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
         assert_eq!(
             violated(&report),
             [
@@ -540,20 +535,20 @@ mod tests {
 
     #[test]
     fn keys_are_unique_per_tenant_when_tenants_exist() {
-        let (db, conn) = Scratch::new("tenant", ", tenant TEXT");
+        let (db, conn) = scratch("tenant", ", tenant TEXT");
         conn.execute_batch(
             "INSERT INTO calls VALUES ('c1', 'k', 'sleep', 'pending', NULL, NULL, 'e1', 'a'),
                                       ('c2', 'k', 'sleep', 'pending', NULL, NULL, 'e2', 'b');",
         )
         .unwrap();
-        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
         assert!(report.is_clean(), "{report}");
         assert_eq!(report.tenants, Some(2));
         conn.execute_batch(
             "INSERT INTO calls VALUES ('c3', 'k', 'sleep', 'pending', NULL, NULL, 'e3', 'a')",
         )
         .unwrap();
-        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
         assert_eq!(violated(&report), ["duplicate_key"], "{report}");
         assert!(
             report.to_string().contains("tenant 'a' key 'k'"),
@@ -565,18 +560,18 @@ mod tests {
     /// is the ledger of a purged call, not an orphan. An unmarked one still is.
     #[test]
     fn an_effect_whose_call_was_purged_is_no_violation() {
-        let (db, conn) = Scratch::new("purged", "");
+        let (db, conn) = scratch("purged", "");
         conn.execute_batch(
             "ALTER TABLE effects ADD COLUMN call_purged_at REAL;
              INSERT INTO effects VALUES ('e1', 'c1', 'charge', 1, 0, 5.0);",
         )
         .unwrap();
-        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
         assert!(report.is_clean(), "{report}");
         assert!(report.to_string().contains("purged"), "{report}");
         conn.execute_batch("INSERT INTO effects VALUES ('e2', 'c2', 'charge', 1, 0, NULL)")
             .unwrap();
-        let report = verify(&db.0, &crate::tools::EFFECT_TOOLS).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
         assert_eq!(
             violated(&report),
             ["effect_without_succeeded_call"],
@@ -596,10 +591,10 @@ mod tests {
             Err(VerifyError::Open(..))
         ));
         assert!(!missing.exists(), "verify must never create the file");
-        let (db, conn) = Scratch::new("foreign", "");
+        let (db, conn) = scratch("foreign", "");
         conn.execute_batch("DROP TABLE effects").unwrap();
         assert!(matches!(
-            verify(&db.0, &crate::tools::EFFECT_TOOLS),
+            verify(&db.path, &crate::tools::EFFECT_TOOLS),
             Err(VerifyError::NotAServiceDatabase(_))
         ));
     }

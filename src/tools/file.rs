@@ -559,5 +559,4 @@ fn is_executable(path: &Path) -> bool {
 }
 
 #[cfg(test)]
-#[path = "file_tests.rs"]
 mod tests;

@@ -1,0 +1,538 @@
+//! The task table: every call this process has taken on, from the moment it
+//! is submitted until its completion is answered, in one entry under one
+//! lock — whether it is queued for a worker, waiting for a slot of its tool
+//! (`max_concurrency`), being claimed, running under a lease (and when that
+//! lease is next extended), or handing its completion to the store. The
+//! per-tool slots live under the same lock, so a slot and the entry that
+//! holds it never disagree.
+//!
+//! An entry belongs to one submission, named by its generation: recovery may
+//! forget a call whose lease expired while a stalled worker of this process
+//! still holds it, and submit it again; the stalled worker's later steps then
+//! no longer touch the new entry (and the fence discards its completion).
+//!
+//! It never decides who executes a call — the store's claim does — and never
+//! holds its lock while sending to the workers or touching the store: the
+//! runner asks it what to do, does it, and reports back. It also keeps the
+//! handle completions are handed back through; `close` drops it, so once
+//! every completion already handed over is answered, the completion thread
+//! ends.
+
+use crate::store::Lease;
+use crate::sync::lock;
+use crate::tools::ToolRegistry;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One call on its way to a worker; `generation` says which submission it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Task {
+    pub(super) call_id: String,
+    /// Its tool, whose concurrency slot it holds once admitted.
+    pub(super) tool: String,
+    pub(super) generation: u64,
+    /// Known to return at once: another call may be claimed along with it.
+    pub(super) quick: bool,
+}
+
+/// Where a call is in this process.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum State {
+    /// In the workers' queue, its tool's slot taken (if the tool is capped).
+    Queued,
+    /// Over its tool's cap: waits here, `pending` in the database, holding no
+    /// worker.
+    WaitingForSlot,
+    /// A worker is claiming it; the store's conditional `UPDATE` decides.
+    Claiming,
+    /// Its tool runs under `lease`.
+    Running {
+        lease: Lease,
+        /// When the lease is next extended (every third of the lease); `None`
+        /// once the store reported it lost: it is never extended again.
+        next_heartbeat: Option<Instant>,
+    },
+    /// The tool returned: the lease is held but no longer extended, so a
+    /// worker stalled here lets it expire and its completion is fenced off.
+    Returned { lease: Lease },
+    /// The fenced completion is with the store's writer.
+    Completing,
+}
+
+struct Entry {
+    generation: u64,
+    state: State,
+}
+
+/// The slots of one capped tool.
+struct Slots {
+    cap: usize,
+    /// Admitted calls (queued, claiming, running or completing) not finished.
+    taken: usize,
+    /// Calls waiting for a slot, oldest first. An item whose entry has since
+    /// gone (or belongs to a newer submission) is skipped.
+    waiting: VecDeque<Task>,
+}
+
+struct Table<H> {
+    entries: HashMap<String, Entry>,
+    /// Only tools with a cap; the others pass straight on.
+    slots: HashMap<String, Slots>,
+    next_generation: u64,
+    /// How completions are handed back; `None` once closed, when no call is
+    /// taken on any more.
+    completions: Option<H>,
+}
+
+/// The table; `H` is the handle completions are handed back through.
+pub(super) struct TaskTable<H> {
+    table: Mutex<Table<H>>,
+    /// A third of the lease.
+    heartbeat_every: Duration,
+}
+
+impl<H: Clone> TaskTable<H> {
+    pub(super) fn new(tools: &ToolRegistry, lease: Duration, completions: H) -> TaskTable<H> {
+        let slots = tools
+            .specs()
+            .filter_map(|spec| {
+                let cap = spec.max_concurrency?;
+                let waiting = VecDeque::new();
+                Some((
+                    spec.name.clone(),
+                    Slots {
+                        cap,
+                        taken: 0,
+                        waiting,
+                    },
+                ))
+            })
+            .collect();
+        TaskTable {
+            table: Mutex::new(Table {
+                entries: HashMap::new(),
+                slots,
+                next_generation: 0,
+                completions: Some(completions),
+            }),
+            heartbeat_every: lease / 3,
+        }
+    }
+
+    /// Take on a call unless this process already has it or is closed.
+    /// `Some(task)`: send it to the workers now (its slot is taken). `None`:
+    /// nothing to send — known already, closed, or waiting for a slot.
+    pub(super) fn submit(&self, call_id: &str, tool: &str, quick: bool) -> Option<Task> {
+        let mut table = lock(&self.table);
+        if table.completions.is_none() || table.entries.contains_key(call_id) {
+            return None;
+        }
+        table.next_generation += 1;
+        let task = Task {
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            generation: table.next_generation,
+            quick,
+        };
+        let admitted = match table.slots.get_mut(tool) {
+            Some(slots) if slots.taken >= slots.cap => {
+                slots.waiting.push_back(task.clone());
+                false
+            }
+            Some(slots) => {
+                slots.taken += 1;
+                true
+            }
+            None => true,
+        };
+        let state = if admitted {
+            State::Queued
+        } else {
+            State::WaitingForSlot
+        };
+        let generation = task.generation;
+        table
+            .entries
+            .insert(call_id.to_string(), Entry { generation, state });
+        admitted.then_some(task)
+    }
+
+    /// A worker took `task` from the queue: `true` if it is still this
+    /// submission's to claim. `false`: the call was forgotten by recovery (a
+    /// newer submission has it), and the worker just `finish`es it.
+    pub(super) fn take(&self, task: &Task) -> bool {
+        let mut table = lock(&self.table);
+        match table.own_entry(task) {
+            Some(entry) if entry.state == State::Queued => {
+                entry.state = State::Claiming;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The claim won `lease`: the tool may run, with its lease extended from
+    /// now on. `false` when the table was closed meanwhile (the process is
+    /// stopping): the caller gives the lease back instead of running the tool.
+    /// A submission that replaced this one while it was claiming is replaced
+    /// in turn: this one holds the lease.
+    pub(super) fn claimed(&self, task: &Task, lease: &Lease) -> bool {
+        let next_heartbeat = Some(Instant::now() + self.heartbeat_every);
+        let mut table = lock(&self.table);
+        if table.completions.is_none() {
+            return false;
+        }
+        let state = State::Running {
+            lease: lease.clone(),
+            next_heartbeat,
+        };
+        let generation = task.generation;
+        table
+            .entries
+            .insert(task.call_id.clone(), Entry { generation, state });
+        true
+    }
+
+    /// The tool returned: its lease is no longer extended.
+    pub(super) fn returned(&self, task: &Task) {
+        let mut table = lock(&self.table);
+        if let Some(entry) = table.own_entry(task) {
+            let state = std::mem::replace(&mut entry.state, State::Completing);
+            entry.state = match state {
+                State::Running { lease, .. } => State::Returned { lease },
+                other => other,
+            };
+        }
+    }
+
+    /// The worker is about to hand its completion to the store: the handle
+    /// to send its outcome back through. `None` when a stop has closed the
+    /// table (it gave the lease back, or the lease was lost and the call is
+    /// the next process's): the completion would only be discarded. A call
+    /// whose entry recovery took away still completes: the fence decides.
+    pub(super) fn completing(&self, task: &Task) -> Option<H> {
+        let mut table = lock(&self.table);
+        let handle = table.completions.clone()?;
+        if let Some(entry) = table.own_entry(task) {
+            entry.state = State::Completing;
+        }
+        Some(handle)
+    }
+
+    /// The call has left its worker (completion answered, claim not won, or
+    /// dropped unclaimed): its entry goes unless a newer submission owns it,
+    /// and its tool's slot passes to the oldest call still waiting for one,
+    /// which is returned to be sent to the workers.
+    pub(super) fn finish(&self, task: &Task) -> Option<Task> {
+        let mut table = lock(&self.table);
+        if table.own_entry(task).is_some() {
+            table.entries.remove(&task.call_id);
+        }
+        table.pass_slot_on(&task.tool)
+    }
+
+    /// Recovery took the call back (its lease expired): whoever held it in
+    /// this process is stalled past its lease, so the call may be taken on
+    /// again.
+    pub(super) fn forget(&self, call_id: &str) {
+        lock(&self.table).entries.remove(call_id);
+    }
+
+    /// The leases due for extension before `horizon`, each marked extended a
+    /// third of the lease from now. With their generations, for `lost`.
+    pub(super) fn leases_due(&self, horizon: Instant) -> Vec<(Lease, u64)> {
+        let next = Instant::now() + self.heartbeat_every;
+        let mut table = lock(&self.table);
+        let mut due = Vec::new();
+        for entry in table.entries.values_mut() {
+            if let State::Running {
+                lease,
+                next_heartbeat: Some(at),
+            } = &mut entry.state
+            {
+                if *at <= horizon {
+                    *at = next;
+                    due.push((lease.clone(), entry.generation));
+                }
+            }
+        }
+        due
+    }
+
+    /// The store reported the lease lost: never extend it again. `true` if
+    /// it was still being extended (so the loss is news).
+    pub(super) fn lost(&self, lease: &Lease, generation: u64) -> bool {
+        let mut table = lock(&self.table);
+        let Some(entry) = table.entries.get_mut(&lease.call_id) else {
+            return false;
+        };
+        match &mut entry.state {
+            State::Running {
+                lease: held,
+                next_heartbeat,
+            } if entry.generation == generation
+                && held.attempt == lease.attempt
+                && next_heartbeat.is_some() =>
+            {
+                *next_heartbeat = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Stop taking calls on: drop the calls waiting for a slot (they stay
+    /// `pending` for the next process), drop the completion handle, and take
+    /// out every lease still held by a tool that runs (or has returned and
+    /// not yet handed over its completion), for the caller to give back.
+    pub(super) fn close(&self) -> Vec<Lease> {
+        let mut table = lock(&self.table);
+        table.completions = None;
+        for slots in table.slots.values_mut() {
+            slots.waiting.clear();
+        }
+        let mut held = Vec::new();
+        table.entries.retain(|_, entry| match &entry.state {
+            State::WaitingForSlot => false,
+            State::Running { lease, .. } | State::Returned { lease } => {
+                held.push(lease.clone());
+                false
+            }
+            _ => true,
+        });
+        held
+    }
+
+    /// Where a call is, if this process has it.
+    #[cfg(test)]
+    pub(super) fn state(&self, call_id: &str) -> Option<State> {
+        lock(&self.table)
+            .entries
+            .get(call_id)
+            .map(|e| e.state.clone())
+    }
+}
+
+/// Marks a task's tool as running for as long as it lives: dropped — the
+/// tool returned, or panicked — its lease is no longer extended.
+pub(super) struct ToolRuns<'a, H: Clone> {
+    tasks: &'a TaskTable<H>,
+    task: &'a Task,
+}
+
+impl<'a, H: Clone> ToolRuns<'a, H> {
+    pub(super) fn new(tasks: &'a TaskTable<H>, task: &'a Task) -> Self {
+        ToolRuns { tasks, task }
+    }
+}
+
+impl<H: Clone> Drop for ToolRuns<'_, H> {
+    fn drop(&mut self) {
+        self.tasks.returned(self.task);
+    }
+}
+
+impl<H> Table<H> {
+    /// The call's entry, if it still belongs to `task`'s submission.
+    fn own_entry(&mut self, task: &Task) -> Option<&mut Entry> {
+        self.entries
+            .get_mut(&task.call_id)
+            .filter(|entry| entry.generation == task.generation)
+    }
+
+    /// Hand a finished call's slot to the oldest waiting call still wanting
+    /// it, or give the slot back.
+    fn pass_slot_on(&mut self, tool: &str) -> Option<Task> {
+        let slots = self.slots.get_mut(tool)?;
+        while let Some(next) = slots.waiting.pop_front() {
+            let entry = self
+                .entries
+                .get_mut(&next.call_id)
+                .filter(|e| e.generation == next.generation && e.state == State::WaitingForSlot);
+            if let Some(entry) = entry {
+                entry.state = State::Queued;
+                return Some(next);
+            }
+        }
+        slots.taken = slots.taken.saturating_sub(1);
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn registry() -> ToolRegistry {
+        let text = r#"{"tools": {
+            "sleep": {"kind": "builtin", "max_concurrency": 2},
+            "charge": {"kind": "builtin"}
+        }}"#;
+        ToolRegistry::from_json("t.json", text, Path::new("/"), &|_| None).unwrap()
+    }
+
+    fn table() -> TaskTable<&'static str> {
+        TaskTable::new(&registry(), Duration::from_secs(30), "handle")
+    }
+
+    fn lease(call_id: &str, attempt: i64) -> Lease {
+        Lease {
+            call_id: call_id.into(),
+            attempt,
+            tool: "charge".into(),
+            args_json: "{}".into(),
+            effect_id: format!("e-{call_id}"),
+            lease_until: 0.0,
+        }
+    }
+
+    fn ids(tasks: impl IntoIterator<Item = Task>) -> Vec<String> {
+        tasks.into_iter().map(|t| t.call_id).collect()
+    }
+
+    /// The calls of `leases`, sorted.
+    fn lease_ids<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> Vec<&'a str> {
+        let mut ids: Vec<&str> = leases.into_iter().map(|l| l.call_id.as_str()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// A call goes Queued → Claiming → Running → Returned → Completing and
+    /// leaves the table when finished; a second submission meanwhile is
+    /// refused, and after the finish the call may be taken on again.
+    #[test]
+    fn a_call_moves_through_every_state_once() {
+        let tasks = table();
+        let task = tasks.submit("c1", "charge", true).expect("admitted");
+        assert_eq!(tasks.state("c1"), Some(State::Queued));
+        assert_eq!(tasks.submit("c1", "charge", true), None, "already taken on");
+        assert!(tasks.take(&task));
+        assert_eq!(tasks.state("c1"), Some(State::Claiming));
+        assert!(!tasks.take(&task), "taken once");
+        assert!(tasks.claimed(&task, &lease("c1", 1)));
+        assert!(matches!(
+            tasks.state("c1"),
+            Some(State::Running {
+                next_heartbeat: Some(_),
+                ..
+            })
+        ));
+        tasks.returned(&task);
+        assert_eq!(
+            tasks.state("c1"),
+            Some(State::Returned {
+                lease: lease("c1", 1)
+            })
+        );
+        assert_eq!(tasks.completing(&task), Some("handle"));
+        assert_eq!(tasks.state("c1"), Some(State::Completing));
+        assert_eq!(tasks.finish(&task), None);
+        assert_eq!(tasks.state("c1"), None);
+        assert!(tasks.submit("c1", "charge", true).is_some());
+    }
+
+    /// Over its tool's cap a call waits; each finish hands the slot to the
+    /// oldest waiting call, skipping one recovery forgot, and only with
+    /// nobody waiting is the slot given back. Uncapped tools never wait.
+    #[test]
+    fn a_capped_tool_admits_up_to_its_cap_and_hands_slots_on_in_order() {
+        let tasks = table();
+        let s1 = tasks.submit("s1", "sleep", false).expect("slot 1");
+        let s2 = tasks.submit("s2", "sleep", false).expect("slot 2");
+        for id in ["s3", "s4", "s5"] {
+            assert_eq!(tasks.submit(id, "sleep", false), None);
+            assert_eq!(tasks.state(id), Some(State::WaitingForSlot));
+        }
+        assert!(tasks.submit("c1", "charge", true).is_some(), "no cap");
+        tasks.forget("s4");
+        let s3 = tasks.finish(&s1).expect("s3 takes s1's slot");
+        assert_eq!(tasks.state("s3"), Some(State::Queued));
+        let s5 = tasks.finish(&s2).expect("s4 was forgotten: s5 next");
+        assert_eq!(ids([s3.clone(), s5.clone()]), ["s3", "s5"]);
+        assert_eq!(tasks.finish(&s3), None);
+        assert_eq!(tasks.finish(&s5), None);
+        // Both slots are free again.
+        assert!(tasks.submit("s6", "sleep", false).is_some());
+        assert!(tasks.submit("s7", "sleep", false).is_some());
+        assert_eq!(tasks.submit("s8", "sleep", false), None);
+    }
+
+    /// A call recovery forgot and took on again belongs to the new
+    /// submission: the old task is not claimed, and neither its finish nor its
+    /// return touches the new entry; its completion still goes to the fence.
+    #[test]
+    fn a_newer_submission_owns_the_call() {
+        let tasks = table();
+        let old = tasks.submit("c1", "charge", false).unwrap();
+        assert!(tasks.take(&old));
+        assert!(tasks.claimed(&old, &lease("c1", 1)));
+        tasks.forget("c1");
+        let new = tasks.submit("c1", "charge", false).expect("taken on again");
+        assert_ne!(old.generation, new.generation);
+        tasks.returned(&old);
+        assert_eq!(tasks.completing(&old), Some("handle"), "the fence decides");
+        assert_eq!(tasks.state("c1"), Some(State::Queued));
+        tasks.finish(&old);
+        assert_eq!(tasks.state("c1"), Some(State::Queued), "not the old one's");
+        tasks.forget("c1");
+        let newest = tasks.submit("c1", "charge", false).unwrap();
+        assert!(!tasks.take(&new), "a stale task is not claimed");
+        assert!(tasks.take(&newest));
+    }
+
+    /// Only running leases are extended, each at most once per third of the
+    /// lease; a lost lease is never extended again; a returned tool's lease
+    /// is not extended.
+    #[test]
+    fn leases_are_due_every_third_and_never_once_lost_or_returned() {
+        let tasks = TaskTable::new(&registry(), Duration::from_secs(30), ());
+        let [a, b, c] = ["a", "b", "c"].map(|id| {
+            let task = tasks.submit(id, "charge", false).unwrap();
+            assert!(tasks.take(&task));
+            assert!(tasks.claimed(&task, &lease(id, 1)));
+            task
+        });
+        let soon = Instant::now() + Duration::from_secs(20);
+        assert!(tasks.leases_due(Instant::now()).is_empty(), "just claimed");
+        tasks.returned(&c);
+        let due = tasks.leases_due(soon);
+        assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["a", "b"]);
+        assert!(tasks.leases_due(Instant::now()).is_empty(), "just extended");
+        assert!(tasks.lost(&lease("b", 1), b.generation));
+        assert!(!tasks.lost(&lease("b", 1), b.generation), "news once");
+        assert!(!tasks.lost(&lease("a", 2), a.generation), "another attempt");
+        let due = tasks.leases_due(soon);
+        assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["a"]);
+    }
+
+    /// Closing takes out every lease still held (running or returned), drops
+    /// the calls waiting for a slot, keeps queued ones for their workers, and
+    /// takes nothing on any more; a claim won after the close is refused and
+    /// a completion after it is not handed over.
+    #[test]
+    fn close_hands_back_held_leases_and_takes_nothing_on() {
+        let tasks = table();
+        let run = |id: &str, tool: &str| {
+            let task = tasks.submit(id, tool, false).unwrap();
+            assert!(tasks.take(&task));
+            assert!(tasks.claimed(&task, &lease(id, 1)));
+            task
+        };
+        let (running, returned) = (run("r1", "sleep"), run("r2", "sleep"));
+        tasks.returned(&returned);
+        assert_eq!(tasks.submit("w1", "sleep", false), None, "waits for a slot");
+        let queued = tasks.submit("q1", "charge", false).unwrap();
+        let claiming = tasks.submit("k1", "charge", false).unwrap();
+        assert!(tasks.take(&claiming));
+        assert_eq!(lease_ids(&tasks.close()), ["r1", "r2"]);
+        assert_eq!(tasks.state("w1"), None, "left pending for the next process");
+        assert_eq!(tasks.state("q1"), Some(State::Queued));
+        assert_eq!(tasks.submit("n1", "charge", false), None, "closed");
+        assert!(!tasks.claimed(&claiming, &lease("k1", 1)), "give it back");
+        assert_eq!(tasks.completing(&running), None, "released");
+        assert_eq!(tasks.finish(&running), None, "nobody waits any more");
+        assert!(tasks.take(&queued), "its worker finds it");
+    }
+}

@@ -1,0 +1,282 @@
+//! The bench binary, run small: each mode reports the seed's figures with its
+//! calibration and writer counters, `--base` loads a running server and checks
+//! the invariants in its database file, and a broken invariant fails the run.
+//! Figures are read for shape and consistency, never compared with a speed.
+
+use crate::support;
+
+use crate::support::Counts;
+use crate::support::{Proc, Server, TempDb, DEADLINE};
+use serde_json::Value;
+
+const BENCH_BIN: &str = env!("CARGO_BIN_EXE_bench");
+
+/// A finished bench run: its exit code, its `--json` report, and the process
+/// (whose stderr may still be arriving through its pipe).
+struct BenchRun {
+    code: Option<i32>,
+    report: Value,
+    proc: Proc,
+}
+
+/// Run the bench with `--json` and wait (bounded) for it to exit.
+fn run_bench(args: &[&str]) -> BenchRun {
+    let mut args = args.to_vec();
+    args.push("--json");
+    // The report is the one line on stdout, printed last.
+    let (mut proc, line) = Proc::start("bench", BENCH_BIN, &args, "\"checks\"");
+    assert!(
+        proc.wait_exit(DEADLINE),
+        "the bench did not exit after its report"
+    );
+    BenchRun {
+        code: proc.child.try_wait().unwrap().and_then(|s| s.code()),
+        report: serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON {line:?}: {e}")),
+        proc,
+    }
+}
+
+/// The names of the checks that held, and of those that did not.
+fn checks(report: &Value) -> (Vec<String>, Vec<String>) {
+    let (mut held, mut failed) = (Vec::new(), Vec::new());
+    for c in report["checks"].as_array().expect("checks") {
+        let name = c["name"].as_str().unwrap().to_string();
+        match c["ok"].as_bool() {
+            Some(true) => held.push(name),
+            _ => failed.push(name),
+        }
+    }
+    (held, failed)
+}
+
+fn number(report: &Value, field: &str) -> f64 {
+    report[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{field} in {report}"))
+}
+
+/// Latency figures are ordered and the calibrations ran.
+fn assert_figures_are_sane(report: &Value) {
+    let (p50, p95, p99, max) = (
+        number(report, "p50_ms"),
+        number(report, "p95_ms"),
+        number(report, "p99_ms"),
+        number(report, "max_ms"),
+    );
+    assert!(
+        0.0 < p50 && p50 <= p95 && p95 <= p99 && p99 <= max,
+        "{report}"
+    );
+    assert!(number(report, "rps") > 0.0, "{report}");
+    assert!(report["healthz"]["rps"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(report["healthz"]["status0"], 0, "{report}");
+    assert!(number(report, "single_commit_per_s") > 0.0, "{report}");
+    assert!(number(report, "single_commit_p99_ms") > 0.0, "{report}");
+}
+
+#[test]
+fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
+    let run = run_bench(&["--n", "60", "--concurrency", "4"]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
+    assert_eq!(r["mode"], "distinct");
+    assert_eq!(r["server"], "in-process");
+    assert_eq!(r["n"], 60);
+    assert_eq!(r["http"]["202"], 60, "{r}");
+    assert_eq!(r["status0"], 0);
+    assert_eq!(r["calls"], 60);
+    assert_eq!(r["effects"], 60);
+    assert_eq!(r["completed"], 60);
+    assert_eq!(r["attempts"]["1"], 60, "{r}");
+    assert_eq!(r["ok"], true);
+    let (held, failed) = checks(r);
+    assert!(failed.is_empty(), "{failed:?}");
+    for name in ["one call per key", "at most one effect per call"] {
+        assert!(
+            held.iter().any(|h| h == name),
+            "{name} not checked: {held:?}"
+        );
+    }
+    assert_figures_are_sane(r);
+    // Each call is a create and a succeed of its own, and a claim that may be
+    // shared with one other call: at least 2.5 operations per call.
+    let writer = &r["writer"];
+    assert!(writer["ops"].as_u64().unwrap() >= 150, "{writer}");
+    assert!(writer["batches"].as_u64().unwrap() >= 1, "{writer}");
+    assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
+    assert_no_http_run_accepted_every_call(r, 60);
+}
+
+/// The run without HTTP sent the same load into a service's handler, and
+/// every request was accepted as a new call.
+fn assert_no_http_run_accepted_every_call(report: &Value, n: u64) {
+    let no_http = &report["no_http"];
+    assert_eq!(no_http["n"], n, "{report}");
+    assert_eq!(no_http["http"]["202"], n, "{report}");
+    assert!(
+        no_http["accepted_per_s"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        no_http["accepted_x_healthz"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    let (p50, p99) = (
+        no_http["p50_ms"].as_f64().unwrap(),
+        no_http["p99_ms"].as_f64().unwrap(),
+    );
+    assert!(0.0 < p50 && p50 <= p99, "{report}");
+}
+
+#[test]
+fn same_key_run_makes_one_call_and_one_effect() {
+    let run = run_bench(&["--mode", "same-key", "--n", "40", "--concurrency", "4"]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
+    assert_eq!(r["calls"], 1, "{r}");
+    assert_eq!(r["effects"], 1, "{r}");
+    let answered: u64 = r["http"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(code, _)| *code == "200" || *code == "202")
+        .map(|(_, n)| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(answered, 40, "{r}");
+    assert!(checks(r).1.is_empty(), "{r}");
+}
+
+#[test]
+fn mixed_run_holds_its_invariants() {
+    let run = run_bench(&["--mode", "mixed", "--n", "60", "--concurrency", "4"]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
+    assert_eq!(r["mode"], "mixed");
+    assert_eq!(r["status0"], 0, "{r}");
+    // Three of every ten requests retry an earlier key: fewer calls than requests.
+    let calls = r["calls"].as_i64().unwrap();
+    assert!(0 < calls && calls < 60, "{r}");
+    assert!(r["effects"].as_i64().unwrap() <= calls, "{r}");
+    assert!(checks(r).1.is_empty(), "{r}");
+}
+
+/// `--mode http-tool`: every call an http tool against the in-process slow
+/// downstream; one effect per call, the downstream's concurrency bounded by
+/// the workers, and completed calls/s reported beside workers / latency.
+#[test]
+fn http_tool_run_reports_its_rate_beside_the_ideal() {
+    let run = run_bench(&[
+        "--mode",
+        "http-tool",
+        "--n",
+        "40",
+        "--concurrency",
+        "4",
+        "--workers",
+        "4",
+        "--downstream-latency-ms",
+        "20",
+    ]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
+    assert_eq!(
+        (
+            r["mode"].as_str(),
+            r["calls"].as_i64(),
+            r["effects"].as_i64()
+        ),
+        (Some("http-tool"), Some(40), Some(40)),
+        "{r}"
+    );
+    let tool = &r["http_tool"];
+    assert_eq!(
+        (tool["workers"].as_i64(), tool["ideal_per_s"].as_f64()),
+        (Some(4), Some(200.0)),
+        "{r}"
+    );
+    assert_eq!(tool["downstream_requests"], 40, "{r}");
+    let most = tool["downstream_max_in_flight"].as_i64().unwrap();
+    assert!((1..=4).contains(&most), "{r}");
+    let ratio = tool["ratio_to_ideal"].as_f64().unwrap();
+    assert!(ratio > 0.0 && ratio <= 1.05, "{r}");
+    assert_eq!(r["no_http"], Value::Null, "{r}");
+    assert!(checks(r).1.is_empty(), "{r}");
+}
+
+/// `--base` loads a server started separately, one connection per request,
+/// checks the invariants in SQL on its file, and reads its peak RSS.
+#[test]
+fn base_mode_loads_a_running_server_and_checks_its_database() {
+    let db = TempDb::new("bench-base");
+    let server = Server::start(&db, &[]);
+    let pid = server.proc.child.id().to_string();
+    let run = run_bench(&[
+        "--base",
+        &server.base,
+        "--db",
+        db.path_str(),
+        "--server-pid",
+        &pid,
+        "--n",
+        "30",
+        "--concurrency",
+        "3",
+        "--new-connection",
+    ]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
+    assert_eq!(r["server"], "base");
+    assert_eq!(r["keep_alive"], false);
+    assert_eq!(r["calls"], 30, "{r}");
+    assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(db.calls(), 30);
+    assert_eq!(db.effects(), 30);
+    // The run without HTTP used a database of its own, beside the server's.
+    assert_no_http_run_accepted_every_call(r, 30);
+    let (held, failed) = checks(r);
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(held.iter().any(|h| h == "one call per key"), "{held:?}");
+}
+
+/// A database that breaks an invariant fails the run with exit 1 and names the
+/// check. (The service cannot produce such a file — its unique constraints
+/// forbid it — so the test points `--db` at a forged one.)
+#[test]
+fn a_broken_invariant_fails_the_run() {
+    let db = TempDb::new("bench-served");
+    let server = Server::start(&db, &[]);
+    let forged = TempDb::new("bench-forged");
+    support::open_db(&forged.path)
+        .execute_batch(
+            "CREATE TABLE calls (call_id TEXT, idem_key TEXT);
+             CREATE TABLE effects (call_id TEXT);
+             INSERT INTO calls VALUES ('c_1', 'twice'), ('c_2', 'twice');",
+        )
+        .unwrap();
+    let run = run_bench(&[
+        "--base",
+        &server.base,
+        "--db",
+        forged.path_str(),
+        "--n",
+        "10",
+        "--concurrency",
+        "2",
+    ]);
+    assert_eq!(run.code, Some(1), "{}\n{}", run.report, run.proc.stderr());
+    assert_eq!(run.report["ok"], false);
+    let (_, failed) = checks(&run.report);
+    assert_eq!(failed, ["one call per key"]);
+    run.proc.wait_for_stderr("invariant check FAILED");
+}
+
+#[test]
+fn a_bad_flag_exits_2_with_usage() {
+    let out = std::process::Command::new(BENCH_BIN)
+        .args(["--mode", "sideways"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("usage: bench"), "{stderr}");
+}

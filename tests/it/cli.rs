@@ -1,0 +1,116 @@
+//! The command line: help (exit 0 with usage) and bad flags (exit 2 with usage)
+//! for every binary, the server's flags, and a database that cannot be opened
+//! (exit 1 with a clear message).
+
+use crate::support::{unique_name, CLIENT_BIN, INSPECT_BIN, PROXY_BIN, SERVER_BIN};
+use std::process::Command;
+
+#[test]
+fn help_prints_usage_and_exits_0() {
+    let out = Command::new(SERVER_BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--host",
+        "--port",
+        "--db",
+        "--workers",
+        "--lease-secs",
+        "--recover-interval-ms",
+        "--tools",
+        "--chaos",
+        "--auth-file",
+        "--insecure-no-auth",
+        "--key-ttl",
+        "--log-level",
+        "--access-log",
+    ] {
+        assert!(text.contains(flag), "usage lacks {flag}");
+    }
+}
+
+#[test]
+fn unknown_flag_or_bad_value_exits_2_with_usage() {
+    for args in [
+        &["--frobnicate"][..],
+        &["--port", "http"],
+        &["--workers", "0"],
+        &["--lease-secs"],
+        &["--key-ttl", "-1"],
+        &["--log-level", "loud"],
+        &["--access-log", "yes"],
+        &["--host", "0.0.0.0"],
+    ] {
+        let out = Command::new(SERVER_BIN).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("usage:"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn unopenable_database_exits_1() {
+    // A folder that does not exist: SQLite cannot create the file.
+    let db = std::env::temp_dir()
+        .join(unique_name("cli-no-such-dir"))
+        .join("idem.db");
+    let out = Command::new(SERVER_BIN)
+        .args(["--port", "0", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot open the database"), "{err}");
+}
+
+const BENCH_BIN: &str = env!("CARGO_BIN_EXE_bench");
+
+/// Every binary, by the name its usage line starts with, and a flag of its
+/// own that takes a value.
+const BINARIES: [(&str, &str, &str); 5] = [
+    ("idempotent-tool", SERVER_BIN, "--port"),
+    ("client", CLIENT_BIN, "--base"),
+    ("chaos_proxy", PROXY_BIN, "--listen"),
+    ("inspect", INSPECT_BIN, "--db"),
+    ("bench", BENCH_BIN, "--n"),
+];
+
+/// `--help` and `-h` print the binary's usage on stdout and exit 0, whatever
+/// the binary (`inspect --help` used to ask for a value and exit 2).
+#[test]
+fn every_binary_prints_usage_for_help_and_exits_0() {
+    for (name, bin, _) in BINARIES {
+        for help in ["--help", "-h"] {
+            let out = Command::new(bin).arg(help).output().unwrap();
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+            assert_eq!(out.status.code(), Some(0), "{name} {help}: {stderr}");
+            let usage = format!("usage: {name}");
+            assert!(stdout.starts_with(&usage), "{name} {help}: {stdout}");
+        }
+    }
+}
+
+/// An unknown flag, or a flag without its value, exits 2 with a message naming
+/// the flag and the usage on stderr, whatever the binary.
+#[test]
+fn every_binary_refuses_a_bad_flag_with_exit_2() {
+    for (name, bin, value_flag) in BINARIES {
+        let unknown: &[&str] = &["--frobnicate"];
+        let missing: &[&str] = &[value_flag];
+        for (args, message) in [
+            (unknown, "\"--frobnicate\"".to_string()),
+            (missing, format!("{value_flag} needs a value")),
+        ] {
+            let out = Command::new(bin).args(args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {stderr}");
+            assert!(stderr.contains(&message), "{name} {args:?}: {stderr}");
+            let usage = format!("usage: {name}");
+            assert!(stderr.contains(&usage), "{name} {args:?}: {stderr}");
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! `scripts/fault_inject.sh`, run by `cargo test` so the script cannot rot:
+//! every scenario (the `--downstream` one with a real http tool included) must
+//! PASS against the binaries cargo just built (the script
+//! finds them through `IDEM_BIN_DIR`, so no release build happens here).
+
+use crate::support;
+
+use std::process::{Command, Output};
+
+fn run_script(args: &[&str], force_inspect: bool) -> Output {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/fault_inject.sh");
+    let mut command = Command::new("bash");
+    command
+        .arg(script)
+        .args(args)
+        .env("IDEM_BIN_DIR", support::bin_dir());
+    if force_inspect {
+        // Prove the fresh-machine path: no sqlite3 CLI, the `inspect` binary instead.
+        command.env("IDEM_FORCE_INSPECT", "1");
+    }
+    command.output().expect("run bash")
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every fault-injection scenario passes: one effect per call whatever breaks,
+/// and the deliberate new-key mistake reproduces its duplicate.
+#[test]
+fn every_fault_injection_scenario_passes() {
+    let output = run_script(&["--all"], true);
+    let text = describe(&output);
+    assert!(output.status.success(), "{text}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for scenario in [
+        "drop-response",
+        "crash",
+        "concurrent",
+        "duplicate-request",
+        "new-key",
+        "downstream",
+    ] {
+        assert!(
+            stdout.contains(&format!("PASS {scenario}")),
+            "no PASS for {scenario}\n{text}"
+        );
+    }
+    assert!(!stdout.contains("MISMATCH"), "{text}");
+}
+
+/// `--dry-run` prints the plan and starts nothing.
+#[test]
+fn dry_run_prints_the_plan_and_runs_nothing() {
+    let output = run_script(&["--dry-run"], false);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(stdout.contains("nothing is built or started"));
+    assert!(stdout.contains("new-key (12.15)"));
+    assert!(!stdout.contains("listening on"), "{stdout}");
+}

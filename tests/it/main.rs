@@ -1,0 +1,57 @@
+//! Every integration test, compiled into one binary: one module per behaviour,
+//! all sharing `support` (the real binaries started on free ports with temp
+//! databases, raw clients, procfs, tmpfs). One binary links once, and one
+//! test run schedules every test beside the others. Run one behaviour with
+//! `cargo test --test it MODULE::`, e.g. `cargo test --test it crash::`.
+//!
+//! Names say where a test stands: `*_executor` drives a tool executor directly
+//! (no server), `*_service` drives the same tool through the real service.
+//! Tests that need no process boundary run the service in this process
+//! (`app::Service::start` on port 0); crash, signal, descriptor-limit, memory
+//! and disk-full tests run real processes.
+//!
+//! Where tests live, the one rule: unit tests sit at the bottom of the file
+//! they test, in `#[cfg(test)] mod tests { ... }`; when that would make the
+//! file long (past ~600 lines), they move to the module's folder as
+//! `foo/tests.rs` (declared `#[cfg(test)] mod tests;` in `foo.rs`), split by
+//! topic into `foo/tests/<topic>.rs`. Temp databases, in both kinds of test,
+//! come from `idempotent_tool::temp::TempDb`.
+
+mod support;
+
+mod api_input;
+mod bench;
+mod chaos_proxy;
+mod cli;
+mod client;
+mod contract;
+mod crash;
+mod descriptors;
+mod disk_full;
+mod docs;
+mod fault_inject;
+mod headers;
+mod http_hostile;
+mod memory;
+mod observability;
+mod openapi;
+mod openapi_live;
+mod postgres_harness;
+mod postgres_service;
+mod reclaim;
+mod retention;
+mod runner_slow_tools;
+mod server_connections;
+mod shutdown_on_signal;
+mod startup_refusals;
+mod stop_joins_every_thread;
+mod tenants;
+mod tool_metrics;
+mod tools_command_executor;
+mod tools_command_service;
+mod tools_file_loading;
+mod tools_http_executor;
+mod tools_http_service;
+mod torture;
+mod verify;
+mod waiting;
