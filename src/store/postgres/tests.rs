@@ -184,12 +184,19 @@ fn a_lock_held_elsewhere_is_unavailable_not_internal() -> Result<(), StoreError>
     let mut tx = other.transaction().unwrap();
     tx.execute("SELECT 1 FROM calls WHERE call_id = $1 FOR UPDATE", &[&id])
         .unwrap();
-    let lease = store.claim(&id, "1:w", Duration::from_secs(30));
+    // A claim passes over a locked row (SKIP LOCKED); a same-key create
+    // must wait for it, and gives up at the lock timeout.
+    assert_eq!(store.claim(&id, "1:w", Duration::from_secs(30))?, None);
+    let replay = store.create_or_get(call("locked"));
     assert!(
-        matches!(lease, Err(StoreError::Unavailable(_))),
-        "{lease:?}"
+        matches!(replay, Err(StoreError::Unavailable(_))),
+        "{replay:?}"
     );
     tx.rollback().unwrap();
+    assert!(matches!(
+        store.create_or_get(call("locked"))?,
+        Created::Existing(_)
+    ));
     assert!(store.claim(&id, "1:w", Duration::from_secs(30))?.is_some());
     Ok(())
 }

@@ -15,8 +15,8 @@ fn temp_db(name: &str) -> (crate::temp::TempDb, PathBuf) {
     (db, path)
 }
 
-use super::tests::backends::{on_both_backends, TestDb};
-use super::tests::{created_call as created, new_call_in as call_in};
+use super::backends::{on_both_backends, TestDb};
+use super::{created_call as created, new_call_in as call_in};
 
 on_both_backends!(
     keys_and_calls_are_scoped_per_tenant,

@@ -69,7 +69,6 @@ impl Counts for TempDb {
 pub struct Proc {
     pub name: String,
     pub child: Child,
-    stdout: Arc<Mutex<String>>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -99,11 +98,10 @@ impl Proc {
         let (tx, rx) = mpsc::channel();
         // stdout is read for the start-up line only; later lines are drained so
         // the child never blocks on a full pipe.
-        let stdout = drain(child.stdout.take().unwrap(), Some(tx));
+        drain(child.stdout.take().unwrap(), Some(tx));
         let proc = Proc {
             name: name.to_string(),
             child,
-            stdout,
             stderr,
         };
         let deadline = Instant::now() + STARTUP_DEADLINE;
@@ -118,11 +116,6 @@ impl Proc {
                 ),
             }
         }
-    }
-
-    /// Everything the child printed on stdout so far.
-    pub fn stdout(&self) -> String {
-        self.stdout.lock().unwrap().clone()
     }
 
     pub fn stderr(&self) -> String {
