@@ -13,7 +13,8 @@
 //! machine), `retention` (the purge of expired keys), `reads` (the reads of
 //! the operations endpoints), `writer` (the group-commit thread and what it
 //! does with each SQLite error), `schema` (DDL, pragmas, migrations), `ids`
-//! (call and effect ids, the clock). Reads (`get`, `find_by_key`, `stats`,
+//! (call and effect ids, the clock), `business_key` (the second layer: one
+//! live call per business key, enforced by a unique index). Reads (`get`, `find_by_key`, `stats`,
 //! ...) use `readers`, a pool of at most `MAX_READERS` separate connections;
 //! WAL lets them run beside the writer.
 //!
@@ -39,6 +40,7 @@
 //! anything but SQL.
 
 pub mod bulk;
+mod business_key;
 mod ids;
 mod instances;
 mod model;
@@ -54,6 +56,7 @@ mod tests;
 pub mod verify;
 mod writer;
 
+pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
