@@ -190,30 +190,33 @@ fn duplicate(conn: &Connection, new: &NewCall, key: &BusinessKey) -> rusqlite::R
     Ok(Guarded::Duplicate(call))
 }
 
+/// Effects reconciled by business key: per `(tenant, tool, business key)`,
+/// the calls that carried it, those not `failed`, their effects and the
+/// effects' amounts. More than one live call or effect per key within a
+/// window is what the second layer exists to prevent (`verify` says so).
+pub const LEDGER_SQL: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
+        count(c.call_id) FILTER (WHERE c.status <> 'failed'),
+        count(e.effect_id), sum(e.amount)
+   FROM business_keys b
+   LEFT JOIN calls c ON c.call_id = b.call_id
+   LEFT JOIN effects e ON e.call_id = b.call_id
+  GROUP BY b.tenant, b.tool, b.bkey
+  ORDER BY count(*) DESC, b.tenant, b.tool, b.bkey";
+
 fn ledger(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<IntentLedger>> {
-    conn.prepare(
-        "SELECT b.tenant, b.tool, b.bkey, count(*),
-                count(c.call_id) FILTER (WHERE c.status <> 'failed'),
-                count(e.effect_id), sum(e.amount)
-           FROM business_keys b
-           LEFT JOIN calls c ON c.call_id = b.call_id
-           LEFT JOIN effects e ON e.call_id = b.call_id
-          GROUP BY b.tenant, b.tool, b.bkey
-          ORDER BY count(*) DESC, b.tenant, b.tool, b.bkey
-          LIMIT ?1",
-    )?
-    .query_map(params![limit as i64], |r| {
-        Ok(IntentLedger {
-            tenant: r.get(0)?,
-            tool: r.get(1)?,
-            business_key: r.get(2)?,
-            calls: r.get(3)?,
-            live_calls: r.get(4)?,
-            effects: r.get(5)?,
-            amount: r.get(6)?,
-        })
-    })?
-    .collect()
+    conn.prepare(&format!("{LEDGER_SQL} LIMIT ?1"))?
+        .query_map(params![limit as i64], |r| {
+            Ok(IntentLedger {
+                tenant: r.get(0)?,
+                tool: r.get(1)?,
+                business_key: r.get(2)?,
+                calls: r.get(3)?,
+                live_calls: r.get(4)?,
+                effects: r.get(5)?,
+                amount: r.get(6)?,
+            })
+        })?
+        .collect()
 }
 
 /// Migration 8's DDL. `business_keys` keeps a row per call that carried a

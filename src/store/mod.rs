@@ -56,7 +56,7 @@ mod tests;
 pub mod verify;
 mod writer;
 
-pub use business_key::{BusinessKey, Guarded, IntentLedger};
+pub use business_key::{BusinessKey, Guarded, IntentLedger, LEDGER_SQL};
 pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
