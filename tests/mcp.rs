@@ -17,6 +17,9 @@ const META_KEY: &str = "dev.idempotent-tool/idempotency-key";
 const HANDSHAKE_REVISIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
 const STATELESS: &str = "2026-07-28";
 
+/// Headers, params, method, and the JSON-RPC error code expected.
+type RawCase<'a> = (Vec<(&'a str, &'a str)>, Value, &'a str, i64);
+
 /// A client of one revision: it sends the headers that revision asks for.
 struct Client<'a> {
     server: &'a Server,
@@ -205,7 +208,7 @@ fn the_stateless_revision_discovers_and_checks_meta_against_headers() {
         let response = server.call("POST", "/mcp", headers, Some(&body.to_string()));
         (response.status, response.json())
     };
-    let cases: Vec<(Vec<(&str, &str)>, Value, &str, i64)> = vec![
+    let cases: Vec<RawCase> = vec![
         (
             vec![("Mcp-Method", "ping")],
             meta(STATELESS),
