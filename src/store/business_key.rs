@@ -4,7 +4,8 @@
 //! same business key, created within the window, is `pending`, `running` or
 //! `succeeded` — whatever idempotency key each carries.
 //!
-//! It owns the `business_keys` table (migration 8): one row per call that
+//! It owns the `business_keys` table (SQLite migration 8; PostgreSQL's is
+//! `postgres/business_key.rs`), and the facade over both backends: one row per call that
 //! carried a business key, and at most one *holding* row per
 //! `(tenant, tool, bkey)`, which the partial unique index
 //! `idx_business_keys_live` enforces. A new call takes the key in its own
@@ -17,7 +18,7 @@
 
 use super::ids::{new_call_id, now};
 use super::model::{Call, Created, NewCall};
-use super::{sql, CallStore, StoreError};
+use super::{sql, Backend, CallStore, StoreError};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 /// A call's business key, computed by the API from the tool's rule.
@@ -54,9 +55,9 @@ pub struct IntentLedger {
 }
 
 impl CallStore {
-    /// `create_or_get`, guarded by `key` when the tool has one. Runs in the
-    /// writer's transaction like `create_or_get`; the business key row is
-    /// written in the same transaction as the call, so both exist or neither.
+    /// `create_or_get`, guarded by `key` when the tool has one. On either
+    /// backend the business key's row is written in the same transaction as
+    /// the call, so both exist or neither, and the unique index decides.
     pub fn create_or_get_guarded(
         &self,
         new: NewCall,
@@ -65,8 +66,12 @@ impl CallStore {
         let Some(key) = key else {
             return self.create_or_get(new).map(Guarded::Created);
         };
-        let retention = self.options.retention;
-        Ok(match self.write(create_or_get_op(new, key))? {
+        let retention = self.retention();
+        let guarded = match &self.backend {
+            Backend::Sqlite(b) => b.write(create_or_get_op(new, key))?,
+            Backend::Postgres(b) => b.create_or_get_guarded(&new, &key)?,
+        };
+        Ok(match guarded {
             Guarded::Created(created) => Guarded::Created(match created {
                 Created::New(c) => Created::New(retention.stamp(c)),
                 Created::Existing(c) => Created::Existing(retention.stamp(c)),
@@ -81,7 +86,10 @@ impl CallStore {
     /// reconciliation by business key rather than by request), largest
     /// number of calls first.
     pub fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
-        self.read(|conn| ledger(conn, limit))
+        match &self.backend {
+            Backend::Sqlite(b) => b.read(|conn| ledger(conn, limit)),
+            Backend::Postgres(b) => b.intent_ledger(limit),
+        }
     }
 }
 
@@ -241,13 +249,15 @@ CREATE INDEX IF NOT EXISTS idx_business_keys_key
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Status, StoreOptions};
+    use crate::store::tests::backends::{on_both_backends, TestDb};
+    use crate::store::{Scope, Status};
+    use std::sync::{Arc, Barrier};
 
-    fn store() -> (crate::temp::TempDir, std::sync::Arc<CallStore>) {
-        let dir = crate::temp::TempDir::new("bkey").unwrap();
-        let store = CallStore::open(&dir.join("t.db"), StoreOptions::default()).unwrap();
-        (dir, store)
-    }
+    on_both_backends!(
+        a_second_intent_with_another_key_finds_the_first_call,
+        an_expired_or_failed_holder_lets_a_new_intent_through,
+        racing_keys_for_one_intent_make_one_call,
+    );
 
     fn new(key: &str) -> NewCall {
         NewCall {
@@ -275,47 +285,77 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_second_intent_with_another_key_finds_the_first_call() {
-        let (_dir, store) = store();
-        let first = created(store.create_or_get_guarded(new("a"), bkey(60.0)).unwrap());
-        match store.create_or_get_guarded(new("b"), bkey(60.0)).unwrap() {
+    fn a_second_intent_with_another_key_finds_the_first_call(
+        db: &TestDb,
+    ) -> Result<(), StoreError> {
+        let store = db.open()?;
+        let first = created(store.create_or_get_guarded(new("a"), bkey(60.0))?);
+        match store.create_or_get_guarded(new("b"), bkey(60.0))? {
             Guarded::Duplicate(c) => assert_eq!(c.call_id, first.call_id),
             other => panic!("{other:?}"),
         }
         // The same idempotency key is a replay, not a duplicate intent.
-        match store.create_or_get_guarded(new("a"), bkey(60.0)).unwrap() {
+        match store.create_or_get_guarded(new("a"), bkey(60.0))? {
             Guarded::Created(Created::Existing(c)) => assert_eq!(c.call_id, first.call_id),
             other => panic!("{other:?}"),
         }
-        assert_eq!(store.stats(crate::store::Scope::All).unwrap().calls, 1);
+        assert_eq!(store.stats(Scope::All)?.calls, 1);
+        assert_eq!(db.count("SELECT count(*) FROM business_keys"), 1);
+        Ok(())
     }
 
-    #[test]
-    fn an_expired_or_failed_holder_lets_a_new_intent_through() {
-        let (_dir, store) = store();
-        created(store.create_or_get_guarded(new("a"), bkey(0.0)).unwrap());
-        let second = created(store.create_or_get_guarded(new("b"), bkey(60.0)).unwrap());
+    fn an_expired_or_failed_holder_lets_a_new_intent_through(
+        db: &TestDb,
+    ) -> Result<(), StoreError> {
+        let store = db.open()?;
+        created(store.create_or_get_guarded(new("a"), bkey(0.0))?);
+        let second = created(store.create_or_get_guarded(new("b"), bkey(60.0))?);
         // Fail the second: a failed call does not block.
         let lease = store
-            .claim(&second.call_id, "w", std::time::Duration::from_secs(5))
-            .unwrap()
-            .unwrap();
+            .claim(&second.call_id, "w", std::time::Duration::from_secs(5))?
+            .expect("a pending call is claimed");
         let (tx, rx) = std::sync::mpsc::channel();
         store.fail_then(
             &lease,
             &serde_json::json!({"code": "x", "message": "m", "retryable": false}),
             Box::new(move |r| tx.send(r).unwrap()),
         );
-        rx.recv().unwrap().unwrap();
-        assert_eq!(
-            store.get(&second.call_id).unwrap().unwrap().status,
-            Status::Failed
-        );
-        let third = created(store.create_or_get_guarded(new("c"), bkey(60.0)).unwrap());
+        rx.recv().unwrap()?;
+        assert_eq!(store.get(&second.call_id)?.unwrap().status, Status::Failed);
+        let third = created(store.create_or_get_guarded(new("c"), bkey(60.0))?);
         assert_ne!(third.call_id, second.call_id);
-        let ledger = store.intent_ledger(10).unwrap();
+        let ledger = store.intent_ledger(10)?;
         assert_eq!(ledger.len(), 1);
         assert_eq!((ledger[0].calls, ledger[0].live_calls), (3, 2));
+        Ok(())
+    }
+
+    /// 16 threads, 16 keys, one intent: the unique index lets one through.
+    fn racing_keys_for_one_intent_make_one_call(db: &TestDb) -> Result<(), StoreError> {
+        const THREADS: usize = 16;
+        let store = db.open()?;
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let outcomes: Vec<Guarded> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|i| {
+                    let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+                    s.spawn(move || {
+                        barrier.wait();
+                        store.create_or_get_guarded(new(&format!("k{i}")), bkey(60.0))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Result<_, _>>()
+        })?;
+        let new_calls: Vec<&Guarded> = outcomes
+            .iter()
+            .filter(|g| matches!(g, Guarded::Created(Created::New(_))))
+            .collect();
+        assert_eq!(new_calls.len(), 1, "{outcomes:?}");
+        assert_eq!(store.stats(Scope::All)?.calls, 1);
+        Ok(())
     }
 }
