@@ -5,7 +5,8 @@
 //! return`) that call replayed and marked; a failed call does not block; the
 //! window ends; 32 concurrent new keys for one intent make exactly one call;
 //! over MCP the same; `verify` catches a duplicate intent, `inspect`
-//! reconciles effects by business key, and retention purges the rows.
+//! reconciles effects by business key, and retention purges the rows; and
+//! on PostgreSQL, two nodes on one database hold the same line.
 
 mod support;
 
@@ -14,7 +15,9 @@ use serde_json::{json, Value};
 use std::process::Command;
 use std::sync::{Arc, Barrier};
 use support::downstream::ToolsFile;
-use support::{eventually, unique_name, Server, TempDb, INSPECT_BIN, SERVER_BIN};
+use support::{
+    address_after, eventually, unique_name, Proc, Server, TempDb, INSPECT_BIN, SERVER_BIN,
+};
 
 /// A command tool granting a coupon: fails when `args.fail` is true.
 fn grant_tool(on_duplicate: &str, window_secs: u64) -> Value {
@@ -300,4 +303,78 @@ fn the_window_ends_and_retention_purges_the_rows() {
     eventually("the purge of calls and their business keys", || {
         db.count("SELECT count(*) FROM business_keys") == 0 && db.calls() == 0
     });
+}
+
+/// A node of the service on the PostgreSQL database `url`, with `tools`.
+fn start_node(url: &str, tools: &ToolsFile, scratch: &idempotent_tool::temp::TempDir) -> Server {
+    let args = ["--port", "0", "--db", url, "--tools", tools.path_str()];
+    let (proc, line) = Proc::start("node", SERVER_BIN, &args, "listening on http://");
+    let base = format!("http://{}", address_after(&line, "listening on http://"));
+    let db = scratch.join("not-used.db");
+    Server { proc, base, db }
+}
+
+/// On PostgreSQL, two nodes on one database: 16 threads, alternating
+/// nodes, each with its own key and the same intent, make exactly one call;
+/// an MCP call to the other node with a new key is a duplicate intent; and
+/// `verify --db postgres://...` finds nothing wrong.
+#[test]
+fn two_nodes_on_postgres_let_one_call_per_intent_through() {
+    const THREADS: usize = 16;
+    let pg = idempotent_tool::temp::postgres::PgServer::shared();
+    let url = pg.fresh_database("business_keys");
+    let scratch = idempotent_tool::temp::TempDir::new("idem-bk-pg").unwrap();
+    let tools = tools(86_400);
+    let nodes = Arc::new([
+        start_node(&url, &tools, &scratch),
+        start_node(&url, &tools, &scratch),
+    ]);
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let (nodes, barrier) = (Arc::clone(&nodes), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let body = json!({"tool": "grant", "args": intent("pg-racer")}).to_string();
+                let key = format!("pg-race-{i}");
+                barrier.wait();
+                let r = nodes[i % 2].call(
+                    "POST",
+                    "/v1/tool-calls",
+                    &[("Idempotency-Key", &key)],
+                    Some(&body),
+                );
+                (r.status, r.json())
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, Value)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let created: Vec<&Value> = answers
+        .iter()
+        .filter(|(s, _)| *s == 202 || *s == 200)
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(created.len(), 1, "{answers:?}");
+    let winner = created[0]["call_id"].clone();
+    for (status, body) in answers.iter().filter(|(s, _)| *s != 202 && *s != 200) {
+        assert_eq!(
+            (*status, &body["error"]["call_id"]),
+            (409, &winner),
+            "{body}"
+        );
+    }
+    nodes[0].wait_terminal(winner.as_str().unwrap());
+    let over_mcp = mcp_call(&nodes[1], "grant", intent("pg-racer"));
+    assert_eq!(over_mcp["isError"], true, "{over_mcp}");
+    assert_eq!(nodes[1].stats()["calls"], 1);
+    let report = Command::new(SERVER_BIN)
+        .args(["verify", "--db", &url, "--tools", tools.path_str()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    assert!(text.contains("share a business key"), "the check ran: {text}");
 }

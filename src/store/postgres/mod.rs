@@ -7,8 +7,9 @@
 //! `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
-//! (key purge), `report_reads` (`/stats`, audit, backlog, health),
-//! `business_key` (one live call per business key, schema step 2).
+//! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
+//! (the offline checker's queries), `business_key` (one live call per
+//! business key, schema step 2).
 //!
 //! Guarantees as on SQLite (see the store's map), with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
@@ -30,6 +31,9 @@ mod sql;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod verify;
+
+pub(super) use verify::verify;
 
 pub use schema::PG_SCHEMA_VERSION;
 
