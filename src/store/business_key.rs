@@ -257,6 +257,7 @@ mod tests {
         a_second_intent_with_another_key_finds_the_first_call,
         an_expired_or_failed_holder_lets_a_new_intent_through,
         racing_keys_for_one_intent_make_one_call,
+        a_purged_call_takes_its_business_key_row_along,
     );
 
     fn new(key: &str) -> NewCall {
@@ -356,6 +357,33 @@ mod tests {
             .collect();
         assert_eq!(new_calls.len(), 1, "{outcomes:?}");
         assert_eq!(store.stats(Scope::All)?.calls, 1);
+        Ok(())
+    }
+
+    /// Retention deletes the business-key row with its call.
+    fn a_purged_call_takes_its_business_key_row_along(db: &TestDb) -> Result<(), StoreError> {
+        let options = crate::store::StoreOptions {
+            retention: crate::store::Retention {
+                key_ttl: Some(std::time::Duration::from_millis(1)),
+            },
+            ..Default::default()
+        };
+        let store = db.open_with(options)?;
+        let call = created(store.create_or_get_guarded(new("p"), bkey(60.0))?);
+        let lease = store
+            .claim(&call.call_id, "w", std::time::Duration::from_secs(5))?
+            .expect("a pending call is claimed");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let result = serde_json::json!({"ok": true});
+        store.succeed_then(&lease, &result, None, Box::new(move |r| tx.send(r).unwrap()));
+        rx.recv().unwrap()?;
+        assert_eq!(db.count("SELECT count(*) FROM business_keys"), 1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while store.purge_expired(10)?.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "never purged");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(db.count("SELECT count(*) FROM business_keys"), 0);
         Ok(())
     }
 }
