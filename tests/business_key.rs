@@ -376,5 +376,8 @@ fn two_nodes_on_postgres_let_one_call_per_intent_through() {
         "{text}{}",
         String::from_utf8_lossy(&report.stderr)
     );
-    assert!(text.contains("share a business key"), "the check ran: {text}");
+    assert!(
+        text.contains("share a business key"),
+        "the check ran: {text}"
+    );
 }

@@ -375,7 +375,12 @@ mod tests {
             .expect("a pending call is claimed");
         let (tx, rx) = std::sync::mpsc::channel();
         let result = serde_json::json!({"ok": true});
-        store.succeed_then(&lease, &result, None, Box::new(move |r| tx.send(r).unwrap()));
+        store.succeed_then(
+            &lease,
+            &result,
+            None,
+            Box::new(move |r| tx.send(r).unwrap()),
+        );
         rx.recv().unwrap()?;
         assert_eq!(db.count("SELECT count(*) FROM business_keys"), 1);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
