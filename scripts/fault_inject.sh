@@ -13,13 +13,17 @@
 #   downstream         an http tool pointing at the reference downstream: the server dies
 #                      after the downstream applied the effect and before the local commit
 #                      (12.7.3), is restarted, and re-runs the call with the same key
+#   mcp                an MCP client (tools/call on /mcp, key in _meta) whose answer the proxy
+#                      loses re-sends with the same key -> one effect; the same with a new key
+#                      per attempt and a tool with a business key -> one effect and a
+#                      duplicate_intent (the second layer, chapter 12.15.4)
 # For each scenario it prints the evidence (client attempt lines, calls/effects/audit
 # rows, /stats), checks the invariant, and prints PASS or FAIL. Exit status is non-zero
 # if any scenario fails.
 #
 # Usage: scripts/fault_inject.sh [--all | --dry-run | --drop-response | --crash |
 #                                 --concurrent | --duplicate-request | --new-key |
-#                                 --downstream]...
+#                                 --downstream | --mcp]...
 # Env:   IDEM_BIN_DIR        folder that already holds idempotent-tool, client, chaos_proxy,
 #                            inspect and downstream (skips the release build; the cargo
 #                            test uses it)
@@ -33,7 +37,7 @@ set -uo pipefail # no -e: several steps are expected to fail (a crashed server, 
                  # client that gives up), and each check reports instead of aborting.
 
 readonly ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-readonly ALL_SCENARIOS=(drop-response crash concurrent duplicate-request new-key downstream)
+readonly ALL_SCENARIOS=(drop-response crash concurrent duplicate-request new-key downstream mcp)
 readonly STARTUP_SECONDS=60 # generous: the CI box is small and noisy
 readonly SETTLE_SECONDS=30  # deadline for background work to show up in the db
 readonly MAIN_PID=$BASHPID
@@ -454,6 +458,54 @@ scenario_downstream() {
   check_invariant "$db" 1 1
 }
 
+readonly MCP_TOOLS_FILE='{"tools": {"charge": {"kind": "builtin"},
+  "grant": {"kind": "command", "argv": ["/bin/sh", "-c", "cat >/dev/null; echo {}"],
+    "max_attempts": 1,
+    "input_schema": {"type": "object", "required": ["user_id", "coupon_template", "campaign"],
+      "properties": {"user_id": {"type": "string"}, "coupon_template": {"type": "string"},
+                     "campaign": {"type": "string"}}, "additionalProperties": false},
+    "business_key": {"fields": ["/user_id", "/coupon_template", "/campaign"],
+                     "window_secs": 86400, "on_duplicate": "reject"}}}}'
+plan_mcp() {
+  echo "mcp: server --tools FILE behind proxy(drop-response --times 1); an MCP client (client --mcp:"
+  echo "  tools/call on /mcp, key in _meta) loses the first answer and re-sends."
+  echo "  A: the same key -> the original outcome (replayed), calls=1, effects=1."
+  echo "  B: a new key per attempt, tool 'grant' with a business key (user, coupon template,"
+  echo "  campaign) -> the re-sent call is a duplicate_intent naming the first: calls=1, effects=1."
+}
+scenario_mcp() {
+  local db_a="$WORK/mcp-a.db" db_b="$WORK/mcp-b.db" tools="$WORK/mcp-tools.json"
+  local out="$WORK/mcp.client" first
+  printf '%s\n' "$MCP_TOOLS_FILE" >"$tools"
+  log "-- A: the same _meta key on the re-send"
+  start_server mcp-server-a "$db_a" --tools "$tools" || return 1
+  start_proxy mcp-proxy-a "$SERVER_BASE" drop-response --times 1 || return 1
+  run_client "$out.a" --base "$PROXY_BASE" --mcp --key "mcp-$$-$RANDOM" --tool charge \
+    --amount 100 --timeout 10 --retries 3
+  check "client exit" "$?" 0
+  check "first answer lost" "$(head -n1 "$out.a" | grep -c '"error"')" 1
+  check "the re-send replayed the call" "$(tail -n1 "$out.a" | field replayed)" true
+  log "proxy log:"
+  indent <"$PROXY_LOG"
+  show_evidence "$db_a" "$SERVER_BASE"
+  check_invariant "$db_a" 1 1
+
+  log "-- B: a new key per attempt; the business key catches the same intent"
+  start_server mcp-server-b "$db_b" --tools "$tools" || return 1
+  start_proxy mcp-proxy-b "$SERVER_BASE" drop-response --times 1 || return 1
+  run_client "$out.b" --base "$PROXY_BASE" --mcp --key "mcp-new-$$-$RANDOM" --tool grant \
+    --args '{"user_id":"u-42","coupon_template":"T-10OFF","campaign":"spring"}' \
+    --timeout 10 --retries 3 --new-key-on-retry
+  check "client exit (the re-send is refused)" "$?" 1
+  check "the re-send is a duplicate_intent" "$(tail -n1 "$out.b" | grep -c 'duplicate_intent')" 1
+  first=$(db_value "$db_b" "SELECT call_id FROM calls")
+  check "it names the first call" "$(tail -n1 "$out.b" | grep -c "$first")" 1
+  show_evidence "$db_b" "$SERVER_BASE"
+  log "effects by business key (inspect --query by_business_key):"
+  "$BIN/inspect" --db "$db_b" --query by_business_key | indent
+  check_invariant "$db_b" 1 1
+}
+
 # ---------------------------------------------------------------- driver
 
 run_scenario() {
@@ -474,7 +526,7 @@ main() {
     case "$arg" in
       --dry-run) dry_run=1 ;;
       --all) selected+=("${ALL_SCENARIOS[@]}") ;;
-      --drop-response | --crash | --concurrent | --duplicate-request | --new-key | --downstream)
+      --drop-response | --crash | --concurrent | --duplicate-request | --new-key | --downstream | --mcp)
         selected+=("${arg#--}") ;;
       -h | --help) usage; return 0 ;;
       *) log "unknown argument $arg"; usage; return 2 ;;

@@ -15,12 +15,14 @@
 //! `ApiError` and the one mapping from it to a response; `key_cache` the
 //! settled answers kept for retries; `exchange` wraps every request (request id, tenant,
 //! access log, metrics, the server's own answers); `operations` answers
-//! `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the audit timeline.
+//! `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the audit timeline;
+//! `submit` is the one way a call is submitted, by this API and by `mcp`.
 
 mod error;
 mod exchange;
 mod key_cache;
 mod operations;
+mod submit;
 mod validate;
 
 pub use error::ApiError;
@@ -30,17 +32,16 @@ pub use operations::HealthCache;
 pub use validate::percent_decode;
 
 use crate::auth::{Auth, Tenant};
-use crate::chaos;
-use crate::fingerprint::{canonical_object, fingerprint_canonical};
 use crate::http::{ClientProbe, Request, Response};
-use crate::input::{clip, quote};
-use crate::metrics::Metrics;
+use crate::input::quote;
+use crate::metrics::{Metrics, Transport};
 use crate::request_id::RequestIds;
 use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore, Created, NewCall};
 use crate::tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+pub(crate) use submit::{Submission, Submitted};
 use validate::{
     idempotency_key, optional_integer, optional_string, parse_body, tool_and_args, wait_param,
 };
@@ -59,6 +60,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/metrics"),
     ("GET", "/openapi.yaml"),
     ("GET", "/v1/tools"),
+    ("POST", "/mcp"),
 ];
 
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
@@ -90,6 +92,9 @@ pub struct Api {
     pub metrics: Arc<Metrics>,
     pub request_ids: RequestIds,
     pub health: HealthCache,
+    /// How long an MCP `tools/call` waits for its call to settle
+    /// (`--mcp-wait-secs`) before answering `running` with the call's id.
+    pub mcp_wait: Duration,
 }
 
 /// The `KeyCache` key of an idempotency key: its tenant, a space (never in
@@ -142,6 +147,10 @@ impl Api {
                 allow("GET")?;
                 Ok(Response::json(200, &self.tools.public_view()))
             }
+            "/mcp" => {
+                allow("POST")?;
+                Ok(crate::mcp::handle(self, req, &tenant, exchange))
+            }
             _ => {
                 if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {
                     allow("GET")?;
@@ -174,9 +183,11 @@ impl Api {
     }
 
     /// `POST /v1/tool-calls`: validate, then create-or-get under the key,
-    /// within the tenant. Every answer that returns a call carries its
-    /// `Location`; one that returns a call that already existed (not one it
-    /// reset to run again) carries `Idempotent-Replayed: true`.
+    /// within the tenant (`submit`). Every answer that returns a call carries
+    /// its `Location`; one that returns a call that already existed (not one
+    /// it reset to run again) carries `Idempotent-Replayed: true`, and one
+    /// that is another key's call holding the same business key also says
+    /// `"duplicate_intent": true`.
     fn post_call(
         &self,
         req: &Request,
@@ -188,100 +199,52 @@ impl Api {
         let wait = wait_param(req)?;
         let body = parse_body(&req.body)?;
         let (tool, args) = tool_and_args(&body)?;
-        let (tool_args, hooks) =
-            chaos::split(args).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        if let Some(hook) = chaos::names_a_hook(args) {
-            if !self.chaos {
-                return Err(ApiError::BadRequest(format!(
-                    "args.{hook} is a chaos hook; the server must run with --chaos"
-                )));
-            }
-        }
-        let prepared = self
-            .tools
-            .prepare(tool, &tool_args)
-            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let quick = prepared.quick && hooks == chaos::Hooks::default();
-        let canonical_args = canonical_object(&tool_args);
-        let fingerprint = fingerprint_canonical(tool, &canonical_args);
-        // What the worker runs: the tool's args plus any hooks, canonical too.
-        let args_json = if hooks == chaos::Hooks::default() {
-            canonical_args
-        } else {
-            canonical_object(args)
-        };
-        if args_json.len() > MAX_ARGS_BYTES {
-            return Err(ApiError::ArgsTooLarge {
-                size: args_json.len(),
-                limit: MAX_ARGS_BYTES,
-            });
-        }
-        let new = NewCall {
-            tenant: tenant.name.to_string(),
-            idem_key: key.to_string(),
-            fingerprint,
-            tool: tool.to_string(),
-            args_json,
+        let submission = Submission {
+            tenant,
+            key,
+            tool,
+            args,
             client_id: optional_string(&body, "client_id")?,
             seq: optional_integer(&body, "seq")?,
+            transport: Transport::Http,
         };
-        let cache_key = scoped_key(&tenant.name, key);
-        if let Some((call_id, body)) = self.keys.settled(&cache_key, &new.fingerprint) {
-            self.metrics.replays.inc();
-            let response = Response::json_bytes(200, body);
-            return Ok(exchange.returned_call(response, &call_id, true));
-        }
-        let fingerprint = new.fingerprint.clone();
-        let (call, replayed) = match self.create_or_get(&cache_key, new)? {
-            Created::Existing(call) if call.is_settled() => {
-                self.metrics.replays.inc();
-                let response = self.respond_with_call(call.clone(), None, &req.client)?;
-                self.keys.insert_settled(
-                    &cache_key,
-                    fingerprint,
-                    (&call.call_id, call.expires_at),
-                    &response.body,
-                );
-                return Ok(exchange.returned_call(response, &call.call_id, true));
+        let (call, replayed, duplicate_intent) = match self.submit(submission, true) {
+            Ok(Submitted::Cached { call_id, body }) => {
+                let response = Response::json_bytes(200, body);
+                return Ok(exchange.returned_call(response, &call_id, true));
             }
-            Created::New(call) => {
-                self.metrics.calls_created.inc();
-                log_transition("call created", "created", &call, "none", "pending");
-                self.runner.submit(&call.call_id, &call.tool, quick);
-                if let Some(delay) = hooks.delay_response {
-                    std::thread::sleep(delay);
-                }
-                (call, false)
+            Ok(Submitted::Call {
+                call,
+                replayed,
+                duplicate_intent,
+            }) => (*call, replayed, duplicate_intent),
+            Err(ApiError::Conflict { key, call_id }) => {
+                exchange.call_id = Some(call_id.clone());
+                return Err(ApiError::Conflict { key, call_id });
             }
-            Created::RetryReset(call) => {
-                self.metrics.retry_resets.inc();
-                log_transition(
-                    "call reset to run again",
-                    "retry_reset",
-                    &call,
-                    "failed",
-                    "pending",
-                );
-                // Rare; its stored args are not parsed here, so assume slow.
-                self.runner.submit(&call.call_id, &call.tool, false);
-                (call, false)
-            }
-            Created::Existing(call) => {
-                self.metrics.replays.inc();
-                (call, true)
-            }
-            Created::Conflict(call) => {
-                self.metrics.conflicts.inc();
-                exchange.call_id = Some(call.call_id.clone());
-                // The key is the client's own input: the message repeats at most
-                // `input::MAX_QUOTED_BYTES` of it.
-                return Err(ApiError::Conflict {
-                    key: clip(&call.idem_key).to_string(),
-                    call_id: call.call_id,
-                });
-            }
+            Err(e) => return Err(e),
         };
         let call_id = call.call_id.clone();
+        if duplicate_intent {
+            let mut response = self.respond_with_call(call, wait, &req.client)?;
+            let mut json: serde_json::Value =
+                serde_json::from_slice(&response.body).unwrap_or_default();
+            json["duplicate_intent"] = true.into();
+            response.body = json.to_string().into_bytes();
+            return Ok(exchange.returned_call(response, &call_id, true));
+        }
+        if replayed && call.is_settled() {
+            let (fingerprint, expires_at) = (call.fingerprint.clone(), call.expires_at);
+            let response = self.respond_with_call(call, None, &req.client)?;
+            let cache_key = scoped_key(&tenant.name, key);
+            self.keys.insert_settled(
+                &cache_key,
+                fingerprint,
+                (&call_id, expires_at),
+                &response.body,
+            );
+            return Ok(exchange.returned_call(response, &call_id, true));
+        }
         let response = self.respond_with_call(call, wait, &req.client)?;
         Ok(exchange.returned_call(response, &call_id, replayed))
     }
@@ -328,7 +291,7 @@ impl Api {
     /// read borrows a pooled connection only while it runs, so a waiting
     /// request holds none. A client that has hung up ends the wait at once:
     /// its thread and connection slot are freed instead of idling up to 30 s.
-    fn wait_terminal(
+    pub(crate) fn wait_terminal(
         &self,
         call: Call,
         wait: Duration,

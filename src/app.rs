@@ -154,6 +154,7 @@ impl Service {
             metrics: Arc::clone(&metrics),
             request_ids: RequestIds::new(),
             health: Default::default(),
+            mcp_wait: config.mcp_wait,
         });
         let handler: Handler = {
             let api = Arc::clone(&api);

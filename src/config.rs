@@ -49,6 +49,10 @@ usage: idempotent-tool [options]
   --auth-file FILE            tenants and the SHA-256 of their bearer tokens;
                               every request but /healthz then needs a token
   --insecure-no-auth          allow a non-loopback --host without --auth-file
+  --mcp-wait-secs SECS        how long an MCP tools/call waits for its call to
+                              settle before answering \"running\" with its call_id
+                              (default 50, below the 60 s MCP clients time out
+                              at; 0 answers at once; fractions allowed)
   --key-ttl SECS              keep terminal calls this long after their last
                               update, then purge them (default 86400; fractions
                               allowed; 0 keeps them forever)
@@ -60,6 +64,11 @@ usage: idempotent-tool [options]
 
 /// `--key-ttl`'s default: a day, as Stripe keeps its keys.
 pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(86_400);
+
+/// `--mcp-wait-secs`'s default: under the 60 s the official TypeScript MCP
+/// client waits for a response, so a slow call answers `running` with its
+/// handle rather than a client-side timeout with nothing.
+pub const DEFAULT_MCP_WAIT: Duration = Duration::from_secs(50);
 
 /// Everything the service needs to start.
 #[derive(Debug, Clone)]
@@ -87,6 +96,8 @@ pub struct Config {
     pub tools_file: Option<PathBuf>,
     /// The tools calls may name: the built-ins, or `tools_file` once loaded.
     pub tools: Arc<ToolRegistry>,
+    /// How long an MCP `tools/call` waits for its call to settle.
+    pub mcp_wait: Duration,
 }
 
 impl Default for Config {
@@ -116,6 +127,7 @@ impl Default for Config {
             access_log: true,
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
+            mcp_wait: DEFAULT_MCP_WAIT,
         }
     }
 }
@@ -181,6 +193,7 @@ impl Config {
                     config.limits.request_timeout = millis(&flag, &value()?, 1)?
                 }
                 "--idle-timeout-ms" => config.limits.idle_timeout = millis(&flag, &value()?, 1)?,
+                "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(&flag, &value()?)?,
                 "--shutdown-grace-secs" => config.shutdown_grace = seconds(&flag, &value()?)?,
                 "--max-connections" => {
                     config.limits.max_connections =
@@ -261,6 +274,14 @@ fn number(
 
 fn millis(flag: &str, value: &str, min: u64) -> Result<Duration, ConfigError> {
     number(flag, value, min..=86_400_000).map(Duration::from_millis)
+}
+
+/// Like `seconds`, but 0 is allowed (answer at once).
+fn seconds_or_zero(flag: &str, value: &str) -> Result<Duration, ConfigError> {
+    match value.parse::<f64>() {
+        Ok(0.0) => Ok(Duration::ZERO),
+        _ => seconds(flag, value),
+    }
 }
 
 fn seconds(flag: &str, value: &str) -> Result<Duration, ConfigError> {

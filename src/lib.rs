@@ -14,6 +14,9 @@
 //! - [`descriptors`]: the open-file limit, raised at start-up, and the
 //!   connection cap it allows.
 //! - [`api`]: routes, validation, and the mapping from its errors to codes.
+//! - [`mcp`]: `POST /mcp`, the Model Context Protocol (JSON-RPC over
+//!   Streamable HTTP) whose `tools/call` goes through the API's one submit
+//!   path, so agents get the same exactly-once guarantee.
 //! - [`store`]: the only module that speaks SQL — the `calls` state machine,
 //!   leases, fencing, unique constraints, recovery, and group commit; and
 //!   [`store::verify`], `idempotent-tool verify`, every invariant checked
@@ -53,6 +56,7 @@ pub mod flag;
 pub mod http;
 pub mod input;
 pub mod log;
+pub mod mcp;
 pub mod metrics;
 pub mod request_id;
 pub mod runner;

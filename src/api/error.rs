@@ -28,6 +28,10 @@ pub enum ApiError {
         key: String,
         call_id: String,
     },
+    /// A new key for an intent a live call already has (its business key).
+    DuplicateIntent {
+        call_id: String,
+    },
     NotFound(String),
     MethodNotAllowed(&'static str),
     Store(StoreError),
@@ -67,6 +71,15 @@ impl ApiError {
                 ),
                 Some(&call_id),
             ),
+            ApiError::DuplicateIntent { call_id } => Response::from_error_naming(
+                ErrorCode::DuplicateIntent,
+                format!(
+                    "call {call_id} has the same business key within its window; \
+                     this request created nothing"
+                ),
+                Some(&call_id),
+            )
+            .with_header("Location", &format!("/v1/tool-calls/{call_id}")),
             ApiError::NotFound(what) => {
                 Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
             }

@@ -54,6 +54,7 @@ pub fn route_of(path: &str) -> Route {
         "/healthz" => Route::Healthz,
         "/metrics" => Route::Metrics,
         "/openapi.yaml" => Route::OpenApi,
+        "/mcp" => Route::Mcp,
         _ if path.starts_with("/v1/tool-calls/by-key/") => Route::GetToolCallByKey,
         _ => match path.strip_prefix("/v1/tool-calls/") {
             Some(rest) if rest.ends_with("/audit") => Route::GetAudit,
@@ -155,6 +156,7 @@ mod tests {
             ("/healthz", Route::Healthz),
             ("/metrics", Route::Metrics),
             ("/openapi.yaml", Route::OpenApi),
+            ("/mcp", Route::Mcp),
             ("/nope", Route::Other),
             ("-", Route::Other),
         ];

@@ -7,6 +7,9 @@
 //! (failed, still pending, rejected, retries exhausted), 2 for bad usage.
 //!
 //! `--get PATH` is a tiny curl substitute for scripts: one GET, body on stdout.
+//! `--mcp` is an agent's MCP client: the call as `tools/call` on `/mcp`, the
+//! key in `_meta`, re-sent unchanged when an answer is lost (as agent
+//! frameworks retry a tool on an ambiguous error).
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +24,8 @@ const USAGE: &str = "\
 usage: client --base URL --key K --tool T [--args JSON | --amount N]
               [--timeout SECONDS] [--retries N] [--wait SECONDS]
               [--poll] [--poll-timeout SECONDS] [--client-id ID] [--new-key-on-retry]
+       client --base URL --mcp --tool T [--key K] [--args JSON | --amount N]
+              [--timeout SECONDS] [--retries N] [--new-key-on-retry]
        client --base URL --get PATH [--timeout SECONDS]
 
   --timeout SECONDS    per-request socket timeout, fractional (default 1.0)
@@ -28,11 +33,14 @@ usage: client --base URL --key K --tool T [--args JSON | --amount N]
   --wait SECONDS       ask the server to hold the POST until the call is terminal
   --poll               poll the call until succeeded/failed (deadline --poll-timeout, default 10)
   --new-key-on-retry   DELIBERATE MISTAKE: attempt i uses key K-i (reproduces duplicate effects)
+  --mcp                send the call as an MCP tools/call to BASE/mcp (revision 2025-11-25,
+                       the key in _meta), re-sent as it was when no answer came back
   --get PATH           print the body of one GET (e.g. /stats) and exit";
 
 /// What the command line asked for.
 enum Command {
     Call(CallOptions),
+    Mcp(CallOptions),
     Get {
         base: String,
         path: String,
@@ -58,6 +66,7 @@ fn main() -> ExitCode {
     }
     match parse_args(&args) {
         Ok(Command::Call(opts)) => run_call(&opts),
+        Ok(Command::Mcp(opts)) => run_mcp(&opts),
         Ok(Command::Get {
             base,
             path,
@@ -79,6 +88,71 @@ fn run_call(opts: &CallOptions) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The MCP `_meta` key this service reads an idempotency key from.
+const MCP_META_KEY: &str = "dev.idempotent-tool/idempotency-key";
+
+/// `tools/call` on `/mcp`, re-sent on a lost answer; one JSON line per
+/// attempt, then the answer's `structuredContent` (or its error). Exit 0 only
+/// when the call succeeded.
+fn run_mcp(opts: &CallOptions) -> ExitCode {
+    for attempt in 0..=opts.retries {
+        let key = if opts.new_key_on_retry {
+            format!("{}-{attempt}", opts.key)
+        } else {
+            opts.key.clone()
+        };
+        let body = json!({"jsonrpc": "2.0", "id": attempt + 1, "method": "tools/call",
+            "params": {"name": opts.tool, "arguments": opts.args, "_meta": {MCP_META_KEY: key}}});
+        let headers = [
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        let sent = request_once(
+            &opts.base,
+            "POST",
+            "/mcp",
+            &headers,
+            Some(body.to_string().as_bytes()),
+            opts.timeout,
+        );
+        let answer = match sent {
+            Ok(r) if r.status == 200 => serde_json::from_slice::<Value>(&r.body).ok(),
+            Ok(r) => {
+                println!(
+                    "{}",
+                    json!({"attempt": attempt, "key": key, "http_status": r.status})
+                );
+                None
+            }
+            Err(error) => {
+                println!(
+                    "{}",
+                    json!({"attempt": attempt, "key": key, "error": error.to_string()})
+                );
+                None
+            }
+        };
+        let Some(answer) = answer else { continue };
+        println!(
+            "{}",
+            json!({"attempt": attempt, "key": key, "http_status": 200})
+        );
+        let outcome = answer["result"]
+            .get("structuredContent")
+            .cloned()
+            .unwrap_or_else(|| answer.get("error").cloned().unwrap_or(answer.clone()));
+        println!("{outcome}");
+        return if outcome["status"] == "succeeded" {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    println!("{}", json!({"error": {"code": "retry_exhausted"}}));
+    ExitCode::FAILURE
 }
 
 /// One GET, body to stdout; exit 0 on any 2xx.
@@ -106,6 +180,7 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
     let mut tool = None;
     let mut tool_args: Option<Value> = None;
     let mut get_path = None;
+    let mut mcp = false;
     let mut opts = CallOptions::new("", "", "", json!({}));
     let mut flags = Flags::new(args.iter().cloned());
     while let Some(flag) = flags.next_flag().map_err(|e| UsageError(e.into()))? {
@@ -128,6 +203,7 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
             "--client-id" => opts.client_id = Some(value()?),
             "--new-key-on-retry" => opts.new_key_on_retry = true,
             "--get" => get_path = Some(value()?),
+            "--mcp" => mcp = true,
             other => return Err(UsageError(format!("unknown argument {other:?}"))),
         }
     }
@@ -142,7 +218,11 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
     opts.tool = tool.ok_or_else(|| UsageError("--tool is required".into()))?;
     opts.key = key.unwrap_or_else(generated_key);
     opts.args = tool_args.unwrap_or_else(|| json!({}));
-    Ok(Command::Call(opts))
+    Ok(if mcp {
+        Command::Mcp(opts)
+    } else {
+        Command::Call(opts)
+    })
 }
 
 /// A key for a run without `--key`: unique per process and moment. It is made

@@ -6,7 +6,8 @@
 //! is up, and evidence must not change the thing it is evidence of.
 //!
 //! `--query NAME` prints one query's rows without a heading (for scripts that
-//! count lines); `--sql TEXT` runs any read-only statement.
+//! count lines); `--query by_business_key` reconciles effects by business key
+//! (the store's `LEDGER_SQL`); `--sql TEXT` runs any read-only statement.
 
 #![forbid(unsafe_code)]
 
@@ -16,7 +17,11 @@ use rusqlite::{Connection, OpenFlags};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: inspect --db PATH [--query calls|effects|duplicates|audit|all] [--sql SELECT...]";
+usage: inspect --db PATH [--query calls|effects|duplicates|audit|by_business_key|all]
+               [--sql SELECT...]
+
+  --query by_business_key   effects reconciled by business key (tenant|tool|key|
+                            calls|live calls|effects|amount), not by request";
 
 /// The seed's queries, by name, in the order `all` prints them.
 const QUERIES: [(&str, &str); 4] = [
@@ -131,6 +136,9 @@ fn parse_args(args: &[String]) -> Result<Option<(String, Selection)>, String> {
 fn named_query(name: &str) -> Result<Selection, String> {
     if name == "all" {
         return Ok(Selection::All);
+    }
+    if name == "by_business_key" {
+        return Ok(Selection::Named(idempotent_tool::store::LEDGER_SQL));
     }
     let (_, sql) = QUERIES
         .iter()

@@ -67,6 +67,10 @@ error_codes! {
     RequestTimeout => (408, "request_timeout"),
     /// The key belongs to a call with another fingerprint.
     IdempotencyConflict => (409, "idempotency_conflict"),
+    /// Another live call of the same tenant and tool has the same business
+    /// key within its window (the tool's `business_key`, `on_duplicate:
+    /// "reject"`); `error.call_id` and `Location` name it.
+    DuplicateIntent => (409, "duplicate_intent"),
     /// The body, or the canonical `args`, is over its limit.
     PayloadTooLarge => (413, "payload_too_large"),
     /// The request line is over its limit.

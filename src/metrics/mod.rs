@@ -12,7 +12,9 @@
 
 pub mod service;
 
-pub use service::{DatabaseSnapshot, Metrics, ProbeError, Route, ToolOutcome};
+pub use service::{
+    DatabaseSnapshot, Metrics, ProbeError, Route, Submission, ToolOutcome, Transport,
+};
 
 use crate::sync::lock;
 use std::fmt::Write as _;

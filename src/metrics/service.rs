@@ -35,6 +35,7 @@ pub const WRITER_COMMIT_DURATION: &str = "idempotent_tool_writer_commit_duration
 pub const OPEN_CONNECTIONS: &str = "idempotent_tool_open_connections";
 pub const BUSY_WORKERS: &str = "idempotent_tool_busy_workers";
 pub const QUEUED_CALLS: &str = "idempotent_tool_queued_calls";
+pub const SUBMISSIONS: &str = "idempotent_tool_submissions_total";
 
 /// A request's wait may last 30 s, so the buckets reach past it.
 const REQUEST_SECONDS: &[f64] = &[
@@ -64,12 +65,14 @@ pub enum Route {
     Healthz,
     Metrics,
     OpenApi,
+    /// `POST /mcp`: MCP over Streamable HTTP.
+    Mcp,
     /// Any path the router does not know (a `404`).
     Other,
 }
 
 impl Route {
-    pub const ALL: [Route; 10] = [
+    pub const ALL: [Route; 11] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -79,6 +82,7 @@ impl Route {
         Route::Healthz,
         Route::Metrics,
         Route::OpenApi,
+        Route::Mcp,
         Route::Other,
     ];
 
@@ -93,6 +97,7 @@ impl Route {
             Route::Healthz => "/healthz",
             Route::Metrics => "/metrics",
             Route::OpenApi => "/openapi.yaml",
+            Route::Mcp => "/mcp",
             Route::Other => "other",
         }
     }
@@ -106,6 +111,49 @@ fn status_class_index(status: u16) -> usize {
     match status {
         100..=599 => usize::from(status / 100 - 1),
         _ => 4,
+    }
+}
+
+/// Which door a call came in by: `POST /v1/tool-calls` or MCP's `tools/call`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Http,
+    Mcp,
+}
+
+impl Transport {
+    pub fn label(self) -> &'static str {
+        match self {
+            Transport::Http => "http",
+            Transport::Mcp => "mcp",
+        }
+    }
+}
+
+/// What a submitted call turned out to be, for `SUBMISSIONS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submission {
+    Created,
+    Replayed,
+    Conflict,
+    DuplicateIntent,
+}
+
+impl Submission {
+    const ALL: [Submission; 4] = [
+        Submission::Created,
+        Submission::Replayed,
+        Submission::Conflict,
+        Submission::DuplicateIntent,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Submission::Created => "created",
+            Submission::Replayed => "replayed",
+            Submission::Conflict => "conflict",
+            Submission::DuplicateIntent => "duplicate_intent",
+        }
     }
 }
 
@@ -160,6 +208,7 @@ pub struct Metrics {
     pub effects_written: Arc<Counter>,
     pub retries_scheduled: Arc<Counter>,
     tool_runs: Arc<Family<Counter>>,
+    submissions: Arc<Family<Counter>>,
     tool_run_duration: Arc<Family<Histogram>>,
     pub writer_batches: Arc<Counter>,
     pub writer_batch_operations: Arc<Histogram>,
@@ -232,6 +281,19 @@ impl Metrics {
                 "Tool runs, by tool and outcome.",
                 &["tool", "outcome"],
             ),
+            submissions: {
+                let family = r.counter_family(
+                    SUBMISSIONS,
+                    "Calls submitted, by transport (http, mcp) and what they turned out to be.",
+                    &["transport", "outcome"],
+                );
+                for transport in [Transport::Http, Transport::Mcp] {
+                    for outcome in Submission::ALL {
+                        family.with(&[transport.label(), outcome.label()]);
+                    }
+                }
+                family
+            },
             tool_run_duration: r.histogram_family(
                 TOOL_RUN_DURATION,
                 "Time a tool ran, outside any transaction, by tool.",
@@ -337,6 +399,13 @@ impl Metrics {
         self.tool_run_duration
             .with(&[tool])
             .observe_duration(elapsed);
+    }
+
+    /// One submitted call, by the transport it came in by.
+    pub fn observe_submission(&self, transport: Transport, outcome: Submission) {
+        self.submissions
+            .with(&[transport.label(), outcome.label()])
+            .inc();
     }
 
     /// Create the zero series of a tool, so its rates exist before it first runs.

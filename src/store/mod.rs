@@ -19,7 +19,8 @@
 //! with each SQLite error), `reader_pool` (at most `MAX_READERS` read
 //! connections; WAL lets them run beside the writer), `schema` (DDL, pragmas,
 //! migrations), `instances` (processes and heartbeats), `bulk` (the bench's
-//! loader), `verify` (the offline checker). PostgreSQL (`postgres/`, for
+//! loader), `verify` (the offline checker), `business_key` (the second
+//! layer: one live call per business key, enforced by a unique index). PostgreSQL (`postgres/`, for
 //! several nodes on one database): see its own map.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
@@ -44,6 +45,7 @@
 //! anything but SQL.
 
 pub mod bulk;
+mod business_key;
 mod database;
 mod error;
 mod ids;
@@ -61,6 +63,7 @@ mod tests;
 pub mod verify;
 mod writer;
 
+pub use business_key::{BusinessKey, Guarded, IntentLedger, LEDGER_SQL};
 pub use database::{Database, DatabaseRef, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
 pub use ids::{effect_id_for, now};

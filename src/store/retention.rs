@@ -81,6 +81,10 @@ pub(super) fn purge_op(
             };
             conn.prepare_cached("DELETE FROM audit WHERE call_id = ?1")?
                 .execute(params![call_id])?;
+            // A purged call's business key goes with it (its window is long over
+            // or it failed: a purged call is terminal and past its TTL).
+            conn.prepare_cached("DELETE FROM business_keys WHERE call_id = ?1")?
+                .execute(params![call_id])?;
             conn.prepare_cached("UPDATE effects SET call_purged_at = ?1 WHERE call_id = ?2")?
                 .execute(params![now, call_id])?;
             purged.push(Purged {

@@ -86,6 +86,13 @@ const MIGRATIONS: &[Migration] = &[
         // (`sql::due_calls`), so creates and claims write no extra B-tree.
         apply: |conn| add_column(conn, "calls", "next_attempt_at", "REAL"),
     },
+    Migration {
+        version: 8,
+        name: "business_keys: one live call per business key",
+        // Written only for tools with a `business_key` rule; see
+        // `business_key` for how the partial unique index decides.
+        apply: |conn| conn.execute_batch(super::business_key::BUSINESS_KEYS_TABLE),
+    },
 ];
 
 /// The schema version this release writes.

@@ -262,7 +262,7 @@ pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCo
 /// Insert a `pending` call under a fresh id and return the row as written;
 /// another process may have drawn the same id, so a primary-key collision
 /// draws again.
-fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Call> {
+pub(super) fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Call> {
     let mut call = Call::pending(new_call_id(), new, now);
     let mut attempts_left = 8;
     loop {
@@ -299,7 +299,7 @@ fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Ca
     }
 }
 
-fn resolve_existing(
+pub(super) fn resolve_existing(
     conn: &Connection,
     existing: Call,
     fingerprint: &str,
@@ -357,7 +357,7 @@ fn discard_stale(
 
 /// One audit row; `attempt` is the call's attempt when it happened, so the
 /// timeline answers "which try was this" without parsing `detail`.
-fn audit(
+pub(super) fn audit(
     conn: &Connection,
     now: f64,
     call_id: &str,

@@ -378,7 +378,7 @@ impl SqliteStore {
     }
 
     /// Run `op` on a pooled read connection (see `readers`).
-    fn read<T>(
+    pub(super) fn read<T>(
         &self,
         op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {

@@ -234,11 +234,11 @@ pub fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError>
     let tenant = has_column(&conn, "calls", "tenant");
     let purged = has_column(&conn, "effects", "call_purged_at");
     let mut checks = vec![integrity(&conn)];
-    checks.extend(
-        invariant_checks(tenant, purged, effect_tools)
-            .iter()
-            .map(|spec| spec.run(&conn)),
-    );
+    let mut specs = invariant_checks(tenant, purged, effect_tools);
+    if has_table(&conn, "business_keys") {
+        specs.push(business_key_check());
+    }
+    checks.extend(specs.iter().map(|spec| spec.run(&conn)));
     let report = Report {
         path: path.to_path_buf(),
         calls: count(&conn, "SELECT count(*) FROM calls"),
@@ -442,6 +442,28 @@ pub(in crate::store) fn invariant_checks(
                 .into(),
         },
     ]
+}
+
+/// The second layer (migration 8): two calls of one tenant and tool with the
+/// same business key, neither `failed`, the later created within the
+/// earlier's window, mean a duplicate intent got through.
+pub(in crate::store) fn business_key_check() -> Spec {
+    Spec {
+        name: "duplicate_intent",
+        invariant: "no two non-failed calls share a business key within its window".into(),
+        sql: "SELECT 'tenant ' || quote(a.tenant) || ' tool ' || quote(a.tool) || ' business key '
+                     || a.bkey || ': calls ' || a.call_id || ' and ' || b.call_id
+                FROM business_keys a
+                JOIN business_keys b
+                  ON b.tenant = a.tenant AND b.tool = a.tool AND b.bkey = a.bkey
+                 AND b.call_id <> a.call_id
+                 AND (b.created_at > a.created_at
+                      OR (b.created_at = a.created_at AND b.call_id > a.call_id))
+                 AND b.created_at < a.expires_at
+                JOIN calls ca ON ca.call_id = a.call_id AND ca.status <> 'failed'
+                JOIN calls cb ON cb.call_id = b.call_id AND cb.status <> 'failed'"
+            .into(),
+    }
 }
 
 fn prefixed(scope: &str) -> String {

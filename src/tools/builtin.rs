@@ -228,6 +228,8 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
         timeout: DEFAULT_TIMEOUT,
         backoff: Backoff::default(),
         max_concurrency: None,
+        business_key: None,
+        agent: super::AgentFacing::default_for(name, false),
         executor: super::Executor::Builtin,
     })
 }

@@ -12,8 +12,8 @@ use super::command_tool::{CommandTool, RESERVED_ENV};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
 use super::schema::Schema;
 use super::{
-    builtin, Backoff, Executor, Kind, Secret, ToolRegistry, ToolSpec, DEFAULT_TIMEOUT,
-    EFFECT_TOOLS, TOOL_NAMES,
+    builtin, Backoff, BusinessKeyRule, Executor, Kind, Secret, ToolRegistry, ToolSpec,
+    DEFAULT_TIMEOUT, EFFECT_TOOLS, TOOL_NAMES,
 };
 use serde_json::{json, Map, Value};
 use std::fmt;
@@ -22,8 +22,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Fields every kind accepts.
-const COMMON_FIELDS: [&str; 6] = [
+const COMMON_FIELDS: [&str; 9] = [
     "kind",
+    "description",
+    "annotations",
+    "business_key",
     "input_schema",
     "max_attempts",
     "timeout_ms",
@@ -238,6 +241,13 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
         spec.max_concurrency = Some(n as usize);
     }
     spec.backoff = backoff(entry.get("backoff_ms"))?;
+    if let Some(rule) = entry.get("business_key") {
+        let rule = BusinessKeyRule::parse(rule).map_err(|(f, m)| field_error(f, m))?;
+        spec.business_key = Some(rule);
+    }
+    spec.agent
+        .apply(entry.get("description"), entry.get("annotations"))
+        .map_err(|(f, m)| field_error(f, m))?;
     Ok(spec)
 }
 
@@ -269,6 +279,8 @@ fn external_spec(
         timeout,
         backoff: Backoff::default(),
         max_concurrency: None,
+        business_key: None,
+        agent: super::AgentFacing::default_for(name, true),
         executor,
     })
 }

@@ -20,6 +20,7 @@
 //! and the tool's spec.
 
 pub mod builtin;
+pub mod business_key;
 pub mod command_tool;
 mod error_code;
 pub mod file;
@@ -29,6 +30,7 @@ pub mod schema;
 mod secret;
 
 pub use builtin::{Tool, EFFECT_TOOLS, MAX_SLEEP_SECS, TOOL_NAMES};
+pub use business_key::{AgentFacing, BusinessKeyRule, OnDuplicate};
 pub use error_code::ToolErrorCode;
 pub use file::ToolFileError;
 pub use outcome::{Effect, Outcome, ToolError};
@@ -146,6 +148,10 @@ pub struct ToolSpec {
     pub backoff: Backoff,
     /// Most attempts of this tool running at once in this process; `None`: no cap.
     pub max_concurrency: Option<usize>,
+    /// The second layer: one live call per business key (`None`: keys only).
+    pub business_key: Option<BusinessKeyRule>,
+    /// Its description and hints for agents (`tools/list`).
+    pub agent: AgentFacing,
     pub executor: Executor,
 }
 
@@ -230,6 +236,7 @@ impl ToolSpec {
             "max_attempts": self.max_attempts,
             "timeout_ms": self.timeout.as_millis() as u64,
             "max_concurrency": self.max_concurrency,
+            "business_key": self.business_key.as_ref().map(BusinessKeyRule::public_view),
         })
     }
 }
@@ -427,6 +434,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "business_key",
                 "input_schema",
                 "kind",
                 "max_attempts",

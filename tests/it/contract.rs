@@ -402,6 +402,8 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         ("calls", "idem_key"),
         ("effects", "call_id"),
         ("effects", "effect_id"),
+        // One live call per business key (migration 8).
+        ("business_keys", "bkey"),
     ] {
         assert!(
             unique_indexes.contains(&(expected.0.to_string(), expected.1.to_string())),
@@ -415,7 +417,13 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
     );
     assert_eq!(
         index_names,
-        ["idx_audit_call", "idx_calls_client_seq", "idx_calls_status"]
+        [
+            "idx_audit_call",
+            "idx_business_keys_key",
+            "idx_business_keys_live",
+            "idx_calls_client_seq",
+            "idx_calls_status"
+        ]
     );
     // The client index is partial (calls without a client_id skip it), and a
     // lookup by client still finds it.

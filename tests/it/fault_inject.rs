@@ -45,6 +45,7 @@ fn every_fault_injection_scenario_passes() {
         "duplicate-request",
         "new-key",
         "downstream",
+        "mcp",
     ] {
         assert!(
             stdout.contains(&format!("PASS {scenario}")),

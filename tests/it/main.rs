@@ -21,6 +21,7 @@ mod support;
 
 mod api_input;
 mod bench;
+mod business_key;
 mod chaos_proxy;
 mod cli;
 mod client;
@@ -32,6 +33,8 @@ mod docs;
 mod fault_inject;
 mod headers;
 mod http_hostile;
+mod mcp;
+mod mcp_crash;
 mod memory;
 mod observability;
 mod openapi;

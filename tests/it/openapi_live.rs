@@ -295,6 +295,36 @@ fn samples(server: &Local) -> Vec<Sample> {
         server.call("POST", "/healthz", &[], None),
     );
     push("/openapi.yaml", "get", get("/openapi.yaml"));
+    let mcp = |extra: &[(&'static str, &'static str)], body: &str| {
+        server.call("POST", "/mcp", &with(extra), Some(body))
+    };
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "charge", "arguments": {"amount": 3},
+                   "_meta": {"dev.idempotent-tool/idempotency-key": "s-mcp"}}});
+    push(
+        "/mcp",
+        "post",
+        mcp(&[("MCP-Protocol-Version", "2025-11-25")], &call.to_string()),
+    );
+    push("/mcp", "post", mcp(&[], "{not json"));
+    push(
+        "/mcp",
+        "post",
+        mcp(&[("Origin", "https://evil.example")], &call.to_string()),
+    );
+    let stateless = json!({"jsonrpc": "2.0", "id": 2, "method": "nope",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+    push(
+        "/mcp",
+        "post",
+        mcp(
+            &[
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "nope"),
+            ],
+            &stateless.to_string(),
+        ),
+    );
     let mut raw = RawClient::connect(server.addr());
     raw.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n");
     push("/healthz", "get", raw.reply());

@@ -8,7 +8,8 @@
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
-//! (the offline checker's queries).
+//! (the offline checker's queries), `business_key` (one live call per
+//! business key, schema step 2).
 //!
 //! Guarantees as on SQLite (see the store's map), with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
@@ -19,6 +20,7 @@
 //! This module never holds a transaction open across anything but SQL, and
 //! never lets a `postgres` type out.
 
+mod business_key;
 mod error;
 mod instances;
 mod pool;

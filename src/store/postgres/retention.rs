@@ -1,7 +1,7 @@
 //! Key retention on PostgreSQL: terminal calls whose last update is older
 //! than the TTL (by the database's clock) are deleted with their audit rows,
 //! in bounded batches; their `effects` rows stay as the ledger, marked with
-//! when their call was purged.
+//! when their call was purged. A purged call's business-key row goes with it.
 //!
 //! One statement per batch. The candidates are locked `FOR UPDATE SKIP
 //! LOCKED`, so two nodes purging at once never take the same rows (each
@@ -27,6 +27,8 @@ const PURGE: &str = concat!(
        RETURNING calls.call_id, calls.tenant, calls.idem_key
      ), a AS (
        DELETE FROM audit WHERE call_id IN (SELECT call_id FROM d)
+     ), b AS (
+       DELETE FROM business_keys WHERE call_id IN (SELECT call_id FROM d)
      ), e AS (
        UPDATE effects SET call_purged_at = ",
     now!(),

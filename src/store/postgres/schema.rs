@@ -26,11 +26,18 @@ struct Migration {
 }
 
 /// Every step, oldest first. Append only: a released step never changes.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "calls, effects, audit and instances (the SQLite schema at version 7)",
-    sql: V1,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "calls, effects, audit and instances (the SQLite schema at version 7)",
+        sql: V1,
+    },
+    Migration {
+        version: 2,
+        name: "business_keys: one live call per business key (SQLite's version 8)",
+        sql: super::business_key::BUSINESS_KEYS_TABLE,
+    },
+];
 
 /// The PostgreSQL schema version this binary writes.
 pub const PG_SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;

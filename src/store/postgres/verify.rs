@@ -8,7 +8,9 @@
 //! This module only reads; it never repairs.
 
 use super::super::database::PgTarget;
-use super::super::verify::{invariant_checks, Check, Report, Spec, VerifyError, MAX_EXAMPLES};
+use super::super::verify::{
+    business_key_check, invariant_checks, Check, Report, Spec, VerifyError, MAX_EXAMPLES,
+};
 use super::error::store_error;
 use ::postgres::{IsolationLevel, Transaction};
 use std::path::PathBuf;
@@ -39,10 +41,19 @@ pub(in crate::store) fn verify(
             target.to_string(),
         )));
     }
-    let checks = invariant_checks(true, true, effect_tools)
-        .iter()
-        .map(|spec| run(&mut tx, spec))
-        .collect();
+    let mut specs = invariant_checks(true, true, effect_tools);
+    let has_business_keys: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables
+              WHERE table_schema = current_schema() AND table_name = 'business_keys'",
+            &[],
+        )
+        .map_err(failed)?
+        .get(0);
+    if has_business_keys == 1 {
+        specs.push(business_key_check());
+    }
+    let checks = specs.iter().map(|spec| run(&mut tx, spec)).collect();
     let report = Report {
         path: PathBuf::from(target.to_string()),
         calls: count(&mut tx, "SELECT count(*) FROM calls"),

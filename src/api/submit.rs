@@ -1,0 +1,182 @@
+//! The one way a call is submitted — `POST /v1/tool-calls` and MCP's
+//! `tools/call` alike: chaos hooks split off, the tool's rules checked, the
+//! fingerprint and (when the tool has one) the business key computed, then
+//! create-or-get in the writer's transaction, and the new call handed to the
+//! runner. Both transports therefore share the store, the fingerprint, the
+//! workers, the retries and the audit; only how the outcome is rendered
+//! differs.
+//!
+//! It must never execute a tool, and never answer before the call it names is
+//! committed. A duplicate intent under a business key creates nothing.
+
+use super::{log_transition, scoped_key, Api, ApiError, MAX_ARGS_BYTES};
+use crate::auth::Tenant;
+use crate::chaos;
+use crate::fingerprint::{canonical_object, fingerprint_canonical};
+use crate::input::clip;
+use crate::metrics::{Submission as Outcome, Transport};
+use crate::store::{BusinessKey, Call, Created, Guarded, NewCall};
+use crate::tools::OnDuplicate;
+use serde_json::{Map, Value};
+
+/// One call as a client asked for it, before anything is checked.
+pub(crate) struct Submission<'a> {
+    pub tenant: &'a Tenant,
+    pub key: &'a str,
+    pub tool: &'a str,
+    pub args: &'a Map<String, Value>,
+    pub client_id: Option<String>,
+    pub seq: Option<i64>,
+    pub transport: Transport,
+}
+
+/// What a submission turned into.
+pub(crate) enum Submitted {
+    /// A settled answer the key cache already had rendered (REST only).
+    Cached { call_id: String, body: Vec<u8> },
+    /// The key's call: `replayed` when it already existed (not reset to run
+    /// again); `duplicate_intent` when it is another key's call that holds
+    /// this call's business key (`on_duplicate: "return"`).
+    Call {
+        call: Box<Call>,
+        replayed: bool,
+        duplicate_intent: bool,
+    },
+}
+
+impl Api {
+    /// Validate, then create-or-get under the key (and the business key),
+    /// within the tenant. `use_cache`: a settled same-key answer may come
+    /// from the key cache as rendered bytes.
+    pub(crate) fn submit(&self, s: Submission, use_cache: bool) -> Result<Submitted, ApiError> {
+        let (tool_args, hooks) =
+            chaos::split(s.args).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        if let Some(hook) = chaos::names_a_hook(s.args) {
+            if !self.chaos {
+                return Err(ApiError::BadRequest(format!(
+                    "args.{hook} is a chaos hook; the server must run with --chaos"
+                )));
+            }
+        }
+        let prepared = self
+            .tools
+            .prepare(s.tool, &tool_args)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let business_key = match &prepared.spec.business_key {
+            Some(rule) => Some(BusinessKey {
+                value: rule.key_of(&tool_args).map_err(ApiError::BadRequest)?,
+                window_secs: rule.window_secs as f64,
+            }),
+            None => None,
+        };
+        let quick = prepared.quick && hooks == chaos::Hooks::default();
+        let canonical_args = canonical_object(&tool_args);
+        let fingerprint = fingerprint_canonical(s.tool, &canonical_args);
+        // What the worker runs: the tool's args plus any hooks, canonical too.
+        let args_json = if hooks == chaos::Hooks::default() {
+            canonical_args
+        } else {
+            canonical_object(s.args)
+        };
+        if args_json.len() > MAX_ARGS_BYTES {
+            return Err(ApiError::ArgsTooLarge {
+                size: args_json.len(),
+                limit: MAX_ARGS_BYTES,
+            });
+        }
+        let new = NewCall {
+            tenant: s.tenant.name.to_string(),
+            idem_key: s.key.to_string(),
+            fingerprint,
+            tool: s.tool.to_string(),
+            args_json,
+            client_id: s.client_id,
+            seq: s.seq,
+        };
+        let cache_key = scoped_key(&s.tenant.name, s.key);
+        if use_cache {
+            if let Some((call_id, body)) = self.keys.settled(&cache_key, &new.fingerprint) {
+                self.count(s.transport, Outcome::Replayed);
+                return Ok(Submitted::Cached { call_id, body });
+            }
+        }
+        let created = match business_key {
+            None => self.create_or_get(&cache_key, new)?,
+            Some(key) => match self.store.create_or_get_guarded(new, Some(key))? {
+                Guarded::Created(created) => {
+                    self.keys.insert_has_row(&cache_key);
+                    created
+                }
+                Guarded::Duplicate(call) => {
+                    self.count(s.transport, Outcome::DuplicateIntent);
+                    let rule = prepared.spec.business_key.as_ref();
+                    return match rule.map(|r| r.on_duplicate) {
+                        Some(OnDuplicate::Return) => {
+                            self.metrics.replays.inc();
+                            Ok(Submitted::Call {
+                                call: Box::new(call),
+                                replayed: true,
+                                duplicate_intent: true,
+                            })
+                        }
+                        _ => Err(ApiError::DuplicateIntent {
+                            call_id: call.call_id,
+                        }),
+                    };
+                }
+            },
+        };
+        let (call, replayed) = match created {
+            Created::New(call) => {
+                self.count(s.transport, Outcome::Created);
+                self.metrics.calls_created.inc();
+                log_transition("call created", "created", &call, "none", "pending");
+                self.runner.submit(&call.call_id, &call.tool, quick);
+                if let Some(delay) = hooks.delay_response {
+                    std::thread::sleep(delay);
+                }
+                (call, false)
+            }
+            Created::RetryReset(call) => {
+                self.count(s.transport, Outcome::Created);
+                self.metrics.retry_resets.inc();
+                log_transition(
+                    "call reset to run again",
+                    "retry_reset",
+                    &call,
+                    "failed",
+                    "pending",
+                );
+                // Rare; its stored args are not parsed here, so assume slow.
+                self.runner.submit(&call.call_id, &call.tool, false);
+                (call, false)
+            }
+            Created::Existing(call) => {
+                self.count(s.transport, Outcome::Replayed);
+                (call, true)
+            }
+            Created::Conflict(call) => {
+                self.count(s.transport, Outcome::Conflict);
+                self.metrics.conflicts.inc();
+                // The key is the client's own input: the message repeats at most
+                // `input::MAX_QUOTED_BYTES` of it.
+                return Err(ApiError::Conflict {
+                    key: clip(&call.idem_key).to_string(),
+                    call_id: call.call_id,
+                });
+            }
+        };
+        Ok(Submitted::Call {
+            call: Box::new(call),
+            replayed,
+            duplicate_intent: false,
+        })
+    }
+
+    fn count(&self, transport: Transport, outcome: Outcome) {
+        if outcome == Outcome::Replayed {
+            self.metrics.replays.inc();
+        }
+        self.metrics.observe_submission(transport, outcome);
+    }
+}

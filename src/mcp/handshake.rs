@@ -1,0 +1,332 @@
+//! Which MCP revision a request speaks, and the methods that establish it:
+//! `initialize` (the handshake revisions 2025-03-26, 2025-06-18, 2025-11-25,
+//! with version negotiation), `server/discover` (the stateless 2026-07-28
+//! revision, where every request names its version in `_meta`), and `ping`.
+//!
+//! No session state is kept: a handshake revision's later requests name their
+//! version in the `MCP-Protocol-Version` header (absent: 2025-03-26, as the
+//! 2025-06-18 transport allows), and a stateless request in `_meta` and the
+//! header, which must agree. No `Mcp-Session-Id` is issued, and one sent is
+//! ignored. This file never touches a call.
+
+use super::jsonrpc::{HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
+use serde_json::{json, Map, Value};
+
+/// The `_meta` key of a stateless request's protocol version.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key a stateless result names this server under.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The revisions this server speaks, oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Revision {
+    V2025_03_26,
+    V2025_06_18,
+    V2025_11_25,
+    /// Stateless: no handshake, version and capabilities in each `_meta`.
+    V2026_07_28,
+}
+
+/// Newest first: the order `supported` lists are given in.
+pub const SUPPORTED: [Revision; 4] = [
+    Revision::V2026_07_28,
+    Revision::V2025_11_25,
+    Revision::V2025_06_18,
+    Revision::V2025_03_26,
+];
+
+impl Revision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Revision::V2025_03_26 => "2025-03-26",
+            Revision::V2025_06_18 => "2025-06-18",
+            Revision::V2025_11_25 => "2025-11-25",
+            Revision::V2026_07_28 => "2026-07-28",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Revision> {
+        SUPPORTED.into_iter().find(|r| r.as_str() == text)
+    }
+
+    /// No handshake: results carry `resultType` and the server's `_meta`.
+    pub fn is_stateless(self) -> bool {
+        self == Revision::V2026_07_28
+    }
+
+    /// Structured tool output (`outputSchema`, `structuredContent`) and
+    /// tool titles arrived in 2025-06-18.
+    pub fn has_structured_output(self) -> bool {
+        self >= Revision::V2025_06_18
+    }
+
+    /// JSON-RPC batches were allowed only in 2025-03-26.
+    pub fn allows_batches(self) -> bool {
+        self == Revision::V2025_03_26
+    }
+
+    /// Since 2025-11-25, arguments that fail the tool's schema are a tool
+    /// execution error (`isError`), which a model can read and correct;
+    /// before, a protocol error (`-32602`).
+    pub fn schema_failure_is_tool_error(self) -> bool {
+        self >= Revision::V2025_11_25
+    }
+}
+
+/// Why a request cannot be served under any revision; always a `400`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+fn unsupported(requested: &str) -> Refused {
+    let supported: Vec<&str> = SUPPORTED.iter().map(|r| r.as_str()).collect();
+    Refused {
+        code: UNSUPPORTED_PROTOCOL_VERSION,
+        message: format!(
+            "Unsupported protocol version {}",
+            crate::input::quote(requested)
+        ),
+        data: Some(json!({"supported": supported, "requested": requested})),
+    }
+}
+
+fn mismatch(message: String) -> Refused {
+    Refused {
+        code: HEADER_MISMATCH,
+        message,
+        data: None,
+    }
+}
+
+/// The revision of a request other than `initialize`: from `_meta` when it
+/// names one (the header must agree), else from the `MCP-Protocol-Version`
+/// header (absent: 2025-03-26).
+pub fn revision_of(params: &Map<String, Value>, header: Option<&str>) -> Result<Revision, Refused> {
+    let in_meta = params
+        .get("_meta")
+        .and_then(|m| m.get(META_PROTOCOL_VERSION));
+    match (in_meta, header) {
+        (Some(Value::String(version)), header) => {
+            let revision = Revision::parse(version).ok_or_else(|| unsupported(version))?;
+            match header {
+                Some(h) if h == version => Ok(revision),
+                Some(h) => Err(mismatch(format!(
+                    "Header mismatch: MCP-Protocol-Version {} does not match _meta {}",
+                    crate::input::quote(h),
+                    crate::input::quote(version)
+                ))),
+                None => Err(mismatch(
+                    "Header mismatch: the MCP-Protocol-Version header is required".into(),
+                )),
+            }
+        }
+        (Some(_), _) => Err(mismatch(format!(
+            "_meta.{META_PROTOCOL_VERSION} must be a string"
+        ))),
+        (None, None) => Ok(Revision::V2025_03_26),
+        (None, Some(h)) => match Revision::parse(h) {
+            Some(r) if r.is_stateless() => Err(mismatch(format!(
+                "Header mismatch: MCP-Protocol-Version {h} needs _meta.{META_PROTOCOL_VERSION}"
+            ))),
+            Some(r) => Ok(r),
+            None => Err(unsupported(h)),
+        },
+    }
+}
+
+/// 2026-07-28's mirrored headers: `Mcp-Method` always, `Mcp-Name` for
+/// `tools/call`; each must be present and equal the body's value.
+pub fn check_mirrored_headers(
+    method: &str,
+    params: &Map<String, Value>,
+    mcp_method: Option<&str>,
+    mcp_name: Option<&str>,
+) -> Result<(), Refused> {
+    if mcp_method != Some(method) {
+        return Err(mismatch(format!(
+            "Header mismatch: Mcp-Method must be present and equal the body's method {}",
+            crate::input::quote(method)
+        )));
+    }
+    if method == "tools/call" {
+        let body_name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        let header_name = mcp_name.map(decode_sentinel);
+        if header_name.as_deref() != Some(body_name) {
+            return Err(mismatch(format!(
+                "Header mismatch: Mcp-Name must be present and equal params.name {}",
+                crate::input::quote(body_name)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A header value as sent, or decoded from `=?base64?...?=` (which a client
+/// must use for a value that is not plain visible ASCII). An undecodable one
+/// reads as empty, which matches no tool name.
+fn decode_sentinel(value: &str) -> String {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(encoded) => base64_decode(encoded)
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .unwrap_or_default(),
+        None => value.to_string(),
+    }
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = text.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= value(c)? << (18 - 6 * i);
+        }
+        let produced = match chunk.len() {
+            4 => 3,
+            3 => 2,
+            2 => 1,
+            _ => return None,
+        };
+        out.extend_from_slice(&n.to_be_bytes()[1..1 + produced]);
+    }
+    Some(out)
+}
+
+/// What this server says about itself.
+pub fn server_info() -> Value {
+    json!({"name": "idempotent-tool", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// Guidance for the model, in `initialize` and `server/discover`.
+pub const INSTRUCTIONS: &str = "Every tools/call runs at most once per idempotency key. \
+Send the same key (in _meta \"dev.idempotent-tool/idempotency-key\" or params.idempotencyKey) \
+when you retry a call whose answer you did not get: you get the original outcome, never a second \
+effect. A call still running answers status \"running\" with its call_id: poll it with \
+get_tool_call instead of calling the tool again.";
+
+/// `initialize`: the client's version when this server speaks it as a
+/// handshake revision, else the newest handshake revision (the client then
+/// decides whether it can continue).
+pub fn initialize(params: &Map<String, Value>) -> Value {
+    let requested = params.get("protocolVersion").and_then(Value::as_str);
+    let negotiated = match requested.and_then(Revision::parse) {
+        Some(r) if !r.is_stateless() => r,
+        _ => Revision::V2025_11_25,
+    };
+    json!({
+        "protocolVersion": negotiated.as_str(),
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+    })
+}
+
+/// `server/discover`: every version, the capabilities, the guidance.
+pub fn discover() -> Value {
+    let supported: Vec<&str> = SUPPORTED.iter().map(|r| r.as_str()).collect();
+    json!({
+        "supportedVersions": supported,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS,
+        "ttlMs": 0,
+        "cacheScope": "private",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(version: &str) -> Map<String, Value> {
+        json!({"_meta": {META_PROTOCOL_VERSION: version}})
+            .as_object()
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn the_revision_comes_from_meta_or_the_header() {
+        let none = Map::new();
+        assert_eq!(revision_of(&none, None), Ok(Revision::V2025_03_26));
+        assert_eq!(
+            revision_of(&none, Some("2025-06-18")),
+            Ok(Revision::V2025_06_18)
+        );
+        assert_eq!(
+            revision_of(&meta("2026-07-28"), Some("2026-07-28")),
+            Ok(Revision::V2026_07_28)
+        );
+        let refused =
+            |params: &Map<String, Value>, header| revision_of(params, header).unwrap_err();
+        assert_eq!(
+            refused(&none, Some("1999-01-01")).code,
+            UNSUPPORTED_PROTOCOL_VERSION
+        );
+        assert_eq!(refused(&none, Some("2026-07-28")).code, HEADER_MISMATCH);
+        assert_eq!(refused(&meta("2026-07-28"), None).code, HEADER_MISMATCH);
+        assert_eq!(
+            refused(&meta("2026-07-28"), Some("2025-11-25")).code,
+            HEADER_MISMATCH
+        );
+        let unknown = refused(&meta("3000-01-01"), Some("3000-01-01"));
+        assert_eq!(unknown.code, UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(unknown.data.unwrap()["requested"], "3000-01-01");
+    }
+
+    #[test]
+    fn initialize_echoes_a_known_handshake_version_else_offers_the_newest() {
+        for (asked, answered) in [
+            ("2025-03-26", "2025-03-26"),
+            ("2025-06-18", "2025-06-18"),
+            ("2025-11-25", "2025-11-25"),
+            ("2024-11-05", "2025-11-25"),
+            ("2026-07-28", "2025-11-25"),
+        ] {
+            let params = json!({"protocolVersion": asked})
+                .as_object()
+                .unwrap()
+                .clone();
+            assert_eq!(initialize(&params)["protocolVersion"], answered, "{asked}");
+        }
+    }
+
+    #[test]
+    fn mirrored_headers_must_match_the_body() {
+        let call = json!({"name": "charge"}).as_object().unwrap().clone();
+        assert!(
+            check_mirrored_headers("tools/call", &call, Some("tools/call"), Some("charge")).is_ok()
+        );
+        let encoded = "=?base64?Y2hhcmdl?=";
+        assert!(
+            check_mirrored_headers("tools/call", &call, Some("tools/call"), Some(encoded)).is_ok()
+        );
+        assert!(check_mirrored_headers("tools/call", &call, Some("tools/call"), None).is_err());
+        assert!(
+            check_mirrored_headers("tools/call", &call, Some("tools/call"), Some("sleep")).is_err()
+        );
+        assert!(check_mirrored_headers("tools/list", &call, None, None).is_err());
+        assert!(check_mirrored_headers("tools/list", &call, Some("tools/list"), None).is_ok());
+        assert_eq!(
+            base64_decode("SGVsbG8sIOS4lueVjA=="),
+            Some("Hello, 世界".as_bytes().to_vec())
+        );
+    }
+}

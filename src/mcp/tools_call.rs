@@ -1,0 +1,359 @@
+//! `tools/call`: an MCP tool call submitted through the same pipeline as
+//! `POST /v1/tool-calls` (`Api::submit`: the store, the fingerprint, the
+//! workers, the retries, the audit), under an idempotency key taken from
+//! `_meta` (`META_IDEMPOTENCY_KEY`), from `params.idempotencyKey` (SEP-3182's
+//! spelling), or — when the client sends neither — made fresh for this
+//! request, so that only a business key protects against a re-sent call.
+//! It waits up to `--mcp-wait-secs` for the call to settle, then answers its
+//! state: `structuredContent` and the same JSON as text, `isError` when the
+//! call failed. Also `get_tool_call`, which reads a call by its handle.
+//!
+//! It never runs a tool itself, never answers before the call is committed,
+//! and never lets `notifications/cancelled` (or a client hanging up) abort a
+//! call: the wait ends, the call goes on.
+
+use super::handshake::Revision;
+use super::jsonrpc::{IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
+use super::tools_list::GET_TOOL_CALL;
+use crate::api::{Api, ApiError, Exchange, Submission, Submitted};
+use crate::auth::Tenant;
+use crate::http::{ErrorCode, Request};
+use crate::input::quote;
+use crate::metrics::Transport;
+use crate::store::{Call, Status, StoreError};
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// The `_meta` key a client puts its idempotency key under (reverse DNS, as
+/// MCP asks of a non-MCP `_meta` key).
+pub const META_IDEMPOTENCY_KEY: &str = "dev.idempotent-tool/idempotency-key";
+/// Longest idempotency key, as for `Idempotency-Key`.
+const MAX_KEY_LEN: usize = 255;
+/// Longest `wait_secs` of `get_tool_call`.
+const MAX_WAIT_SECS: f64 = 30.0;
+
+/// A JSON-RPC error: code, message, data.
+pub type RpcError = (i64, String, Option<Value>);
+
+fn invalid(message: impl Into<String>) -> RpcError {
+    (INVALID_PARAMS, message.into(), None)
+}
+
+/// `tools/call`'s result (possibly a tool execution error), or a protocol error.
+pub fn call(
+    api: &Api,
+    req: &Request,
+    tenant: &Tenant,
+    exchange: &mut Exchange,
+    revision: Revision,
+    params: &Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let name = params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("params.name (the tool) is required"))?;
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(args)) => args.clone(),
+        Some(_) => return Err(invalid("params.arguments must be an object")),
+    };
+    if name == GET_TOOL_CALL {
+        return get_tool_call(api, req, tenant, exchange, revision, &arguments);
+    }
+    let Some(spec) = api.tools.get(name) else {
+        let known: Vec<&str> = api.tools.specs().map(|s| s.name.as_str()).collect();
+        return Err((
+            INVALID_PARAMS,
+            format!("Unknown tool: {}", quote(name)),
+            Some(json!({"tools": known})),
+        ));
+    };
+    let key = idempotency_key(params)?;
+    exchange.idem_key = Some(key.clone());
+    if !revision.schema_failure_is_tool_error() {
+        // Before 2025-11-25, arguments the schema refuses are a protocol error.
+        let (tool_args, _) = crate::chaos::split(&arguments).map_err(|e| invalid(e.to_string()))?;
+        spec.check_args(&tool_args).map_err(invalid)?;
+    }
+    let submission = Submission {
+        tenant,
+        key: &key,
+        tool: name,
+        args: &arguments,
+        client_id: None,
+        seq: None,
+        transport: Transport::Mcp,
+    };
+    let (call, replayed, duplicate_intent) = match api.submit(submission, false) {
+        Ok(Submitted::Call {
+            call,
+            replayed,
+            duplicate_intent,
+        }) => (*call, replayed, duplicate_intent),
+        Ok(Submitted::Cached { .. }) => {
+            return Err((INTERNAL_ERROR, "internal error".into(), None));
+        }
+        Err(e) => return refusal(e, exchange),
+    };
+    exchange.call_id = Some(call.call_id.clone());
+    exchange.replayed = replayed;
+    let call = settle(api, req, call, api.mcp_wait)?;
+    log_answer(&call, replayed, duplicate_intent);
+    Ok(outcome(&call, replayed, duplicate_intent, revision))
+}
+
+/// What `submit` refused, as MCP says it: a tool execution error the model
+/// can read (bad arguments, a duplicate intent), or a protocol error.
+fn refusal(e: ApiError, exchange: &mut Exchange) -> Result<Value, RpcError> {
+    match e {
+        ApiError::BadRequest(message) => Ok(tool_error(ErrorCode::BadRequest, &message, None)),
+        ApiError::ArgsTooLarge { size, .. } => Ok(tool_error(
+            ErrorCode::PayloadTooLarge,
+            &format!("arguments are {size} bytes canonical; the limit is 65536"),
+            None,
+        )),
+        ApiError::DuplicateIntent { call_id } => {
+            exchange.call_id = Some(call_id.clone());
+            let message = format!(
+                "call {call_id} has the same business key within its window; nothing was created. \
+                 Read it with get_tool_call instead of calling again."
+            );
+            Ok(tool_error(
+                ErrorCode::DuplicateIntent,
+                &message,
+                Some(&call_id),
+            ))
+        }
+        ApiError::Conflict { key, call_id } => {
+            exchange.call_id = Some(call_id.clone());
+            Err((
+                IDEMPOTENCY_CONFLICT,
+                "Idempotency key conflict: the key belongs to a call with other arguments".into(),
+                Some(json!({
+                    "code": ErrorCode::IdempotencyConflict.as_str(),
+                    "reason": "idempotency_key_conflict",
+                    "idempotency_key": key,
+                    "call_id": call_id,
+                })),
+            ))
+        }
+        ApiError::Store(e) => Err(store_failure(e)),
+        _ => Err((INTERNAL_ERROR, "internal error".into(), None)),
+    }
+}
+
+/// A store failure: `unavailable` (nothing changed; retry with the same key)
+/// or `internal_error`; the cause goes to the log, never to the client.
+fn store_failure(e: StoreError) -> RpcError {
+    let code = match e {
+        StoreError::Unavailable(_) => ErrorCode::Unavailable,
+        StoreError::Internal(_) => ErrorCode::InternalError,
+    };
+    crate::log::warn("MCP request failed in the store")
+        .event("mcp_store_error")
+        .cause(&e)
+        .emit();
+    let message = match code {
+        ErrorCode::Unavailable => "the database is busy or unavailable; retry with the same key",
+        _ => "internal error",
+    };
+    (
+        INTERNAL_ERROR,
+        message.into(),
+        Some(json!({"code": code.as_str()})),
+    )
+}
+
+/// The key from `_meta`, or `params.idempotencyKey` (both: they must agree),
+/// or a fresh one.
+fn idempotency_key(params: &Map<String, Value>) -> Result<String, RpcError> {
+    let from_meta = params
+        .get("_meta")
+        .and_then(|m| m.get(META_IDEMPOTENCY_KEY));
+    let from_params = params.get("idempotencyKey");
+    let key = match (from_meta, from_params) {
+        (None, None) => return Ok(fresh_key()),
+        (Some(a), Some(b)) if a != b => {
+            return Err(invalid(format!(
+                "_meta.{META_IDEMPOTENCY_KEY} and params.idempotencyKey differ; send one"
+            )))
+        }
+        (Some(k), _) | (None, Some(k)) => k,
+    };
+    let visible = |b: u8| (0x21..=0x7e).contains(&b);
+    match key.as_str() {
+        Some(k) if !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(visible) => {
+            Ok(k.to_string())
+        }
+        _ => Err(invalid(format!(
+            "the idempotency key must be a string of 1 to {MAX_KEY_LEN} visible ASCII characters"
+        ))),
+    }
+}
+
+/// `mcp-` and 32 hex: unique per request (time, a counter, the process and
+/// std's randomly keyed hasher, hashed).
+fn fresh_key() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let seed = format!(
+        "{}:{}:{:?}:{}",
+        hasher.finish(),
+        std::process::id(),
+        std::time::SystemTime::now(),
+        COUNTER.load(Ordering::Relaxed)
+    );
+    format!(
+        "mcp-{}",
+        &crate::fingerprint::hex_sha256(seed.as_bytes())[..32]
+    )
+}
+
+/// Wait up to `wait` for the call to settle (a client that hangs up ends
+/// the wait, never the call).
+fn settle(api: &Api, req: &Request, call: Call, wait: Duration) -> Result<Call, RpcError> {
+    if call.status.is_terminal() || wait.is_zero() {
+        return Ok(call);
+    }
+    api.wait_terminal(call, wait, &req.client)
+        .map_err(|e| match e {
+            ApiError::Store(e) => store_failure(e),
+            _ => (INTERNAL_ERROR, "internal error".into(), None),
+        })
+}
+
+/// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
+/// as `structuredContent` (from 2025-06-18) and as text; `isError` when the
+/// call failed.
+pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
+    let mut state = json!({
+        "call_id": call.call_id,
+        "idempotency_key": call.idem_key,
+        "status": call.status.as_str(),
+        "attempt": call.attempt,
+        "replayed": replayed,
+    });
+    if duplicate_intent {
+        state["duplicate_intent"] = true.into();
+    }
+    match call.status {
+        Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
+        Status::Failed => state["error"] = call.error.clone().unwrap_or(Value::Null),
+        Status::Pending | Status::Running => {}
+    }
+    let mut answer = json!({
+        "content": [{"type": "text", "text": state.to_string()}],
+        "isError": call.status == Status::Failed,
+    });
+    if revision.has_structured_output() {
+        answer["structuredContent"] = state;
+    }
+    answer
+}
+
+/// A tool execution error that is not a call's outcome: text only (no
+/// `structuredContent`, which would have to match the output schema).
+fn tool_error(code: ErrorCode, message: &str, call_id: Option<&str>) -> Value {
+    let mut error = json!({"code": code.as_str(), "message": message});
+    if let Some(call_id) = call_id {
+        error["call_id"] = call_id.into();
+    }
+    json!({
+        "content": [{"type": "text", "text": json!({"error": error}).to_string()}],
+        "isError": true,
+    })
+}
+
+/// `get_tool_call {call_id, wait_secs?}`: the call's current state, within
+/// the tenant (another tenant's call is not found).
+fn get_tool_call(
+    api: &Api,
+    req: &Request,
+    tenant: &Tenant,
+    exchange: &mut Exchange,
+    revision: Revision,
+    arguments: &Map<String, Value>,
+) -> Result<Value, RpcError> {
+    let Some(call_id) = arguments.get("call_id").and_then(Value::as_str) else {
+        return Ok(tool_error(
+            ErrorCode::BadRequest,
+            "call_id (a string) is required",
+            None,
+        ));
+    };
+    let wait = match arguments.get("wait_secs") {
+        None => Duration::ZERO,
+        Some(w) => match w.as_f64() {
+            Some(s) if (0.0..=MAX_WAIT_SECS).contains(&s) => Duration::from_secs_f64(s),
+            _ => {
+                let message = format!("wait_secs must be a number from 0 to {MAX_WAIT_SECS}");
+                return Ok(tool_error(ErrorCode::BadRequest, &message, None));
+            }
+        },
+    };
+    let call = match api.store.get_for(&tenant.name, call_id) {
+        Ok(Some(call)) => call,
+        Ok(None) => {
+            let message = format!("call {} not found", quote(call_id));
+            return Ok(tool_error(ErrorCode::NotFound, &message, None));
+        }
+        Err(e) => return Err(store_failure(e)),
+    };
+    exchange.call_id = Some(call.call_id.clone());
+    let call = settle(api, req, call, wait)?;
+    Ok(outcome(&call, false, false, revision))
+}
+
+/// The MCP call in the log, labelled `transport="mcp"` (the access line
+/// already names its key and call).
+fn log_answer(call: &Call, replayed: bool, duplicate_intent: bool) {
+    crate::log::info("MCP tools/call answered")
+        .event("mcp_tool_call")
+        .label("transport", "mcp")
+        .tenant(&call.tenant)
+        .call_id(&call.call_id)
+        .tool(&call.tool)
+        .label("status", call.status.as_str())
+        .attempt(call.attempt)
+        .flag("replayed", replayed)
+        .flag("duplicate_intent", duplicate_intent)
+        .emit();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(value: Value) -> Map<String, Value> {
+        value.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn the_key_comes_from_meta_or_params_or_is_made_fresh() {
+        let meta = params(json!({"_meta": {META_IDEMPOTENCY_KEY: "k1"}}));
+        assert_eq!(idempotency_key(&meta).unwrap(), "k1");
+        let sep = params(json!({"idempotencyKey": "k2"}));
+        assert_eq!(idempotency_key(&sep).unwrap(), "k2");
+        let both = params(json!({"_meta": {META_IDEMPOTENCY_KEY: "k1"}, "idempotencyKey": "k1"}));
+        assert_eq!(idempotency_key(&both).unwrap(), "k1");
+        let differ = params(json!({"_meta": {META_IDEMPOTENCY_KEY: "k1"}, "idempotencyKey": "k2"}));
+        assert_eq!(idempotency_key(&differ).unwrap_err().0, INVALID_PARAMS);
+        for bad in [
+            json!(""),
+            json!(5),
+            json!("has space"),
+            json!("x".repeat(256)),
+        ] {
+            let p = params(json!({ "idempotencyKey": bad }));
+            assert!(idempotency_key(&p).is_err(), "{bad}");
+        }
+        let (a, b) = (
+            idempotency_key(&Map::new()).unwrap(),
+            idempotency_key(&Map::new()).unwrap(),
+        );
+        assert!(a.starts_with("mcp-") && a.len() == 36 && a != b);
+    }
+}

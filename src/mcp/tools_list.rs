@@ -1,0 +1,179 @@
+//! `tools/list`: every tool this server runs (the built-ins or the tools
+//! file) plus the MCP-only `get_tool_call`, each with its input schema, the
+//! output schema of the `structuredContent` every call answers with, and
+//! honest annotations — `idempotentHint` is true only where a repeat cannot
+//! add an effect (a tool with a business key, and `get_tool_call`, which
+//! reads). Pages of `PAGE_SIZE` tools, with an opaque cursor.
+//!
+//! It never reveals a URL, argv, header or env value (only what
+//! `GET /v1/tools` shows), and never runs anything.
+
+use super::handshake::Revision;
+use crate::tools::{ToolRegistry, ToolSpec};
+use serde_json::{json, Value};
+
+/// The MCP-only tool that reads a call by id.
+pub const GET_TOOL_CALL: &str = "get_tool_call";
+/// Tools per `tools/list` page.
+pub const PAGE_SIZE: usize = 50;
+/// The `_meta` key under which a tool's business-key rule is shown.
+pub const META_BUSINESS_KEY: &str = "dev.idempotent-tool/business-key";
+
+/// The schema of every `tools/call` answer's `structuredContent`.
+pub fn output_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["call_id", "idempotency_key", "status", "attempt", "replayed"],
+        "properties": {
+            "call_id": {"type": "string", "description": "the call's handle: get_tool_call reads it"},
+            "idempotency_key": {"type": "string"},
+            "status": {"type": "string", "enum": ["pending", "running", "succeeded", "failed"]},
+            "attempt": {"type": "integer", "minimum": 0},
+            "replayed": {"type": "boolean", "description": "true: an existing call's outcome, nothing ran again"},
+            "duplicate_intent": {"type": "boolean", "description": "true: another key's call with the same business key"},
+            "result": {"description": "the tool's result, when status is succeeded"},
+            "error": {"type": "object", "description": "why it failed, when status is failed"}
+        }
+    })
+}
+
+/// One page of the list, from `cursor` (`None`: the first page). `Err`:
+/// a cursor this server did not issue.
+pub fn list(
+    registry: &ToolRegistry,
+    revision: Revision,
+    cursor: Option<&str>,
+) -> Result<Value, String> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => c
+            .strip_prefix("tools:")
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| {
+                format!(
+                    "cursor {} was not issued by this server",
+                    crate::input::quote(c)
+                )
+            })?,
+    };
+    let mut all: Vec<Value> = registry
+        .specs()
+        .filter(|spec| spec.name != GET_TOOL_CALL)
+        .map(|spec| describe(spec, revision))
+        .collect();
+    all.push(get_tool_call(revision));
+    if start > all.len() {
+        return Err("cursor is past the end of the list".into());
+    }
+    let end = (start + PAGE_SIZE).min(all.len());
+    let mut page = json!({"tools": all[start..end].to_vec()});
+    if end < all.len() {
+        page["nextCursor"] = format!("tools:{end}").into();
+    }
+    if revision.is_stateless() {
+        page["ttlMs"] = 0.into();
+        page["cacheScope"] = "private".into();
+    }
+    Ok(page)
+}
+
+fn describe(spec: &ToolSpec, revision: Revision) -> Value {
+    let facing = &spec.agent;
+    let mut annotations = json!({
+        "readOnlyHint": facing.read_only,
+        "destructiveHint": facing.destructive,
+        "idempotentHint": spec.business_key.is_some(),
+        "openWorldHint": facing.open_world,
+    });
+    if let Some(title) = &facing.title {
+        annotations["title"] = title.clone().into();
+    }
+    let mut tool = json!({
+        "name": spec.name,
+        "description": description(spec),
+        "inputSchema": spec.input_schema,
+        "annotations": annotations,
+    });
+    if let Some(rule) = &spec.business_key {
+        tool["_meta"] = json!({ META_BUSINESS_KEY: rule.public_view() });
+    }
+    if revision.has_structured_output() {
+        tool["outputSchema"] = output_schema();
+        if let Some(title) = &facing.title {
+            tool["title"] = title.clone().into();
+        }
+    }
+    tool
+}
+
+/// The configured description, plus what a caller must know about retries.
+fn description(spec: &ToolSpec) -> String {
+    let mut text = spec.agent.description.clone();
+    if !text.is_empty() {
+        text.push(' ');
+    }
+    text.push_str("Runs at most once per idempotency key; a call still running answers its call_id for get_tool_call.");
+    if let Some(rule) = &spec.business_key {
+        text.push_str(&format!(
+            " At most one live call per ({}) within {} s.",
+            rule.fields.join(", "),
+            rule.window_secs
+        ));
+    }
+    text
+}
+
+fn get_tool_call(revision: Revision) -> Value {
+    let mut tool = json!({
+        "name": GET_TOOL_CALL,
+        "description": "Read a call's current state by its call_id (the handle every tools/call answers with). \
+    Optionally wait up to wait_secs for it to settle. Never runs anything.",
+        "inputSchema": {
+            "type": "object",
+            "required": ["call_id"],
+            "properties": {
+                "call_id": {"type": "string"},
+                "wait_secs": {"type": "number", "minimum": 0, "maximum": 30}
+            },
+            "additionalProperties": false
+        },
+        "annotations": {
+            "readOnlyHint": true,
+            "destructiveHint": false,
+            "idempotentHint": true,
+            "openWorldHint": false
+        }
+    });
+    if revision.has_structured_output() {
+        tool["outputSchema"] = output_schema();
+    }
+    tool
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_is_listed_with_its_contract_and_the_handle_reader_last() {
+        let registry = ToolRegistry::builtins();
+        let page = list(&registry, Revision::V2025_11_25, None).unwrap();
+        let names: Vec<&str> = page["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["charge", "fail", "send_email", "sleep", GET_TOOL_CALL]
+        );
+        let charge = &page["tools"][0];
+        assert_eq!(charge["annotations"]["idempotentHint"], false);
+        assert_eq!(charge["outputSchema"]["type"], "object");
+        assert!(page.get("nextCursor").is_none());
+        let old = list(&registry, Revision::V2025_03_26, None).unwrap();
+        assert!(old["tools"][0].get("outputSchema").is_none());
+        assert!(list(&registry, Revision::V2025_03_26, Some("nope")).is_err());
+    }
+}
