@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# pgbench_ceiling.sh — the fastest a PostgreSQL on this box completes call-shaped
+# work, with no service in front of it: the ceiling the PostgreSQL backend's bench
+# figures are compared with (issue 16: service >= 0.5x of it for distinct keys at
+# one node).
+#
+# What it measures: pgbench, CLIENTS connections (default 20), each looping over one
+# call's life in the statements and transactions the service needs at the least:
+#   1. create   INSERT ... ON CONFLICT (tenant, idem_key) DO UPDATE ... RETURNING
+#               (one round trip tells a new call from a replay) + audit 'created'
+#   2. claim    the conditional UPDATE to 'running', lease from the database's clock,
+#               + audit 'claimed'
+#   3. succeed  the fenced UPDATE (status='running' AND attempt=...) + the effect row
+#               + audit 'succeeded', in one transaction
+# Three commits per call, each with synchronous_commit=on (an answer depends on each),
+# each key new (the "distinct" load). pgbench's tps is therefore calls/s. The service
+# can beat it only by putting several calls into one commit; it cannot beat it
+# by doing less per call without breaking a guarantee.
+#
+# The tables are the PostgreSQL shape of calls/effects/audit (text ids, timestamptz
+# times set by the database, UNIQUE (tenant, idem_key), the status index and the
+# audit-by-call index): the rows and indexes each call writes are the service's.
+#
+# Usage: bench/pgbench_ceiling.sh [--seconds N] [--clients N] [--db postgres://...]
+#   --db URL   measure an existing database instead of starting a private
+#              PostgreSQL (the tables are created as pgbench_ceiling_* there and
+#              dropped afterwards, so a service's own tables are not touched)
+# Env:   PG_BIN      PostgreSQL's bin folder (default /usr/lib/postgresql/15/bin)
+#        PG_WORKDIR  parent folder for the private cluster (default $TMPDIR or /tmp);
+#                    put it on the disk the service's database uses: the figure is
+#                    mostly that disk's fsync rate
+# Output: pgbench's report, then one line
+#   ceiling calls_per_s=N clients=N seconds=N commits_per_call=3 fsync_fs=TYPE
+#
+# Needs PostgreSQL's server binaries (Debian: apt-get install -y postgresql). Run as
+# root it starts the cluster as the `postgres` user (initdb refuses root). The
+# cluster listens on a free port and a private socket folder, and everything it
+# made is removed on exit, Ctrl-C included.
+
+set -euo pipefail
+
+readonly PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+readonly MAIN_PID=$BASHPID
+
+SECONDS_TO_RUN=15
+CLIENTS=20
+DB_URL=""
+WORK=""
+PGDATA_DIR=""
+PORT=""
+TABLE_PREFIX=""
+
+log() { printf '[pgbench-ceiling] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+cleanup() {
+  [[ "$BASHPID" == "$MAIN_PID" ]] || return 0
+  if [[ -n "$DB_URL" && -n "$TABLE_PREFIX" ]]; then
+    drop_tables_in_existing_db || true
+  fi
+  if [[ -n "$PGDATA_DIR" && -f "$PGDATA_DIR/postmaster.pid" ]]; then
+    as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  [[ -n "$WORK" && -d "$WORK" ]] && rm -rf -- "$WORK"
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+usage() {
+  sed -n '2,/^$/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+parse_args() {
+  while (($#)); do
+    case "$1" in
+      --seconds) SECONDS_TO_RUN="${2:?--seconds needs a number}"; shift 2 ;;
+      --clients) CLIENTS="${2:?--clients needs a number}"; shift 2 ;;
+      --db) DB_URL="${2:?--db needs a postgres:// URL}"; shift 2 ;;
+      -h | --help) usage; exit 0 ;;
+      *) usage >&2; die "unknown argument: $1" ;;
+    esac
+  done
+}
+
+# Run a command as the cluster's owner: `postgres` when we are root, else ourselves.
+as_pg_user() {
+  if ((EUID == 0)); then
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+require_binaries() {
+  local name
+  for name in initdb pg_ctl pgbench psql; do
+    if [[ ! -x "$PG_BIN/$name" ]] && ! command -v "$name" >/dev/null; then
+      die "$PG_BIN/$name not found: install PostgreSQL 15 (apt-get install -y postgresql) or set PG_BIN"
+    fi
+  done
+}
+
+# psql and pgbench live in PG_BIN on Debian, and also as wrappers on PATH.
+pg_tool() {
+  local name="$1"
+  shift
+  if [[ -x "$PG_BIN/$name" ]]; then "$PG_BIN/$name" "$@"; else "$name" "$@"; fi
+}
+
+free_port() {
+  local port
+  for _ in $(seq 1 50); do
+    port=$((20000 + RANDOM % 30000))
+    if ! (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return 0
+    fi
+  done
+  die "no free port found"
+}
+
+# ---------------------------------------------------------------- private cluster
+
+start_private_cluster() {
+  WORK="$(mktemp -d "${PG_WORKDIR:-${TMPDIR:-/tmp}}/pgbench-ceiling.XXXXXX")"
+  PGDATA_DIR="$WORK/data"
+  PORT="$(free_port)"
+  ((EUID == 0)) && chown postgres: "$WORK"
+  log "initdb in $PGDATA_DIR (filesystem: $(fs_type "$WORK"))"
+  as_pg_user "$PG_BIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust \
+    --no-instructions >"$WORK/initdb.log" 2>&1 || { cat "$WORK/initdb.log" >&2; die "initdb failed"; }
+  # Durable commits exactly as the service needs them; a socket folder of our own
+  # so nothing else on the box is touched.
+  as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$WORK/server.log" -w -t 60 start \
+    -o "-p $PORT -k $WORK -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on \
+        -c max_connections=$((CLIENTS + 20))" >/dev/null ||
+    { cat "$WORK/server.log" >&2; die "PostgreSQL did not start"; }
+  as_pg_user "$PG_BIN/createdb" -h "$WORK" -p "$PORT" -U postgres ceiling
+  DB_URL="postgresql://postgres@127.0.0.1:$PORT/ceiling"
+}
+
+fs_type() { stat -f -c %T "$1" 2>/dev/null || echo unknown; }
+
+# ---------------------------------------------------------------- tables and script
+
+# The calls/effects/audit tables in the PostgreSQL backend's shape.
+create_tables() {
+  local p="$TABLE_PREFIX"
+  run_psql <<SQL
+CREATE TABLE ${p}calls (
+  call_id         text PRIMARY KEY,
+  tenant          text NOT NULL DEFAULT 'anonymous',
+  idem_key        text NOT NULL,
+  fingerprint     text NOT NULL,
+  client_id       text,
+  seq             bigint,
+  tool            text NOT NULL,
+  args_json       text NOT NULL,
+  status          text NOT NULL,
+  result_json     text,
+  error_json      text,
+  attempt         bigint NOT NULL DEFAULT 0,
+  lease_until     timestamptz,
+  owner           text,
+  effect_id       text,
+  created_at      timestamptz NOT NULL,
+  updated_at      timestamptz NOT NULL,
+  next_attempt_at timestamptz,
+  UNIQUE (tenant, idem_key)
+);
+CREATE INDEX ${p}calls_status ON ${p}calls (status, lease_until, attempt);
+CREATE INDEX ${p}calls_client_seq ON ${p}calls (client_id, seq) WHERE client_id IS NOT NULL;
+CREATE TABLE ${p}effects (
+  effect_id      text PRIMARY KEY,
+  call_id        text NOT NULL UNIQUE,
+  tool           text NOT NULL,
+  amount         bigint,
+  detail         text,
+  created_at     timestamptz NOT NULL,
+  call_purged_at timestamptz
+);
+CREATE TABLE ${p}audit (
+  id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  ts      timestamptz NOT NULL,
+  call_id text,
+  attempt bigint,
+  event   text NOT NULL,
+  detail  text
+);
+CREATE INDEX ${p}audit_call ON ${p}audit (call_id, id);
+SQL
+}
+
+drop_tables_in_existing_db() {
+  local p="$TABLE_PREFIX"
+  run_psql <<<"DROP TABLE IF EXISTS ${p}calls, ${p}effects, ${p}audit;" >/dev/null
+}
+
+run_psql() {
+  pg_tool psql -X -q -v ON_ERROR_STOP=1 "$DB_URL"
+}
+
+# One call's life, three transactions. The ids come from the database
+# (gen_random_uuid), so every loop of every client is a new key; \gset carries
+# the call id and the claimed attempt to the next transaction, as a worker does.
+write_call_script() {
+  local p="$TABLE_PREFIX" script="$1"
+  cat >"$script" <<SQL
+BEGIN;
+INSERT INTO ${p}calls AS c (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
+                           attempt, effect_id, created_at, updated_at)
+  VALUES (gen_random_uuid()::text, 'anonymous', gen_random_uuid()::text, 'fp-ceiling', 'echo',
+          '{"n": 1}', 'pending', 0, gen_random_uuid()::text, now(), now())
+  ON CONFLICT (tenant, idem_key) DO UPDATE SET updated_at = c.updated_at
+  RETURNING call_id, effect_id, (xmax <> 0) AS replay \gset
+INSERT INTO ${p}audit (ts, call_id, attempt, event, detail) VALUES (now(), :call_id, 0, 'created', 'echo');
+COMMIT;
+BEGIN;
+UPDATE ${p}calls
+   SET status = 'running', attempt = attempt + 1, lease_until = now() + interval '30 seconds',
+       owner = 'pgbench', updated_at = now(), next_attempt_at = NULL
+ WHERE call_id = :call_id
+   AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= now()))
+        OR (status = 'running' AND lease_until <= now()))
+ RETURNING attempt \gset
+INSERT INTO ${p}audit (ts, call_id, attempt, event, detail) VALUES (now(), :call_id, :attempt, 'claimed', 'pgbench');
+COMMIT;
+BEGIN;
+UPDATE ${p}calls
+   SET status = 'succeeded', result_json = '{"ok": 1}', error_json = NULL,
+       lease_until = NULL, owner = NULL, updated_at = now()
+ WHERE call_id = :call_id AND status = 'running' AND attempt = :attempt;
+INSERT INTO ${p}effects (effect_id, call_id, tool, amount, detail, created_at)
+  VALUES (:effect_id, :call_id, 'echo', 1, NULL, now()) ON CONFLICT DO NOTHING;
+INSERT INTO ${p}audit (ts, call_id, attempt, event, detail) VALUES (now(), :call_id, :attempt, 'succeeded', :effect_id);
+COMMIT;
+SQL
+}
+
+# ---------------------------------------------------------------- the run
+
+run_pgbench() {
+  local script="$1" out="$2"
+  log "pgbench: $CLIENTS clients, ${SECONDS_TO_RUN} s, 3 commits per call"
+  # -M prepared: the service keeps its statements prepared too. -n: no vacuum of
+  # pgbench's own tables (there are none).
+  PGOPTIONS="-c synchronous_commit=on" pg_tool pgbench -n -M prepared \
+    -c "$CLIENTS" -j "$(nproc)" -T "$SECONDS_TO_RUN" -f "$script" "$DB_URL" | tee "$out"
+}
+
+check_rows() {
+  local p="$TABLE_PREFIX" counts
+  counts="$(pg_tool psql -X -At -v ON_ERROR_STOP=1 "$DB_URL" -c \
+    "SELECT (SELECT count(*) FROM ${p}calls WHERE status = 'succeeded'),
+            (SELECT count(*) FROM ${p}calls),
+            (SELECT count(*) FROM ${p}effects),
+            (SELECT count(*) FROM ${p}audit)")"
+  log "rows: succeeded|calls|effects|audit = $counts"
+}
+
+main() {
+  parse_args "$@"
+  require_binaries
+  if [[ -z "$DB_URL" ]]; then
+    start_private_cluster
+  else
+    # An existing database: our own table names, dropped afterwards.
+    TABLE_PREFIX="pgbench_ceiling_"
+    WORK="$(mktemp -d)"
+  fi
+  create_tables
+  write_call_script "$WORK/call.sql"
+  run_pgbench "$WORK/call.sql" "$WORK/pgbench.out"
+  check_rows
+  local tps
+  tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$WORK/pgbench.out" | head -n1)"
+  [[ -n "$tps" ]] || die "pgbench printed no tps"
+  printf 'ceiling calls_per_s=%.0f clients=%s seconds=%s commits_per_call=3 fsync_fs=%s\n' \
+    "$tps" "$CLIENTS" "$SECONDS_TO_RUN" "$(fs_type "${PGDATA_DIR:-$WORK}")"
+}
+
+main "$@"
