@@ -2,6 +2,8 @@
 //! other run uses, removed with everything in it on drop, even when a test
 //! fails. The service itself never uses this module.
 
+pub mod postgres;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,0 +1,373 @@
+//! A private PostgreSQL for the tests and the bench: `initdb` in a temp folder
+//! owned by the `postgres` user (initdb refuses root, and CI runs as root), a
+//! server on a free port on 127.0.0.1 with its unix socket in that folder,
+//! and databases made on demand. It owns starting, restarting and removing
+//! that server, and never touches any other PostgreSQL on the machine.
+//!
+//! Cleanup: a private server (`PgServer::start`) stops and removes its folder
+//! on drop. Statics are never dropped, and a test process may be killed, so
+//! every server also has a reaper: a detached shell that waits for the test
+//! process to end, then stops the server (`SIGQUIT`, an immediate shutdown)
+//! and removes the folder.
+//!
+//! Where PostgreSQL is not installed, starting fails with one line saying
+//! what to install: the PostgreSQL tests never skip silently.
+
+use super::unique_name;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The one line a test prints where PostgreSQL is missing.
+pub const MISSING: &str =
+    "PostgreSQL tests need the postgresql package: apt-get install -y postgresql";
+
+/// The superuser the test server is made with; it logs in over TCP with
+/// `PASSWORD` (scram-sha-256), so the service's URLs carry a real password
+/// and the tests can check that it is never printed.
+pub const USER: &str = "postgres";
+
+/// A private PostgreSQL server, stopped and removed on drop.
+pub struct PgServer {
+    /// Binaries of the newest installed major version.
+    bin: PathBuf,
+    /// Owned by the `postgres` user; holds `data/`, the socket and the log.
+    dir: PathBuf,
+    port: u16,
+    password: String,
+    /// The shell that cleans up if this process dies without dropping us.
+    reaper: Option<Child>,
+    /// Whether commands run through `runuser -u postgres` (we are root).
+    as_postgres: bool,
+}
+
+impl PgServer {
+    /// One server per test process, started on first use and removed by its
+    /// reaper when the process ends. Panics with `MISSING` when PostgreSQL is
+    /// not installed.
+    pub fn shared() -> &'static PgServer {
+        static SHARED: OnceLock<PgServer> = OnceLock::new();
+        SHARED.get_or_init(|| PgServer::start().unwrap_or_else(|e| panic!("{e}")))
+    }
+
+    /// A new server of its own (a test that restarts or stops it).
+    pub fn start() -> Result<PgServer, String> {
+        let bin = find_bin_dir().ok_or_else(|| MISSING.to_string())?;
+        let as_postgres = running_as_root();
+        // Kept by the reaper and by Drop, not by a TempDir: the folder has to
+        // outlive this value when the process is killed.
+        let dir = std::env::temp_dir().join(unique_name("idem-pg"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("make {}: {e}", dir.display()))?;
+        let mut server = PgServer {
+            bin,
+            dir,
+            port: 0,
+            password: format!("pw-{}", unique_name("s").replace('-', "")),
+            reaper: None,
+            as_postgres,
+        };
+        server.reaper = Some(server.spawn_reaper()?);
+        if as_postgres {
+            chown_to_postgres(&server.dir)?;
+        }
+        server.initdb()?;
+        server.start_on_a_free_port()?;
+        Ok(server)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The superuser's password (scram over TCP).
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// The URL of the `postgres` maintenance database.
+    pub fn admin_url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    /// The URL of `dbname` on this server, with the superuser's password.
+    pub fn url_for(&self, dbname: &str) -> String {
+        format!(
+            "postgres://{USER}:{}@127.0.0.1:{}/{dbname}",
+            self.password, self.port
+        )
+    }
+
+    /// A new empty database named `{prefix}_{unique}`; its URL.
+    pub fn fresh_database(&self, prefix: &str) -> String {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "{}_{}_{}",
+            prefix.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        )
+        .to_lowercase();
+        let mut admin = self.connect_admin();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        self.url_for(&name)
+    }
+
+    /// A plain connection to `postgres` for a test's own queries.
+    pub fn connect_admin(&self) -> postgres::Client {
+        connect(&self.admin_url())
+    }
+
+    /// `pg_ctl restart -m immediate`: every connection dies at once, as in a
+    /// crash; the server comes back on the same port with the same data.
+    pub fn restart_immediate(&self) -> Result<(), String> {
+        self.pg_ctl(&["restart", "-m", "immediate", "-w", "-t", "60"])
+    }
+
+    /// `pg_ctl stop -m immediate`: the server is down until `start_again`.
+    pub fn stop_immediate(&self) -> Result<(), String> {
+        self.pg_ctl(&["stop", "-m", "immediate", "-w", "-t", "60"])
+    }
+
+    /// Start a stopped server again on the same port.
+    pub fn start_again(&self) -> Result<(), String> {
+        self.pg_ctl(&["start", "-w", "-t", "60"])
+    }
+
+    /// The server's log, for a failing test's message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn initdb(&self) -> Result<(), String> {
+        let pwfile = self.dir.join("pwfile");
+        std::fs::write(&pwfile, &self.password).map_err(|e| format!("write pwfile: {e}"))?;
+        if self.as_postgres {
+            chown_to_postgres(&pwfile)?;
+        }
+        let data = self.data();
+        let outcome = self
+            .command("initdb")
+            .args(["-D", path_str(&data), "-U", USER, "-E", "UTF8"])
+            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+            .arg(format!("--pwfile={}", path_str(&pwfile)))
+            // The test server's files need not survive a machine crash.
+            .arg("--no-sync")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run initdb: {e}"))?;
+        let _ = std::fs::remove_file(&pwfile);
+        if !outcome.status.success() {
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&outcome.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Pick a free port and start there; another process may take the port
+    /// between our probe and the server's bind, so try a few.
+    fn start_on_a_free_port(&mut self) -> Result<(), String> {
+        let mut last = String::new();
+        for _ in 0..5 {
+            self.port = free_port()?;
+            self.write_settings()?;
+            match self.start_again() {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e,
+            }
+        }
+        Err(format!(
+            "could not start PostgreSQL: {last}\n{}",
+            self.log()
+        ))
+    }
+
+    /// Settings in `postgresql.auto.conf`, so a restart keeps them.
+    ///
+    /// `fsync = off` for this TEST server only: the service's durability is
+    /// about the order of its commits and answers (nothing answered before
+    /// its COMMIT returned), which the server's fsync does not change; losing
+    /// the OS cache only matters on a machine crash, which no test makes. It
+    /// keeps ~7 concurrent builds on one disk from waiting on each other.
+    fn write_settings(&self) -> Result<(), String> {
+        let settings = format!(
+            "port = {}\n\
+             listen_addresses = '127.0.0.1'\n\
+             unix_socket_directories = '{}'\n\
+             fsync = off\n\
+             full_page_writes = off\n\
+             max_connections = 300\n\
+             shared_buffers = '32MB'\n\
+             log_min_messages = warning\n",
+            self.port,
+            path_str(&self.dir)
+        );
+        let file = self.data().join("postgresql.auto.conf");
+        std::fs::write(&file, settings).map_err(|e| format!("write settings: {e}"))?;
+        if self.as_postgres {
+            chown_to_postgres(&file)?;
+        }
+        Ok(())
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let log = self.dir.join("log");
+        let outcome = self
+            .command("pg_ctl")
+            .args(["-D", path_str(&self.data()), "-l", path_str(&log)])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run pg_ctl: {e}"))?;
+        if outcome.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pg_ctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&outcome.stderr).trim()
+            ))
+        }
+    }
+
+    /// A PostgreSQL binary, run as the `postgres` user when we are root.
+    fn command(&self, program: &str) -> Command {
+        let program = self.bin.join(program);
+        if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", USER, "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    }
+
+    /// A detached shell (its own session, so a signal to our process group
+    /// does not take it along) that outlives this process by at most a
+    /// second: then it stops the server and removes the folder.
+    fn spawn_reaper(&self) -> Result<Child, String> {
+        let script = r#"
+            while kill -0 "$1" 2>/dev/null; do sleep 1; done
+            pid=$(head -n 1 "$2/data/postmaster.pid" 2>/dev/null)
+            [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null
+            for _ in 1 2 3 4 5 6 7 8 9 10; do
+                [ -e "$2/data/postmaster.pid" ] || break
+                sleep 0.5
+            done
+            rm -rf "$2"
+        "#;
+        Command::new("setsid")
+            .args(["sh", "-c", script, "reaper"])
+            .arg(std::process::id().to_string())
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn the reaper: {e}"))
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let _ = self.stop_immediate();
+        if let Some(mut reaper) = self.reaper.take() {
+            let _ = reaper.kill();
+            let _ = reaper.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Connect with the plain client (no TLS), retrying for a few seconds: the
+/// server may have just been restarted.
+pub fn connect(url: &str) -> postgres::Client {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match postgres::Client::connect(url, postgres::NoTls) {
+            Ok(client) => return client,
+            Err(e) if Instant::now() > deadline => panic!("connect to the test PostgreSQL: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// `/usr/lib/postgresql/<newest>/bin`, if it has `initdb`.
+fn find_bin_dir() -> Option<PathBuf> {
+    let root = Path::new("/usr/lib/postgresql");
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(root)
+        .ok()?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            let major: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            bin.join("initdb").exists().then_some((major, bin))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+fn chown_to_postgres(path: &Path) -> Result<(), String> {
+    let user = nix::unistd::User::from_name(USER)
+        .ok()
+        .flatten()
+        .ok_or_else(|| format!("{MISSING} (no `{USER}` user)"))?;
+    std::os::unix::fs::chown(path, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+        .map_err(|e| format!("chown {}: {e}", path.display()))
+}
+
+fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("find a free port: {e}"))
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("temp paths are UTF-8 here")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The harness gives each caller its own empty database on one server,
+    /// with password authentication, and a private server survives an
+    /// immediate restart with its data.
+    #[test]
+    fn fresh_databases_are_separate_and_survive_a_restart() {
+        let server = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let (a, b) = (server.fresh_database("h"), server.fresh_database("h"));
+        assert_ne!(a, b);
+        let mut conn = connect(&a);
+        conn.batch_execute("CREATE TABLE t (x int); INSERT INTO t VALUES (7)")
+            .unwrap();
+        let mut other = connect(&b);
+        assert!(other.query("SELECT * FROM t", &[]).is_err());
+        let wrong = a.replace(server.password(), "wrong");
+        assert!(postgres::Client::connect(&wrong, postgres::NoTls).is_err());
+        server.restart_immediate().unwrap();
+        assert!(conn.query("SELECT 1", &[]).is_err(), "the old session died");
+        let mut again = connect(&a);
+        let x: i32 = again.query_one("SELECT x FROM t", &[]).unwrap().get(0);
+        assert_eq!(x, 7);
+        let dir = server.dir.clone();
+        drop(server);
+        assert!(!dir.exists());
+    }
+}
