@@ -25,7 +25,7 @@
 #   --db URL   measure an existing database instead of starting a private
 #              PostgreSQL (the tables are created as pgbench_ceiling_* there and
 #              dropped afterwards, so a service's own tables are not touched)
-# Env:   PG_BIN      PostgreSQL's bin folder (default /usr/lib/postgresql/15/bin)
+# Env:   PG_BIN      PostgreSQL's bin folder (default: the newest /usr/lib/postgresql/*/bin)
 #        PG_WORKDIR  parent folder for the private cluster (default $TMPDIR or /tmp);
 #                    put it on the disk the service's database uses: the figure is
 #                    mostly that disk's fsync rate
@@ -39,15 +39,15 @@
 
 set -euo pipefail
 
-readonly PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+readonly ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly MAIN_PID=$BASHPID
+# shellcheck source=../scripts/postgres_private.sh
+source "$ROOT/scripts/postgres_private.sh"
 
 SECONDS_TO_RUN=15
 CLIENTS=20
 DB_URL=""
 WORK=""
-PGDATA_DIR=""
-PORT=""
 TABLE_PREFIX=""
 
 log() { printf '[pgbench-ceiling] %s\n' "$*" >&2; }
@@ -58,9 +58,7 @@ cleanup() {
   if [[ -n "$DB_URL" && -n "$TABLE_PREFIX" ]]; then
     drop_tables_in_existing_db || true
   fi
-  if [[ -n "$PGDATA_DIR" && -f "$PGDATA_DIR/postmaster.pid" ]]; then
-    as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -m immediate -w stop >/dev/null 2>&1 || true
-  fi
+  pg_private_stop
   [[ -n "$WORK" && -d "$WORK" ]] && rm -rf -- "$WORK"
   return 0
 }
@@ -83,61 +81,21 @@ parse_args() {
   done
 }
 
-# Run a command as the cluster's owner: `postgres` when we are root, else ourselves.
-as_pg_user() {
-  if ((EUID == 0)); then
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
-
-require_binaries() {
-  local name
-  for name in initdb pg_ctl pgbench psql; do
-    if [[ ! -x "$PG_BIN/$name" ]] && ! command -v "$name" >/dev/null; then
-      die "$PG_BIN/$name not found: install PostgreSQL 15 (apt-get install -y postgresql) or set PG_BIN"
-    fi
-  done
-}
-
-# psql and pgbench live in PG_BIN on Debian, and also as wrappers on PATH.
+# pgbench and psql from the same installation as the server.
 pg_tool() {
-  local name="$1"
+  local name="$1" bin
   shift
-  if [[ -x "$PG_BIN/$name" ]]; then "$PG_BIN/$name" "$@"; else "$name" "$@"; fi
-}
-
-free_port() {
-  local port
-  for _ in $(seq 1 50); do
-    port=$((20000 + RANDOM % 30000))
-    if ! (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return 0
-    fi
-  done
-  die "no free port found"
+  bin="$(pg_bin_dir)" || exit 1
+  "$bin/$name" "$@"
 }
 
 # ---------------------------------------------------------------- private cluster
 
 start_private_cluster() {
   WORK="$(mktemp -d "${PG_WORKDIR:-${TMPDIR:-/tmp}}/pgbench-ceiling.XXXXXX")"
-  PGDATA_DIR="$WORK/data"
-  PORT="$(free_port)"
-  ((EUID == 0)) && chown postgres: "$WORK"
-  log "initdb in $PGDATA_DIR (filesystem: $(fs_type "$WORK"))"
-  as_pg_user "$PG_BIN/initdb" -D "$PGDATA_DIR" -U postgres --auth=trust \
-    --no-instructions >"$WORK/initdb.log" 2>&1 || { cat "$WORK/initdb.log" >&2; die "initdb failed"; }
-  # Durable commits exactly as the service needs them; a socket folder of our own
-  # so nothing else on the box is touched.
-  as_pg_user "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$WORK/server.log" -w -t 60 start \
-    -o "-p $PORT -k $WORK -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on \
-        -c max_connections=$((CLIENTS + 20))" >/dev/null ||
-    { cat "$WORK/server.log" >&2; die "PostgreSQL did not start"; }
-  as_pg_user "$PG_BIN/createdb" -h "$WORK" -p "$PORT" -U postgres ceiling
-  DB_URL="postgresql://postgres@127.0.0.1:$PORT/ceiling"
+  log "private PostgreSQL in $WORK (filesystem: $(fs_type "$WORK"))"
+  pg_private_start "$WORK/pg" $((CLIENTS + 20)) || die "PostgreSQL did not start"
+  DB_URL="$PG_URL"
 }
 
 fs_type() { stat -f -c %T "$1" 2>/dev/null || echo unknown; }
@@ -261,7 +219,7 @@ check_rows() {
 
 main() {
   parse_args "$@"
-  require_binaries
+  pg_bin_dir >/dev/null || exit 1
   if [[ -z "$DB_URL" ]]; then
     start_private_cluster
   else
@@ -277,7 +235,7 @@ main() {
   tps="$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$WORK/pgbench.out" | head -n1)"
   [[ -n "$tps" ]] || die "pgbench printed no tps"
   printf 'ceiling calls_per_s=%.0f clients=%s seconds=%s commits_per_call=3 fsync_fs=%s\n' \
-    "$tps" "$CLIENTS" "$SECONDS_TO_RUN" "$(fs_type "${PGDATA_DIR:-$WORK}")"
+    "$tps" "$CLIENTS" "$SECONDS_TO_RUN" "$(fs_type "$WORK")"
 }
 
 main "$@"
