@@ -58,7 +58,13 @@ pub fn run_cluster(config: &Config, url: &str) -> Result<bool, String> {
         let temp = TempDir::new("idem-bench-sqlite").map_err(|e| format!("temp folder: {e}"))?;
         let sqlite = Database::Sqlite(temp.join("idem.db"));
         rows.push(measure_nodes("SQLite", sqlite, 1, mode, config)?);
-        rows.push(measure_nodes("PostgreSQL", postgres.clone(), 1, mode, config)?);
+        rows.push(measure_nodes(
+            "PostgreSQL",
+            postgres.clone(),
+            1,
+            mode,
+            config,
+        )?);
         if config.nodes > 1 {
             let row = measure_nodes("PostgreSQL", postgres.clone(), config.nodes, mode, config)?;
             rows.push(row);
@@ -171,7 +177,11 @@ fn baseline<'a>(rows: &'a [Row], row: &Row, backend: &str) -> Option<&'a Row> {
         .find(|r| r.mode == row.mode && r.backend == backend && r.nodes == 1)
 }
 
-fn ratios(rows: &[Row], row: &Row, ceiling: Option<f64>) -> (Option<f64>, Option<f64>, Option<f64>) {
+fn ratios(
+    rows: &[Row],
+    row: &Row,
+    ceiling: Option<f64>,
+) -> (Option<f64>, Option<f64>, Option<f64>) {
     let of = |base: Option<&Row>| base.map(|b| ratio(row.completed_per_s, b.completed_per_s));
     let is_pg = row.backend == "PostgreSQL";
     let vs_sqlite = is_pg.then(|| of(baseline(rows, row, "SQLite"))).flatten();
@@ -196,12 +206,23 @@ fn print_table(rows: &[Row], ceiling: Option<f64>, config: &Config) {
             Stop::Count(n) => format!("{n} requests per row"),
         },
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        ceiling.map_or(String::new(), |c| format!(", pgbench ceiling {c:.0} calls/s"))
+        ceiling.map_or(String::new(), |c| format!(
+            ", pgbench ceiling {c:.0} calls/s"
+        ))
     );
     println!(
         "{:<9} {:<10} {:>5} {:>11} {:>12} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10}  checks",
-        "mode", "backend", "nodes", "accepted/s", "completed/s", "p50 ms", "p99 ms", "non-2xx",
-        "vs SQLite", "vs 1 node", "vs pgbench"
+        "mode",
+        "backend",
+        "nodes",
+        "accepted/s",
+        "completed/s",
+        "p50 ms",
+        "p99 ms",
+        "non-2xx",
+        "vs SQLite",
+        "vs 1 node",
+        "vs pgbench"
     );
     for row in rows {
         let (vs_sqlite, vs_one, vs_ceiling) = ratios(rows, row, ceiling);

@@ -229,7 +229,9 @@ impl Config {
             return Err("--workers must be at most 1024, as the service's".into());
         }
         if c.postgres.is_some() && (c.base.is_some() || c.sweep || c.mode == Mode::HttpTool) {
-            return Err("--db postgres:// starts its own services; no --base, --sweep or http-tool".into());
+            return Err(
+                "--db postgres:// starts its own services; no --base, --sweep or http-tool".into(),
+            );
         }
         if c.nodes > 64 {
             return Err("--nodes must be at most 64".into());

@@ -76,7 +76,12 @@ impl Node {
     fn wait_terminal(&self, call_id: &str) -> Value {
         let start = Instant::now();
         loop {
-            let answer = self.call("GET", &format!("/v1/tool-calls/{call_id}?wait=5"), None, None);
+            let answer = self.call(
+                "GET",
+                &format!("/v1/tool-calls/{call_id}?wait=5"),
+                None,
+                None,
+            );
             assert!(matches!(answer.status, 200 | 202), "{answer:?}");
             if matches!(answer.body["status"].as_str(), Some("succeeded" | "failed")) {
                 return answer.body;
@@ -291,7 +296,11 @@ fn calls_of_a_killed_node_are_finished_by_another_within_seconds() {
         let pid = owner_pid(done["owner"].as_str().unwrap_or("0:"));
         assert_ne!(pid, victim_pid, "{done}");
         let events = cluster.audit_events(id);
-        assert_eq!(events.iter().filter(|e| *e == "claimed").count(), 2, "{events:?}");
+        assert_eq!(
+            events.iter().filter(|e| *e == "claimed").count(),
+            2,
+            "{events:?}"
+        );
     }
 }
 
@@ -367,7 +376,10 @@ fn sigterm_of_one_node_releases_its_leases_to_the_others() {
         let done = other.wait_terminal(id);
         assert_eq!(done["status"], "succeeded", "{done}");
         assert_eq!(done["attempt"], 2, "{done}");
-        assert_ne!(owner_pid(done["owner"].as_str().unwrap_or("0:")), stopping_pid);
+        assert_ne!(
+            owner_pid(done["owner"].as_str().unwrap_or("0:")),
+            stopping_pid
+        );
         let events = cluster.audit_events(id);
         assert!(events.iter().any(|e| e == "released"), "{events:?}");
     }
@@ -401,7 +413,10 @@ fn postgres_restart_under_a_client_costs_only_503s() {
                 true
             }
             503 => {
-                assert!(answer.retry_after.is_some(), "503 without Retry-After: {answer:?}");
+                assert!(
+                    answer.retry_after.is_some(),
+                    "503 without Retry-After: {answer:?}"
+                );
                 assert_eq!(answer.body["error"]["code"], "unavailable", "{answer:?}");
                 refused.push(key);
                 false
@@ -410,13 +425,19 @@ fn postgres_restart_under_a_client_costs_only_503s() {
         }
     };
     for _ in 0..20 {
-        assert!(send(&mut accepted, &mut refused), "refused before the fault");
+        assert!(
+            send(&mut accepted, &mut refused),
+            "refused before the fault"
+        );
     }
     pg.stop_immediate().expect("stop PostgreSQL");
     let down_at = Instant::now();
     while refused.is_empty() {
         send(&mut accepted, &mut refused);
-        assert!(down_at.elapsed() < DEADLINE, "never answered 503 while down");
+        assert!(
+            down_at.elapsed() < DEADLINE,
+            "never answered 503 while down"
+        );
     }
     for _ in 0..5 {
         send(&mut accepted, &mut refused);

@@ -28,10 +28,12 @@
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::sync::lock;
 
 /// The channel every node of one database listens on.
 pub const CHANNEL: &str = "idempotent_tool_wake";
@@ -39,6 +41,10 @@ pub const CHANNEL: &str = "idempotent_tool_wake";
 /// At most one `NOTIFY` per node per this interval: well under the ~100 ms a
 /// `?wait` on another node may take to learn of a completion.
 pub const NOTIFY_EVERY: Duration = Duration::from_millis(20);
+
+/// Completed calls named in one notification; beyond it the notification
+/// says only "some" (a payload stays far below PostgreSQL's 8000 bytes).
+pub const MAX_CALLS_NAMED: usize = 100;
 
 /// How long the listener blocks for notifications before it checks whether
 /// it should stop or its connection died.
@@ -52,43 +58,69 @@ const PROBE_EVERY: Duration = Duration::from_secs(5);
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// What another node committed since its last notification.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What another node committed since its last notification (or, once sent,
+/// what this node has to announce).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Wake {
     /// New pending work: a call created, a lease released, a retry scheduled.
     pub work: bool,
-    /// A call reached a terminal state.
+    /// Calls reached a terminal state.
     pub done: bool,
+    /// Which ones, as far as the sender could name them (at most
+    /// `MAX_CALLS_NAMED` per notification). With `done` set and a call
+    /// missing here, its waiters find out by their own re-read.
+    pub calls: Vec<String>,
 }
 
 impl Wake {
-    pub const WORK: Wake = Wake {
-        work: true,
-        done: false,
-    };
-    pub const DONE: Wake = Wake {
-        work: false,
-        done: true,
-    };
-    /// After a reconnect: anything may have happened.
-    pub const ALL: Wake = Wake {
-        work: true,
-        done: true,
-    };
-
-    fn bits(self) -> u8 {
-        u8::from(self.work) | (u8::from(self.done) << 1)
-    }
-
-    fn from_bits(bits: u8) -> Wake {
+    /// After a reconnect: anything may have happened, nothing is named.
+    pub fn everything() -> Wake {
         Wake {
-            work: bits & 1 != 0,
-            done: bits & 2 != 0,
+            work: true,
+            done: true,
+            calls: Vec::new(),
         }
     }
 
-    pub fn is_empty(self) -> bool {
-        self.bits() == 0
+    pub fn is_empty(&self) -> bool {
+        !self.work && !self.done
+    }
+
+    /// `"{w|-}{d|-} {sender} {call,call,...}"`.
+    fn payload(&self, sender: &str) -> String {
+        let flag = |set: bool, c: char| if set { c } else { '-' };
+        format!(
+            "{}{} {sender} {}",
+            flag(self.work, 'w'),
+            flag(self.done, 'd'),
+            self.calls.join(",")
+        )
+    }
+
+    /// The wake-up in another node's payload; `None` for this node's own, or
+    /// one it cannot read (a newer release's: it then waits for the poll).
+    fn from_payload(payload: &str, me: &str) -> Option<Wake> {
+        let mut parts = payload.splitn(3, ' ');
+        let (flags, sender) = (parts.next()?, parts.next()?);
+        if sender == me || flags.len() != 2 {
+            return None;
+        }
+        let calls = parts.next().unwrap_or("");
+        Some(Wake {
+            work: flags.starts_with('w'),
+            done: flags.ends_with('d'),
+            calls: calls
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect(),
+        })
+    }
+
+    fn merge(&mut self, other: Wake) {
+        self.work |= other.work;
+        self.done |= other.done;
+        self.calls.extend(other.calls);
     }
 }
 
@@ -108,8 +140,8 @@ struct Shared {
     connect: Connect,
     /// Tags this node's notifications, so its own listener skips them.
     sender: String,
-    /// `Wake` bits announced and not yet sent.
-    unsent: AtomicU8,
+    /// Announced and not yet sent.
+    unsent: Mutex<Wake>,
     handler: Mutex<Option<Handler>>,
     stopping: AtomicBool,
     /// `NOTIFY`s sent and batches of notifications received, for tests and
@@ -124,8 +156,8 @@ impl ClusterWake {
     pub fn start(connect: Connect, sender: &str) -> std::io::Result<ClusterWake> {
         let shared = Arc::new(Shared {
             connect,
-            sender: sender.to_string(),
-            unsent: AtomicU8::new(0),
+            sender: sender.replace(' ', "_"),
+            unsent: Mutex::new(Wake::default()),
             handler: Mutex::new(None),
             stopping: AtomicBool::new(false),
             sent: AtomicU64::new(0),
@@ -146,20 +178,32 @@ impl ClusterWake {
         let handle = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(body)?;
-        crate::sync::lock(&self.threads).push(handle);
+        lock(&self.threads).push(handle);
         Ok(())
     }
 
     /// What to do when another node wakes this one (replaces any earlier
     /// handler). Until one is set, wake-ups are dropped.
     pub fn set_handler(&self, handler: Handler) {
-        *crate::sync::lock(&self.shared.handler) = Some(handler);
+        *lock(&self.shared.handler) = Some(handler);
     }
 
     /// Tell the other nodes, within `NOTIFY_EVERY`, that this node committed
-    /// `what`. Call it after the commit; it never blocks.
-    pub fn announce(&self, what: Wake) {
-        self.shared.unsent.fetch_or(what.bits(), Ordering::Relaxed);
+    /// new pending work. Call it after the commit; it never blocks on I/O.
+    pub fn announce_work(&self) {
+        lock(&self.shared.unsent).work = true;
+    }
+
+    /// Tell the other nodes, within `NOTIFY_EVERY`, that these calls reached
+    /// a terminal state. Call it after the commit.
+    pub fn announce_done<'a>(&self, call_ids: impl IntoIterator<Item = &'a str>) {
+        let mut unsent = lock(&self.shared.unsent);
+        unsent.done = true;
+        for call_id in call_ids {
+            if unsent.calls.len() < MAX_CALLS_NAMED {
+                unsent.calls.push(call_id.to_string());
+            }
+        }
     }
 
     /// `NOTIFY`s sent so far.
@@ -176,7 +220,7 @@ impl ClusterWake {
     /// connection attempt). Idempotent.
     pub fn stop(&self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
-        let threads = std::mem::take(&mut *crate::sync::lock(&self.threads));
+        let threads = std::mem::take(&mut *lock(&self.threads));
         for thread in threads {
             thread.thread().unpark();
             let _ = thread.join();
@@ -196,31 +240,37 @@ impl Shared {
     }
 
     /// Every `NOTIFY_EVERY`: if anything was announced, one `NOTIFY` with all
-    /// of it. A failed send puts its bits back and reconnects with backoff.
+    /// of it. A failed send puts it back and reconnects with backoff.
     fn announce_until_stopped(&self) {
         let mut session: Option<Client> = None;
         let mut backoff = Backoff::default();
         while !self.stopping() {
             std::thread::park_timeout(NOTIFY_EVERY.max(backoff.current()));
-            let bits = self.unsent.swap(0, Ordering::Relaxed);
-            if bits == 0 {
+            let wake = std::mem::take(&mut *lock(&self.unsent));
+            if wake.is_empty() {
                 continue;
             }
-            match self.send(&mut session, bits) {
+            match self.send(&mut session, &wake) {
                 Ok(()) => {
                     backoff.reset();
                     self.sent.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(_) => {
                     session = None;
-                    self.unsent.fetch_or(bits, Ordering::Relaxed);
+                    self.put_back(wake);
                     backoff.grow();
                 }
             }
         }
     }
 
-    fn send(&self, session: &mut Option<Client>, bits: u8) -> Result<(), String> {
+    fn put_back(&self, wake: Wake) {
+        let mut unsent = lock(&self.unsent);
+        unsent.merge(wake);
+        unsent.calls.truncate(MAX_CALLS_NAMED);
+    }
+
+    fn send(&self, session: &mut Option<Client>, wake: &Wake) -> Result<(), String> {
         if session.is_none() {
             let mut client = (self.connect)()?;
             // A wake-up need not survive a crash: never wait for a WAL flush.
@@ -230,7 +280,7 @@ impl Shared {
             *session = Some(client);
         }
         let client = session.as_mut().expect("connected just above");
-        let payload = format!("{bits} {}", self.sender);
+        let payload = wake.payload(&self.sender);
         client
             .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
             .map(|_| ())
@@ -247,14 +297,14 @@ impl Shared {
             let mut client = match self.open_listening() {
                 Ok(client) => client,
                 Err(_) => {
-                    std::thread::park_timeout(backoff.current());
+                    std::thread::park_timeout(backoff.current().max(BACKOFF_FIRST));
                     backoff.grow();
                     continue;
                 }
             };
             backoff.reset();
             if connected_before {
-                self.handle(Wake::ALL);
+                self.handle(Wake::everything());
             }
             connected_before = true;
             self.listen_on(&mut client);
@@ -273,15 +323,13 @@ impl Shared {
     fn listen_on(&self, client: &mut Client) {
         let mut last_heard = Instant::now();
         while !self.stopping() {
-            match self.next_batch(client) {
-                Ok(wake) => {
-                    if !wake.is_empty() {
-                        last_heard = Instant::now();
-                        self.received.fetch_add(1, Ordering::Relaxed);
-                        self.handle(wake);
-                    }
-                }
-                Err(()) => return,
+            let Ok(wake) = self.next_batch(client) else {
+                return;
+            };
+            if !wake.is_empty() {
+                last_heard = Instant::now();
+                self.received.fetch_add(1, Ordering::Relaxed);
+                self.handle(wake);
             }
             if client.is_closed() {
                 return;
@@ -297,33 +345,27 @@ impl Shared {
 
     /// Wait up to a tick for a notification, then take every other one
     /// already there: one batch, one wake-up. Own notifications are skipped.
-    fn next_batch(&self, client: &mut Client) -> Result<Wake, ()> {
+    fn next_batch(&self, client: &mut Client) -> Result<Wake, postgres::Error> {
         let mut notifications = client.notifications();
-        let mut bits = 0u8;
-        let first = notifications.timeout_iter(LISTEN_TICK).next();
-        let Some(first) = first.map_err(|_| ())? else {
-            return Ok(Wake::default());
+        let mut wake = Wake::default();
+        let Some(first) = notifications.timeout_iter(LISTEN_TICK).next()? else {
+            return Ok(wake);
         };
-        bits |= self.bits_from_others(first.payload());
+        let mut from_others = |payload: &str| {
+            if let Some(other) = Wake::from_payload(payload, &self.sender) {
+                wake.merge(other);
+            }
+        };
+        from_others(first.payload());
         let mut more = notifications.iter();
-        while let Some(note) = more.next().map_err(|_| ())? {
-            bits |= self.bits_from_others(note.payload());
+        while let Some(note) = more.next()? {
+            from_others(note.payload());
         }
-        Ok(Wake::from_bits(bits))
-    }
-
-    /// `"{bits} {sender}"`; nothing for this node's own, or a payload it
-    /// cannot read (a newer release's: a wake-up then waits for the poll).
-    fn bits_from_others(&self, payload: &str) -> u8 {
-        match payload.split_once(' ') {
-            Some((_, sender)) if sender == self.sender => 0,
-            Some((bits, _)) => bits.parse::<u8>().unwrap_or(0) & Wake::ALL.bits(),
-            None => 0,
-        }
+        Ok(wake)
     }
 
     fn handle(&self, wake: Wake) {
-        let handler = crate::sync::lock(&self.handler).clone();
+        let handler = lock(&self.handler).clone();
         if let Some(handler) = handler {
             handler(wake);
         }
@@ -400,7 +442,8 @@ mod tests {
 
     /// A burst of announcements becomes a handful of NOTIFYs (one per
     /// interval, not one per call), and the other node is woken with what
-    /// was announced, while the announcing node is not woken by its own.
+    /// was announced, the completed calls named; the announcing node is not
+    /// woken by its own.
     #[test]
     fn a_burst_of_announcements_is_one_notify_per_interval_and_wakes_the_others() {
         let url = PgServer::shared().fresh_database("listen_burst");
@@ -408,28 +451,63 @@ mod tests {
         let (b, at_b) = node(&url, "node-b");
         wait_listening(&url, 2);
         let started = Instant::now();
-        for _ in 0..500 {
-            a.announce(Wake::WORK);
+        for i in 0..500 {
+            a.announce_work();
+            if i % 100 == 0 {
+                a.announce_done([format!("c_{i}").as_str()]);
+            }
         }
-        a.announce(Wake::DONE);
         let mut seen = Wake::default();
-        while !(seen.work && seen.done) {
+        while !(seen.work && seen.calls.len() == 5) {
             let got = at_b
                 .recv_timeout(Duration::from_secs(30))
                 .expect("node b was woken");
-            seen.work |= got.work;
-            seen.done |= got.done;
+            seen.merge(got);
         }
+        assert!(seen.done);
+        assert_eq!(seen.calls, ["c_0", "c_100", "c_200", "c_300", "c_400"]);
         let intervals = started.elapsed().as_millis() / NOTIFY_EVERY.as_millis() + 2;
         assert!(
             (a.sent() as u128) <= intervals,
-            "{} NOTIFYs for 501 announcements in {intervals} intervals",
+            "{} NOTIFYs for 505 announcements in {intervals} intervals",
             a.sent()
         );
         assert!(a.sent() >= 1);
         std::thread::sleep(NOTIFY_EVERY * 10);
         assert!(from_a.try_recv().is_err(), "a node is not woken by itself");
         drop(b);
+    }
+
+    /// A payload names at most `MAX_CALLS_NAMED` calls; more completions are
+    /// still announced, as "some".
+    #[test]
+    fn payloads_round_trip_and_name_a_bounded_number_of_calls() {
+        let wake = Wake {
+            work: false,
+            done: true,
+            calls: vec!["c_1".into(), "c_2".into()],
+        };
+        let payload = wake.payload("i_me");
+        assert_eq!(payload, "-d i_me c_1,c_2");
+        assert_eq!(Wake::from_payload(&payload, "i_other"), Some(wake));
+        assert_eq!(Wake::from_payload(&payload, "i_me"), None, "our own");
+        assert_eq!(Wake::from_payload("garbage", "i_other"), None);
+        let everything = Wake::everything().payload("i_me");
+        assert_eq!(
+            Wake::from_payload(&everything, "x"),
+            Some(Wake::everything())
+        );
+        let url = PgServer::shared().fresh_database("listen_bounded");
+        let (a, _) = node(&url, "node-a");
+        let ids: Vec<String> = (0..MAX_CALLS_NAMED + 50)
+            .map(|i| format!("c_{i}"))
+            .collect();
+        a.stop(); // nothing is sent: what is queued stays to be read
+        a.announce_done(ids.iter().map(String::as_str));
+        let unsent = lock(&a.shared.unsent).clone();
+        assert!(unsent.done);
+        assert_eq!(unsent.calls.len(), MAX_CALLS_NAMED);
+        assert!(unsent.payload("i_me").len() < 8000);
     }
 
     /// The listener survives a PostgreSQL restart: it reconnects by itself,
@@ -446,13 +524,13 @@ mod tests {
         let after_reconnect = at_b
             .recv_timeout(Duration::from_secs(30))
             .expect("woken after the reconnect");
-        assert_eq!(after_reconnect, Wake::ALL);
+        assert_eq!(after_reconnect, Wake::everything());
         wait_listening(&url, 2);
-        a.announce(Wake::DONE);
+        a.announce_done(["c_after"]);
         let got = at_b
             .recv_timeout(Duration::from_secs(30))
             .expect("woken by the other node after the restart");
-        assert!(got.done, "{got:?}");
+        assert_eq!(got.calls, ["c_after"], "{got:?}");
     }
 
     #[test]
