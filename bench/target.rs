@@ -88,7 +88,7 @@ pub fn service_config(
 ) -> Result<(ServiceConfig, Option<LatencyDownstream>), String> {
     let mut config = ServiceConfig {
         port: 0,
-        db: db.to_path_buf(),
+        db: db.into(),
         ..ServiceConfig::default()
     };
     if let Some(workers) = setup.workers {

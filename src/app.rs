@@ -106,7 +106,7 @@ impl Service {
         let listener =
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
         let store = CallStore::open(&config.db, config.store.clone())
-            .map_err(|e| StartError::Database(format!("{}: {e}", config.db.display())))?;
+            .map_err(|e| StartError::Database(format!("{}: {e}", config.db)))?;
         let metrics = Arc::new(Metrics::new());
         crate::tools::TOOL_NAMES
             .iter()
@@ -177,7 +177,8 @@ impl Service {
         crate::log::info("listening")
             .event("started")
             .addr(self.addr())
-            .file("db", &self.config.db)
+            // The URL's Display masks its password.
+            .file("db", std::path::Path::new(&self.config.db.to_string()))
             .number("workers", self.config.runner.workers as u64)
             .number("tenants", self.tenants.len() as u64)
             .flag("auth", !self.tenants.is_empty())
@@ -222,7 +223,7 @@ impl Service {
         format!(
             "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}{lowered}{})",
             self.addr(),
-            self.config.db.display(),
+            self.config.db,
             self.config.runner.workers,
             self.config.runner.lease.as_secs_f64(),
             match self.tenants.len() {

@@ -7,7 +7,7 @@ use crate::flag::Flags;
 use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
-use crate::store::{Retention, StoreOptions};
+use crate::store::{Database, Retention, StoreOptions};
 use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
 use std::fmt;
 use std::net::IpAddr;
@@ -20,7 +20,11 @@ usage: idempotent-tool [options]
 
   --host HOST                 address to bind (default 127.0.0.1)
   --port PORT                 port to bind; 0 picks a free one (default 8081)
-  --db PATH                   SQLite database file (default idem.db)
+  --db PATH|URL               SQLite database file (default idem.db), or a
+                              postgres://user:password@host:port/dbname URL
+                              (sslmode=disable|prefer|require|verify-ca|verify-full)
+  --db-pool N                 PostgreSQL: most connections this node opens (default 16)
+  --db-ca-file FILE           PostgreSQL: trust these PEM roots for TLS, not the system's
   --workers N                 worker threads running tools (default 8)
   --lease-secs SECS           lease per attempt, fractions allowed (default 30);
                               extended every third of it while the tool runs
@@ -61,7 +65,8 @@ pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(86_400);
 pub struct Config {
     pub host: String,
     pub port: u16,
-    pub db: PathBuf,
+    /// `--db`: a SQLite file or a PostgreSQL URL (printed with its password masked).
+    pub db: Database,
     pub runner: RunnerOptions,
     pub store: StoreOptions,
     pub limits: Limits,
@@ -88,7 +93,7 @@ impl Default for Config {
         Config {
             host: "127.0.0.1".into(),
             port: 8081,
-            db: PathBuf::from("idem.db"),
+            db: Database::Sqlite(PathBuf::from("idem.db")),
             runner: RunnerOptions {
                 workers: 8,
                 lease: Duration::from_secs(30),
@@ -153,7 +158,11 @@ impl Config {
                 }
                 "--host" => config.host = value()?,
                 "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,
-                "--db" => config.db = PathBuf::from(value()?),
+                "--db" => config.db = Database::parse(&value()?).map_err(ConfigError)?,
+                "--db-pool" => {
+                    config.store.pool_size = number(&flag, &value()?, 1..=10_000)? as usize
+                }
+                "--db-ca-file" => config.store.ca_file = Some(PathBuf::from(value()?)),
                 "--tools" => config.tools_file = Some(PathBuf::from(value()?)),
                 "--workers" => config.runner.workers = number(&flag, &value()?, 1..=1024)? as usize,
                 "--lease-secs" => config.runner.lease = seconds(&flag, &value()?)?,
@@ -274,7 +283,7 @@ mod tests {
             panic!()
         };
         assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8081));
-        assert_eq!(c.db, PathBuf::from("idem.db"));
+        assert_eq!(c.db.sqlite_path(), Some(std::path::Path::new("idem.db")));
         assert_eq!(c.runner.workers, 8);
         assert_eq!(c.runner.lease, Duration::from_secs(30));
         assert_eq!(c.runner.recover_interval, Duration::from_millis(200));
@@ -339,7 +348,7 @@ mod tests {
         assert_eq!(c.tools.specs().count(), 4, "the built-ins until load_tools");
         assert_eq!(c.answer_cache_bytes, 3 << 20);
         assert_eq!(c.port, 0);
-        assert_eq!(c.db, PathBuf::from("x.db"));
+        assert_eq!(c.db.sqlite_path(), Some(std::path::Path::new("x.db")));
         assert_eq!(c.runner.workers, 2);
         assert_eq!(c.runner.lease, Duration::from_millis(500));
         assert!(c.runner.chaos);

@@ -20,7 +20,7 @@ fn threads() -> usize {
 fn start_use_stop(db: &TempDb) {
     let config = Config {
         port: 0,
-        db: db.path.clone(),
+        db: db.path.clone().into(),
         ..Config::default()
     };
     let service = Service::start(config).expect("start");

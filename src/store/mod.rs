@@ -1,6 +1,6 @@
 //! `CallStore`: the only module that speaks SQL. It owns the `calls` state
 //! machine, the lease and fencing rules, the unique constraints, recovery,
-//! the schema and its migrations, and the one place where commits are grouped.
+//! the schema and its migrations, and commits — on either backend.
 //!
 //! State machine: `pending → running → succeeded | failed`, and `failed` (when
 //! its error says `retryable`) `→ pending` on a same-key retry; `running →
@@ -9,21 +9,25 @@
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
-//! Files: `model` (the types of the API), `sql` (every statement of the state
-//! machine), `retention` (the purge of expired keys), `reads` (the reads of
-//! the operations endpoints), `writer` (the group-commit thread and what it
-//! does with each SQLite error), `schema` (DDL, pragmas, migrations), `ids`
-//! (call and effect ids, the clock). Reads (`get`, `find_by_key`, `stats`,
-//! ...) use `readers`, a pool of at most `MAX_READERS` separate connections;
-//! WAL lets them run beside the writer.
+//! Files. Shared by both backends: `model` (the types of the API), `error`
+//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call and
+//! effect ids, the local clock), and this file: the facade, which hands each
+//! operation to the backend the database names. SQLite (`sqlite`, the
+//! embedded default): `sql` (every statement of the state machine),
+//! `retention` (the purge of expired keys), `reads` (the reads of the
+//! operations endpoints), `writer` (the group-commit thread and what it does
+//! with each SQLite error), `readers` (at most `MAX_READERS` read
+//! connections; WAL lets them run beside the writer), `schema` (DDL, pragmas,
+//! migrations), `instances` (processes and heartbeats), `bulk` (the bench's
+//! loader), `verify` (the offline checker). PostgreSQL (`postgres/`, for
+//! several nodes on one database): see its own map.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
 //! the tenant, and another tenant's call reads as absent.
 //!
 //! **The boundary.** The public API takes and returns the types in `model`,
-//! never a `rusqlite` type, so another backend (PostgreSQL, for several
-//! machines) can implement the same operations without the rest of the crate
-//! changing. What any backend must guarantee:
+//! never a `rusqlite` or `postgres` type, so the rest of the crate does not
+//! know which backend it talks to. What any backend must guarantee:
 //! - `calls (tenant, idem_key)` and `effects.call_id` are unique constraints,
 //!   enforced by the database, not by a prior read;
 //! - every transition is one conditional update whose affected-row count
@@ -33,20 +37,25 @@
 //!   effect row commits in the same transaction as its call's `succeeded`;
 //! - nothing is answered before the transaction that wrote it is durable, and
 //!   an error answer means "retry with the same key", never "it happened";
-//! - lease times are wall-clock seconds comparable across processes.
+//! - lease times are wall-clock seconds comparable across processes (on
+//!   PostgreSQL, the database's clock, so the nodes' clocks do not matter).
 //!
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
 pub mod bulk;
+mod database;
+mod error;
 mod ids;
 mod instances;
 mod model;
+mod postgres;
 mod readers;
 mod reads;
 mod retention;
 mod schema;
 mod sql;
+mod sqlite;
 #[cfg(test)]
 mod tenant_tests;
 #[cfg(test)]
@@ -54,193 +63,144 @@ mod tests;
 pub mod verify;
 mod writer;
 
+pub use database::{Database, DatabaseRef, PgTarget, SslMode};
+pub use error::{Cause, StoreError};
 pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
     Purged, Retention, Scope, Stats, Status, WriterStats,
 };
+pub use postgres::PG_SCHEMA_VERSION;
 pub use readers::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
 pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
 pub use writer::Then;
 
 use crate::metrics::Metrics;
-use readers::Readers;
-use rusqlite::{Connection, ErrorCode};
+use postgres::PgStore;
 use serde_json::Value;
-use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{mpsc, Arc};
+use sqlite::SqliteStore;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
-use writer::Writer;
 
 /// A writer with work queued and no batch started or finished for this long
 /// is stuck (`/healthz` says so): a batch takes milliseconds, and waiting for
 /// another process's lock is bounded by the busy timeout.
 pub const WRITER_STUCK_AFTER: Duration = Duration::from_secs(5);
 
-/// Why the store could not answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreError {
-    /// The database is locked past the busy timeout, full, read-only, or failing
-    /// I/O: nothing was changed, and the same request may succeed later.
-    Unavailable(String),
-    /// Anything else; a bug or a corrupt file.
-    Internal(String),
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Unavailable(m) => write!(f, "database unavailable: {m}"),
-            StoreError::Internal(m) => write!(f, "database error: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> StoreError {
-        let transient = matches!(
-            e.sqlite_error_code(),
-            Some(
-                ErrorCode::DatabaseBusy
-                    | ErrorCode::DatabaseLocked
-                    | ErrorCode::DiskFull
-                    | ErrorCode::ReadOnly
-                    | ErrorCode::SystemIoFailure
-                    | ErrorCode::CannotOpen
-                    | ErrorCode::OutOfMemory
-            )
-        );
-        if transient {
-            StoreError::Unavailable(e.to_string())
-        } else {
-            StoreError::Internal(e.to_string())
-        }
-    }
-}
-
-/// Connection settings shared by the writer and the readers, and how long
-/// terminal calls are kept.
+/// Connection settings and how long terminal calls are kept.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
+    /// SQLite: how long to wait for another process's lock. PostgreSQL: the
+    /// `lock_timeout` of the service's sessions.
     pub busy_timeout: Duration,
     pub retention: Retention,
+    /// PostgreSQL: the most connections this process opens (`--db-pool`).
+    pub pool_size: usize,
+    /// PostgreSQL: trust these roots for TLS instead of the system's
+    /// (`--db-ca-file`).
+    pub ca_file: Option<PathBuf>,
 }
+
+/// `--db-pool`'s default: as many connections as a node has workers by
+/// default, so a busy node does not queue for connections.
+pub const DEFAULT_POOL_SIZE: usize = 16;
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             busy_timeout: Duration::from_secs(5),
             retention: Retention::default(),
+            pool_size: DEFAULT_POOL_SIZE,
+            ca_file: None,
         }
     }
 }
 
-/// The SQLite-backed call store. Cheap to share behind an `Arc`.
+/// The call store, on whichever backend the database names. Cheap to share
+/// behind an `Arc`.
 pub struct CallStore {
-    /// The database file: `/healthz` reads it on a fresh connection.
-    path: PathBuf,
-    options: StoreOptions,
-    /// The writer thread; every write goes through it.
-    writer: Writer,
-    /// At most `MAX_READERS` read connections, shared by every reader.
-    readers: Readers,
-    /// Whether `idx_calls_status` holds `attempt` (not in databases made by
-    /// the seed's DDL or an earlier version), which decides how `stats` counts.
-    status_index_has_attempt: bool,
-    /// This process in `instances`; its workers' owner strings name it.
-    instance: Instance,
-    stopped: std::sync::atomic::AtomicBool,
-    /// Where the retention scan goes on from (a `rowid`; 0: the beginning).
-    purge_cursor: AtomicI64,
+    backend: Backend,
+}
+
+pub(in crate::store) enum Backend {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+/// Hand an operation to the backend; both have the same method.
+macro_rules! each {
+    ($self:ident, $b:ident => $op:expr) => {
+        match &$self.backend {
+            Backend::Sqlite($b) => $op,
+            Backend::Postgres($b) => $op,
+        }
+    };
 }
 
 impl CallStore {
-    /// Open (creating if absent) the database, bring its schema up to date, and
-    /// start its writer thread.
-    pub fn open(path: &Path, options: StoreOptions) -> Result<Arc<CallStore>, StoreError> {
-        let conn = schema::open_writer(path, &options)?;
-        let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
-        let writer =
-            Writer::start(conn).map_err(|e| StoreError::Internal(format!("spawn writer: {e}")))?;
-        let store = Arc::new(CallStore {
-            path: path.to_path_buf(),
-            writer,
-            readers: Readers::new(path, &options),
-            status_index_has_attempt,
-            instance: Instance::this_process(),
-            stopped: Default::default(),
-            purge_cursor: AtomicI64::new(0),
-            options,
-        });
-        let me = store.instance.clone();
-        let gone = store.write(move |conn| instances::register(conn, &me))?;
-        if gone > 0 {
-            crate::log::warn(
-                "earlier processes on this host are gone; their running calls are reclaimed now",
-            )
-            .event("instances_gone")
-            .number("processes", gone as u64)
-            .emit();
+    /// Open the database (a SQLite file, created if absent, or a PostgreSQL
+    /// database), bring its schema up to date, and register this process.
+    pub fn open<D: DatabaseRef + ?Sized>(
+        db: &D,
+        options: StoreOptions,
+    ) -> Result<Arc<CallStore>, StoreError> {
+        let backend = match db.to_database() {
+            Database::Sqlite(path) => Backend::Sqlite(SqliteStore::open(&path, options)?),
+            Database::Postgres(target) => Backend::Postgres(PgStore::open(&target, options)?),
+        };
+        Ok(Arc::new(CallStore { backend }))
+    }
+
+    /// The SQLite backend, for the tests that reach into its writer.
+    #[cfg(test)]
+    fn sqlite(&self) -> &SqliteStore {
+        match &self.backend {
+            Backend::Sqlite(s) => s,
+            Backend::Postgres(_) => panic!("a SQLite test opened a PostgreSQL store"),
         }
-        Ok(store)
+    }
+
+    /// `sqlite` or `postgres`, for logs and the bench.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
     }
 
     /// Report every write batch to `metrics` from now on.
     pub fn report_to(&self, metrics: Arc<Metrics>) {
-        self.writer.report_to(metrics);
+        each!(self, b => b.report_to(metrics))
     }
 
     /// How long terminal calls are kept.
     pub fn retention(&self) -> Retention {
-        self.options.retention
+        each!(self, b => b.retention())
     }
 
     /// This process's instance: its id goes into every owner it writes.
     pub fn instance(&self) -> &Instance {
-        &self.instance
+        each!(self, b => b.instance())
     }
 
     /// Tell other processes this one is alive (every `HEARTBEAT_EVERY`).
     pub fn heartbeat(&self) -> Result<(), StoreError> {
-        let me = self.instance.clone();
-        self.write(move |conn| instances::heartbeat(conn, &me))
+        each!(self, b => b.heartbeat())
     }
 
-    /// Mark this instance stopped, commit every write already queued, then
-    /// stop the writer thread and join it. Later writes are answered
-    /// `Unavailable`. Idempotent.
+    /// Mark this instance stopped and commit every write already queued; later
+    /// writes are answered `Unavailable`. Idempotent.
     pub fn stop(&self) {
-        if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return;
-        }
-        let id = self.instance.id.clone();
-        if let Err(e) = self.write(move |conn| instances::mark_stopped(conn, &id, now())) {
-            crate::log::warn("could not mark this process stopped")
-                .event("mark_stopped_failed")
-                .cause(&e)
-                .emit();
-        }
-        self.writer.stop();
-        self.readers.close_idle();
+        each!(self, b => b.stop())
     }
 
-    /// Create the key's call, or return the one it already has. Runs in the
-    /// writer's `BEGIN IMMEDIATE` transaction, so the lookup and the insert cannot
-    /// interleave with another writer; `calls.idem_key UNIQUE` backs it up.
+    /// Create the key's call, or return the one it already has, decided by
+    /// the database's `UNIQUE (tenant, idem_key)`.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
-        let retention = self.options.retention;
-        Ok(match self.write(sql::create_or_get_op(new))? {
-            Created::New(c) => Created::New(retention.stamp(c)),
-            Created::Existing(c) => Created::Existing(retention.stamp(c)),
-            Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
-            Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
-        })
+        each!(self, b => b.create_or_get(new))
     }
 
     /// Take the lease on a call for one attempt. Only one claimer can win: the
@@ -256,33 +216,37 @@ impl CallStore {
         Ok(leases.pop().flatten())
     }
 
-    /// `claim` for several calls as one operation in the writer's queue. Each
-    /// call is still won or lost by its own conditional `UPDATE`; the answers
-    /// come in the order of `call_ids`.
+    /// `claim` for several calls as one operation. Each call is still won or
+    /// lost by its own conditional `UPDATE`; the answers come in the order of
+    /// `call_ids`.
     pub fn claim_many(
         &self,
         call_ids: &[String],
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Option<Lease>>, StoreError> {
-        let call_ids = call_ids.to_vec();
-        let owner = owner.to_string();
-        self.write(move |conn| {
-            let now = now();
-            let lease_until = now + lease.as_secs_f64();
-            call_ids
-                .iter()
-                .map(|call_id| sql::claim_one(conn, call_id, &owner, now, lease_until))
-                .collect()
-        })
+        each!(self, b => b.claim_many(call_ids, owner, lease))
+    }
+
+    /// Claim up to `limit` due calls (oldest first) in one operation, skipping
+    /// calls another claimer holds at that moment rather than waiting for them
+    /// (on PostgreSQL, `FOR UPDATE SKIP LOCKED`), so several nodes claiming at
+    /// once each get different calls.
+    pub fn claim_due(
+        &self,
+        limit: usize,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        each!(self, b => b.claim_due(limit, owner, lease))
     }
 
     /// Record success, fenced by the lease: the effect row (if the tool wrote
     /// one) and the `succeeded` update commit together, and only if this lease's
     /// attempt still owns the call. `effects.call_id UNIQUE` is the last gate:
-    /// however many attempts succeed, one call has at most one effect. Does not
-    /// wait: a worker hands its completion over and takes its next call while
-    /// the commit is grouped with others; `then` learns the outcome.
+    /// however many attempts succeed, one call has at most one effect. On
+    /// SQLite it does not wait (the commit is grouped with others); `then`
+    /// learns the outcome.
     pub fn succeed_then(
         &self,
         lease: &Lease,
@@ -290,21 +254,17 @@ impl CallStore {
         effect: Option<NewEffect>,
         then: Then<Completion>,
     ) {
-        self.writer.submit(
-            sql::succeed_op(lease.clone(), result.to_string(), effect),
-            then,
-        )
+        each!(self, b => b.succeed_then(lease, result, effect, then))
     }
 
-    /// Record failure, fenced like `succeed_then`; does not wait either.
+    /// Record failure, fenced like `succeed_then`.
     pub fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
-        self.writer
-            .submit(sql::fail_op(lease.clone(), error.to_string()), then)
+        each!(self, b => b.fail_then(lease, error, then))
     }
 
     /// Record a retryable failure that has attempts left: the call returns to
     /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced and unwaited like `fail_then`.
+    /// `retry_scheduled`; fenced like `fail_then`.
     pub fn retry_later_then(
         &self,
         lease: &Lease,
@@ -312,11 +272,7 @@ impl CallStore {
         delay: Duration,
         then: Then<Completion>,
     ) {
-        let code = error["code"].as_str().unwrap_or_default().to_string();
-        self.writer.submit(
-            sql::retry_later_op(lease.clone(), error.to_string(), code, delay),
-            then,
-        )
+        each!(self, b => b.retry_later_then(lease, error, delay, then))
     }
 
     /// Extend leases whose tools are still running to `lease` from now, each
@@ -324,58 +280,44 @@ impl CallStore {
     /// in order, whether each lease is still held: `false` means it was lost
     /// (taken over after it expired, or released), and extending it must stop.
     pub fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
-        let leases = leases.to_vec();
-        self.write(move |conn| {
-            let lease_until = now() + lease.as_secs_f64();
-            sql::extend_leases(conn, &leases, lease_until)
-        })
+        each!(self, b => b.extend(leases, lease))
     }
 
     /// Give back a lease whose tool is still running when this process stops:
     /// the call returns to `pending` (audited `released`) unless the lease was
     /// already lost, in which case nothing changes (`Stale`).
     pub fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        self.write(sql::release_op(lease.clone()))
+        each!(self, b => b.release(lease))
     }
 
     /// Return `running` calls whose lease has expired, or whose owner's process
     /// is gone, to `pending`, and name them. A live owner's leases are left
-    /// alone: it may still be executing (another process on the same file),
-    /// and the effect would then run twice.
+    /// alone: it may still be executing, and the effect would then run twice.
     pub fn recover(&self) -> Result<Vec<String>, StoreError> {
-        if !self.read(sql::has_reclaimable)? {
-            return Ok(Vec::new());
-        }
-        let me = self.instance.clone();
-        self.write(move |conn| sql::recover_expired(conn, &me))
+        each!(self, b => b.recover())
     }
 
     /// Up to `limit` `pending` calls that may be claimed now (none whose
     /// automatic retry is scheduled for later), oldest first.
     pub fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
-        self.read(|conn| sql::due_calls(conn, now(), limit))
+        each!(self, b => b.due_calls(limit))
     }
 
     /// A call by id, whatever its tenant: for a caller that already holds
     /// the call (the wait loop), never for a tenant's lookup (`get_for`).
     pub fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.read(|conn| sql::select_call(conn, call_id))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
+        each!(self, b => b.get(call_id))
     }
 
     /// `tenant`'s call by id; another tenant's reads as absent.
     pub fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.read(|conn| sql::select_tenant_call(conn, tenant, call_id))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
+        each!(self, b => b.get_for(tenant, call_id))
     }
 
-    /// The key's call within `tenant`, as last committed. Used for the fast
-    /// path of a same-key retry: `idem_key` and `fingerprint` never change
-    /// once written, so a committed row is a safe answer without taking the
-    /// write lock.
+    /// The key's call within `tenant`, as last committed: the fast path of a
+    /// same-key retry (`idem_key` and `fingerprint` never change once written).
     pub fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.read(|conn| sql::select_call_by_key(conn, tenant, idem_key))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
+        each!(self, b => b.find_by_key(tenant, idem_key))
     }
 
     /// `tenant`'s call and its audit rows, oldest first, read in one
@@ -385,111 +327,29 @@ impl CallStore {
         tenant: &str,
         call_id: &str,
     ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
-        self.read(|conn| {
-            let snapshot = conn.unchecked_transaction()?;
-            let events = match sql::select_tenant_call(conn, tenant, call_id)? {
-                Some(_) => Some(reads::audit_timeline(conn, call_id)?),
-                None => None,
-            };
-            snapshot.commit()?;
-            Ok(events)
-        })
+        each!(self, b => b.audit_for(tenant, call_id))
     }
 
     /// Purge up to `limit` terminal calls whose last update is older than
-    /// the retention's TTL (nothing when keys are kept forever): one small
-    /// write batch, found by a read first. Returns what was purged.
+    /// the retention's TTL (nothing when keys are kept forever). Returns what
+    /// was purged.
     pub fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
-        let Some(ttl) = self.options.retention.key_ttl else {
-            return Ok(Vec::new());
-        };
-        let cutoff = now() - ttl.as_secs_f64();
-        let after = self.purge_cursor.load(Ordering::Relaxed);
-        let (found, next) = self.read(|conn| retention::candidates(conn, cutoff, after, limit))?;
-        self.purge_cursor.store(next, Ordering::Relaxed);
-        if found.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.write(retention::purge_op(found, cutoff))
+        each!(self, b => b.purge_expired(limit))
     }
 
-    /// What `/healthz` reports: whether a new connection can read the file
-    /// now, and whether the writer is stuck with work queued.
+    /// What `/healthz` reports: whether the database answers a fresh read now,
+    /// and whether the writer (SQLite) is stuck with work queued.
     pub fn health(&self) -> Health {
-        let database = reads::fresh_read(&self.path).map_err(|e| e.to_string());
-        let writer = match self.writer.stuck_for() {
-            Some((stuck, queued)) if stuck > WRITER_STUCK_AFTER => Err(format!(
-                "stuck for {:.1} s with {queued} operations queued",
-                stuck.as_secs_f64()
-            )),
-            _ => Ok(()),
-        };
-        Health { database, writer }
+        each!(self, b => b.health())
     }
 
     /// Calls by status and the oldest pending call, in one read (a scrape).
     pub fn backlog(&self) -> Result<Backlog, StoreError> {
-        self.read(|conn| {
-            let snapshot = conn.unchecked_transaction()?;
-            let backlog = reads::backlog(conn)?;
-            snapshot.commit()?;
-            Ok(backlog)
-        })
+        each!(self, b => b.backlog())
     }
 
     /// Every call's counts (`Scope::All`), or one tenant's.
     pub fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        self.read(|conn| {
-            // One read transaction, so the counts describe one moment even while
-            // the writer commits between the queries (each would otherwise see
-            // its own snapshot, and the statuses could outnumber the calls).
-            let snapshot = conn.unchecked_transaction()?;
-            let (calls, by_status, attempts) = match scope {
-                Scope::Tenant(tenant) => reads::count_tenant_calls(conn, tenant)?,
-                Scope::All if self.status_index_has_attempt => {
-                    sql::count_calls_in_status_index(conn)?
-                }
-                Scope::All => sql::count_calls_in_table(conn)?,
-            };
-            let effects = match scope {
-                Scope::Tenant(tenant) => reads::count_tenant_effects(conn, tenant)?,
-                Scope::All => sql::count_effects(conn)?,
-            };
-            snapshot.commit()?;
-            Ok(Stats {
-                calls,
-                effects,
-                by_status,
-                attempts,
-                writer: self.writer.stats(),
-            })
-        })
-    }
-
-    /// Queue `op` for the writer and wait until its batch has committed.
-    fn write<T, F>(&self, op: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
-        self.writer.submit(
-            op,
-            Box::new(move |outcome| {
-                // The caller may have gone (its thread ended); nothing to tell.
-                let _ = caller.send(outcome);
-            }),
-        );
-        answer
-            .recv()
-            .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
-    }
-
-    /// Run `op` on a pooled read connection (see `readers`).
-    fn read<T>(
-        &self,
-        op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
-        self.readers.read(op)
+        each!(self, b => b.stats(scope))
     }
 }

@@ -87,7 +87,7 @@ impl Readers {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(StoreError::Unavailable(format!(
+                return Err(StoreError::unavailable(format!(
                     "all {MAX_READERS} read connections stayed busy for {:?}",
                     self.options.busy_timeout
                 )));

@@ -232,7 +232,7 @@ fn configure(conn: &Connection, options: &StoreOptions) -> Result<(), StoreError
 pub(super) fn migrate(conn: &Connection) -> Result<Vec<&'static str>, StoreError> {
     let found = user_version(conn)?;
     if found > SCHEMA_VERSION {
-        return Err(StoreError::Internal(format!(
+        return Err(StoreError::internal(format!(
             "the database has schema version {found}, newer than this release's \
              {SCHEMA_VERSION}; run the release that wrote it, or a newer one"
         )));
@@ -296,7 +296,7 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
     conn.execute_batch("PRAGMA page_size=1024")?;
     let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(StoreError::Internal(format!(
+        return Err(StoreError::internal(format!(
             "could not switch to WAL (journal_mode={mode})"
         )));
     }
@@ -337,7 +337,7 @@ fn probe_a_write(conn: &Connection) -> Result<(), StoreError> {
 }
 
 fn cannot_write(why: &str) -> StoreError {
-    StoreError::Unavailable(format!(
+    StoreError::unavailable(format!(
         "it cannot be written ({why}); the service needs write access to the file \
          and to its folder, where SQLite keeps the -wal and -shm files"
     ))

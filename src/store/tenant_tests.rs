@@ -6,6 +6,8 @@
 use super::*;
 use rusqlite::Connection;
 use serde_json::json;
+use std::path::PathBuf;
+use std::sync::mpsc;
 
 fn temp_db(name: &str) -> (crate::temp::TempDir, PathBuf) {
     let dir = crate::temp::TempDir::new(&format!("idem-store-{name}")).unwrap();
@@ -13,14 +15,16 @@ fn temp_db(name: &str) -> (crate::temp::TempDir, PathBuf) {
     (dir, path)
 }
 
+use super::tests::backends::{on_both_backends, TestDb};
 use super::tests::{created_call as created, new_call_in as call_in};
 
-fn rows(db: &Path, sql: &str) -> i64 {
-    Connection::open(db)
-        .unwrap()
-        .query_row(sql, [], |r| r.get(0))
-        .unwrap()
-}
+on_both_backends!(
+    keys_and_calls_are_scoped_per_tenant,
+    purge_takes_only_expired_terminal_calls_and_keeps_their_effects,
+    without_a_ttl_nothing_is_purged,
+    a_backlog_is_purged_in_small_batches,
+    audit_rows_carry_their_attempt,
+);
 
 fn with_ttl(ttl: Option<Duration>) -> StoreOptions {
     StoreOptions {
@@ -52,10 +56,8 @@ fn finish_with_effect(store: &CallStore, call: &Call) -> Lease {
 
 /// The same key in two tenants is two calls; each tenant finds only its own,
 /// by key and by id, and counts only its own.
-#[test]
-fn keys_and_calls_are_scoped_per_tenant() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("tenants");
-    let store = CallStore::open(&db, StoreOptions::default())?;
+fn keys_and_calls_are_scoped_per_tenant(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let a = created(store.create_or_get(call_in("acme", "step-1", "fp-a"))?);
     let b = store.create_or_get(call_in("beta", "step-1", "fp-b"))?;
     let b = match b {
@@ -79,10 +81,10 @@ fn keys_and_calls_are_scoped_per_tenant() -> Result<(), StoreError> {
 /// Only terminal calls older than the TTL go, with their audit rows; their
 /// effects stay, marked; a pending call of the same age stays; the key then
 /// starts a new call.
-#[test]
-fn purge_takes_only_expired_terminal_calls_and_keeps_their_effects() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("purge");
-    let store = CallStore::open(&db, with_ttl(Some(Duration::from_millis(50))))?;
+fn purge_takes_only_expired_terminal_calls_and_keeps_their_effects(
+    db: &TestDb,
+) -> Result<(), StoreError> {
+    let store = db.open_with(with_ttl(Some(Duration::from_millis(50))))?;
     let done = created(store.create_or_get(call_in("acme", "done", "fp"))?);
     finish_with_effect(&store, &done);
     let waiting = created(store.create_or_get(call_in("acme", "waiting", "fp"))?);
@@ -110,12 +112,12 @@ fn purge_takes_only_expired_terminal_calls_and_keeps_their_effects() -> Result<(
         "SELECT count(*) FROM audit WHERE call_id = '{}'",
         done.call_id
     );
-    assert_eq!(rows(&db, &audit_rows), 0);
+    assert_eq!(db.count(&audit_rows), 0);
     let marked = format!(
         "SELECT count(*) FROM effects WHERE call_id = '{}' AND call_purged_at IS NOT NULL",
         done.call_id
     );
-    assert_eq!(rows(&db, &marked), 1);
+    assert_eq!(db.count(&marked), 1);
     assert!(store.purge_expired(100)?.is_empty());
     let again = store.create_or_get(call_in("acme", "done", "fp"))?;
     assert!(
@@ -126,10 +128,8 @@ fn purge_takes_only_expired_terminal_calls_and_keeps_their_effects() -> Result<(
 }
 
 /// `--key-ttl 0`: nothing expires and nothing is purged.
-#[test]
-fn without_a_ttl_nothing_is_purged() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("forever");
-    let store = CallStore::open(&db, with_ttl(None))?;
+fn without_a_ttl_nothing_is_purged(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open_with(with_ttl(None))?;
     let call = created(store.create_or_get(call_in("acme", "k", "fp"))?);
     finish_with_effect(&store, &call);
     assert_eq!(store.get(&call.call_id)?.unwrap().expires_at, None);
@@ -139,10 +139,8 @@ fn without_a_ttl_nothing_is_purged() -> Result<(), StoreError> {
 }
 
 /// Purging in batches of `limit` empties a backlog larger than one batch.
-#[test]
-fn a_backlog_is_purged_in_small_batches() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("batches");
-    let store = CallStore::open(&db, with_ttl(Some(Duration::from_millis(10))))?;
+fn a_backlog_is_purged_in_small_batches(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open_with(with_ttl(Some(Duration::from_millis(10))))?;
     for n in 0..25 {
         let call = created(store.create_or_get(call_in("acme", &format!("k{n}"), "fp"))?);
         finish_with_effect(&store, &call);
@@ -163,10 +161,8 @@ fn a_backlog_is_purged_in_small_batches() -> Result<(), StoreError> {
 }
 
 /// The timeline is in order and each row says which attempt it belongs to.
-#[test]
-fn audit_rows_carry_their_attempt() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("audit");
-    let store = CallStore::open(&db, StoreOptions::default())?;
+fn audit_rows_carry_their_attempt(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let call = created(store.create_or_get(call_in("acme", "k", "fp"))?);
     finish_with_effect(&store, &call);
     let events = store.audit_for("acme", &call.call_id)?.expect("the call");
@@ -190,7 +186,7 @@ fn audit_rows_carry_their_attempt() -> Result<(), StoreError> {
 /// although the pooled connections still hold it open.
 #[test]
 fn health_reads_the_file_afresh() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("health");
+    let (_dir, db) = temp_db("health_reads_the_file_afresh");
     let store = CallStore::open(&db, StoreOptions::default())?;
     store.get("warm-the-pool")?;
     assert_eq!(store.health().database, Ok(()));
@@ -209,18 +205,18 @@ fn health_reads_the_file_afresh() -> Result<(), StoreError> {
 /// for a while: `/healthz` reads this (and says so past `WRITER_STUCK_AFTER`).
 #[test]
 fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("stuck");
+    let (_dir, db) = temp_db("a_writer_holding_queued_work_is_seen_as_stuck");
     let store = CallStore::open(&db, StoreOptions::default())?;
     // Opening registers this process (one write); callers are answered just
     // before the batch is counted done, so idleness is awaited, not assumed.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while store.writer.stuck_for().is_some() {
+    while store.sqlite().writer.stuck_for().is_some() {
         assert!(std::time::Instant::now() < deadline, "never idle");
         std::thread::sleep(Duration::from_millis(5));
     }
     let (entered, inside) = mpsc::channel();
     let (release, released) = mpsc::channel::<()>();
-    store.writer.submit(
+    store.sqlite().writer.submit(
         move |_conn: &Connection| {
             entered.send(()).unwrap();
             let _ = released.recv();
@@ -230,12 +226,12 @@ fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
     );
     inside.recv().unwrap();
     let (answer, answered) = mpsc::channel();
-    store.writer.submit(
+    store.sqlite().writer.submit(
         |_conn: &Connection| Ok(()),
         Box::new(move |r| answer.send(r).unwrap()),
     );
     std::thread::sleep(Duration::from_millis(60));
-    let (stuck, queued) = store.writer.stuck_for().expect("work is queued");
+    let (stuck, queued) = store.sqlite().writer.stuck_for().expect("work is queued");
     assert!(stuck >= Duration::from_millis(50), "{stuck:?}");
     assert_eq!(queued, 2, "the batch in progress and the one waiting");
     assert_eq!(store.health().writer, Ok(()), "60 ms is not yet stuck");
@@ -243,7 +239,7 @@ fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
     answered.recv().unwrap()?;
     // Callers are answered just before the batch is counted done.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while store.writer.stuck_for().is_some() {
+    while store.sqlite().writer.stuck_for().is_some() {
         assert!(std::time::Instant::now() < deadline, "never idle again");
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -3,10 +3,26 @@
 
 use super::sql::create_or_get_op;
 use super::*;
-use serde_json::json;
-use std::path::PathBuf;
+use rusqlite::Connection;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
+pub(super) mod backends;
 mod retry;
+
+use backends::{on_both_backends, TestDb};
+
+on_both_backends!(
+    same_key_gives_one_call_and_other_fingerprint_conflicts,
+    claim_many_decides_each_call_on_its_own,
+    only_one_claim_wins_and_a_stale_completion_is_discarded,
+    recover_resets_only_expired_running_calls,
+    retryable_failure_is_reset_by_same_key_and_permanent_one_is_not,
+    many_threads_same_key_share_one_call,
+    recovery_names_the_owner_whose_lease_expired,
+    a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch,
+);
 
 /// `succeed_then`, waiting for the commit.
 fn succeed(
@@ -79,15 +95,14 @@ fn effects(store: &CallStore) -> i64 {
     store.stats(Scope::All).unwrap().effects
 }
 
-fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
-    let conn = Connection::open(db).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT event FROM audit WHERE call_id = ?1 ORDER BY id")
-        .unwrap();
-    stmt.query_map([call_id], |r| r.get(0))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
+/// A call's audit events, oldest first, through the store (either backend).
+fn audit_events(store: &CallStore, call_id: &str) -> Vec<String> {
+    let events = store.audit_for(crate::auth::ANONYMOUS, call_id).unwrap();
+    events
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.event)
+        .collect()
 }
 
 /// A new database's status index covers `attempt`, so `stats` counts from
@@ -96,7 +111,11 @@ fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
 #[test]
 fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), StoreError> {
     let new = TempDb::new("status-index-new");
-    assert!(CallStore::open(&new.path(), StoreOptions::default())?.status_index_has_attempt);
+    assert!(
+        CallStore::open(&new.path(), StoreOptions::default())?
+            .sqlite()
+            .status_index_has_attempt
+    );
     let seed = TempDb::new("status-index-seed");
     Connection::open(seed.path())?.execute_batch(
         "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE,
@@ -106,14 +125,16 @@ fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), Stor
            created_at REAL NOT NULL, updated_at REAL NOT NULL);
          CREATE INDEX idx_calls_status ON calls(status, lease_until);",
     )?;
-    assert!(CallStore::open(&seed.path(), StoreOptions::default())?.status_index_has_attempt);
+    assert!(
+        CallStore::open(&seed.path(), StoreOptions::default())?
+            .sqlite()
+            .status_index_has_attempt
+    );
     Ok(())
 }
 
-#[test]
-fn same_key_gives_one_call_and_other_fingerprint_conflicts() -> Result<(), StoreError> {
-    let db = TempDb::new("same-key");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn same_key_gives_one_call_and_other_fingerprint_conflicts(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let first = store.create_or_get(new_call("k", "fp1"))?;
     assert!(matches!(first, Created::New(_)));
     let again = store.create_or_get(new_call("k", "fp1"))?;
@@ -158,10 +179,8 @@ fn writer_stats_round_trip_and_difference() {
 
 /// Several claims in one operation are decided one by one: a call under a
 /// live lease is refused while the others are taken, answers in order.
-#[test]
-fn claim_many_decides_each_call_on_its_own() -> Result<(), StoreError> {
-    let db = TempDb::new("claim-many");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn claim_many_decides_each_call_on_its_own(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let ids: Vec<String> = ["a", "b", "c"]
         .iter()
         .map(|k| Ok(created_call(store.create_or_get(new_call(k, "fp"))?).call_id))
@@ -175,15 +194,13 @@ fn claim_many_decides_each_call_on_its_own() -> Result<(), StoreError> {
         .collect();
     assert_eq!(won, [Some(ids[0].as_str()), None, Some(ids[2].as_str())]);
     assert!(leases.iter().flatten().all(|l| l.attempt == 1));
-    assert_eq!(audit_events(&db.path(), &ids[0]), ["created", "claimed"]);
-    assert_eq!(audit_events(&db.path(), &ids[1]), ["created", "claimed"]);
+    assert_eq!(audit_events(&store, &ids[0]), ["created", "claimed"]);
+    assert_eq!(audit_events(&store, &ids[1]), ["created", "claimed"]);
     Ok(())
 }
 
-#[test]
-fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), StoreError> {
-    let db = TempDb::new("fence");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn only_one_claim_wins_and_a_stale_completion_is_discarded(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     // A zero-length lease expires at once, as after a long pause.
     let a = store
@@ -216,7 +233,7 @@ fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), Store
     assert_eq!(after.result, Some(json!({"by": "b"})));
     assert_eq!(effects(&store), 1);
     assert_eq!(
-        audit_events(&db.path(), &call.call_id),
+        audit_events(&store, &call.call_id),
         [
             "created",
             "claimed",
@@ -229,10 +246,8 @@ fn only_one_claim_wins_and_a_stale_completion_is_discarded() -> Result<(), Store
     Ok(())
 }
 
-#[test]
-fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
-    let db = TempDb::new("recover");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn recover_resets_only_expired_running_calls(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let expired = created_call(store.create_or_get(new_call("a", "fp"))?);
     let live = created_call(store.create_or_get(new_call("b", "fp"))?);
     let done = created_call(store.create_or_get(new_call("c", "fp"))?);
@@ -262,10 +277,10 @@ fn recover_resets_only_expired_running_calls() -> Result<(), StoreError> {
     Ok(())
 }
 
-#[test]
-fn retryable_failure_is_reset_by_same_key_and_permanent_one_is_not() -> Result<(), StoreError> {
-    let db = TempDb::new("retry");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn retryable_failure_is_reset_by_same_key_and_permanent_one_is_not(
+    db: &TestDb,
+) -> Result<(), StoreError> {
+    let store = db.open()?;
     for (key, retryable) in [("r", true), ("p", false)] {
         let call = created_call(store.create_or_get(new_call(key, "fp"))?);
         let lease = store
@@ -286,10 +301,8 @@ fn retryable_failure_is_reset_by_same_key_and_permanent_one_is_not() -> Result<(
     Ok(())
 }
 
-#[test]
-fn many_threads_same_key_share_one_call() -> Result<(), StoreError> {
-    let db = TempDb::new("threads");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn many_threads_same_key_share_one_call(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let ids: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..16)
             .map(|_| {
@@ -308,7 +321,7 @@ fn many_threads_same_key_share_one_call() -> Result<(), StoreError> {
 fn hold_writer(store: &CallStore) -> mpsc::Sender<()> {
     let (entered, is_inside) = mpsc::channel();
     let (release, released) = mpsc::channel::<()>();
-    store.writer.submit(
+    store.sqlite().writer.submit(
         move |_conn: &Connection| {
             entered.send(()).unwrap();
             let _ = released.recv();
@@ -327,7 +340,7 @@ fn queue_creates(store: &CallStore, keys: &[&str]) -> Answers {
     let (tx, rx) = mpsc::channel();
     for key in keys {
         let (tx, key) = (tx.clone(), key.to_string());
-        store.writer.submit(
+        store.sqlite().writer.submit(
             create_or_get_op(new_call(&key, "fp")),
             Box::new(move |outcome| tx.send((key, outcome)).unwrap()),
         );
@@ -354,7 +367,7 @@ fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_
     let release = hold_writer(&store);
     let before = queue_creates(&store, &["before-1", "before-2"]);
     let (full_tx, full_rx) = mpsc::channel();
-    store.writer.submit(
+    store.sqlite().writer.submit(
         |conn: &Connection| -> rusqlite::Result<()> {
             // What SQLite does on SQLITE_FULL during a spill: the whole
             // transaction is rolled back and the statement fails.
@@ -403,7 +416,7 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
     let store = CallStore::open(&db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let answers = queue_creates(&store, &["k-1"]);
-    store.writer.submit(
+    store.sqlite().writer.submit(
         |conn: &Connection| {
             conn.execute("INSERT INTO child VALUES (42)", [])
                 .map(|_| ())
@@ -429,9 +442,9 @@ fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Resul
 
 #[test]
 fn failing_operation_rolls_back_alone() -> Result<(), StoreError> {
-    let db = TempDb::new("savepoint");
+    let db = TempDb::new("failing_operation_rolls_back_alone");
     let store = CallStore::open(&db.path(), StoreOptions::default())?;
-    let failing = store.write(|conn| {
+    let failing = store.sqlite().write(|conn| {
         conn.execute(
             "INSERT INTO audit (ts, call_id, event, detail) VALUES (0, 'x', 'probe', '')",
             [],
@@ -595,7 +608,7 @@ fn upgrades_in_place(name: &str, ddl: &str) -> Result<(), StoreError> {
         call.next_attempt_at, None,
         "an old row has no retry scheduled"
     );
-    assert_eq!(audit_events(&db.path(), &call.call_id), ["succeeded"]);
+    assert_eq!(audit_events(&store, &call.call_id), ["succeeded"]);
     // The new code writes into the upgraded file as into a new one.
     let lease_holder = store.create_or_get(new_call("new-key", "fp"))?;
     assert!(matches!(lease_holder, Created::New(_)));
@@ -628,20 +641,21 @@ fn a_database_from_a_newer_release_is_refused() -> Result<(), StoreError> {
 
 /// The `recover` audit row names the owner whose lease expired (it used to
 /// read the owner after setting it to NULL).
-#[test]
-fn recovery_names_the_owner_whose_lease_expired() -> Result<(), StoreError> {
-    let db = TempDb::new("recover-owner");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn recovery_names_the_owner_whose_lease_expired(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     store
         .claim(&call.call_id, "4242:worker-7", Duration::ZERO)?
         .expect("claimed");
     assert_eq!(store.recover()?, vec![call.call_id.clone()]);
-    let detail: String = Connection::open(db.path())?.query_row(
-        "SELECT detail FROM audit WHERE call_id = ?1 AND event = 'recover'",
-        [&call.call_id],
-        |r| r.get(0),
-    )?;
+    let events = store
+        .audit_for(crate::auth::ANONYMOUS, &call.call_id)?
+        .unwrap();
+    let recover = events
+        .iter()
+        .find(|e| e.event == "recover")
+        .expect("recover");
+    let detail = recover.detail.clone().unwrap_or_default();
     assert_eq!(detail, "lease expired (owner 4242:worker-7)");
     Ok(())
 }
@@ -650,7 +664,7 @@ fn recovery_names_the_owner_whose_lease_expired() -> Result<(), StoreError> {
 /// error instead of leaving them waiting, and ends the writer thread.
 #[test]
 fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError> {
-    let db = TempDb::new("stop");
+    let db = TempDb::new("stop_commits_what_was_queued_and_refuses_the_rest");
     let store = CallStore::open(&db.path(), StoreOptions::default())?;
     let release = hold_writer(&store);
     let queued = queue_creates(&store, &["queued"]);
@@ -673,7 +687,7 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
 /// The bulk loader writes settled calls the store reads like any other.
 #[test]
 fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
-    let db = TempDb::new("bulk");
+    let db = TempDb::new("bulk_loaded_charges_read_like_served_ones");
     let store = CallStore::open(&db.path(), StoreOptions::default())?;
     let charge = bulk::BulkCharge {
         fingerprint: "fp",
@@ -698,18 +712,19 @@ fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
 /// A silent heartbeat takes back the calls of a process on another host, but
 /// never those of a process whose pid is alive on this one (it may just be
 /// starved of CPU); a long lease is no obstacle to the first.
-#[test]
-fn a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch() -> Result<(), StoreError> {
-    let db = TempDb::new("silent");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
-    let conn = Connection::open(db.path())?;
+fn a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch(
+    db: &TestDb,
+) -> Result<(), StoreError> {
+    let store = db.open()?;
     let long_ago = now() - 60.0;
     let me = store.instance().clone();
-    conn.execute(
+    db.execute(&format!(
         "INSERT INTO instances (instance_id, pid, host, started_at, heartbeat_at)
-         VALUES ('i_elsewhere', 1, 'another-host', ?1, ?1), ('i_here', ?2, ?3, ?1, ?1)",
-        rusqlite::params![long_ago, std::process::id(), me.host],
-    )?;
+         VALUES ('i_elsewhere', 1, 'another-host', {long_ago}, {long_ago}),
+                ('i_here', {}, '{}', {long_ago}, {long_ago})",
+        std::process::id(),
+        me.host
+    ));
     let mut owners = Vec::new();
     for (key, instance) in [("far", "i_elsewhere"), ("near", "i_here")] {
         let call = created_call(store.create_or_get(new_call(key, "fp"))?);
@@ -722,5 +737,28 @@ fn a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch() -> Result<()
     assert_eq!(store.recover()?, vec![owners[0].clone()]);
     let near = store.get(&owners[1])?.unwrap();
     assert_eq!(near.status, Status::Running);
+    Ok(())
+}
+
+on_both_backends!(claim_due_takes_the_oldest_due_calls_once);
+
+/// `claim_due` takes up to `limit` due calls, oldest first, each once; a
+/// call waiting for its retry time, or already running, is not taken.
+fn claim_due_takes_the_oldest_due_calls_once(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
+    let ids: Vec<String> = (0..5)
+        .map(|n| Ok(created_call(store.create_or_get(new_call(&format!("k{n}"), "fp"))?).call_id))
+        .collect::<Result<_, StoreError>>()?;
+    let first = store.claim_due(2, "1:a", Duration::from_secs(30))?;
+    let taken: Vec<&str> = first.iter().map(|l| l.call_id.as_str()).collect();
+    assert_eq!(taken, [ids[0].as_str(), ids[1].as_str()]);
+    assert!(first.iter().all(|l| l.attempt == 1));
+    let rest = store.claim_due(10, "1:b", Duration::from_secs(30))?;
+    let taken: Vec<&str> = rest.iter().map(|l| l.call_id.as_str()).collect();
+    assert_eq!(taken, [ids[2].as_str(), ids[3].as_str(), ids[4].as_str()]);
+    assert!(store
+        .claim_due(10, "1:c", Duration::from_secs(30))?
+        .is_empty());
+    assert_eq!(audit_events(&store, &ids[4]), ["created", "claimed"]);
     Ok(())
 }

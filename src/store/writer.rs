@@ -392,7 +392,7 @@ struct BatchLost(StoreError);
 
 impl From<rusqlite::Error> for BatchLost {
     fn from(e: rusqlite::Error) -> BatchLost {
-        BatchLost(StoreError::Unavailable(format!(
+        BatchLost(StoreError::unavailable(format!(
             "the write transaction was rolled back: {e}"
         )))
     }

@@ -3,6 +3,12 @@
 
 use super::*;
 
+on_both_backends!(
+    a_scheduled_retry_is_claimed_only_once_it_is_due,
+    retries_and_extensions_are_fenced_by_the_attempt,
+);
+use std::sync::mpsc;
+
 /// `retry_later_then`, waiting for the commit.
 fn retry_later(
     store: &CallStore,
@@ -23,10 +29,8 @@ fn due_ids(store: &CallStore) -> Vec<String> {
 /// A retryable failure with attempts left returns the call to `pending` with
 /// its error and a not-before time; until then no claim takes it and no scan
 /// lists it; after it, the next claim is attempt 2 and clears the time.
-#[test]
-fn a_scheduled_retry_is_claimed_only_once_it_is_due() -> Result<(), StoreError> {
-    let db = TempDb::new("retry-later");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn a_scheduled_retry_is_claimed_only_once_it_is_due(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     let lease = store
         .claim(&call.call_id, "1:w", Duration::from_secs(30))?
@@ -67,7 +71,7 @@ fn a_scheduled_retry_is_claimed_only_once_it_is_due() -> Result<(), StoreError> 
     assert_eq!(second.attempt, 2);
     assert_eq!(store.get(&call.call_id)?.unwrap().next_attempt_at, None);
     assert_eq!(
-        audit_events(&db.path(), &call.call_id),
+        audit_events(&store, &call.call_id),
         ["created", "claimed", "retry_scheduled", "claimed"]
     );
     Ok(())
@@ -75,10 +79,8 @@ fn a_scheduled_retry_is_claimed_only_once_it_is_due() -> Result<(), StoreError> 
 
 /// A retry scheduled under a lost lease changes nothing (`stale_completion`),
 /// and a lease is extended only while its attempt still owns the call.
-#[test]
-fn retries_and_extensions_are_fenced_by_the_attempt() -> Result<(), StoreError> {
-    let db = TempDb::new("retry-fence");
-    let store = CallStore::open(&db.path(), StoreOptions::default())?;
+fn retries_and_extensions_are_fenced_by_the_attempt(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
     let call = created_call(store.create_or_get(new_call("k", "fp"))?);
     let lost = store.claim(&call.call_id, "1:a", Duration::ZERO)?.unwrap();
     let owner = store
@@ -99,7 +101,7 @@ fn retries_and_extensions_are_fenced_by_the_attempt() -> Result<(), StoreError> 
     succeed(&store, &owner, &json!({}), None)?;
     assert_eq!(store.extend(&[owner], Duration::from_secs(90))?, [false]);
     assert_eq!(
-        audit_events(&db.path(), &call.call_id),
+        audit_events(&store, &call.call_id),
         [
             "created",
             "claimed",

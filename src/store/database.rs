@@ -1,0 +1,325 @@
+//! Which database a `--db` value names: a `postgres://` or `postgresql://`
+//! URL (libpq style: user, password, host, port, dbname, `sslmode`,
+//! `application_name`, ...) is a PostgreSQL database; anything else is the
+//! path of a SQLite file, as it always was.
+//!
+//! It owns parsing and printing that value, and must never print a password:
+//! `Display` of a `PgTarget` (and so of a `Database`) masks it, and a parse
+//! error names the URL only masked.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The database the store opens.
+#[derive(Clone)]
+pub enum Database {
+    Sqlite(PathBuf),
+    Postgres(PgTarget),
+}
+
+impl Database {
+    /// A `--db` value: a PostgreSQL URL, or a SQLite file's path.
+    pub fn parse(value: &str) -> Result<Database, String> {
+        if PgTarget::is_url(value) {
+            PgTarget::parse(value).map(Database::Postgres)
+        } else {
+            Ok(Database::Sqlite(PathBuf::from(value)))
+        }
+    }
+
+    /// The SQLite file, if this is one (the tests and tools that open it).
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match self {
+            Database::Sqlite(path) => Some(path),
+            Database::Postgres(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{}", path.display()),
+            Database::Postgres(target) => target.fmt(f),
+        }
+    }
+}
+
+/// Masked like `Display`: a `{:?}` in a log line must not leak either.
+impl fmt::Debug for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "Sqlite({})", path.display()),
+            Database::Postgres(target) => write!(f, "Postgres({target})"),
+        }
+    }
+}
+
+/// What `CallStore::open` takes: a `Database`, or a SQLite file's path as
+/// before PostgreSQL existed (`&Path`, `&PathBuf`).
+pub trait DatabaseRef {
+    fn to_database(&self) -> Database;
+}
+
+impl DatabaseRef for Database {
+    fn to_database(&self) -> Database {
+        self.clone()
+    }
+}
+
+impl DatabaseRef for Path {
+    fn to_database(&self) -> Database {
+        Database::Sqlite(self.to_path_buf())
+    }
+}
+
+impl DatabaseRef for PathBuf {
+    fn to_database(&self) -> Database {
+        Database::Sqlite(self.clone())
+    }
+}
+
+impl From<&Path> for Database {
+    fn from(path: &Path) -> Database {
+        Database::Sqlite(path.to_path_buf())
+    }
+}
+
+impl From<&PathBuf> for Database {
+    fn from(path: &PathBuf) -> Database {
+        Database::Sqlite(path.clone())
+    }
+}
+
+impl From<PathBuf> for Database {
+    fn from(path: PathBuf) -> Database {
+        Database::Sqlite(path)
+    }
+}
+
+impl From<PgTarget> for Database {
+    fn from(target: PgTarget) -> Database {
+        Database::Postgres(target)
+    }
+}
+
+/// libpq's `sslmode`, with the verification each promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    /// No TLS.
+    Disable,
+    /// TLS if the server offers it, unverified (libpq's default).
+    Prefer,
+    /// TLS or no connection; the certificate is not verified.
+    Require,
+    /// TLS; the certificate chains to a trusted root (any host name).
+    VerifyCa,
+    /// TLS; the certificate chains to a trusted root and names the host.
+    VerifyFull,
+}
+
+impl SslMode {
+    fn parse(value: &str) -> Option<SslMode> {
+        Some(match value {
+            "disable" => SslMode::Disable,
+            // libpq's `allow` tries without TLS first; nothing here is gained
+            // by that order, so it is taken as `prefer`.
+            "allow" | "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+}
+
+/// A PostgreSQL database: the parsed connection settings (with the password)
+/// and the URL to print (without it).
+#[derive(Clone)]
+pub struct PgTarget {
+    /// Boxed: a `Database` is passed around by value, and the SQLite
+    /// variant should not carry PostgreSQL's 300 bytes.
+    config: Box<::postgres::Config>,
+    ssl_mode: SslMode,
+    masked: String,
+}
+
+/// How long a new connection may take before the store answers `503`.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl PgTarget {
+    pub fn is_url(value: &str) -> bool {
+        value.starts_with("postgres://") || value.starts_with("postgresql://")
+    }
+
+    /// Parse a `postgres://user:password@host:port/dbname?sslmode=...` URL.
+    pub fn parse(url: &str) -> Result<PgTarget, String> {
+        let masked = mask_password(url);
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut ssl_mode = SslMode::Prefer;
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("sslmode", value)) => {
+                    ssl_mode = SslMode::parse(value).ok_or_else(|| {
+                        format!(
+                            "{masked}: sslmode must be disable, prefer, require, verify-ca \
+                             or verify-full, not {value:?}"
+                        )
+                    })?
+                }
+                _ => kept.push(pair),
+            }
+        }
+        let rest = if kept.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        let mut config = ::postgres::Config::from_str(&rest)
+            .map_err(|e| format!("{masked} is not a PostgreSQL URL: {e}"))?;
+        config.ssl_mode(match ssl_mode {
+            SslMode::Disable => ::postgres::config::SslMode::Disable,
+            SslMode::Prefer => ::postgres::config::SslMode::Prefer,
+            _ => ::postgres::config::SslMode::Require,
+        });
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("idempotent-tool");
+        }
+        if config.get_user().is_none() {
+            return Err(format!("{masked}: the URL names no user"));
+        }
+        Ok(PgTarget {
+            config: Box::new(config),
+            ssl_mode,
+            masked,
+        })
+    }
+
+    pub(super) fn config(&self) -> &::postgres::Config {
+        &self.config
+    }
+
+    pub fn ssl_mode(&self) -> SslMode {
+        self.ssl_mode
+    }
+
+    pub fn dbname(&self) -> Option<&str> {
+        self.config.get_dbname()
+    }
+}
+
+impl fmt::Display for PgTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.masked)
+    }
+}
+
+impl fmt::Debug for PgTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PgTarget({})", self.masked)
+    }
+}
+
+/// The URL with the password in its user part, and any `password=` query
+/// parameter, replaced by `***`.
+fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => format!("{userinfo}@{host}"),
+        },
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => "password=***".to_string(),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_postgres_url_selects_postgres_and_anything_else_is_a_file() {
+        for url in [
+            "postgres://u@h/db",
+            "postgresql://u:p@h:5433/db?sslmode=require",
+        ] {
+            assert!(
+                matches!(Database::parse(url), Ok(Database::Postgres(_))),
+                "{url}"
+            );
+        }
+        for path in [
+            "idem.db",
+            "/tmp/postgres/x.db",
+            "postgres.db",
+            "./postgres:/x",
+        ] {
+            let db = Database::parse(path).unwrap();
+            assert_eq!(db.sqlite_path(), Some(Path::new(path)));
+        }
+    }
+
+    #[test]
+    fn the_password_never_prints() {
+        let url = "postgres://idem:s3cr%40t@db.example:6432/calls?sslmode=verify-full&password=other&application_name=n1";
+        let target = PgTarget::parse(url).unwrap();
+        for printed in [
+            target.to_string(),
+            format!("{target:?}"),
+            Database::Postgres(target.clone()).to_string(),
+            format!("{:?}", Database::Postgres(target.clone())),
+        ] {
+            assert!(!printed.contains("s3cr"), "{printed}");
+            assert!(!printed.contains("other"), "{printed}");
+            assert!(
+                printed.contains("idem:***@db.example:6432/calls"),
+                "{printed}"
+            );
+        }
+        assert_eq!(target.ssl_mode(), SslMode::VerifyFull);
+        assert_eq!(target.dbname(), Some("calls"));
+        assert_eq!(target.config().get_application_name(), Some("n1"));
+        let bad = PgTarget::parse("postgres://idem:s3cr@h/db?sslmode=maybe").unwrap_err();
+        assert!(bad.contains("sslmode") && !bad.contains("s3cr"), "{bad}");
+        let bad = PgTarget::parse("postgres://idem:s3cr@h:notaport/db").unwrap_err();
+        assert!(!bad.contains("s3cr"), "{bad}");
+    }
+
+    #[test]
+    fn defaults_are_filled_in() {
+        let target = PgTarget::parse("postgres://u@h/db").unwrap();
+        assert_eq!(target.ssl_mode(), SslMode::Prefer);
+        assert_eq!(
+            target.config().get_application_name(),
+            Some("idempotent-tool")
+        );
+        assert_eq!(
+            target.config().get_connect_timeout(),
+            Some(&DEFAULT_CONNECT_TIMEOUT)
+        );
+    }
+}

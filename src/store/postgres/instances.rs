@@ -1,0 +1,190 @@
+//! Nodes and their heartbeats on PostgreSQL, and recovery: which `running`
+//! calls may be taken back, and taking them. The rules are SQLite's (see
+//! `store::instances`): a call whose owner's instance stopped, or has not
+//! heart-beaten for `DEAD_AFTER` by the database's clock, or whose lease
+//! expired, is reclaimed at once; the pid check applies only to an owner on
+//! this host, where the kernel can answer. Heartbeat times come from the
+//! database's clock, so a node whose clock is off is judged by the same one.
+//!
+//! Never declares a live process on this host dead; a wrong verdict about
+//! another host (a node paused past `DEAD_AFTER`) is safe: its completion is
+//! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
+
+use super::super::instances::{pid_is_alive, Instance, DEAD_AFTER};
+use super::sql::now;
+use ::postgres::GenericClient;
+
+/// Record this node, and mark stopped every earlier instance on this host
+/// whose pid is gone (killed: nothing else marked it). Returns how many.
+pub(super) fn register(
+    client: &mut impl GenericClient,
+    me: &Instance,
+) -> Result<usize, ::postgres::Error> {
+    client.execute(
+        concat!(
+            "INSERT INTO instances (instance_id, pid, host, started_at, heartbeat_at)
+             VALUES ($1, $2, $3, ",
+            now!(),
+            ", ",
+            now!(),
+            ")"
+        ),
+        &[&me.id, &i64::from(me.pid), &me.host],
+    )?;
+    let same_host = client.query(
+        "SELECT instance_id, pid FROM instances
+          WHERE host = $1 AND stopped_at IS NULL AND instance_id <> $2",
+        &[&me.host, &me.id],
+    )?;
+    let mut marked = 0;
+    for row in same_host {
+        let (instance_id, pid): (String, i64) = (row.get(0), row.get(1));
+        if !u32::try_from(pid).is_ok_and(pid_is_alive) {
+            mark_stopped(client, &instance_id)?;
+            marked += 1;
+        }
+    }
+    Ok(marked)
+}
+
+pub(super) fn heartbeat(
+    client: &mut impl GenericClient,
+    me: &Instance,
+) -> Result<(), ::postgres::Error> {
+    client.execute(
+        concat!(
+            "UPDATE instances SET heartbeat_at = ",
+            now!(),
+            " WHERE instance_id = $1"
+        ),
+        &[&me.id],
+    )?;
+    Ok(())
+}
+
+pub(super) fn mark_stopped(
+    client: &mut impl GenericClient,
+    instance_id: &str,
+) -> Result<(), ::postgres::Error> {
+    client.execute(
+        concat!(
+            "UPDATE instances SET stopped_at = ",
+            now!(),
+            " WHERE instance_id = $1 AND stopped_at IS NULL"
+        ),
+        &[&instance_id],
+    )?;
+    Ok(())
+}
+
+/// The `running` calls recovery may take back, with what their owners
+/// left behind, and the database's time: `calls_running` finds them.
+const RECLAIMABLE: &str = concat!(
+    "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at,
+            i.host, i.pid, ",
+    now!(),
+    " AS now
+       FROM calls c
+       LEFT JOIN instances i
+         ON c.owner LIKE '%@%' AND i.instance_id = split_part(c.owner, '@', 2)
+      WHERE c.status = 'running'
+        AND (c.lease_until IS NULL OR c.lease_until <= ",
+    now!(),
+    "
+             OR i.stopped_at IS NOT NULL OR i.heartbeat_at <= ",
+    now!(),
+    " - $1)"
+);
+
+/// Each taken back by its own conditional update on the attempt that was
+/// read (the row count decides), with its `recover` audit row, in one
+/// statement.
+const TAKE_BACK: &str = concat!(
+    "WITH r AS (
+       UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ",
+    now!(),
+    "
+         FROM unnest($1::text[], $2::int8[], $3::text[]) AS x(call_id, attempt, why)
+        WHERE calls.call_id = x.call_id AND calls.status = 'running'
+          AND calls.attempt = x.attempt
+       RETURNING calls.call_id, x.attempt, x.why, calls.updated_at
+     ), a AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT updated_at, call_id, attempt, 'recover', why FROM r
+     )
+     SELECT call_id FROM r"
+);
+
+/// Return reclaimable `running` calls to `pending`; their ids.
+pub(super) fn recover(
+    client: &mut impl GenericClient,
+    me: &Instance,
+) -> Result<Vec<String>, ::postgres::Error> {
+    let dead_after = DEAD_AFTER.as_secs_f64();
+    let candidates: Vec<Reclaimable> = client
+        .query(RECLAIMABLE, &[&dead_after])?
+        .iter()
+        .map(|r| Reclaimable {
+            call_id: r.get(0),
+            attempt: r.get(1),
+            owner: r.get(2),
+            lease_until: r.get(3),
+            heartbeat_at: r.get(4),
+            stopped_at: r.get(5),
+            host: r.get(6),
+            pid: r.get(7),
+            now: r.get(8),
+        })
+        .filter(|c| !c.owner_is_alive_here(me))
+        .collect();
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = candidates.iter().map(|c| c.call_id.as_str()).collect();
+    let attempts: Vec<i64> = candidates.iter().map(|c| c.attempt).collect();
+    let whys: Vec<String> = candidates.iter().map(Reclaimable::why).collect();
+    let rows = client.query(TAKE_BACK, &[&ids, &attempts, &whys])?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// A `running` call recovery may take back, and what its owner left behind.
+struct Reclaimable {
+    call_id: String,
+    attempt: i64,
+    owner: Option<String>,
+    lease_until: Option<f64>,
+    heartbeat_at: Option<f64>,
+    stopped_at: Option<f64>,
+    host: Option<String>,
+    pid: Option<i64>,
+    /// The database's time when this was read.
+    now: f64,
+}
+
+impl Reclaimable {
+    /// On this host the kernel knows: a live pid keeps its calls until its
+    /// lease expires, however late its heartbeat.
+    fn owner_is_alive_here(&self, me: &Instance) -> bool {
+        let lease_valid = self.lease_until.is_some_and(|until| until > self.now);
+        lease_valid
+            && self.stopped_at.is_none()
+            && self.host.as_deref() == Some(me.host.as_str())
+            && self
+                .pid
+                .and_then(|p| u32::try_from(p).ok())
+                .is_some_and(pid_is_alive)
+    }
+
+    /// The audit detail: whose lease, and why it was taken.
+    fn why(&self) -> String {
+        let owner = self.owner.as_deref().unwrap_or("-");
+        if self.lease_until.is_none_or(|until| until <= self.now) {
+            format!("lease expired (owner {owner})")
+        } else if self.stopped_at.is_some() {
+            format!("owner {owner} is gone (its process stopped or died)")
+        } else {
+            let silent = self.now - self.heartbeat_at.unwrap_or(self.now);
+            format!("owner {owner} is gone (no heartbeat for {silent:.1} s)")
+        }
+    }
+}

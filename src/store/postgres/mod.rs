@@ -1,0 +1,360 @@
+//! The PostgreSQL backend behind `CallStore`, for several service nodes on
+//! one database. Every operation runs on the calling thread, on a pooled
+//! connection (`pool`), and most are one statement (`sql`) — a transition,
+//! its audit row and its effect committed together in one round trip.
+//!
+//! Map: `pool` (at most `--db-pool` connections, broken ones replaced),
+//! `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
+//! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
+//! (the state machine), `instances` (heartbeats and recovery), `retention`
+//! (key purge), `reads` (`/stats`, audit, backlog, health).
+//!
+//! Guarantees as on SQLite (see the store's map), with these differences:
+//! there is no writer thread and no group commit (PostgreSQL groups commits
+//! itself), so `succeed_then` and friends commit before they return; lease
+//! and heartbeat times are the database's; `claim_due` takes calls with
+//! `FOR UPDATE SKIP LOCKED`, so nodes never queue on each other's rows.
+//!
+//! This module never holds a transaction open across anything but SQL, and
+//! never lets a `postgres` type out.
+
+mod error;
+mod instances;
+mod pool;
+mod reads;
+mod retention;
+mod schema;
+mod sql;
+#[cfg(test)]
+mod tests;
+mod tls;
+
+pub use schema::PG_SCHEMA_VERSION;
+
+use super::database::PgTarget;
+use super::error::StoreError;
+use super::instances::Instance;
+use super::model::{
+    AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
+    Purged, Retention, Scope, Stats, Status, WriterStats,
+};
+use super::writer::Then;
+use super::StoreOptions;
+use crate::metrics::Metrics;
+use ::postgres::IsolationLevel;
+use pool::Pool;
+use serde_json::Value;
+use sql::Finish;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(super) struct PgStore {
+    pool: Pool,
+    options: StoreOptions,
+    /// This node in `instances`; its workers' owner strings name it.
+    instance: Instance,
+    /// Set by `stop`: later operations are answered `Unavailable`.
+    stopped: AtomicBool,
+}
+
+impl PgStore {
+    /// Connect, migrate, and register this node.
+    pub(super) fn open(target: &PgTarget, options: StoreOptions) -> Result<PgStore, StoreError> {
+        let pool = Pool::new(
+            target,
+            options.pool_size,
+            options.busy_timeout,
+            options.ca_file.as_deref(),
+        )?;
+        let store = PgStore {
+            pool,
+            options,
+            instance: Instance::this_process(),
+            stopped: AtomicBool::new(false),
+        };
+        store.pool.with(|c| Ok(schema::migrate(c)))??;
+        let me = store.instance.clone();
+        let gone = store.run(|c| instances::register(c, &me))?;
+        if gone > 0 {
+            crate::log::warn(
+                "earlier processes on this host are gone; their running calls are reclaimed now",
+            )
+            .event("instances_gone")
+            .number("processes", gone as u64)
+            .emit();
+        }
+        Ok(store)
+    }
+
+    /// No writer thread here: nothing to report per batch.
+    pub(super) fn report_to(&self, _metrics: Arc<Metrics>) {}
+
+    pub(super) fn retention(&self) -> Retention {
+        self.options.retention
+    }
+
+    pub(super) fn instance(&self) -> &Instance {
+        &self.instance
+    }
+
+    pub(super) fn heartbeat(&self) -> Result<(), StoreError> {
+        self.run(|c| instances::heartbeat(c, &self.instance))
+    }
+
+    /// Mark this node stopped (the others reclaim its running calls at once),
+    /// then refuse further operations and close idle connections.
+    pub(super) fn stop(&self) {
+        if self.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = self.run(|c| instances::mark_stopped(c, &self.instance.id)) {
+            crate::log::warn("could not mark this process stopped")
+                .event("mark_stopped_failed")
+                .cause(&e)
+                .emit();
+        }
+        self.stopped.store(true, Ordering::SeqCst);
+        self.pool.close_idle();
+    }
+
+    pub(super) fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
+        let retention = self.options.retention;
+        Ok(match self.run(|c| sql::create_or_get(c, &new))? {
+            Created::New(c) => Created::New(retention.stamp(c)),
+            Created::Existing(c) => Created::Existing(retention.stamp(c)),
+            Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
+            Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
+        })
+    }
+
+    pub(super) fn claim_many(
+        &self,
+        call_ids: &[String],
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Option<Lease>>, StoreError> {
+        let won = self.run(|c| sql::claim_named(c, call_ids, owner, lease.as_secs_f64()))?;
+        Ok(call_ids
+            .iter()
+            .map(|id| won.iter().find(|l| &l.call_id == id).cloned())
+            .collect())
+    }
+
+    pub(super) fn claim_due(
+        &self,
+        limit: usize,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        self.run(|c| sql::claim_due(c, limit, owner, lease.as_secs_f64()))
+    }
+
+    pub(super) fn succeed_then(
+        &self,
+        lease: &Lease,
+        result: &Value,
+        effect: Option<NewEffect>,
+        then: Then<Completion>,
+    ) {
+        let result = result.to_string();
+        let finish = Finish {
+            status: Status::Succeeded,
+            result_json: Some(&result),
+            error_json: None,
+            effect: effect.map(|e| (e.amount, e.detail.map(|d| d.to_string()))),
+            event: "succeeded",
+            detail: &lease.effect_id,
+        };
+        then(self.finish(lease, &finish, "succeeded"))
+    }
+
+    pub(super) fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        let error = error.to_string();
+        let finish = Finish {
+            status: Status::Failed,
+            result_json: None,
+            error_json: Some(&error),
+            effect: None,
+            event: "failed",
+            detail: &error,
+        };
+        then(self.finish(lease, &finish, "failed"))
+    }
+
+    pub(super) fn retry_later_then(
+        &self,
+        lease: &Lease,
+        error: &Value,
+        delay: Duration,
+        then: Then<Completion>,
+    ) {
+        let code = error["code"].as_str().unwrap_or_default();
+        let detail = format!(
+            "attempt {} failed ({code}); attempt {} in {:.3} s",
+            lease.attempt,
+            lease.attempt + 1,
+            delay.as_secs_f64()
+        );
+        let error = error.to_string();
+        then(self.run(|c| {
+            if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
+                return Ok(Completion::Applied);
+            }
+            sql::audit_stale(c, lease, "been retried")?;
+            Ok(Completion::Stale)
+        }))
+    }
+
+    /// A fenced completion; a lost lease leaves only a `stale_completion`
+    /// audit row.
+    fn finish(
+        &self,
+        lease: &Lease,
+        finish: &Finish<'_>,
+        outcome: &str,
+    ) -> Result<Completion, StoreError> {
+        self.run(|c| {
+            if sql::finish_fenced(c, lease, finish)? {
+                return Ok(Completion::Applied);
+            }
+            sql::audit_stale(c, lease, outcome)?;
+            Ok(Completion::Stale)
+        })
+    }
+
+    pub(super) fn extend(
+        &self,
+        leases: &[Lease],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let held = self.run(|c| sql::extend(c, leases, lease.as_secs_f64()))?;
+        Ok(leases
+            .iter()
+            .map(|l| {
+                held.iter()
+                    .any(|(id, attempt)| id == &l.call_id && *attempt == l.attempt)
+            })
+            .collect())
+    }
+
+    pub(super) fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
+        Ok(match self.run(|c| sql::release(c, lease))? {
+            true => Completion::Applied,
+            false => Completion::Stale,
+        })
+    }
+
+    pub(super) fn recover(&self) -> Result<Vec<String>, StoreError> {
+        self.run(|c| instances::recover(c, &self.instance))
+    }
+
+    pub(super) fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
+        self.run(|c| sql::due_calls(c, limit))
+    }
+
+    pub(super) fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
+        let call = self.run(|c| sql::select_call(c, call_id))?;
+        Ok(call.map(|c| self.options.retention.stamp(c)))
+    }
+
+    pub(super) fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
+        let call = self.run(|c| sql::select_tenant_call(c, tenant, call_id))?;
+        Ok(call.map(|c| self.options.retention.stamp(c)))
+    }
+
+    pub(super) fn find_by_key(
+        &self,
+        tenant: &str,
+        idem_key: &str,
+    ) -> Result<Option<Call>, StoreError> {
+        let call = self.run(|c| sql::select_call_by_key(c, tenant, idem_key))?;
+        Ok(call.map(|c| self.options.retention.stamp(c)))
+    }
+
+    pub(super) fn audit_for(
+        &self,
+        tenant: &str,
+        call_id: &str,
+    ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
+        self.snapshot(|tx| match sql::select_tenant_call(tx, tenant, call_id)? {
+            Some(_) => Ok(Some(reads::audit_timeline(tx, call_id)?)),
+            None => Ok(None),
+        })
+    }
+
+    pub(super) fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
+        let Some(ttl) = self.options.retention.key_ttl else {
+            return Ok(Vec::new());
+        };
+        self.run(|c| retention::purge(c, ttl.as_secs_f64(), limit))
+    }
+
+    /// `/healthz`: a read on a pooled connection (a broken one is replaced by
+    /// a new one, so this also proves a connection can be made). No writer.
+    pub(super) fn health(&self) -> Health {
+        let database = self.pool.with(reads::probe).map_err(|e| e.to_string());
+        Health {
+            database,
+            writer: Ok(()),
+        }
+    }
+
+    pub(super) fn backlog(&self) -> Result<Backlog, StoreError> {
+        self.snapshot(|tx| reads::backlog(tx))
+    }
+
+    pub(super) fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
+        let counts = self.snapshot(|tx| reads::counts(tx, scope))?;
+        Ok(Stats {
+            calls: counts.calls,
+            effects: counts.effects,
+            by_status: counts.by_status,
+            attempts: counts.attempts,
+            writer: WriterStats::default(),
+        })
+    }
+
+    /// Connections open now (idle or lent), for the tests of the pool.
+    #[cfg(test)]
+    pub(in crate::store) fn connections(&self) -> usize {
+        self.pool.open()
+    }
+
+    /// Run `op` on a pooled connection, in autocommit: each statement is its
+    /// own transaction, committed (durably: `synchronous_commit = on`) before
+    /// it returns.
+    fn run<T>(
+        &self,
+        op: impl FnOnce(&mut ::postgres::Client) -> Result<T, ::postgres::Error>,
+    ) -> Result<T, StoreError> {
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable("the store is stopping"));
+        }
+        self.pool.with(op)
+    }
+
+    /// Run `op` in one read-only REPEATABLE READ transaction: several reads
+    /// that describe one moment.
+    fn snapshot<T>(
+        &self,
+        op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, ::postgres::Error>,
+    ) -> Result<T, StoreError> {
+        self.run(|c| {
+            let mut tx = c
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let out = op(&mut tx)?;
+            tx.commit()?;
+            Ok(out)
+        })
+    }
+}

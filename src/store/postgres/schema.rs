@@ -1,0 +1,171 @@
+//! The PostgreSQL schema and its migrations.
+//!
+//! `idem_schema` holds one row per step applied. Each step runs in its own
+//! transaction that first takes `pg_advisory_xact_lock(MIGRATION_LOCK)` and
+//! then re-reads the version: nodes starting at once queue on the lock, and
+//! the ones after the first find the step applied, so each runs exactly once,
+//! whole or not at all (PostgreSQL's DDL is transactional). A database whose
+//! version is newer than this binary knows is refused, as on SQLite.
+//!
+//! Step 1 is the SQLite schema's shape at its version 7 (tenants, audit
+//! attempts, key retention, automatic retries, instances), with PostgreSQL's
+//! own indexes for the queue. This module never reads or writes calls.
+
+use super::super::error::StoreError;
+use super::error::store_error;
+use ::postgres::Client;
+
+/// The advisory lock every migration takes ("idem" in ASCII): one number,
+/// so a database shared with other applications is unlikely to collide.
+const MIGRATION_LOCK: i64 = 0x6964_656d;
+
+struct Migration {
+    version: i32,
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Every step, oldest first. Append only: a released step never changes.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "calls, effects, audit and instances (the SQLite schema at version 7)",
+    sql: V1,
+}];
+
+/// The PostgreSQL schema version this binary writes.
+pub const PG_SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+/// Times are seconds since the epoch (`double precision`), from the
+/// database's clock, as on SQLite (REAL): the API's types stay one.
+///
+/// Indexes, each for one reader of the queue, all partial so a call is in at
+/// most the ones its status needs:
+/// - `calls_pending (created_seq)`: the claim's scan, oldest first, with
+///   `FOR UPDATE SKIP LOCKED`;
+/// - `calls_running (lease_until)`: recovery's scan of running calls;
+/// - `calls_terminal (updated_at)`: key retention's scan of expired calls.
+///
+/// `created_seq` is creation order (an identity), for the claim's order.
+/// The `status` check makes an unknown status impossible rather than a
+/// `verify` finding.
+const V1: &str = "
+CREATE TABLE calls (
+  call_id         text PRIMARY KEY,
+  tenant          text NOT NULL,
+  idem_key        text NOT NULL,
+  fingerprint     text NOT NULL,
+  client_id       text,
+  seq             bigint,
+  tool            text NOT NULL,
+  args_json       text NOT NULL,
+  status          text NOT NULL,
+  result_json     text,
+  error_json      text,
+  attempt         bigint NOT NULL DEFAULT 0,
+  lease_until     double precision,
+  owner           text,
+  effect_id       text,
+  created_at      double precision NOT NULL,
+  updated_at      double precision NOT NULL,
+  next_attempt_at double precision,
+  created_seq     bigint GENERATED ALWAYS AS IDENTITY,
+  CONSTRAINT calls_tenant_idem_key UNIQUE (tenant, idem_key),
+  CONSTRAINT calls_status_known
+    CHECK (status IN ('pending', 'running', 'succeeded', 'failed'))
+);
+CREATE INDEX calls_pending ON calls (created_seq) WHERE status = 'pending';
+CREATE INDEX calls_running ON calls (lease_until) WHERE status = 'running';
+CREATE INDEX calls_terminal ON calls (updated_at) WHERE status IN ('succeeded', 'failed');
+CREATE INDEX calls_client_seq ON calls (client_id, seq) WHERE client_id IS NOT NULL;
+
+CREATE TABLE effects (
+  effect_id      text PRIMARY KEY,
+  call_id        text NOT NULL CONSTRAINT effects_call_id UNIQUE,
+  tool           text NOT NULL,
+  amount         bigint,
+  detail         text,
+  created_at     double precision NOT NULL,
+  call_purged_at double precision
+);
+
+CREATE TABLE audit (
+  id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  ts       double precision NOT NULL,
+  call_id  text,
+  attempt  bigint,
+  event    text NOT NULL,
+  detail   text
+);
+CREATE INDEX audit_call ON audit (call_id, id);
+
+CREATE TABLE instances (
+  instance_id  text PRIMARY KEY,
+  pid          bigint NOT NULL,
+  host         text NOT NULL,
+  started_at   double precision NOT NULL,
+  heartbeat_at double precision NOT NULL,
+  stopped_at   double precision
+);
+";
+
+/// Bring the database up to `PG_SCHEMA_VERSION`; returns the names of the
+/// steps this call applied (each is also logged once, here).
+pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreError> {
+    let found = locked(client, |tx| {
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS idem_schema (
+               version    integer PRIMARY KEY,
+               name       text NOT NULL,
+               applied_at timestamptz NOT NULL DEFAULT now()
+             )",
+        )?;
+        version(tx)
+    })?;
+    if found > PG_SCHEMA_VERSION {
+        return Err(StoreError::internal(format!(
+            "the database has schema version {found}, newer than this release's \
+             {PG_SCHEMA_VERSION}; run the release that wrote it, or a newer one"
+        )));
+    }
+    let mut applied = Vec::new();
+    for step in MIGRATIONS.iter().filter(|m| m.version > found) {
+        let ran = locked(client, |tx| {
+            if version(tx)? >= step.version {
+                return Ok(false);
+            }
+            tx.batch_execute(step.sql)?;
+            tx.execute(
+                "INSERT INTO idem_schema (version, name) VALUES ($1, $2)",
+                &[&step.version, &step.name],
+            )?;
+            Ok(true)
+        })?;
+        if ran {
+            crate::log::info("schema migration applied")
+                .event("migration")
+                .number("version", step.version as u64)
+                .label("migration", step.name)
+                .emit();
+            applied.push(step.name);
+        }
+    }
+    Ok(applied)
+}
+
+/// Run `op` in a transaction that holds the migration lock until it ends.
+fn locked<T>(
+    client: &mut Client,
+    op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, ::postgres::Error>,
+) -> Result<T, StoreError> {
+    let mut tx = client.transaction().map_err(store_error)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .map_err(store_error)?;
+    let out = op(&mut tx).map_err(store_error)?;
+    tx.commit().map_err(store_error)?;
+    Ok(out)
+}
+
+fn version(tx: &mut ::postgres::Transaction<'_>) -> Result<i32, ::postgres::Error> {
+    tx.query_one("SELECT coalesce(max(version), 0) FROM idem_schema", &[])
+        .map(|row| row.get(0))
+}

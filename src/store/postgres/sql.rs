@@ -1,0 +1,491 @@
+//! Every statement of the state machine on PostgreSQL, each beside the rule
+//! it implements. Most operations are ONE statement — the transition and its
+//! audit row (and an effect row) in data-modifying CTEs — so each commits
+//! atomically in one round trip, and no transaction of ours stays open
+//! while the network or the client waits.
+//!
+//! Times come from the database's clock (`now()`, the start of the
+//! statement's transaction), never the node's: nodes whose clocks disagree
+//! still agree on whether a lease has expired.
+//!
+//! Transitions are conditional `UPDATE`s whose row count decides; a `SELECT`
+//! before them is only ever a shortcut. This module never begins or ends a
+//! transaction of its own (the caller does, where there is more than one
+//! statement), and never runs a tool.
+
+use super::super::ids::{effect_id_for, new_call_id};
+use super::super::model::{Call, Created, DueCall, Lease, NewCall, Status};
+use super::error::violates;
+use ::postgres::{GenericClient, Row};
+use serde_json::Value;
+
+/// The database's clock, in seconds since the epoch.
+macro_rules! now {
+    () => {
+        "extract(epoch FROM now())::float8"
+    };
+}
+pub(super) use now;
+
+macro_rules! call_columns {
+    () => {
+        "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, status, \
+         result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
+         next_attempt_at"
+    };
+}
+
+/// Create-or-get in one statement. `ON CONFLICT ... DO UPDATE` (a no-op
+/// update of the key to itself) rather than `DO NOTHING` and a second read:
+/// under READ COMMITTED that read could miss the row (a purge between the
+/// two statements) — while `DO UPDATE` waits for a concurrent inserter of the
+/// same key to finish, locks the winning row, and returns its latest version
+/// from this same statement, so exactly one row always comes back.
+/// `xmax <> 0` on it says the row was there before (our update set xmax);
+/// a fresh insert has none. The `created` audit row is written only for a
+/// new call, by the same statement.
+const CREATE_OR_GET: &str = concat!(
+    "WITH ins AS (
+       INSERT INTO calls AS c (call_id, tenant, idem_key, fingerprint, client_id, seq, tool,
+                              args_json, status, attempt, effect_id, created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, ",
+    now!(),
+    ", ",
+    now!(),
+    ")
+       ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
+       RETURNING ",
+    call_columns!(),
+    ", (xmax::text <> '0') AS existed
+     ), created AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT created_at, call_id, 0, 'created', tool FROM ins WHERE NOT existed
+     )
+     SELECT ",
+    call_columns!(),
+    ", existed FROM ins"
+);
+
+pub(super) fn create_or_get(
+    client: &mut impl GenericClient,
+    new: &NewCall,
+) -> Result<Created, ::postgres::Error> {
+    let mut attempts_left = 8;
+    let row = loop {
+        let call_id = new_call_id();
+        let effect_id = effect_id_for(&call_id);
+        let outcome = client.query_one(
+            CREATE_OR_GET,
+            &[
+                &call_id,
+                &new.tenant,
+                &new.idem_key,
+                &new.fingerprint,
+                &new.client_id,
+                &new.seq,
+                &new.tool,
+                &new.args_json,
+                &effect_id,
+            ],
+        );
+        match outcome {
+            // Another node drew the same id in the same millisecond: draw again.
+            Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
+            other => break other?,
+        }
+    };
+    let existed: bool = row.get("existed");
+    let call = call_from_row(&row);
+    if !existed {
+        return Ok(Created::New(call));
+    }
+    if call.fingerprint != new.fingerprint {
+        return Ok(Created::Conflict(call));
+    }
+    if !call.is_retryable_failure() {
+        return Ok(Created::Existing(call));
+    }
+    Ok(match reset_failed(client, &call.call_id)? {
+        Some(reset) => Created::RetryReset(reset),
+        None => Created::Existing(call),
+    })
+}
+
+/// A same-key retry of a retryable failure: back to `pending`, if it is
+/// still `failed` (another retry may have reset it first: the row count decides).
+fn reset_failed(
+    client: &mut impl GenericClient,
+    call_id: &str,
+) -> Result<Option<Call>, ::postgres::Error> {
+    const RESET: &str = concat!(
+        "WITH r AS (
+           UPDATE calls SET status = 'pending', result_json = NULL, error_json = NULL,
+                  lease_until = NULL, owner = NULL, updated_at = ",
+        now!(),
+        "
+            WHERE call_id = $1 AND status = 'failed'
+           RETURNING ",
+        call_columns!(),
+        "), a AS (
+           INSERT INTO audit (ts, call_id, attempt, event, detail)
+           SELECT updated_at, call_id, attempt, 'retry_reset', 'after attempt ' || attempt FROM r
+         )
+         SELECT ",
+        call_columns!(),
+        " FROM r"
+    );
+    Ok(client
+        .query_opt(RESET, &[&call_id])?
+        .map(|r| call_from_row(&r)))
+}
+
+/// `claim_many`: the named calls, each only if claimable now.
+const CLAIM_NAMED: &str = concat!(
+    "WITH u AS (
+       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
+              lease_until = ",
+    now!(),
+    " + $2, owner = $3, updated_at = ",
+    now!(),
+    ", next_attempt_at = NULL
+        WHERE call_id = ANY($1)
+          AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
+    now!(),
+    ")) OR (status = 'running' AND lease_until <= ",
+    now!(),
+    "))
+       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
+                 calls.effect_id, calls.lease_until, calls.updated_at
+     ), a AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
+     )
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+);
+
+/// `claim_due`: the oldest due calls nobody else is claiming at this moment.
+/// `FOR UPDATE SKIP LOCKED` makes claimers on several nodes pass over each
+/// other's rows instead of queueing on them; the lock holds until the update
+/// in the same statement has moved the row to `running`.
+const CLAIM_DUE: &str = concat!(
+    "WITH due AS MATERIALIZED (
+       SELECT call_id FROM calls
+        WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
+    now!(),
+    ")
+        ORDER BY created_seq LIMIT $1 FOR UPDATE SKIP LOCKED
+     ), u AS (
+       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
+              lease_until = ",
+    now!(),
+    " + $2, owner = $3, updated_at = ",
+    now!(),
+    ", next_attempt_at = NULL
+         FROM due WHERE calls.call_id = due.call_id
+       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
+                 calls.effect_id, calls.lease_until, calls.updated_at
+     ), a AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
+     )
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+);
+
+pub(super) fn claim_named(
+    client: &mut impl GenericClient,
+    call_ids: &[String],
+    owner: &str,
+    lease_secs: f64,
+) -> Result<Vec<Lease>, ::postgres::Error> {
+    let rows = client.query(CLAIM_NAMED, &[&call_ids, &lease_secs, &owner])?;
+    Ok(rows.iter().map(lease_from_row).collect())
+}
+
+pub(super) fn claim_due(
+    client: &mut impl GenericClient,
+    limit: usize,
+    owner: &str,
+    lease_secs: f64,
+) -> Result<Vec<Lease>, ::postgres::Error> {
+    let limit = limit as i64;
+    let rows = client.query(CLAIM_DUE, &[&limit, &lease_secs, &owner])?;
+    Ok(rows.iter().map(lease_from_row).collect())
+}
+
+fn lease_from_row(r: &Row) -> Lease {
+    Lease {
+        call_id: r.get(0),
+        attempt: r.get(1),
+        tool: r.get(2),
+        args_json: r.get(3),
+        effect_id: r.get::<_, Option<String>>(4).unwrap_or_default(),
+        lease_until: r.get(5),
+    }
+}
+
+/// What a fenced completion writes.
+pub(super) struct Finish<'a> {
+    pub status: Status,
+    pub result_json: Option<&'a str>,
+    pub error_json: Option<&'a str>,
+    /// The effect row, for a success that has one: amount and detail.
+    pub effect: Option<(Option<i64>, Option<String>)>,
+    pub event: &'a str,
+    pub detail: &'a str,
+}
+
+/// The fence: the terminal update applies only while the call is `running`
+/// under this lease's attempt. The effect row (`ON CONFLICT DO NOTHING`:
+/// `effects.call_id UNIQUE` is the last gate) and the audit row are written
+/// by the same statement, so they commit with `succeeded` or not at all.
+/// Returns whether it applied.
+pub(super) fn finish_fenced(
+    client: &mut impl GenericClient,
+    lease: &Lease,
+    finish: &Finish<'_>,
+) -> Result<bool, ::postgres::Error> {
+    const FINISH: &str = concat!(
+        "WITH done AS (
+           UPDATE calls SET status = $3, result_json = $4, error_json = $5,
+                  lease_until = NULL, owner = NULL, updated_at = ",
+        now!(),
+        "
+            WHERE call_id = $1 AND status = 'running' AND attempt = $2
+           RETURNING call_id, tool, effect_id, updated_at
+         ), effect AS (
+           INSERT INTO effects (effect_id, call_id, tool, amount, detail, created_at)
+           SELECT effect_id, call_id, tool, $6::int8, $7::text, updated_at FROM done WHERE $8::bool
+           ON CONFLICT DO NOTHING
+         ), a AS (
+           INSERT INTO audit (ts, call_id, attempt, event, detail)
+           SELECT updated_at, call_id, $2::int8, $9::text, $10::text FROM done
+         )
+         SELECT count(*) FROM done"
+    );
+    let (amount, detail) = finish.effect.clone().unwrap_or((None, None));
+    let has_effect = finish.effect.is_some();
+    let row = client.query_one(
+        FINISH,
+        &[
+            &lease.call_id,
+            &lease.attempt,
+            &finish.status.as_str(),
+            &finish.result_json,
+            &finish.error_json,
+            &amount,
+            &detail,
+            &has_effect,
+            &finish.event,
+            &finish.detail,
+        ],
+    )?;
+    Ok(row.get::<_, i64>(0) == 1)
+}
+
+/// A retryable failure with attempts left: back to `pending`, due no earlier
+/// than `delay` from now, fenced like a completion.
+pub(super) fn retry_later(
+    client: &mut impl GenericClient,
+    lease: &Lease,
+    error_json: &str,
+    delay_secs: f64,
+    detail: &str,
+) -> Result<bool, ::postgres::Error> {
+    const RETRY: &str = concat!(
+        "WITH r AS (
+           UPDATE calls SET status = 'pending', error_json = $3, next_attempt_at = ",
+        now!(),
+        " + $4,
+                  lease_until = NULL, owner = NULL, updated_at = ",
+        now!(),
+        "
+            WHERE call_id = $1 AND status = 'running' AND attempt = $2
+           RETURNING call_id, updated_at
+         ), a AS (
+           INSERT INTO audit (ts, call_id, attempt, event, detail)
+           SELECT updated_at, call_id, $2::int8, 'retry_scheduled', $5::text FROM r
+         )
+         SELECT count(*) FROM r"
+    );
+    let row = client.query_one(
+        RETRY,
+        &[
+            &lease.call_id,
+            &lease.attempt,
+            &error_json,
+            &delay_secs,
+            &detail,
+        ],
+    )?;
+    Ok(row.get::<_, i64>(0) == 1)
+}
+
+/// Give back a lease (a stopping node): `pending` again, fenced.
+pub(super) fn release(
+    client: &mut impl GenericClient,
+    lease: &Lease,
+) -> Result<bool, ::postgres::Error> {
+    const RELEASE: &str = concat!(
+        "WITH r AS (
+           UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ",
+        now!(),
+        "
+            WHERE call_id = $1 AND status = 'running' AND attempt = $2
+           RETURNING call_id, updated_at
+         ), a AS (
+           INSERT INTO audit (ts, call_id, attempt, event, detail)
+           SELECT updated_at, call_id, $2::int8, 'released',
+                  'attempt ' || $2::int8 || ' released by a stopping process' FROM r
+         )
+         SELECT count(*) FROM r"
+    );
+    let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt])?;
+    Ok(row.get::<_, i64>(0) == 1)
+}
+
+/// A completion that lost its lease changes nothing but the audit trail.
+pub(super) fn audit_stale(
+    client: &mut impl GenericClient,
+    lease: &Lease,
+    outcome: &str,
+) -> Result<(), ::postgres::Error> {
+    let detail = format!("attempt {} would have {outcome}; discarded", lease.attempt);
+    audit(
+        client,
+        &lease.call_id,
+        lease.attempt,
+        "stale_completion",
+        &detail,
+    )
+}
+
+pub(super) fn audit(
+    client: &mut impl GenericClient,
+    call_id: &str,
+    attempt: i64,
+    event: &str,
+    detail: &str,
+) -> Result<(), ::postgres::Error> {
+    client.execute(
+        concat!(
+            "INSERT INTO audit (ts, call_id, attempt, event, detail) VALUES (",
+            now!(),
+            ", $1, $2, $3, $4)"
+        ),
+        &[&call_id, &attempt, &event, &detail],
+    )?;
+    Ok(())
+}
+
+/// Extend each lease by `lease_secs` from now, only while its call is
+/// `running` under the lease's attempt; the (call, attempt) pairs still held.
+pub(super) fn extend(
+    client: &mut impl GenericClient,
+    leases: &[Lease],
+    lease_secs: f64,
+) -> Result<Vec<(String, i64)>, ::postgres::Error> {
+    const EXTEND: &str = concat!(
+        "UPDATE calls SET lease_until = ",
+        now!(),
+        " + $3
+           FROM unnest($1::text[], $2::int8[]) AS l(call_id, attempt)
+          WHERE calls.call_id = l.call_id AND calls.status = 'running'
+            AND calls.attempt = l.attempt
+         RETURNING calls.call_id, calls.attempt"
+    );
+    let ids: Vec<&str> = leases.iter().map(|l| l.call_id.as_str()).collect();
+    let attempts: Vec<i64> = leases.iter().map(|l| l.attempt).collect();
+    let rows = client.query(EXTEND, &[&ids, &attempts, &lease_secs])?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+pub(super) fn due_calls(
+    client: &mut impl GenericClient,
+    limit: usize,
+) -> Result<Vec<DueCall>, ::postgres::Error> {
+    const DUE: &str = concat!(
+        "SELECT call_id, tool FROM calls
+          WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
+        now!(),
+        ")
+          ORDER BY created_seq LIMIT $1"
+    );
+    let rows = client.query(DUE, &[&(limit as i64)])?;
+    Ok(rows
+        .iter()
+        .map(|r| DueCall {
+            call_id: r.get(0),
+            tool: r.get(1),
+        })
+        .collect())
+}
+
+pub(super) fn select_call(
+    client: &mut impl GenericClient,
+    call_id: &str,
+) -> Result<Option<Call>, ::postgres::Error> {
+    const BY_ID: &str = concat!("SELECT ", call_columns!(), " FROM calls WHERE call_id = $1");
+    Ok(client
+        .query_opt(BY_ID, &[&call_id])?
+        .map(|r| call_from_row(&r)))
+}
+
+/// A call by id only if it is `tenant`'s: another tenant's reads as absent.
+pub(super) fn select_tenant_call(
+    client: &mut impl GenericClient,
+    tenant: &str,
+    call_id: &str,
+) -> Result<Option<Call>, ::postgres::Error> {
+    const BY_TENANT_ID: &str = concat!(
+        "SELECT ",
+        call_columns!(),
+        " FROM calls WHERE call_id = $1 AND tenant = $2"
+    );
+    Ok(client
+        .query_opt(BY_TENANT_ID, &[&call_id, &tenant])?
+        .map(|r| call_from_row(&r)))
+}
+
+pub(super) fn select_call_by_key(
+    client: &mut impl GenericClient,
+    tenant: &str,
+    idem_key: &str,
+) -> Result<Option<Call>, ::postgres::Error> {
+    const BY_KEY: &str = concat!(
+        "SELECT ",
+        call_columns!(),
+        " FROM calls WHERE tenant = $1 AND idem_key = $2"
+    );
+    Ok(client
+        .query_opt(BY_KEY, &[&tenant, &idem_key])?
+        .map(|r| call_from_row(&r)))
+}
+
+/// One `calls` row, in `call_columns!` order.
+fn call_from_row(row: &Row) -> Call {
+    let json_col = |i: usize| -> Option<Value> {
+        row.get::<_, Option<String>>(i)
+            .and_then(|s| serde_json::from_str(&s).ok())
+    };
+    Call {
+        call_id: row.get(0),
+        tenant: row.get(1),
+        idem_key: row.get(2),
+        fingerprint: row.get(3),
+        client_id: row.get(4),
+        seq: row.get(5),
+        tool: row.get(6),
+        args_json: row.get(7),
+        status: Status::parse(row.get::<_, &str>(8)),
+        result: json_col(9),
+        error: json_col(10),
+        attempt: row.get(11),
+        lease_until: row.get(12),
+        owner: row.get(13),
+        effect_id: row.get::<_, Option<String>>(14).unwrap_or_default(),
+        created_at: row.get(15),
+        updated_at: row.get(16),
+        next_attempt_at: row.get(17),
+        expires_at: None,
+    }
+}

@@ -1,0 +1,249 @@
+//! What only the PostgreSQL backend has to prove: several stores (nodes) on
+//! one database, migrations raced by three nodes, a database from a newer
+//! release refused, the pool's cap, and faults — a restart of PostgreSQL, a
+//! lock held elsewhere — answered `Unavailable` and healed without reopening.
+
+use super::super::tests::backends::TestDb;
+use super::super::Backend;
+use super::super::{CallStore, Created, Database, NewCall, Scope, StoreError, StoreOptions};
+use super::PG_SCHEMA_VERSION;
+use crate::temp::postgres::{connect, PgServer};
+use std::collections::HashSet;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+fn call(key: &str) -> NewCall {
+    NewCall {
+        tenant: crate::auth::ANONYMOUS.into(),
+        idem_key: key.into(),
+        fingerprint: "fp".into(),
+        tool: "charge".into(),
+        args_json: r#"{"amount":1}"#.into(),
+        client_id: None,
+        seq: None,
+    }
+}
+
+fn url(db: &TestDb) -> String {
+    match db {
+        TestDb::Postgres(url) => url.clone(),
+        TestDb::Sqlite(_) => unreachable!("a PostgreSQL test"),
+    }
+}
+
+/// Three nodes opening one new database at once apply each migration step
+/// exactly once (the advisory lock), and all three come up.
+#[test]
+fn three_nodes_migrating_at_once_apply_each_step_once() {
+    let db = TestDb::postgres("migrate_race");
+    let barrier = Arc::new(Barrier::new(3));
+    let stores: Vec<Arc<CallStore>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let barrier = Arc::clone(&barrier);
+                let db = &db;
+                s.spawn(move || {
+                    barrier.wait();
+                    db.open().expect("open")
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(stores.len(), 3);
+    assert_eq!(
+        db.count("SELECT count(*) FROM idem_schema"),
+        i64::from(PG_SCHEMA_VERSION)
+    );
+    assert_eq!(db.count("SELECT count(*) FROM instances"), 3);
+}
+
+/// A database whose schema is newer than this binary knows is refused.
+#[test]
+fn a_database_from_a_newer_release_is_refused() {
+    let db = TestDb::postgres("newer");
+    db.open().expect("first open").stop();
+    db.execute(&format!(
+        "INSERT INTO idem_schema (version, name) VALUES ({}, 'from the future')",
+        PG_SCHEMA_VERSION + 1
+    ));
+    let refused = db.open().err().expect("refused").to_string();
+    assert!(refused.contains("newer than this release"), "{refused}");
+}
+
+/// The same key sent through two nodes by many threads at once is one call.
+#[test]
+fn the_same_key_through_two_nodes_is_one_call() -> Result<(), StoreError> {
+    let db = TestDb::postgres("two_nodes_key");
+    let nodes = [db.open()?, db.open()?];
+    let barrier = Barrier::new(16);
+    let ids: HashSet<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|n| {
+                let (node, barrier) = (&nodes[n % 2], &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    match node.create_or_get(call("same")).unwrap() {
+                        Created::New(c) | Created::Existing(c) => c.call_id,
+                        other => panic!("{other:?}"),
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(nodes[0].stats(Scope::All)?.calls, 1);
+    Ok(())
+}
+
+/// Two nodes claiming at once (`FOR UPDATE SKIP LOCKED`) take disjoint
+/// calls, and together every call exactly once.
+#[test]
+fn nodes_claiming_at_once_take_each_call_once() -> Result<(), StoreError> {
+    let db = TestDb::postgres("skip_locked");
+    let nodes = [db.open()?, db.open()?, db.open()?];
+    for n in 0..300 {
+        nodes[0].create_or_get(call(&format!("k{n}")))?;
+    }
+    let barrier = Barrier::new(6);
+    let taken: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|t| {
+                let (node, barrier) = (&nodes[t % 3], &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    let mut mine = Vec::new();
+                    loop {
+                        let leases = node
+                            .claim_due(7, &format!("1:w{t}"), Duration::from_secs(30))
+                            .unwrap();
+                        if leases.is_empty() {
+                            return mine;
+                        }
+                        mine.extend(leases.into_iter().map(|l| l.call_id));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let distinct: HashSet<&String> = taken.iter().collect();
+    assert_eq!((taken.len(), distinct.len()), (300, 300));
+    assert_eq!(
+        db.count("SELECT count(*) FROM audit WHERE event = 'claimed'"),
+        300
+    );
+    Ok(())
+}
+
+/// A node's pool never opens more than `--db-pool` connections, however
+/// many threads use the store at once.
+#[test]
+fn the_pool_opens_at_most_its_size() -> Result<(), StoreError> {
+    let db = TestDb::postgres("pool_cap");
+    let store = db.open_with(StoreOptions {
+        pool_size: 3,
+        ..StoreOptions::default()
+    })?;
+    std::thread::scope(|s| {
+        for t in 0..12 {
+            let store = &store;
+            s.spawn(move || {
+                for n in 0..20 {
+                    store.create_or_get(call(&format!("t{t}-{n}"))).unwrap();
+                }
+            });
+        }
+    });
+    let Backend::Postgres(pg) = &store.backend else {
+        unreachable!()
+    };
+    assert!(pg.connections() <= 3, "{}", pg.connections());
+    assert_eq!(store.stats(Scope::All)?.calls, 240);
+    Ok(())
+}
+
+/// A row lock held elsewhere past the lock timeout answers `Unavailable`
+/// (a 503), never `Internal`, and the connection is usable afterwards.
+#[test]
+fn a_lock_held_elsewhere_is_unavailable_not_internal() -> Result<(), StoreError> {
+    let db = TestDb::postgres("lock_timeout");
+    let store = db.open_with(StoreOptions {
+        busy_timeout: Duration::from_millis(200),
+        ..StoreOptions::default()
+    })?;
+    let id = match store.create_or_get(call("locked"))? {
+        Created::New(c) => c.call_id,
+        other => panic!("{other:?}"),
+    };
+    let mut other = connect(&url(&db));
+    let mut tx = other.transaction().unwrap();
+    tx.execute("SELECT 1 FROM calls WHERE call_id = $1 FOR UPDATE", &[&id])
+        .unwrap();
+    let lease = store.claim(&id, "1:w", Duration::from_secs(30));
+    assert!(
+        matches!(lease, Err(StoreError::Unavailable(_))),
+        "{lease:?}"
+    );
+    tx.rollback().unwrap();
+    assert!(store.claim(&id, "1:w", Duration::from_secs(30))?.is_some());
+    Ok(())
+}
+
+/// PostgreSQL restarted under a running node: operations while it is down
+/// are `Unavailable` (never `Internal`), nothing committed is lost, and the
+/// pool makes new connections without the node reopening the store.
+#[test]
+fn a_postgres_restart_is_unavailable_then_heals() -> Result<(), StoreError> {
+    let server = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.fresh_database("restart");
+    let store = CallStore::open(&Database::parse(&url).unwrap(), StoreOptions::default())?;
+    let before = store.create_or_get(call("before"))?;
+    server.stop_immediate().unwrap();
+    match store.create_or_get(call("while-down")) {
+        Err(StoreError::Unavailable(_)) => {}
+        other => panic!("while PostgreSQL is down: {other:?}"),
+    }
+    assert!(store.health().database.is_err());
+    server.start_again().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        match store.create_or_get(call("after")) {
+            Ok(created) => break created,
+            Err(StoreError::Unavailable(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("after the restart: {e}"),
+        }
+    };
+    assert!(matches!(after, Created::New(_)));
+    let again = store.create_or_get(call("before"))?;
+    let (Created::New(first), Created::Existing(second)) = (before, again) else {
+        unreachable!()
+    };
+    assert_eq!(
+        first.call_id, second.call_id,
+        "the call from before the restart"
+    );
+    server.restart_immediate().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match store.stats(Scope::All) {
+            Ok(stats) => {
+                assert_eq!(stats.calls, 2);
+                break;
+            }
+            Err(StoreError::Unavailable(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("after the second restart: {e}"),
+        }
+    }
+    assert_eq!(store.health().database, Ok(()));
+    store.stop();
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! One test body, two backends: `on_both_backends!(name, ...)` turns each
+//! `fn name(db: &TestDb) -> Result<(), StoreError>` into two tests,
+//! `name::sqlite` (a temp file) and `name::postgres` (a fresh database on
+//! the test process's private PostgreSQL, `temp::postgres`). Where
+//! PostgreSQL is not installed the `postgres` tests fail with one line
+//! saying what to install.
+
+use super::super::{CallStore, Database, StoreError, StoreOptions};
+use crate::temp::postgres::PgServer;
+use crate::temp::TempDir;
+use std::sync::Arc;
+
+/// A test's database, on one backend.
+pub(in crate::store) enum TestDb {
+    Sqlite(TempDir),
+    Postgres(String),
+}
+
+impl TestDb {
+    pub(in crate::store) fn sqlite(name: &str) -> TestDb {
+        TestDb::Sqlite(TempDir::new(&format!("idem-store-{name}")).unwrap())
+    }
+
+    pub(in crate::store) fn postgres(name: &str) -> TestDb {
+        TestDb::Postgres(PgServer::shared().fresh_database(name))
+    }
+
+    pub(in crate::store) fn database(&self) -> Database {
+        match self {
+            TestDb::Sqlite(dir) => Database::Sqlite(dir.join("t.db")),
+            TestDb::Postgres(url) => Database::parse(url).unwrap(),
+        }
+    }
+
+    pub(in crate::store) fn open(&self) -> Result<Arc<CallStore>, StoreError> {
+        self.open_with(StoreOptions::default())
+    }
+
+    pub(in crate::store) fn open_with(
+        &self,
+        options: StoreOptions,
+    ) -> Result<Arc<CallStore>, StoreError> {
+        CallStore::open(&self.database(), options)
+    }
+
+    /// A statement the store itself would never run (a test's setup),
+    /// written in SQL both backends read alike.
+    pub(in crate::store) fn execute(&self, sql: &str) {
+        match self {
+            TestDb::Sqlite(dir) => {
+                rusqlite::Connection::open(dir.join("t.db"))
+                    .unwrap()
+                    .execute_batch(sql)
+                    .unwrap();
+            }
+            TestDb::Postgres(url) => {
+                crate::temp::postgres::connect(url)
+                    .batch_execute(sql)
+                    .unwrap();
+            }
+        }
+    }
+
+    /// The one number `sql` (a `count(*)`) selects.
+    pub(in crate::store) fn count(&self, sql: &str) -> i64 {
+        match self {
+            TestDb::Sqlite(dir) => rusqlite::Connection::open(dir.join("t.db"))
+                .unwrap()
+                .query_row(sql, [], |r| r.get(0))
+                .unwrap(),
+            TestDb::Postgres(url) => crate::temp::postgres::connect(url)
+                .query_one(sql, &[])
+                .unwrap()
+                .get(0),
+        }
+    }
+}
+
+/// Emit `name::sqlite` and `name::postgres` for each contract test `name`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                use crate::store::tests::backends::TestDb;
+                use crate::store::StoreError;
+
+                #[test]
+                fn sqlite() -> Result<(), StoreError> {
+                    super::$name(&TestDb::sqlite(stringify!($name)))
+                }
+
+                #[test]
+                fn postgres() -> Result<(), StoreError> {
+                    super::$name(&TestDb::postgres(stringify!($name)))
+                }
+            }
+        )*
+    };
+}
+pub(in crate::store) use on_both_backends;
