@@ -5,21 +5,21 @@
 # one node).
 #
 # What it measures: pgbench, CLIENTS connections (default 20), each looping over one
-# call's life in the statements and transactions the service needs at the least:
+# call's life in the very statements the PostgreSQL backend runs
+# (src/store/postgres/sql.rs), each one statement and one transaction:
 #   1. create   INSERT ... ON CONFLICT (tenant, idem_key) DO UPDATE ... RETURNING
 #               (one round trip tells a new call from a replay) + audit 'created'
 #   2. claim    the conditional UPDATE to 'running', lease from the database's clock,
 #               + audit 'claimed'
 #   3. succeed  the fenced UPDATE (status='running' AND attempt=...) + the effect row
-#               + audit 'succeeded', in one transaction
+#               + audit 'succeeded'
 # Three commits per call, each with synchronous_commit=on (an answer depends on each),
 # each key new (the "distinct" load). pgbench's tps is therefore calls/s. The service
-# can beat it only by putting several calls into one commit; it cannot beat it
-# by doing less per call without breaking a guarantee.
+# adds HTTP, JSON, its worker pool and the round trips between them; it can beat this
+# only where one statement claims several calls at once.
 #
-# The tables are the PostgreSQL shape of calls/effects/audit (text ids, timestamptz
-# times set by the database, UNIQUE (tenant, idem_key), the status index and the
-# audit-by-call index): the rows and indexes each call writes are the service's.
+# The tables are the backend's (src/store/postgres/schema.rs): the rows and
+# indexes each call writes are the service's.
 #
 # Usage: bench/pgbench_ceiling.sh [--seconds N] [--clients N] [--db postgres://...]
 #   --db URL   measure an existing database instead of starting a private
@@ -102,13 +102,15 @@ fs_type() { stat -f -c %T "$1" 2>/dev/null || echo unknown; }
 
 # ---------------------------------------------------------------- tables and script
 
-# The calls/effects/audit tables in the PostgreSQL backend's shape.
+# The calls/effects/audit tables of the PostgreSQL backend (src/store/postgres/schema.rs):
+# times as epoch seconds from the database's clock, a creation sequence for the pending
+# queue, partial indexes by state.
 create_tables() {
   local p="$TABLE_PREFIX"
   run_psql <<SQL
 CREATE TABLE ${p}calls (
   call_id         text PRIMARY KEY,
-  tenant          text NOT NULL DEFAULT 'anonymous',
+  tenant          text NOT NULL,
   idem_key        text NOT NULL,
   fingerprint     text NOT NULL,
   client_id       text,
@@ -119,15 +121,19 @@ CREATE TABLE ${p}calls (
   result_json     text,
   error_json      text,
   attempt         bigint NOT NULL DEFAULT 0,
-  lease_until     timestamptz,
+  lease_until     double precision,
   owner           text,
   effect_id       text,
-  created_at      timestamptz NOT NULL,
-  updated_at      timestamptz NOT NULL,
-  next_attempt_at timestamptz,
-  UNIQUE (tenant, idem_key)
+  created_at      double precision NOT NULL,
+  updated_at      double precision NOT NULL,
+  next_attempt_at double precision,
+  created_seq     bigint GENERATED ALWAYS AS IDENTITY,
+  UNIQUE (tenant, idem_key),
+  CHECK (status IN ('pending', 'running', 'succeeded', 'failed'))
 );
-CREATE INDEX ${p}calls_status ON ${p}calls (status, lease_until, attempt);
+CREATE INDEX ${p}calls_pending ON ${p}calls (created_seq) WHERE status = 'pending';
+CREATE INDEX ${p}calls_running ON ${p}calls (lease_until) WHERE status = 'running';
+CREATE INDEX ${p}calls_terminal ON ${p}calls (updated_at) WHERE status IN ('succeeded', 'failed');
 CREATE INDEX ${p}calls_client_seq ON ${p}calls (client_id, seq) WHERE client_id IS NOT NULL;
 CREATE TABLE ${p}effects (
   effect_id      text PRIMARY KEY,
@@ -135,12 +141,12 @@ CREATE TABLE ${p}effects (
   tool           text NOT NULL,
   amount         bigint,
   detail         text,
-  created_at     timestamptz NOT NULL,
-  call_purged_at timestamptz
+  created_at     double precision NOT NULL,
+  call_purged_at double precision
 );
 CREATE TABLE ${p}audit (
   id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  ts      timestamptz NOT NULL,
+  ts      double precision NOT NULL,
   call_id text,
   attempt bigint,
   event   text NOT NULL,
@@ -159,40 +165,52 @@ run_psql() {
   pg_tool psql -X -q -v ON_ERROR_STOP=1 "$DB_URL"
 }
 
-# One call's life, three transactions. The ids come from the database
-# (gen_random_uuid), so every loop of every client is a new key; \gset carries
-# the call id and the claimed attempt to the next transaction, as a worker does.
+# One call's life as the backend runs it (src/store/postgres/sql.rs): three
+# statements, each its own transaction, each a transition with its audit row (and
+# the effect) in data-modifying CTEs. The ids come from the database, so every
+# loop of every client is a new key; \gset carries the call id and the claimed
+# attempt to the next statement, as a worker does.
 write_call_script() {
-  local p="$TABLE_PREFIX" script="$1"
+  local p="$TABLE_PREFIX" script="$1" now="extract(epoch FROM now())::float8"
   cat >"$script" <<SQL
-BEGIN;
-INSERT INTO ${p}calls AS c (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
-                           attempt, effect_id, created_at, updated_at)
-  VALUES (gen_random_uuid()::text, 'anonymous', gen_random_uuid()::text, 'fp-ceiling', 'echo',
-          '{"n": 1}', 'pending', 0, gen_random_uuid()::text, now(), now())
-  ON CONFLICT (tenant, idem_key) DO UPDATE SET updated_at = c.updated_at
-  RETURNING call_id, effect_id, (xmax <> 0) AS replay \gset
-INSERT INTO ${p}audit (ts, call_id, attempt, event, detail) VALUES (now(), :call_id, 0, 'created', 'echo');
-COMMIT;
-BEGIN;
-UPDATE ${p}calls
-   SET status = 'running', attempt = attempt + 1, lease_until = now() + interval '30 seconds',
-       owner = 'pgbench', updated_at = now(), next_attempt_at = NULL
- WHERE call_id = :call_id
-   AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= now()))
-        OR (status = 'running' AND lease_until <= now()))
- RETURNING attempt \gset
-INSERT INTO ${p}audit (ts, call_id, attempt, event, detail) VALUES (now(), :call_id, :attempt, 'claimed', 'pgbench');
-COMMIT;
-BEGIN;
-UPDATE ${p}calls
-   SET status = 'succeeded', result_json = '{"ok": 1}', error_json = NULL,
-       lease_until = NULL, owner = NULL, updated_at = now()
- WHERE call_id = :call_id AND status = 'running' AND attempt = :attempt;
-INSERT INTO ${p}effects (effect_id, call_id, tool, amount, detail, created_at)
-  VALUES (:effect_id, :call_id, 'echo', 1, NULL, now()) ON CONFLICT DO NOTHING;
-INSERT INTO ${p}audit (ts, call_id, attempt, event, detail) VALUES (now(), :call_id, :attempt, 'succeeded', :effect_id);
-COMMIT;
+WITH ins AS (
+  INSERT INTO ${p}calls AS c (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
+                             attempt, effect_id, created_at, updated_at)
+  VALUES ('c_' || md5(random()::text), 'anonymous', md5(random()::text), 'fp-ceiling',
+          'charge', '{"amount": 1}', 'pending', 0, 'e_' || md5(random()::text), $now, $now)
+  ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
+  RETURNING call_id, effect_id, created_at, tool, (xmax::text <> '0') AS existed
+), created AS (
+  INSERT INTO ${p}audit (ts, call_id, attempt, event, detail)
+  SELECT created_at, call_id, 0, 'created', tool FROM ins WHERE NOT existed
+)
+SELECT call_id, effect_id FROM ins \gset
+WITH u AS (
+  UPDATE ${p}calls SET status = 'running', attempt = attempt + 1, lease_until = $now + 30,
+         owner = 'pgbench', updated_at = $now, next_attempt_at = NULL
+   WHERE call_id = :call_id
+     AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= $now))
+          OR (status = 'running' AND lease_until <= $now))
+  RETURNING call_id, attempt, updated_at
+), a AS (
+  INSERT INTO ${p}audit (ts, call_id, attempt, event, detail)
+  SELECT updated_at, call_id, attempt, 'claimed', 'pgbench attempt=' || attempt FROM u
+)
+SELECT attempt FROM u \gset
+WITH done AS (
+  UPDATE ${p}calls SET status = 'succeeded', result_json = '{"charged": 1}', error_json = NULL,
+         lease_until = NULL, owner = NULL, updated_at = $now
+   WHERE call_id = :call_id AND status = 'running' AND attempt = :attempt
+  RETURNING call_id, tool, effect_id, updated_at
+), effect AS (
+  INSERT INTO ${p}effects (effect_id, call_id, tool, amount, detail, created_at)
+  SELECT effect_id, call_id, tool, 1, NULL, updated_at FROM done
+  ON CONFLICT DO NOTHING
+), a AS (
+  INSERT INTO ${p}audit (ts, call_id, attempt, event, detail)
+  SELECT updated_at, call_id, :attempt::int8, 'succeeded', effect_id FROM done
+)
+SELECT count(*) FROM done;
 SQL
 }
 

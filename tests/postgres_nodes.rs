@@ -326,7 +326,7 @@ fn a_wait_on_one_node_is_answered_for_a_call_another_node_runs() {
     let since_completion: f64 = cluster
         .db()
         .query_one(
-            "SELECT extract(epoch FROM clock_timestamp() - updated_at)::float8 \
+            "SELECT extract(epoch FROM clock_timestamp())::float8 - updated_at \
                FROM calls WHERE call_id = $1",
             &[&id],
         )
