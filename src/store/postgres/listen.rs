@@ -26,14 +26,15 @@
 //! writes a row and never decides anything; whoever it wakes re-reads the
 //! database.
 
+use super::super::database::PgTarget;
+use crate::sync::lock;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use crate::sync::lock;
 
 /// The channel every node of one database listens on.
 pub const CHANNEL: &str = "idempotent_tool_wake";
@@ -130,6 +131,21 @@ pub type Connect = Arc<dyn Fn() -> Result<Client, String> + Send + Sync>;
 /// What a node does when woken; it runs on the listener thread.
 pub type Handler = Arc<dyn Fn(Wake) + Send + Sync>;
 
+/// Sessions for the wake-ups, opened like the pool's (the same URL, TLS and
+/// CA file, the same connect timeout), without its transaction settings:
+/// they run no transaction an answer depends on.
+pub(super) fn connector(target: &PgTarget, ca_file: Option<&Path>) -> Result<Connect, String> {
+    let tls = super::tls::connector(target.ssl_mode(), ca_file)?;
+    let config = target.config().clone();
+    Ok(Arc::new(move || {
+        match &tls {
+            Some(tls) => config.connect(tls.clone()),
+            None => config.connect(postgres::NoTls),
+        }
+        .map_err(|e| e.to_string())
+    }))
+}
+
 /// The two threads, and what they share.
 pub struct ClusterWake {
     shared: Arc<Shared>,
@@ -144,10 +160,8 @@ struct Shared {
     unsent: Mutex<Wake>,
     handler: Mutex<Option<Handler>>,
     stopping: AtomicBool,
-    /// `NOTIFY`s sent and batches of notifications received, for tests and
-    /// the log.
+    /// `NOTIFY`s sent, for the test of the throttle.
     sent: AtomicU64,
-    received: AtomicU64,
 }
 
 impl ClusterWake {
@@ -161,7 +175,6 @@ impl ClusterWake {
             handler: Mutex::new(None),
             stopping: AtomicBool::new(false),
             sent: AtomicU64::new(0),
-            received: AtomicU64::new(0),
         });
         let wake = ClusterWake {
             shared: Arc::clone(&shared),
@@ -207,13 +220,9 @@ impl ClusterWake {
     }
 
     /// `NOTIFY`s sent so far.
-    pub fn sent(&self) -> u64 {
+    #[cfg(test)]
+    fn sent(&self) -> u64 {
         self.shared.sent.load(Ordering::Relaxed)
-    }
-
-    /// Batches of other nodes' notifications handled so far.
-    pub fn received(&self) -> u64 {
-        self.shared.received.load(Ordering::Relaxed)
     }
 
     /// Stop both threads and wait for them (at most a tick, or one
@@ -304,10 +313,18 @@ impl Shared {
             };
             backoff.reset();
             if connected_before {
+                crate::log::info("LISTEN session back; waking this node for everything")
+                    .event("listen_restored")
+                    .emit();
                 self.handle(Wake::everything());
             }
             connected_before = true;
             self.listen_on(&mut client);
+            if !self.stopping() {
+                crate::log::warn("LISTEN session lost; polling alone finds work until it is back")
+                    .event("listen_lost")
+                    .emit();
+            }
         }
     }
 
@@ -328,7 +345,6 @@ impl Shared {
             };
             if !wake.is_empty() {
                 last_heard = Instant::now();
-                self.received.fetch_add(1, Ordering::Relaxed);
                 self.handle(wake);
             }
             if client.is_closed() {
