@@ -464,7 +464,7 @@ scenario_downstream() {
 
 readonly PG_NODES_COUNT=3
 readonly PG_LOOPS=6
-readonly PG_CALLS_PER_LOOP=40
+readonly PG_CALLS_PER_LOOP=25
 plan_postgres() {
   echo "postgres (issue 16): a private PostgreSQL, $PG_NODES_COUNT servers on one database. $PG_LOOPS client"
   echo "  loops send $((PG_LOOPS * PG_CALLS_PER_LOOP)) charges with new keys, each request to the next node"
