@@ -12,7 +12,8 @@ use idempotent_tool::app::{Service, StartError};
 use idempotent_tool::config::{Command, Config, USAGE};
 use idempotent_tool::flag::Flags;
 use idempotent_tool::log::{self, Logger};
-use idempotent_tool::store::verify::verify;
+use idempotent_tool::store::verify::verify_database;
+use idempotent_tool::store::Database;
 use idempotent_tool::tools::{file::effect_tools, EFFECT_TOOLS};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const VERIFY_USAGE: &str = "\
-usage: idempotent-tool verify --db FILE [--tools FILE]
+usage: idempotent-tool verify --db FILE|URL [--tools FILE]
 
 Checks every invariant on a database file, read-only (safe beside a running
 server): one call per key (per tenant when tenants exist), at most one effect
@@ -145,7 +146,7 @@ fn run_verify(args: &[String]) -> ExitCode {
         None => EFFECT_TOOLS.iter().map(|t| t.to_string()).collect(),
     };
     let effect_writers: Vec<&str> = effect_writers.iter().map(String::as_str).collect();
-    match verify(&path, &effect_writers) {
+    match verify_database(&path, &effect_writers) {
         Ok(report) => {
             print!("{report}");
             if report.is_clean() {
@@ -162,17 +163,17 @@ fn run_verify(args: &[String]) -> ExitCode {
 }
 
 /// `--db FILE`, required, and `--tools FILE`; `Ok(None)` for `--help`.
-fn verify_flags(args: &[String]) -> Result<Option<(PathBuf, Option<PathBuf>)>, String> {
+fn verify_flags(args: &[String]) -> Result<Option<(Database, Option<PathBuf>)>, String> {
     let mut flags = Flags::new(args.iter().cloned());
     let (mut db, mut tools) = (None, None);
     while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
             "--help" | "-h" => return Ok(None),
-            "--db" => db = Some(PathBuf::from(flags.value()?)),
+            "--db" => db = Some(Database::parse(&flags.value()?)?),
             "--tools" => tools = Some(PathBuf::from(flags.value()?)),
             other => return Err(format!("unknown flag {other:?}")),
         }
     }
-    let db = db.ok_or_else(|| "expected --db FILE".to_string())?;
+    let db = db.ok_or_else(|| "expected --db FILE|URL".to_string())?;
     Ok(Some((db, tools)))
 }

@@ -14,9 +14,9 @@
 //! effect ids, the local clock), and this file: the facade, which hands each
 //! operation to the backend the database names. SQLite (`sqlite`, the
 //! embedded default): `sql` (every statement of the state machine),
-//! `retention` (the purge of expired keys), `reads` (the reads of the
+//! `retention` (the purge of expired keys), `report_reads` (the reads of the
 //! operations endpoints), `writer` (the group-commit thread and what it does
-//! with each SQLite error), `readers` (at most `MAX_READERS` read
+//! with each SQLite error), `reader_pool` (at most `MAX_READERS` read
 //! connections; WAL lets them run beside the writer), `schema` (DDL, pragmas,
 //! migrations), `instances` (processes and heartbeats), `bulk` (the bench's
 //! loader), `verify` (the offline checker). PostgreSQL (`postgres/`, for
@@ -50,8 +50,8 @@ mod ids;
 mod instances;
 mod model;
 mod postgres;
-mod readers;
-mod reads;
+mod reader_pool;
+mod report_reads;
 mod retention;
 mod schema;
 mod sql;
@@ -73,7 +73,7 @@ pub use model::{
 };
 pub use postgres::listen::{Handler as WakeHandler, Wake};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use readers::MAX_READERS;
+pub use reader_pool::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
 pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
 pub use writer::Then;

@@ -11,9 +11,11 @@ use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
     Purged, Retention, Scope, Stats,
 };
-use super::readers::Readers;
+use super::reader_pool::Readers;
 use super::writer::{Then, Writer};
-use super::{now, reads, retention, schema, sql, StoreError, StoreOptions, WRITER_STUCK_AFTER};
+use super::{
+    now, report_reads, retention, schema, sql, StoreError, StoreOptions, WRITER_STUCK_AFTER,
+};
 use crate::metrics::Metrics;
 use rusqlite::Connection;
 use serde_json::Value;
@@ -278,7 +280,7 @@ impl SqliteStore {
         self.read(|conn| {
             let snapshot = conn.unchecked_transaction()?;
             let events = match sql::select_tenant_call(conn, tenant, call_id)? {
-                Some(_) => Some(reads::audit_timeline(conn, call_id)?),
+                Some(_) => Some(report_reads::audit_timeline(conn, call_id)?),
                 None => None,
             };
             snapshot.commit()?;
@@ -306,7 +308,7 @@ impl SqliteStore {
     /// What `/healthz` reports: whether a new connection can read the file
     /// now, and whether the writer is stuck with work queued.
     pub fn health(&self) -> Health {
-        let database = reads::fresh_read(&self.path).map_err(|e| e.to_string());
+        let database = report_reads::fresh_read(&self.path).map_err(|e| e.to_string());
         let writer = match self.writer.stuck_for() {
             Some((stuck, queued)) if stuck > WRITER_STUCK_AFTER => Err(format!(
                 "stuck for {:.1} s with {queued} operations queued",
@@ -321,7 +323,7 @@ impl SqliteStore {
     pub fn backlog(&self) -> Result<Backlog, StoreError> {
         self.read(|conn| {
             let snapshot = conn.unchecked_transaction()?;
-            let backlog = reads::backlog(conn)?;
+            let backlog = report_reads::backlog(conn)?;
             snapshot.commit()?;
             Ok(backlog)
         })
@@ -335,14 +337,14 @@ impl SqliteStore {
             // its own snapshot, and the statuses could outnumber the calls).
             let snapshot = conn.unchecked_transaction()?;
             let (calls, by_status, attempts) = match scope {
-                Scope::Tenant(tenant) => reads::count_tenant_calls(conn, tenant)?,
+                Scope::Tenant(tenant) => report_reads::count_tenant_calls(conn, tenant)?,
                 Scope::All if self.status_index_has_attempt => {
                     sql::count_calls_in_status_index(conn)?
                 }
                 Scope::All => sql::count_calls_in_table(conn)?,
             };
             let effects = match scope {
-                Scope::Tenant(tenant) => reads::count_tenant_effects(conn, tenant)?,
+                Scope::Tenant(tenant) => report_reads::count_tenant_effects(conn, tenant)?,
                 Scope::All => sql::count_effects(conn)?,
             };
             snapshot.commit()?;

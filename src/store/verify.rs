@@ -36,13 +36,14 @@
 //!
 //! This module only reads; it never repairs.
 
+use super::{Database, StoreError};
 use rusqlite::{Connection, OpenFlags};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Examples shown per violated invariant; the count is always complete.
-const MAX_EXAMPLES: usize = 5;
+pub(in crate::store) const MAX_EXAMPLES: usize = 5;
 
 /// What `verify` found: counts, and one entry per invariant.
 #[derive(Debug)]
@@ -159,6 +160,8 @@ pub enum VerifyError {
     Open(PathBuf, rusqlite::Error),
     /// A database, but without the service's `calls` and `effects` tables.
     NotAServiceDatabase(PathBuf),
+    /// PostgreSQL could not be reached or read (the URL, masked, and why).
+    Postgres(String, StoreError),
 }
 
 impl fmt::Display for VerifyError {
@@ -170,6 +173,7 @@ impl fmt::Display for VerifyError {
                 "{} has no calls and effects tables: not an idempotent-tool database",
                 path.display()
             ),
+            VerifyError::Postgres(url, e) => write!(f, "cannot read {url}: {e}"),
         }
     }
 }
@@ -179,7 +183,17 @@ impl std::error::Error for VerifyError {
         match self {
             VerifyError::Open(_, e) => Some(e),
             VerifyError::NotAServiceDatabase(_) => None,
+            VerifyError::Postgres(_, e) => Some(e),
         }
+    }
+}
+
+/// Check every invariant on `db` (a SQLite file or a PostgreSQL database),
+/// read-only, in one snapshot.
+pub fn verify_database(db: &Database, effect_tools: &[&str]) -> Result<Report, VerifyError> {
+    match db {
+        Database::Sqlite(path) => verify(path, effect_tools),
+        Database::Postgres(target) => super::postgres::verify(target, effect_tools),
     }
 }
 
@@ -259,10 +273,10 @@ fn integrity(conn: &Connection) -> Check {
 }
 
 /// One invariant as a query returning one described row per violation.
-struct Spec {
-    name: &'static str,
-    invariant: String,
-    sql: String,
+pub(in crate::store) struct Spec {
+    pub(in crate::store) name: &'static str,
+    pub(in crate::store) invariant: String,
+    pub(in crate::store) sql: String,
 }
 
 impl Spec {
@@ -291,7 +305,11 @@ impl Spec {
 /// `purged`: `effects` has `call_purged_at`, set when key retention deleted
 /// the effect's call (the effect stays as the ledger); such an effect has no
 /// call, and that is no violation.
-fn invariant_checks(tenant: bool, purged: bool, effect_tools: &[&str]) -> Vec<Spec> {
+pub(in crate::store) fn invariant_checks(
+    tenant: bool,
+    purged: bool,
+    effect_tools: &[&str],
+) -> Vec<Spec> {
     let effect_tools = effect_tools
         .iter()
         // SQL string literals: a quote inside a name is doubled.

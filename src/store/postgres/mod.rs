@@ -7,8 +7,9 @@
 //! `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
-//! (key purge), `reads` (`/stats`, audit, backlog, health), `listen`
-//! (`LISTEN`/`NOTIFY` wake-ups between the nodes).
+//! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
+//! (the offline checker's queries), `listen` (`LISTEN`/`NOTIFY` wake-ups
+//! between the nodes).
 //!
 //! Guarantees as on SQLite (see the store's map), with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
@@ -23,13 +24,16 @@ mod error;
 mod instances;
 pub mod listen;
 mod pool;
-mod reads;
+mod report_reads;
 mod retention;
 mod schema;
 mod sql;
 #[cfg(test)]
 mod tests;
 mod tls;
+mod verify;
+
+pub(super) use verify::verify;
 
 pub use schema::PG_SCHEMA_VERSION;
 
@@ -323,7 +327,7 @@ impl PgStore {
         call_id: &str,
     ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
         self.snapshot(|tx| match sql::select_tenant_call(tx, tenant, call_id)? {
-            Some(_) => Ok(Some(reads::audit_timeline(tx, call_id)?)),
+            Some(_) => Ok(Some(report_reads::audit_timeline(tx, call_id)?)),
             None => Ok(None),
         })
     }
@@ -338,7 +342,10 @@ impl PgStore {
     /// `/healthz`: a read on a pooled connection (a broken one is replaced by
     /// a new one, so this also proves a connection can be made). No writer.
     pub(super) fn health(&self) -> Health {
-        let database = self.pool.with(reads::probe).map_err(|e| e.to_string());
+        let database = self
+            .pool
+            .with(report_reads::probe)
+            .map_err(|e| e.to_string());
         Health {
             database,
             writer: Ok(()),
@@ -346,11 +353,11 @@ impl PgStore {
     }
 
     pub(super) fn backlog(&self) -> Result<Backlog, StoreError> {
-        self.snapshot(|tx| reads::backlog(tx))
+        self.snapshot(|tx| report_reads::backlog(tx))
     }
 
     pub(super) fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        let counts = self.snapshot(|tx| reads::counts(tx, scope))?;
+        let counts = self.snapshot(|tx| report_reads::counts(tx, scope))?;
         Ok(Stats {
             calls: counts.calls,
             effects: counts.effects,

@@ -46,6 +46,22 @@ fn session_settings(lock_timeout: Duration) -> String {
     )
 }
 
+/// One connection outside any pool (`verify`), with the URL's TLS mode and
+/// the system's roots.
+pub(super) fn connect_once(target: &PgTarget) -> Result<Client, StoreError> {
+    let tls = tls::connector(target.ssl_mode(), None).map_err(StoreError::internal)?;
+    open(target, tls)
+}
+
+fn open(target: &PgTarget, tls: Option<MakeRustlsConnect>) -> Result<Client, StoreError> {
+    let config = target.config();
+    match tls {
+        Some(tls) => config.connect(tls),
+        None => config.connect(::postgres::NoTls),
+    }
+    .map_err(store_error)
+}
+
 pub(super) struct Pool {
     target: PgTarget,
     tls: Option<MakeRustlsConnect>,
@@ -145,12 +161,7 @@ impl Pool {
 
     /// A new connection with the session settings applied.
     fn connect(&self) -> Result<Client, StoreError> {
-        let config = self.target.config();
-        let mut client = match &self.tls {
-            Some(tls) => config.connect(tls.clone()),
-            None => config.connect(::postgres::NoTls),
-        }
-        .map_err(store_error)?;
+        let mut client = open(&self.target, self.tls.clone())?;
         client
             .batch_execute(&session_settings(self.wait))
             .map_err(store_error)?;

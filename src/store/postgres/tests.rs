@@ -247,3 +247,51 @@ fn a_postgres_restart_is_unavailable_then_heals() -> Result<(), StoreError> {
     store.stop();
     Ok(())
 }
+
+/// `verify --db postgres://...` passes on a database the service wrote, and
+/// names each violation a broken one has.
+#[test]
+fn verify_passes_on_served_calls_and_names_violations() -> Result<(), StoreError> {
+    use super::super::verify::verify_database;
+    let db = TestDb::postgres("verify");
+    let store = db.open()?;
+    let done = match store.create_or_get(call("done"))? {
+        Created::New(c) => c,
+        other => panic!("{other:?}"),
+    };
+    let lease = store
+        .claim(&done.call_id, "1:w", Duration::from_secs(30))?
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let effect = super::super::NewEffect {
+        amount: Some(1),
+        detail: None,
+    };
+    store.succeed_then(
+        &lease,
+        &serde_json::json!({"charged": 1}),
+        Some(effect),
+        Box::new(move |r| tx.send(r).unwrap()),
+    );
+    rx.recv().unwrap()?;
+    store.create_or_get(call("waiting"))?;
+    let tools = &crate::tools::EFFECT_TOOLS;
+    let report = verify_database(&db.database(), tools).expect("verified");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.calls, report.effects), (2, 1));
+    assert!(!report.to_string().contains(PgServer::shared().password()));
+
+    db.execute(
+        "INSERT INTO effects (effect_id, call_id, tool, created_at)
+         SELECT 'eff_x', call_id, 'charge', 0 FROM calls WHERE idem_key = 'waiting';
+         DELETE FROM effects WHERE call_id = (SELECT call_id FROM calls WHERE idem_key = 'done');",
+    );
+    let report = verify_database(&db.database(), tools).expect("verified");
+    let violated: Vec<&str> = report.violated().map(|c| c.name).collect();
+    assert!(
+        violated.contains(&"effect_without_succeeded_call"),
+        "{report}"
+    );
+    assert!(violated.contains(&"succeeded_without_effect"), "{report}");
+    Ok(())
+}

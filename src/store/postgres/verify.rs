@@ -1,0 +1,114 @@
+//! `idempotent-tool verify --db postgres://...`: the invariants of
+//! `store::verify`, checked on a PostgreSQL database in one read-only
+//! REPEATABLE READ transaction (one snapshot, safe beside running nodes: it
+//! takes no lock a writer waits for). The same queries as on SQLite, in
+//! PostgreSQL's words (`to_postgres`). There is no `integrity_check`: page
+//! checksums and `amcheck` are the server operator's tools, not ours.
+//!
+//! This module only reads; it never repairs.
+
+use super::super::database::PgTarget;
+use super::super::verify::{invariant_checks, Check, Report, Spec, VerifyError, MAX_EXAMPLES};
+use super::error::store_error;
+use ::postgres::{IsolationLevel, Transaction};
+use std::path::PathBuf;
+
+pub(in crate::store) fn verify(
+    target: &PgTarget,
+    effect_tools: &[&str],
+) -> Result<Report, VerifyError> {
+    let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
+    let mut client = super::pool::connect_once(target)
+        .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(failed)?;
+    let tables: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables
+              WHERE table_schema = current_schema() AND table_name IN ('calls', 'effects')",
+            &[],
+        )
+        .map_err(failed)?
+        .get(0);
+    if tables != 2 {
+        return Err(VerifyError::NotAServiceDatabase(PathBuf::from(
+            target.to_string(),
+        )));
+    }
+    let checks = invariant_checks(true, true, effect_tools)
+        .iter()
+        .map(|spec| run(&mut tx, spec))
+        .collect();
+    let report = Report {
+        path: PathBuf::from(target.to_string()),
+        calls: count(&mut tx, "SELECT count(*) FROM calls"),
+        by_status: grouped(
+            &mut tx,
+            "SELECT status, count(*) FROM calls GROUP BY status ORDER BY status",
+        ),
+        effects: count(&mut tx, "SELECT count(*) FROM effects"),
+        audit: grouped(
+            &mut tx,
+            "SELECT event, count(*) FROM audit GROUP BY event ORDER BY event",
+        ),
+        tenants: Some(count(&mut tx, "SELECT count(DISTINCT tenant) FROM calls")),
+        checks,
+    };
+    tx.commit().map_err(failed)?;
+    Ok(report)
+}
+
+/// SQLite's spellings in the checks, in PostgreSQL's: `quote` of a value that
+/// may be NULL, `group_concat`, and `IS NOT` between values.
+fn to_postgres(sql: &str) -> String {
+    sql.replace("quote(", "quote_nullable(")
+        .replace("group_concat(", "string_agg(")
+        .replace(" IS NOT c.", " IS DISTINCT FROM c.")
+        .replace(" IS NOT 'succeeded'", " IS DISTINCT FROM 'succeeded'")
+}
+
+/// A check whose query fails is itself a violation (it could not be shown
+/// to hold); a savepoint keeps the snapshot usable for the next one.
+fn run(tx: &mut Transaction<'_>, spec: &Spec) -> Check {
+    let sql = to_postgres(&spec.sql);
+    let found = match tx.transaction() {
+        Ok(mut savepoint) => {
+            let rows = savepoint.query(sql.as_str(), &[]).map(|rows| {
+                rows.iter()
+                    .map(|r| {
+                        r.get::<_, Option<String>>(0)
+                            .unwrap_or_else(|| "a row with NULL in a NOT NULL column".into())
+                    })
+                    .collect::<Vec<_>>()
+            });
+            let _ = savepoint.rollback();
+            rows.unwrap_or_else(|e| vec![format!("could not run the check: {e}")])
+        }
+        Err(e) => vec![format!("could not run the check: {e}")],
+    };
+    Check {
+        name: spec.name,
+        invariant: spec.invariant.clone(),
+        violations: found.len(),
+        examples: found.into_iter().take(MAX_EXAMPLES).collect(),
+    }
+}
+
+/// A count for the report; `-1` when it cannot be computed.
+fn count(tx: &mut Transaction<'_>, sql: &str) -> i64 {
+    tx.query_one(sql, &[]).map(|r| r.get(0)).unwrap_or(-1)
+}
+
+fn grouped(tx: &mut Transaction<'_>, sql: &str) -> Vec<(String, i64)> {
+    tx.query(sql, &[])
+        .map(|rows| {
+            rows.iter()
+                .map(|r| (r.get::<_, Option<String>>(0).unwrap_or_default(), r.get(1)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
