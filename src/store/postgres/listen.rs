@@ -271,6 +271,12 @@ impl Shared {
                 }
             }
         }
+        // A stopping node's last news (the leases it just released) goes out
+        // on the session it has; it never waits to connect while stopping.
+        let last = std::mem::take(&mut *lock(&self.unsent));
+        if session.is_some() && !last.is_empty() {
+            let _ = self.send(&mut session, &last);
+        }
     }
 
     fn put_back(&self, wake: Wake) {

@@ -123,6 +123,8 @@ impl PgStore {
         if self.stopped.load(Ordering::SeqCst) {
             return;
         }
+        // First: no wake-up may start work on a store that is stopping.
+        self.wake.stop();
         if let Err(e) = self.run(|c| instances::mark_stopped(c, &self.instance.id)) {
             crate::log::warn("could not mark this process stopped")
                 .event("mark_stopped_failed")
@@ -130,7 +132,6 @@ impl PgStore {
                 .emit();
         }
         self.stopped.store(true, Ordering::SeqCst);
-        self.wake.stop();
         self.pool.close_idle();
     }
 
