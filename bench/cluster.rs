@@ -41,6 +41,15 @@ impl Row {
         self.checks.iter().all(|c| c.ok)
     }
 
+    /// The figure rows are compared by: calls completed per second for new
+    /// keys; for one key (one call in all) the answers per second.
+    fn rate(&self) -> f64 {
+        match self.mode {
+            Mode::SameKey => self.load.accepted_per_s(),
+            _ => self.completed_per_s,
+        }
+    }
+
     fn other_answers(&self) -> u64 {
         self.load.requests() - self.load.accepted()
     }
@@ -182,7 +191,7 @@ fn ratios(
     row: &Row,
     ceiling: Option<f64>,
 ) -> (Option<f64>, Option<f64>, Option<f64>) {
-    let of = |base: Option<&Row>| base.map(|b| ratio(row.completed_per_s, b.completed_per_s));
+    let of = |base: Option<&Row>| base.map(|b| ratio(row.rate(), b.rate()));
     let is_pg = row.backend == "PostgreSQL";
     let vs_sqlite = is_pg.then(|| of(baseline(rows, row, "SQLite"))).flatten();
     let vs_one = (is_pg && row.nodes > 1)
@@ -210,6 +219,7 @@ fn print_table(rows: &[Row], ceiling: Option<f64>, config: &Config) {
             ", pgbench ceiling {c:.0} calls/s"
         ))
     );
+    println!("ratios: completed/s for distinct keys, accepted/s for one key");
     println!(
         "{:<9} {:<10} {:>5} {:>11} {:>12} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10}  checks",
         "mode",
