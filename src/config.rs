@@ -32,7 +32,8 @@ usage: idempotent-tool [options]
                               (default: the built-ins charge, send_email,
                               sleep, fail); a mistake in it exits 2
   --recover-interval-ms MS    how often recovery runs (default 200)
-  --busy-timeout-ms MS        SQLite busy timeout (default 5000)
+  --busy-timeout-ms MS        SQLite busy timeout; PostgreSQL lock_timeout and
+                              wait for a pooled connection (default 5000)
   --request-timeout-ms MS     a request's head, then its body, must arrive
                               within this (default 10000)
   --idle-timeout-ms MS        idle keep-alive connections close after this

@@ -115,7 +115,7 @@ impl SqliteStore {
 
     /// Create the key's call, or return the one it already has. Runs in the
     /// writer's `BEGIN IMMEDIATE` transaction, so the lookup and the insert cannot
-    /// interleave with another writer; `calls.idem_key UNIQUE` backs it up.
+    /// interleave with another writer; `UNIQUE (tenant, idem_key)` backs it up.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
         let retention = self.options.retention;
         Ok(match self.write(sql::create_or_get_op(new))? {

@@ -762,3 +762,61 @@ fn claim_due_takes_the_oldest_due_calls_once(db: &TestDb) -> Result<(), StoreErr
     assert_eq!(audit_events(&store, &ids[4]), ["created", "claimed"]);
     Ok(())
 }
+
+on_both_backends!(
+    a_released_lease_returns_the_call_to_pending_once,
+    backlog_and_stats_describe_the_queue
+);
+
+/// A stopping process gives back a lease whose tool still runs: the call is
+/// `pending` again (audited `released`), and giving it back twice, or after
+/// another attempt took it, changes nothing.
+fn a_released_lease_returns_the_call_to_pending_once(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
+    let call = created_call(store.create_or_get(new_call("k", "fp"))?);
+    let lease = store
+        .claim(&call.call_id, "1:w", Duration::from_secs(30))?
+        .unwrap();
+    assert_eq!(store.release(&lease)?, Completion::Applied);
+    assert_eq!(store.get(&call.call_id)?.unwrap().status, Status::Pending);
+    assert_eq!(store.release(&lease)?, Completion::Stale);
+    let next = store
+        .claim(&call.call_id, "1:v", Duration::from_secs(30))?
+        .unwrap();
+    assert_eq!(next.attempt, 2);
+    assert_eq!(store.release(&lease)?, Completion::Stale);
+    assert_eq!(
+        audit_events(&store, &call.call_id),
+        ["created", "claimed", "released", "claimed"]
+    );
+    Ok(())
+}
+
+/// `/metrics`' backlog and `/stats` count the same calls by status, and the
+/// oldest pending call is the first one created.
+fn backlog_and_stats_describe_the_queue(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
+    assert_eq!(store.backlog()?.oldest_pending_created_at, None);
+    let first = created_call(store.create_or_get(new_call("a", "fp"))?);
+    store.create_or_get(new_call("b", "fp"))?;
+    let running = created_call(store.create_or_get(new_call("c", "fp"))?);
+    store
+        .claim(&running.call_id, "1:w", Duration::from_secs(30))?
+        .unwrap();
+    let backlog = store.backlog()?;
+    let pending = |counts: &[(String, i64)], status: &str| {
+        counts
+            .iter()
+            .find(|(s, _)| s == status)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(pending(&backlog.calls_by_status, "pending"), 2);
+    assert_eq!(pending(&backlog.calls_by_status, "running"), 1);
+    assert_eq!(backlog.oldest_pending_created_at, Some(first.created_at));
+    let stats = store.stats(Scope::All)?;
+    assert_eq!((stats.calls, stats.effects), (3, 0));
+    assert_eq!(stats.by_status, backlog.calls_by_status);
+    assert_eq!(stats.attempts, [(0, 2), (1, 1)]);
+    assert_eq!(store.health().database, Ok(()));
+    Ok(())
+}

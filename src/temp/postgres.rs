@@ -78,6 +78,11 @@ impl PgServer {
         Ok(server)
     }
 
+    /// The server's folder (data, socket, log), removed with the server.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -136,6 +141,21 @@ impl PgServer {
     /// Start a stopped server again on the same port.
     pub fn start_again(&self) -> Result<(), String> {
         self.pg_ctl(&["start", "-w", "-t", "60"])
+    }
+
+    /// Write `contents` to `name` in the server's data folder, owned by the
+    /// server's user with `mode` (a test's TLS key and certificate; the
+    /// server refuses a key others can read).
+    pub fn install_file(&self, name: &str, contents: &[u8], mode: u32) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.data().join(name);
+        std::fs::write(&path, contents).map_err(|e| format!("write {name}: {e}"))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("chmod {name}: {e}"))?;
+        if self.as_postgres {
+            chown_to_postgres(&path)?;
+        }
+        Ok(())
     }
 
     /// The server's log, for a failing test's message.

@@ -96,18 +96,23 @@ const RECLAIMABLE: &str = concat!(
     " - $1)"
 );
 
-/// Each taken back by its own conditional update on the attempt that was
+/// Each taken back only while still `running` under the attempt that was
 /// read (the row count decides), with its `recover` audit row, in one
-/// statement.
+/// statement; rows locked in `call_id` order (see `sql::CLAIM_NAMED`), and
+/// one being changed right now skipped until the next pass.
 const TAKE_BACK: &str = concat!(
-    "WITH r AS (
+    "WITH taken AS MATERIALIZED (
+       SELECT calls.call_id, x.attempt, x.why
+         FROM calls JOIN unnest($1::text[], $2::int8[], $3::text[]) AS x(call_id, attempt, why)
+           ON calls.call_id = x.call_id AND calls.attempt = x.attempt
+        WHERE calls.status = 'running'
+        ORDER BY calls.call_id FOR UPDATE OF calls SKIP LOCKED
+     ), r AS (
        UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ",
     now!(),
     "
-         FROM unnest($1::text[], $2::int8[], $3::text[]) AS x(call_id, attempt, why)
-        WHERE calls.call_id = x.call_id AND calls.status = 'running'
-          AND calls.attempt = x.attempt
-       RETURNING calls.call_id, x.attempt, x.why, calls.updated_at
+         FROM taken WHERE calls.call_id = taken.call_id AND calls.status = 'running'
+       RETURNING calls.call_id, taken.attempt, taken.why, calls.updated_at
      ), a AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT updated_at, call_id, attempt, 'recover', why FROM r

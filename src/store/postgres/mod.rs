@@ -31,6 +31,8 @@ mod sql;
 #[cfg(test)]
 mod tests;
 mod tls;
+#[cfg(test)]
+mod tls_tests;
 mod verify;
 
 pub(super) use verify::verify;

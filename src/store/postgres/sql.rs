@@ -41,9 +41,10 @@ macro_rules! call_columns {
 /// two statements) — while `DO UPDATE` waits for a concurrent inserter of the
 /// same key to finish, locks the winning row, and returns its latest version
 /// from this same statement, so exactly one row always comes back.
-/// `xmax <> 0` on it says the row was there before (our update set xmax);
-/// a fresh insert has none. The `created` audit row is written only for a
-/// new call, by the same statement.
+/// The row is new exactly when it carries the call id this statement drew
+/// (ids are drawn fresh for every attempt); that is sturdier than the
+/// `xmax <> 0` idiom, which reads a detail of the heap. The `created` audit
+/// row is written only for a new call, by the same statement.
 const CREATE_OR_GET: &str = concat!(
     "WITH ins AS (
        INSERT INTO calls AS c (call_id, tenant, idem_key, fingerprint, client_id, seq, tool,
@@ -56,7 +57,7 @@ const CREATE_OR_GET: &str = concat!(
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
        RETURNING ",
     call_columns!(),
-    ", (xmax::text <> '0') AS existed
+    ", (c.call_id <> $1) AS existed
      ), created AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT created_at, call_id, 0, 'created', tool FROM ins WHERE NOT existed
@@ -139,21 +140,29 @@ fn reset_failed(
         .map(|r| call_from_row(&r)))
 }
 
-/// `claim_many`: the named calls, each only if claimable now.
+/// `claim_many`: the named calls, each only if claimable now. The rows are
+/// locked in `call_id` order, as every statement here that takes several
+/// rows' locks does (`extend`, recovery), so two of them never deadlock; a row
+/// another statement holds at this moment is skipped (it is being claimed or
+/// finished by someone else) and answered `None`, as a lost claim.
 const CLAIM_NAMED: &str = concat!(
-    "WITH u AS (
-       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
-              lease_until = ",
-    now!(),
-    " + $2, owner = $3, updated_at = ",
-    now!(),
-    ", next_attempt_at = NULL
+    "WITH c AS MATERIALIZED (
+       SELECT call_id FROM calls
         WHERE call_id = ANY($1)
           AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
     now!(),
     ")) OR (status = 'running' AND lease_until <= ",
     now!(),
     "))
+        ORDER BY call_id FOR UPDATE SKIP LOCKED
+     ), u AS (
+       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
+              lease_until = ",
+    now!(),
+    " + $2, owner = $3, updated_at = ",
+    now!(),
+    ", next_attempt_at = NULL
+         FROM c WHERE calls.call_id = c.call_id
        RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
                  calls.effect_id, calls.lease_until, calls.updated_at
      ), a AS (
@@ -385,12 +394,17 @@ pub(super) fn extend(
     lease_secs: f64,
 ) -> Result<Vec<(String, i64)>, ::postgres::Error> {
     const EXTEND: &str = concat!(
-        "UPDATE calls SET lease_until = ",
+        "WITH held AS MATERIALIZED (
+           SELECT calls.call_id
+             FROM calls JOIN unnest($1::text[], $2::int8[]) AS l(call_id, attempt)
+               ON calls.call_id = l.call_id AND calls.attempt = l.attempt
+            WHERE calls.status = 'running'
+            ORDER BY calls.call_id FOR UPDATE OF calls
+         )
+         UPDATE calls SET lease_until = ",
         now!(),
         " + $3
-           FROM unnest($1::text[], $2::int8[]) AS l(call_id, attempt)
-          WHERE calls.call_id = l.call_id AND calls.status = 'running'
-            AND calls.attempt = l.attempt
+           FROM held WHERE calls.call_id = held.call_id AND calls.status = 'running'
          RETURNING calls.call_id, calls.attempt"
     );
     let ids: Vec<&str> = leases.iter().map(|l| l.call_id.as_str()).collect();

@@ -184,12 +184,19 @@ fn a_lock_held_elsewhere_is_unavailable_not_internal() -> Result<(), StoreError>
     let mut tx = other.transaction().unwrap();
     tx.execute("SELECT 1 FROM calls WHERE call_id = $1 FOR UPDATE", &[&id])
         .unwrap();
-    let lease = store.claim(&id, "1:w", Duration::from_secs(30));
+    // A claim passes over a locked row (SKIP LOCKED); a same-key create
+    // must wait for it, and gives up at the lock timeout.
+    assert_eq!(store.claim(&id, "1:w", Duration::from_secs(30))?, None);
+    let replay = store.create_or_get(call("locked"));
     assert!(
-        matches!(lease, Err(StoreError::Unavailable(_))),
-        "{lease:?}"
+        matches!(replay, Err(StoreError::Unavailable(_))),
+        "{replay:?}"
     );
     tx.rollback().unwrap();
+    assert!(matches!(
+        store.create_or_get(call("locked"))?,
+        Created::Existing(_)
+    ));
     assert!(store.claim(&id, "1:w", Duration::from_secs(30))?.is_some());
     Ok(())
 }
@@ -293,5 +300,23 @@ fn verify_passes_on_served_calls_and_names_violations() -> Result<(), StoreError
         "{report}"
     );
     assert!(violated.contains(&"succeeded_without_effect"), "{report}");
+    Ok(())
+}
+
+/// A node that stops cleanly has its running calls taken back at once by
+/// another node's recovery, long before their leases would expire.
+#[test]
+fn a_stopped_nodes_calls_are_reclaimed_by_another_at_once() -> Result<(), StoreError> {
+    let db = TestDb::postgres("stopped_node");
+    let (a, b) = (db.open()?, db.open()?);
+    a.create_or_get(call("k"))?;
+    let owner = crate::store::owner_name(a.instance(), "worker-0");
+    let lease = a.claim_due(1, &owner, Duration::from_secs(600))?;
+    assert_eq!(lease.len(), 1);
+    assert!(b.recover()?.is_empty(), "a live node keeps its lease");
+    a.stop();
+    assert_eq!(b.recover()?, vec![lease[0].call_id.clone()]);
+    let again = b.claim_due(1, "1:w@other", Duration::from_secs(30))?;
+    assert_eq!(again[0].attempt, 2);
     Ok(())
 }
