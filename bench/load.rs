@@ -30,6 +30,9 @@ const REMOTE: &[u8] = br#"{"tool":"remote","args":{}}"#;
 pub enum Via<'a> {
     /// Over TCP to this `host:port`, through the whole HTTP stack.
     Http(&'a str),
+    /// Over TCP to several service nodes on one database: client thread `i`
+    /// keeps to `nodes[i % n]`, so the load is spread evenly over them.
+    Spread(&'a [String]),
     /// Straight into a service's request handler in this process: no sockets,
     /// no parsing, no serializing. What is left is the service's own work
     /// (fingerprint, store, runner), so this rate is the ceiling for HTTP.
@@ -98,11 +101,12 @@ pub fn run_load(load: &Load) -> LoadResult {
     let next = AtomicU64::new(0);
     let barrier = Barrier::new(load.concurrency + 1);
     std::thread::scope(|scope| {
+        let (next, barrier) = (&next, &barrier);
         let clients: Vec<_> = (0..load.concurrency)
             .map(|i| {
                 std::thread::Builder::new()
                     .name(format!("client-{i}"))
-                    .spawn_scoped(scope, || client_loop(load, &next, &barrier))
+                    .spawn_scoped(scope, move || client_loop(load, i, next, barrier))
                     .expect("spawn a client thread")
             })
             .collect();
@@ -131,7 +135,7 @@ pub fn run_load(load: &Load) -> LoadResult {
 /// One client: take a ticket, send its request, record the latency; until the
 /// count or the deadline is reached. Every ticket taken is sent, so the mixed
 /// mode's retries always name a key that was (or is being) sent.
-fn client_loop(load: &Load, next: &AtomicU64, barrier: &Barrier) -> LoadResult {
+fn client_loop(load: &Load, index: usize, next: &AtomicU64, barrier: &Barrier) -> LoadResult {
     let mut tally = LoadResult::default();
     let mut conn = None;
     let mut key = String::with_capacity(load.prefix.len() + 24);
@@ -150,7 +154,7 @@ fn client_loop(load: &Load, next: &AtomicU64, barrier: &Barrier) -> LoadResult {
         }
         let body = request_for(load.mode, ticket, &load.prefix, &mut key);
         let started = Instant::now();
-        match send(&mut conn, load, &key, body) {
+        match send(&mut conn, load, index, &key, body) {
             Some(status) => *tally.codes.entry(status).or_default() += 1,
             None => tally.status0 += 1,
         }
@@ -196,15 +200,18 @@ fn mixed_request(ticket: u64) -> (Option<u64>, &'static [u8]) {
     }
 }
 
-/// Send one request, (re)connecting when needed. `None` means no HTTP response.
+/// Send one request, (re)connecting when needed; client thread `index` picks
+/// its node. `None` means no HTTP response.
 fn send(
     conn: &mut Option<HttpConnection>,
     load: &Load,
+    index: usize,
     key: &str,
     body: Option<&[u8]>,
 ) -> Option<u16> {
     let authority = match load.via {
         Via::Http(authority) => authority,
+        Via::Spread(nodes) => nodes[index % nodes.len()].as_str(),
         Via::Direct(handler) => return Some(handler(&direct_request(key, body)).status),
     };
     if conn.is_none() {

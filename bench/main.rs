@@ -26,10 +26,12 @@
 //! `downstream` (http-tool's in-process downstream), `calibrate` (the two
 //! baselines), `measure` (load, drain, `/stats`),
 //! `invariants` (the checks after a run), `sweep` (the `--sweep` run and its
-//! pre-filled database), `report` (text and JSON).
+//! pre-filled database), `report` (text and JSON), `cluster` (`--db
+//! postgres://…`: PostgreSQL with one and several nodes beside SQLite).
 #![forbid(unsafe_code)]
 
 mod calibrate;
+mod cluster;
 mod downstream;
 mod invariants;
 mod load;
@@ -56,6 +58,13 @@ usage: bench [options]
   --base URL           load a running server (default: start one in-process on
                        a temp database and a free port)
   --db PATH            with --base: the server's database, for invariant checks
+  --db postgres://URL  PostgreSQL beside SQLite: distinct and same-key loads on
+                       one in-process service on a temp SQLite file, one on this
+                       database, and --nodes N on it, load spread over them;
+                       one table (an empty database is best: rows accumulate)
+  --nodes N            with --db postgres://: the many-node row (default 3)
+  --pgbench            with --db postgres://: measure the pgbench ceiling on the
+                       same database first (bench/pgbench_ceiling.sh)
   --server-pid PID     with --base: read the server's peak RSS from /proc/PID
   --mode MODE          distinct (default): a new key per request, charge 1;
                        same-key: every request one key;
@@ -118,6 +127,12 @@ enum Stop {
 struct Config {
     base: Option<String>,
     db: Option<PathBuf>,
+    /// `--db postgres://…`: the PostgreSQL comparison (`cluster`).
+    postgres: Option<String>,
+    /// Its many-node row's node count.
+    nodes: usize,
+    /// Measure the pgbench ceiling first.
+    pgbench: bool,
     server_pid: Option<u32>,
     mode: Mode,
     stop: Stop,
@@ -138,6 +153,9 @@ impl Config {
         let mut c = Config {
             base: None,
             db: None,
+            postgres: None,
+            nodes: 3,
+            pgbench: false,
             server_pid: None,
             mode: Mode::Distinct,
             stop: Stop::Count(300),
@@ -156,7 +174,16 @@ impl Config {
             match flag.as_str() {
                 "--help" | "-h" => return Ok(None),
                 "--base" => c.base = Some(value()?),
-                "--db" => c.db = Some(PathBuf::from(value()?)),
+                "--db" => {
+                    let value = value()?;
+                    if value.starts_with("postgres://") || value.starts_with("postgresql://") {
+                        c.postgres = Some(value);
+                    } else {
+                        c.db = Some(PathBuf::from(value));
+                    }
+                }
+                "--nodes" => c.nodes = number(&flag, &value()?)? as usize,
+                "--pgbench" => c.pgbench = true,
                 "--server-pid" => c.server_pid = Some(number(&flag, &value()?)? as u32),
                 "--mode" => {
                     c.mode = match value()?.as_str() {
@@ -200,6 +227,14 @@ impl Config {
         }
         if c.setup.workers.is_some_and(|w| w > 1024) {
             return Err("--workers must be at most 1024, as the service's".into());
+        }
+        if c.postgres.is_some() && (c.base.is_some() || c.sweep || c.mode == Mode::HttpTool) {
+            return Err(
+                "--db postgres:// starts its own services; no --base, --sweep or http-tool".into(),
+            );
+        }
+        if c.nodes > 64 {
+            return Err("--nodes must be at most 64".into());
         }
         if c.sweep && c.base.is_some() {
             return Err("--sweep starts its own servers; it cannot use --base".into());
@@ -272,7 +307,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let outcome = if config.sweep {
+    let outcome = if let Some(url) = &config.postgres {
+        cluster::run_cluster(&config, url)
+    } else if config.sweep {
         sweep::run_sweep(&config)
     } else {
         run_single(&config)

@@ -16,7 +16,7 @@ use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError};
 use crate::request_id::RequestIds;
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
-use crate::store::{now, CallStore, StoreError};
+use crate::store::{now, CallStore, StoreError, Wake, WakeHandler};
 use crate::sync::lock;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
@@ -142,6 +142,12 @@ impl Service {
             StartError::Spawn(e)
         })?;
         runner.recover_once();
+        store.on_wake_from_other_nodes(on_wake_from_other_nodes(
+            Arc::downgrade(&runner),
+            Arc::downgrade(&notifier),
+            Arc::clone(&metrics),
+            config.runner.workers,
+        ));
         let tenants = auth.tenants().map(|t| t.name.to_string()).collect();
         let api = Arc::new(Api {
             store: Arc::clone(&store),
@@ -298,6 +304,32 @@ fn database_probe(
             oldest_pending_age,
         })
     }
+}
+
+/// A wake-up from another node on the same PostgreSQL database: the
+/// requests waiting here re-read their calls, and new work there is claimed
+/// here at once by a recovery pass — but only while this node has a worker
+/// idle and nothing queued, so busy nodes do not contend for each other's
+/// calls (each node runs what it accepts; the idle ones help). Without a
+/// wake-up the same happens at the next poll. Weak references: the store
+/// that holds this handler must not keep the runner alive.
+fn on_wake_from_other_nodes(
+    runner: Weak<Runner>,
+    notifier: Weak<Notifier>,
+    metrics: Arc<Metrics>,
+    workers: usize,
+) -> WakeHandler {
+    Arc::new(move |wake: Wake| {
+        if let (true, Some(notifier)) = (wake.done, notifier.upgrade()) {
+            // A call the sender could not name is found by its waiters' own
+            // re-read (`WAIT_RECHECK`, 100 ms).
+            notifier.notify(wake.calls.iter().map(String::as_str));
+        }
+        let idle = metrics.busy_workers.get() < workers as f64 && metrics.queued_calls.get() <= 0.0;
+        if let (true, true, Some(runner)) = (wake.work, idle, runner.upgrade()) {
+            runner.recover_once();
+        }
+    })
 }
 
 /// The runner's purge hook: a purged call's key is forgotten, so no cached

@@ -72,6 +72,7 @@ pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
     Purged, Retention, Scope, Stats, Status, WriterStats,
 };
+pub use postgres::listen::{Handler as WakeHandler, Wake};
 pub use postgres::PG_SCHEMA_VERSION;
 pub use reader_pool::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
@@ -190,6 +191,17 @@ impl CallStore {
     /// Tell other processes this one is alive (every `HEARTBEAT_EVERY`).
     pub fn heartbeat(&self) -> Result<(), StoreError> {
         each!(self, b => b.heartbeat())
+    }
+
+    /// What this process does when another node on the same database
+    /// announces new pending work or completions (PostgreSQL's
+    /// `LISTEN`/`NOTIFY`, see `postgres::listen`). SQLite has no such
+    /// channel: there, polling alone finds another process's work.
+    pub fn on_wake_from_other_nodes(&self, handler: WakeHandler) {
+        match &self.backend {
+            Backend::Sqlite(_) => {}
+            Backend::Postgres(pg) => pg.on_wake(handler),
+        }
     }
 
     /// Mark this instance stopped and commit every write already queued; later

@@ -1,5 +1,6 @@
 //! `scripts/fault_inject.sh`, run by `cargo test` so the script cannot rot:
-//! every scenario (the `--downstream` one with a real http tool included) must
+//! every scenario (the `--downstream` one with a real http tool included, and
+//! `--postgres`: three nodes on one PostgreSQL database) must
 //! PASS against the binaries cargo just built (the script
 //! finds them through `IDEM_BIN_DIR`, so no release build happens here).
 
@@ -46,6 +47,8 @@ fn every_fault_injection_scenario_passes() {
         "new-key",
         "downstream",
         "mcp",
+        // PostgreSQL is installed wherever the tests run (.ci/run installs it).
+        "postgres",
     ] {
         assert!(
             stdout.contains(&format!("PASS {scenario}")),

@@ -9,7 +9,8 @@
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
-//! business key, schema step 2).
+//! business key, schema step 2), `listen` (`LISTEN`/`NOTIFY` wake-ups
+//! between the nodes).
 //!
 //! Guarantees as on SQLite (see the store's map), with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
@@ -23,6 +24,7 @@
 mod business_key;
 mod error;
 mod instances;
+pub mod listen;
 mod pool;
 mod report_reads;
 mod retention;
@@ -64,6 +66,9 @@ pub(super) struct PgStore {
     instance: Instance,
     /// Set by `stop`: later operations are answered `Unavailable`.
     stopped: AtomicBool,
+    /// Wake-ups to and from the other nodes on this database: announced
+    /// after each commit of new pending work or of completions (`listen`).
+    wake: listen::ClusterWake,
 }
 
 impl PgStore {
@@ -75,11 +80,17 @@ impl PgStore {
             options.busy_timeout,
             options.ca_file.as_deref(),
         )?;
+        let instance = Instance::this_process();
+        let connect =
+            listen::connector(target, options.ca_file.as_deref()).map_err(StoreError::internal)?;
+        let wake = listen::ClusterWake::start(connect, &instance.id)
+            .map_err(|e| StoreError::internal(format!("start the LISTEN threads: {e}")))?;
         let store = PgStore {
             pool,
             options,
-            instance: Instance::this_process(),
+            instance,
             stopped: AtomicBool::new(false),
+            wake,
         };
         store.pool.with(|c| Ok(schema::migrate(c)))??;
         let me = store.instance.clone();
@@ -116,6 +127,8 @@ impl PgStore {
         if self.stopped.load(Ordering::SeqCst) {
             return;
         }
+        // First: no wake-up may start work on a store that is stopping.
+        self.wake.stop();
         if let Err(e) = self.run(|c| instances::mark_stopped(c, &self.instance.id)) {
             crate::log::warn("could not mark this process stopped")
                 .event("mark_stopped_failed")
@@ -126,9 +139,18 @@ impl PgStore {
         self.pool.close_idle();
     }
 
+    /// What a wake-up from another node does here.
+    pub(super) fn on_wake(&self, handler: listen::Handler) {
+        self.wake.set_handler(handler);
+    }
+
     pub(super) fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
         let retention = self.options.retention;
-        Ok(match self.run(|c| sql::create_or_get(c, &new))? {
+        let created = self.run(|c| sql::create_or_get(c, &new))?;
+        if matches!(created, Created::New(_) | Created::RetryReset(_)) {
+            self.wake.announce_work();
+        }
+        Ok(match created {
             Created::New(c) => Created::New(retention.stamp(c)),
             Created::Existing(c) => Created::Existing(retention.stamp(c)),
             Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
@@ -208,13 +230,16 @@ impl PgStore {
             delay.as_secs_f64()
         );
         let error = error.to_string();
-        then(self.run(|c| {
-            if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
-                return Ok(Completion::Applied);
-            }
-            sql::audit_stale(c, lease, "been retried")?;
-            Ok(Completion::Stale)
-        }))
+        then(
+            self.run(|c| {
+                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
+                    return Ok(Completion::Applied);
+                }
+                sql::audit_stale(c, lease, "been retried")?;
+                Ok(Completion::Stale)
+            })
+            .inspect(|done| self.announce_work_if(*done == Completion::Applied)),
+        )
     }
 
     /// A fenced completion; a lost lease leaves only a `stale_completion`
@@ -225,13 +250,24 @@ impl PgStore {
         finish: &Finish<'_>,
         outcome: &str,
     ) -> Result<Completion, StoreError> {
-        self.run(|c| {
+        let done = self.run(|c| {
             if sql::finish_fenced(c, lease, finish)? {
                 return Ok(Completion::Applied);
             }
             sql::audit_stale(c, lease, outcome)?;
             Ok(Completion::Stale)
-        })
+        })?;
+        if done == Completion::Applied {
+            self.wake.announce_done([lease.call_id.as_str()]);
+        }
+        Ok(done)
+    }
+
+    /// After a commit that made calls claimable again.
+    fn announce_work_if(&self, made_work: bool) {
+        if made_work {
+            self.wake.announce_work();
+        }
     }
 
     pub(super) fn extend(
@@ -253,14 +289,18 @@ impl PgStore {
     }
 
     pub(super) fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        Ok(match self.run(|c| sql::release(c, lease))? {
+        let released = self.run(|c| sql::release(c, lease))?;
+        self.announce_work_if(released);
+        Ok(match released {
             true => Completion::Applied,
             false => Completion::Stale,
         })
     }
 
     pub(super) fn recover(&self) -> Result<Vec<String>, StoreError> {
-        self.run(|c| instances::recover(c, &self.instance))
+        let recovered = self.run(|c| instances::recover(c, &self.instance))?;
+        self.announce_work_if(!recovered.is_empty());
+        Ok(recovered)
     }
 
     pub(super) fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
