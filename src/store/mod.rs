@@ -39,6 +39,7 @@
 //! anything but SQL.
 
 pub mod bulk;
+mod checkpointer;
 mod ids;
 mod instances;
 mod model;
@@ -47,11 +48,14 @@ mod reads;
 mod retention;
 mod schema;
 mod sql;
+mod sync_mode;
+mod syncer;
 #[cfg(test)]
 mod tenant_tests;
 #[cfg(test)]
 mod tests;
 pub mod verify;
+mod write_queue;
 mod writer;
 
 pub use ids::{effect_id_for, now};
@@ -74,7 +78,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use writer::Writer;
+use writer::{Lane, Writer};
 
 /// A writer with work queued and no batch started or finished for this long
 /// is stuck (`/healthz` says so): a batch takes milliseconds, and waiting for
@@ -168,10 +172,11 @@ impl CallStore {
         let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
         let writer =
             Writer::start(conn).map_err(|e| StoreError::Internal(format!("spawn writer: {e}")))?;
+        let readers = Readers::new(path, &options).gated_by(writer.durability());
         let store = Arc::new(CallStore {
             path: path.to_path_buf(),
             writer,
-            readers: Readers::new(path, &options),
+            readers,
             status_index_has_attempt,
             instance: Instance::this_process(),
             stopped: Default::default(),
@@ -235,12 +240,15 @@ impl CallStore {
     /// interleave with another writer; `calls.idem_key UNIQUE` backs it up.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
         let retention = self.options.retention;
-        Ok(match self.write(sql::create_or_get_op(new))? {
-            Created::New(c) => Created::New(retention.stamp(c)),
-            Created::Existing(c) => Created::Existing(retention.stamp(c)),
-            Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
-            Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
-        })
+        // Behind completions: new work never delays finishing accepted work.
+        Ok(
+            match self.write_in(Lane::Behind, sql::create_or_get_op(new))? {
+                Created::New(c) => Created::New(retention.stamp(c)),
+                Created::Existing(c) => Created::Existing(retention.stamp(c)),
+                Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
+                Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
+            },
+        )
     }
 
     /// Take the lease on a call for one attempt. Only one claimer can win: the
@@ -466,14 +474,24 @@ impl CallStore {
         })
     }
 
-    /// Queue `op` for the writer and wait until its batch has committed.
+    /// Queue `op` for the writer in the first lane (see `write_queue`) and
+    /// wait until its batch has committed.
     fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
+        self.write_in(Lane::First, op)
+    }
+
+    fn write_in<T, F>(&self, lane: Lane, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
         let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
-        self.writer.submit(
+        self.writer.submit_in(
+            lane,
             op,
             Box::new(move |outcome| {
                 // The caller may have gone (its thread ended); nothing to tell.
