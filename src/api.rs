@@ -87,6 +87,12 @@ pub enum ApiError {
     },
     NotFound(String),
     MethodNotAllowed(&'static str),
+    /// A new call refused: this many calls wait for a worker, and the
+    /// bound (`--max-pending`) allows no more.
+    Overloaded {
+        pending: usize,
+        max: usize,
+    },
     Store(StoreError),
 }
 
@@ -128,6 +134,13 @@ impl ApiError {
                 Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
             }
             ApiError::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
+            ApiError::Overloaded { pending, max } => Response::from_error(
+                ErrorCode::Overloaded,
+                format_args!(
+                    "{pending} calls are pending (--max-pending {max}); \
+                     retry with the same key after Retry-After"
+                ),
+            ),
             ApiError::Store(e @ StoreError::Unavailable(_)) => {
                 crate::log::warn("database unavailable; answered 503")
                     .event("unavailable")
@@ -166,6 +179,9 @@ pub struct Api {
     pub metrics: Arc<Metrics>,
     pub request_ids: RequestIds,
     pub health: HealthCache,
+    /// Calls queued for a worker past which a new call is refused
+    /// `503 overloaded` (`--max-pending`).
+    pub max_pending: usize,
 }
 
 /// The `KeyCache` key of an idempotency key: its tenant, a space (never in
@@ -370,9 +386,27 @@ impl Api {
                 }
             }
         }
+        self.refuse_if_overloaded()?;
         let created = self.store.create_or_get(new)?;
         self.keys.insert_has_row(cache_key);
         Ok(created)
+    }
+
+    /// Pushback: past `--max-pending` calls queued for a worker, a request that
+    /// may create a call is refused before it joins the write queue, so the
+    /// backlog stays bounded however many clients send, and the workers'
+    /// completions keep the writer's time. A known key was answered before
+    /// this (its retry adds nothing to the backlog).
+    fn refuse_if_overloaded(&self) -> Result<(), ApiError> {
+        let pending = self.metrics.queued_calls.get().max(0.0) as usize;
+        if pending >= self.max_pending {
+            self.metrics.overloaded.inc();
+            return Err(ApiError::Overloaded {
+                pending,
+                max: self.max_pending,
+            });
+        }
+        Ok(())
     }
 
     /// `200` with a terminal call, `202` (with `Retry-After`, a poll

@@ -140,6 +140,7 @@ impl Service {
             metrics: Arc::clone(&metrics),
             request_ids: RequestIds::new(),
             health: Default::default(),
+            max_pending: config.max_pending,
         });
         let handler: Handler = {
             let api = Arc::clone(&api);

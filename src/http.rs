@@ -188,7 +188,9 @@ impl Response {
         let body = serde_json::json!({ "error": error });
         let response = Response::json(code.status(), &body);
         match code {
-            ErrorCode::Unavailable => response.with_header("Retry-After", "1"),
+            ErrorCode::Unavailable | ErrorCode::Overloaded => {
+                response.with_header("Retry-After", "1")
+            }
             _ => response,
         }
     }
