@@ -108,6 +108,8 @@ impl Service {
         let store = CallStore::open(&config.db, config.store.clone())
             .map_err(|e| StartError::Database(format!("{}: {e}", config.db.display())))?;
         let metrics = Arc::new(Metrics::new());
+        crate::log::global()
+            .report_dropped_access_lines_to(Arc::clone(&metrics.access_log_dropped));
         crate::tools::TOOL_NAMES
             .iter()
             .for_each(|tool| metrics.declare_tool(tool));

@@ -107,6 +107,8 @@ fn main() -> ExitCode {
         }
     });
     let report = service.stop(grace);
+    // The access lines still buffered go out before the last line.
+    log::global().flush(std::time::Duration::from_secs(1));
     log::info("stopped cleanly; running calls released for the next process")
         .event("stopped")
         .number("released", report.released.len() as u64)
