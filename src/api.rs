@@ -61,6 +61,10 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
 pub const POLL_AFTER_SECS: &str = "1";
 
+/// How long a `503 overloaded` is held before it is sent (see
+/// `Api::refuse_if_overloaded`).
+const OVERLOADED_HOLD: Duration = Duration::from_millis(20);
+
 /// The longest `?wait=` a request may ask for.
 const MAX_WAIT_SECS: f64 = 30.0;
 /// Longest `Idempotency-Key`, in bytes.
@@ -401,6 +405,11 @@ impl Api {
         let pending = self.metrics.queued_calls.get().max(0.0) as usize;
         if pending >= self.max_pending {
             self.metrics.overloaded.inc();
+            // A client that ignores `Retry-After` asks again at once; holding
+            // the refusal a moment keeps such clients from spending the CPU
+            // the workers need to drain the backlog (it costs this connection's
+            // thread a sleep, no CPU).
+            std::thread::sleep(OVERLOADED_HOLD);
             return Err(ApiError::Overloaded {
                 pending,
                 max: self.max_pending,

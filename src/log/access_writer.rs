@@ -7,8 +7,10 @@
 //! one lock while another wrote. Here a request formats its line into a
 //! buffer kept per thread (no allocation once warm), copies it into the
 //! shared buffer under a lock held for a `memcpy`, and wakes the writer only
-//! when the buffer was empty. The writer swaps the buffer for an empty one
-//! and writes everything in it with one `write_all`, outside the lock.
+//! when it sleeps. The writer lets lines gather for `GATHER`, swaps the
+//! buffer for an empty one and writes everything in it with one
+//! `write_all`, outside the lock: a few hundred writes and wake-ups a
+//! second, whatever the request rate.
 //!
 //! **Never blocking a request.** The buffer has a fixed capacity; a line that
 //! does not fit (the sink is slower than the requests: a stalled pipe, a full
@@ -30,6 +32,9 @@ use std::time::{Duration, Instant};
 /// here, so a sink that pauses for less than that loses nothing.
 pub const CAPACITY: usize = 4 << 20;
 
+/// How long the writer lets lines gather after the first one arrives.
+const GATHER: Duration = Duration::from_millis(2);
+
 pub struct AccessWriter {
     shared: Arc<Shared>,
 }
@@ -48,6 +53,8 @@ struct State {
     pending: Vec<u8>,
     /// The writer holds a swapped-out buffer it has not finished writing.
     writing: bool,
+    /// The writer is asleep waiting for a line: the next push wakes it.
+    idle: bool,
 }
 
 impl AccessWriter {
@@ -61,6 +68,7 @@ impl AccessWriter {
             state: Mutex::new(State {
                 pending: Vec::with_capacity(capacity.min(64 << 10)),
                 writing: false,
+                idle: false,
             }),
             changed: Condvar::new(),
             capacity,
@@ -87,10 +95,10 @@ impl AccessWriter {
             }
             return;
         }
-        let was_empty = state.pending.is_empty();
         state.pending.extend_from_slice(line);
+        let wake = std::mem::take(&mut state.idle);
         drop(state);
-        if was_empty {
+        if wake {
             shared.changed.notify_all();
         }
     }
@@ -136,11 +144,20 @@ fn write_until_the_process_ends(shared: &Shared, sink: &mut dyn Write) {
         let mut state = lock(&shared.state);
         while state.pending.is_empty() {
             state.writing = false;
+            state.idle = true;
             shared.changed.notify_all();
             state = shared
                 .changed
                 .wait(state)
                 .unwrap_or_else(|p| p.into_inner());
+        }
+        state.idle = false;
+        if state.pending.len() < shared.capacity / 2 {
+            // Let lines gather: one write (and one wake-up) per `GATHER`
+            // instead of one per request.
+            drop(state);
+            std::thread::sleep(GATHER);
+            state = lock(&shared.state);
         }
         std::mem::swap(&mut state.pending, &mut spare);
         state.writing = true;
