@@ -66,6 +66,10 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
 pub const POLL_AFTER_SECS: &str = "1";
 
+/// How long a `503 overloaded` is held before it is sent (see
+/// `Api::refuse_if_overloaded`).
+const OVERLOADED_HOLD: Duration = Duration::from_millis(20);
+
 /// The longest `?wait=` a request may ask for.
 const MAX_WAIT_SECS: f64 = 30.0;
 /// Longest `Idempotency-Key`, in bytes.
@@ -95,6 +99,9 @@ pub struct Api {
     /// How long an MCP `tools/call` waits for its call to settle
     /// (`--mcp-wait-secs`) before answering `running` with the call's id.
     pub mcp_wait: Duration,
+    /// Calls queued for a worker past which a new call is refused
+    /// `503 overloaded` (`--max-pending`).
+    pub max_pending: usize,
 }
 
 /// The `KeyCache` key of an idempotency key: its tenant, a space (never in
@@ -261,9 +268,32 @@ impl Api {
                 }
             }
         }
+        self.refuse_if_overloaded()?;
         let created = self.store.create_or_get(new)?;
         self.keys.insert_has_row(cache_key);
         Ok(created)
+    }
+
+    /// Pushback: past `--max-pending` calls queued for a worker, a request that
+    /// may create a call is refused before it joins the write queue, so the
+    /// backlog stays bounded however many clients send, and the workers'
+    /// completions keep the writer's time. A known key was answered before
+    /// this (its retry adds nothing to the backlog).
+    pub(super) fn refuse_if_overloaded(&self) -> Result<(), ApiError> {
+        let pending = self.metrics.queued_calls.get().max(0.0) as usize;
+        if pending >= self.max_pending {
+            self.metrics.overloaded.inc();
+            // A client that ignores `Retry-After` asks again at once; holding
+            // the refusal a moment keeps such clients from spending the CPU
+            // the workers need to drain the backlog (it costs this connection's
+            // thread a sleep, no CPU).
+            std::thread::sleep(OVERLOADED_HOLD);
+            return Err(ApiError::Overloaded {
+                pending,
+                max: self.max_pending,
+            });
+        }
+        Ok(())
     }
 
     /// `200` with a terminal call, `202` (with `Retry-After`, a poll

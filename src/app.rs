@@ -119,6 +119,8 @@ impl Service {
             }
         })?;
         let metrics = Arc::new(Metrics::new());
+        crate::log::global()
+            .report_dropped_access_lines_to(Arc::clone(&metrics.access_log_dropped));
         // Every configured tool (the tools file's, not only the built-ins) has
         // its zero series before its first run.
         config
@@ -161,6 +163,7 @@ impl Service {
             request_ids: RequestIds::new(),
             health: Default::default(),
             mcp_wait: config.mcp_wait,
+            max_pending: config.max_pending,
         });
         let handler: Handler = {
             let api = Arc::clone(&api);

@@ -43,6 +43,8 @@ usage: idempotent-tool [options]
                               allows; the start-up line says so)
   --answer-cache-mib MIB      memory for settled answers kept to answer retries
                               without a database read (default 64; 0 turns it off)
+  --max-pending N             calls queued for a worker past which a new call is
+                              refused 503 overloaded (default 4096)
   --shutdown-grace-secs SECS  on SIGTERM/SIGINT, how long running tools may
                               finish before their leases are given back
                               (default 10; fractions allowed)
@@ -61,6 +63,10 @@ usage: idempotent-tool [options]
   --chaos                     honour chaos hooks in args (tests, fault injection)
   --help                      print this help
 ";
+
+/// `--max-pending`'s default: at the few thousand calls a second this
+/// service completes on a small machine, a backlog of about a second.
+pub const DEFAULT_MAX_PENDING: usize = 4096;
 
 /// `--key-ttl`'s default: a day, as Stripe keeps its keys.
 pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(86_400);
@@ -85,6 +91,9 @@ pub struct Config {
     /// Bytes of keys, fingerprints and rendered answers the API may keep
     /// (`--answer-cache-mib`).
     pub answer_cache_bytes: usize,
+    /// Calls queued for a worker past which a new call is refused
+    /// `503 overloaded` (`--max-pending`).
+    pub max_pending: usize,
     /// Tenants and token hashes; `None`: everyone is the anonymous tenant.
     pub auth_file: Option<PathBuf>,
     /// Serve a non-loopback `host` without `auth_file` anyway.
@@ -121,6 +130,7 @@ impl Default for Config {
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
             answer_cache_bytes: crate::api::DEFAULT_ANSWER_CACHE_BYTES,
+            max_pending: DEFAULT_MAX_PENDING,
             auth_file: None,
             insecure_no_auth: false,
             log_level: Level::Info,
@@ -198,6 +208,9 @@ impl Config {
                 "--max-connections" => {
                     config.limits.max_connections =
                         number(&flag, &value()?, 1..=1_000_000)? as usize
+                }
+                "--max-pending" => {
+                    config.max_pending = number(&flag, &value()?, 1..=10_000_000)? as usize
                 }
                 "--answer-cache-mib" => {
                     config.answer_cache_bytes =
@@ -317,6 +330,7 @@ mod tests {
         assert_eq!(c.runner.recover_interval, Duration::from_millis(200));
         assert!(!c.runner.chaos);
         assert_eq!(c.answer_cache_bytes, 64 << 20);
+        assert_eq!(c.max_pending, 4096);
         assert_eq!(c.store.retention.key_ttl, Some(DEFAULT_KEY_TTL));
         assert_eq!((c.log_level, c.access_log), (Level::Info, true));
         assert!(c.auth_file.is_none() && !c.insecure_no_auth);
@@ -365,6 +379,8 @@ mod tests {
             "0.5",
             "--answer-cache-mib",
             "3",
+            "--max-pending",
+            "7",
             "--tools",
             "t.json",
             "--chaos",
@@ -375,6 +391,7 @@ mod tests {
         assert_eq!(c.tools_file, Some(PathBuf::from("t.json")));
         assert_eq!(c.tools.specs().count(), 4, "the built-ins until load_tools");
         assert_eq!(c.answer_cache_bytes, 3 << 20);
+        assert_eq!(c.max_pending, 7);
         assert_eq!(c.port, 0);
         assert_eq!(c.db.sqlite_path(), Some(std::path::Path::new("x.db")));
         assert_eq!(c.runner.workers, 2);
@@ -389,6 +406,7 @@ mod tests {
             &["--port"],
             &["--port", "70000"],
             &["--workers", "0"],
+            &["--max-pending", "0"],
             &["--lease-secs", "-1"],
             &["--lease-secs", "nan"],
             &["--log-level", "verbose"],

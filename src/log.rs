@@ -5,6 +5,9 @@
 //! Every line is built whole, then written with one `write_all` under the
 //! stderr lock, so lines from concurrent threads never interleave (and a line
 //! up to `PIPE_BUF` is one `write(2)`, atomic even beside other processes).
+//! Access lines go through `access_writer` instead: appended whole to a
+//! bounded buffer, written out by their own thread, dropped and counted
+//! (never waited for) when the buffer is full.
 //!
 //! This module must make it impossible to log a secret by accident: an event
 //! takes a `&'static str` message and typed fields named for what they hold
@@ -12,6 +15,9 @@
 //! an `Authorization` header, a configured header value or a call's args has
 //! nowhere to go. The access record's fields are exactly the documented ones.
 
+mod access_writer;
+
+pub use access_writer::AccessWriter;
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -77,6 +83,10 @@ pub struct Logger {
     level: Level,
     access_log: bool,
     sink: Sink,
+    /// Where access lines go on their way to a stderr or file sink (see
+    /// `access_writer`); `None` for a buffer sink, which tests read back at
+    /// once.
+    access_writer: Option<Arc<AccessWriter>>,
 }
 
 impl Default for Logger {
@@ -92,16 +102,24 @@ impl Logger {
             level,
             access_log,
             sink: Sink::Stderr,
+            access_writer: access_log
+                .then(|| start_access_writer(Box::new(std::io::stderr())))
+                .flatten(),
         }
     }
 
     /// A logger appending to a file: what stderr redirected to a file costs,
     /// without flooding a terminal (the bench's in-process server).
     pub fn file(level: Level, access_log: bool, file: std::fs::File) -> Logger {
+        let access_writer = match (access_log, file.try_clone()) {
+            (true, Ok(clone)) => start_access_writer(Box::new(clone)),
+            _ => None,
+        };
         Logger {
             level,
             access_log,
             sink: Sink::File(Arc::new(Mutex::new(file))),
+            access_writer,
         }
     }
 
@@ -114,6 +132,7 @@ impl Logger {
                 level,
                 access_log,
                 sink,
+                access_writer: None,
             },
             buffer,
         )
@@ -169,8 +188,35 @@ impl Logger {
     /// One request's access record (at `info`, whatever `--log-level` says:
     /// only `--access-log off` silences it).
     pub fn access(&self, record: &AccessRecord) {
-        if self.access_log {
-            self.write_line(record.to_line());
+        if !self.access_log {
+            return;
+        }
+        match &self.access_writer {
+            Some(writer) => ACCESS_LINE.with(|line| {
+                let mut line = line.borrow_mut();
+                line.clear();
+                record.push_line(&mut line);
+                line.push_str(
+                    "}
+",
+                );
+                writer.push(line.as_bytes());
+            }),
+            None => self.write_line(record.to_line()),
+        }
+    }
+
+    /// Count access lines dropped for want of room in `counter` too.
+    pub fn report_dropped_access_lines_to(&self, counter: Arc<crate::metrics::Counter>) {
+        if let Some(writer) = &self.access_writer {
+            writer.report_to(counter);
+        }
+    }
+
+    /// Wait (at most `within`) until every access line queued is written.
+    pub fn flush(&self, within: Duration) {
+        if let Some(writer) = &self.access_writer {
+            writer.flush(within);
         }
     }
 
@@ -333,12 +379,19 @@ pub struct AccessRecord<'a> {
 
 impl AccessRecord<'_> {
     fn to_line(&self) -> String {
-        let mut line = start_line(Level::Info);
-        push_str_field(&mut line, "request_id", self.request_id);
-        push_optional_str_field(&mut line, "tenant", self.tenant);
-        push_str_field(&mut line, "method", self.method);
+        let mut line = String::with_capacity(256);
+        self.push_line(&mut line);
+        line
+    }
+
+    /// The line, without its closing brace and newline, appended to `line`.
+    fn push_line(&self, line: &mut String) {
+        push_line_start(line, Level::Info);
+        push_str_field(line, "request_id", self.request_id);
+        push_optional_str_field(line, "tenant", self.tenant);
+        push_str_field(line, "method", self.method);
         let path = self.path.split('?').next().unwrap_or_default();
-        push_str_field(&mut line, "path", path);
+        push_str_field(line, "path", path);
         let micros = self.duration.as_micros() as f64;
         let _ = write!(
             line,
@@ -346,10 +399,9 @@ impl AccessRecord<'_> {
             self.status,
             micros / 1000.0
         );
-        push_optional_str_field(&mut line, "idem_key", self.idem_key);
-        push_optional_str_field(&mut line, "call_id", self.call_id);
+        push_optional_str_field(line, "idem_key", self.idem_key);
+        push_optional_str_field(line, "call_id", self.call_id);
         let _ = write!(line, ",\"replayed\":{}", self.replayed);
-        line
     }
 }
 
@@ -361,9 +413,16 @@ fn is_field_name(name: &str) -> bool {
 
 fn start_line(level: Level) -> String {
     let mut line = String::with_capacity(256);
-    let _ = write!(line, "{{\"ts\":\"{}\"", rfc3339_millis(SystemTime::now()));
-    push_str_field(&mut line, "level", level.as_str());
+    push_line_start(&mut line, level);
     line
+}
+
+/// `{"ts":"...","level":"..."`, appended to `line` without allocating.
+fn push_line_start(line: &mut String, level: Level) {
+    line.push_str("{\"ts\":\"");
+    push_rfc3339_millis(line, SystemTime::now());
+    line.push('"');
+    push_str_field(line, "level", level.as_str());
 }
 
 fn push_optional_str_field(line: &mut String, name: &str, value: Option<&str>) {
@@ -403,17 +462,25 @@ fn push_json_string(out: &mut String, value: &str) {
 /// `2026-01-02T03:04:05.678Z`: RFC 3339, UTC, milliseconds. A clock before
 /// 1970 prints the epoch.
 pub fn rfc3339_millis(time: SystemTime) -> String {
+    let mut out = String::with_capacity(24);
+    push_rfc3339_millis(&mut out, time);
+    out
+}
+
+/// `rfc3339_millis`, appended to `out` without allocating.
+fn push_rfc3339_millis(out: &mut String, time: SystemTime) {
     let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since_epoch.as_secs();
     let (year, month, day) = civil_from_days((secs / 86_400) as i64);
     let second_of_day = secs % 86_400;
-    format!(
+    let _ = write!(
+        out,
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
         second_of_day / 3600,
         second_of_day / 60 % 60,
         second_of_day % 60,
         since_epoch.subsec_millis()
-    )
+    );
 }
 
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian
@@ -442,6 +509,9 @@ thread_local! {
     /// empty when none. One buffer per thread, reused: a request's scope
     /// costs a copy, not an allocation.
     static CURRENT_REQUEST: RefCell<String> = const { RefCell::new(String::new()) };
+    /// Each thread's access line, formatted here and copied out, so a
+    /// request allocates nothing for its line once the thread is warm.
+    static ACCESS_LINE: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 /// While it lives, every event the current thread emits carries this request
@@ -465,6 +535,14 @@ impl Drop for RequestScope {
     fn drop(&mut self) {
         CURRENT_REQUEST.with(|c| c.borrow_mut().clear());
     }
+}
+
+/// The access-log writer for a sink, or none (and lines written as before)
+/// if its thread cannot start.
+fn start_access_writer(sink: Box<dyn std::io::Write + Send>) -> Option<Arc<AccessWriter>> {
+    AccessWriter::start(sink, access_writer::CAPACITY)
+        .ok()
+        .map(Arc::new)
 }
 
 static GLOBAL: OnceLock<Logger> = OnceLock::new();

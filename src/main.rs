@@ -182,6 +182,8 @@ fn serve_until_signalled(service: Service, mut signals: Signals, grace: Duration
         }
     });
     let report = service.stop(grace);
+    // The access lines still buffered go out before the last line.
+    log::global().flush(std::time::Duration::from_secs(1));
     log::info("stopped cleanly; running calls released for the next process")
         .event("stopped")
         .number("released", report.released.len() as u64)

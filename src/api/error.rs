@@ -34,6 +34,12 @@ pub enum ApiError {
     },
     NotFound(String),
     MethodNotAllowed(&'static str),
+    /// A new call refused: this many calls wait for a worker, and the
+    /// bound (`--max-pending`) allows no more.
+    Overloaded {
+        pending: usize,
+        max: usize,
+    },
     Store(StoreError),
 }
 
@@ -84,6 +90,13 @@ impl ApiError {
                 Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
             }
             ApiError::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
+            ApiError::Overloaded { pending, max } => Response::from_error(
+                ErrorCode::Overloaded,
+                format_args!(
+                    "{pending} calls are pending (--max-pending {max}); \
+                     retry with the same key after Retry-After"
+                ),
+            ),
             ApiError::Store(e @ StoreError::Unavailable(_)) => {
                 crate::log::warn("database unavailable; answered 503")
                     .event("unavailable")

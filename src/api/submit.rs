@@ -102,7 +102,11 @@ impl Api {
         }
         let created = match business_key {
             None => self.create_or_get(&cache_key, new)?,
-            Some(key) => match self.store.create_or_get_guarded(new, Some(key))? {
+            // Pushback as on the path without a business key (`refuse_if_overloaded`).
+            Some(key) => match self
+                .refuse_if_overloaded()
+                .and_then(|()| Ok(self.store.create_or_get_guarded(new, Some(key))?))?
+            {
                 Guarded::Created(created) => {
                     self.keys.insert_has_row(&cache_key);
                     created

@@ -86,6 +86,9 @@ error_codes! {
     /// The database or the connection cap cannot take the request now;
     /// nothing was changed. The answer carries `Retry-After`.
     Unavailable => (503, "unavailable"),
+    /// A new call refused: more calls wait for a worker in this process than
+    /// `--max-pending` allows; nothing was changed. Carries `Retry-After`.
+    Overloaded => (503, "overloaded"),
     /// An HTTP version other than 1.0 and 1.1.
     VersionNotSupported => (505, "version_not_supported"),
 }

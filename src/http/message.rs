@@ -188,7 +188,9 @@ impl Response {
     fn error_body(code: ErrorCode, body: serde_json::Map<String, serde_json::Value>) -> Response {
         let response = Response::json(code.status(), &serde_json::Value::Object(body));
         match code {
-            ErrorCode::Unavailable => response.with_header("Retry-After", RETRY_AFTER_SECS),
+            ErrorCode::Unavailable | ErrorCode::Overloaded => {
+                response.with_header("Retry-After", RETRY_AFTER_SECS)
+            }
             _ => response,
         }
     }

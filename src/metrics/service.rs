@@ -36,6 +36,8 @@ pub const OPEN_CONNECTIONS: &str = "idempotent_tool_open_connections";
 pub const BUSY_WORKERS: &str = "idempotent_tool_busy_workers";
 pub const QUEUED_CALLS: &str = "idempotent_tool_queued_calls";
 pub const SUBMISSIONS: &str = "idempotent_tool_submissions_total";
+pub const OVERLOADED: &str = "idempotent_tool_overloaded_total";
+pub const ACCESS_LOG_DROPPED: &str = "idempotent_tool_access_log_dropped_lines_total";
 
 /// A request's wait may last 30 s, so the buckets reach past it.
 const REQUEST_SECONDS: &[f64] = &[
@@ -216,6 +218,10 @@ pub struct Metrics {
     pub open_connections: Arc<Gauge>,
     pub busy_workers: Arc<Gauge>,
     pub queued_calls: Arc<Gauge>,
+    /// POSTs refused `503 overloaded` (`--max-pending`).
+    pub overloaded: Arc<Counter>,
+    /// Access-log lines dropped because the log writer fell behind.
+    pub access_log_dropped: Arc<Counter>,
     database_errors: Arc<Counter>,
     probe: Mutex<Option<Probe>>,
     /// What the probe read for the scrape being rendered.
@@ -321,6 +327,14 @@ impl Metrics {
             open_connections: r.gauge(OPEN_CONNECTIONS, "Open client connections."),
             busy_workers: r.gauge(BUSY_WORKERS, "Workers running a call now."),
             queued_calls: r.gauge(QUEUED_CALLS, "Calls queued in this process for a worker."),
+            overloaded: r.counter(
+                OVERLOADED,
+                "POSTs refused 503 overloaded: more calls queued for a worker than --max-pending.",
+            ),
+            access_log_dropped: r.counter(
+                ACCESS_LOG_DROPPED,
+                "Access-log lines dropped because the log writer fell behind.",
+            ),
             database_errors: r.counter(
                 DATABASE_PROBE_ERRORS,
                 "Scrapes whose database read failed (the call gauges are then absent).",

@@ -18,6 +18,7 @@
 
 use super::ids::{new_call_id, now};
 use super::model::{Call, Created, NewCall};
+use super::writer::Lane;
 use super::{sql, Backend, CallStore, StoreError};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
@@ -68,7 +69,7 @@ impl CallStore {
         };
         let retention = self.retention();
         let guarded = match &self.backend {
-            Backend::Sqlite(b) => b.write(create_or_get_op(new, key))?,
+            Backend::Sqlite(b) => b.write_in(Lane::Behind, create_or_get_op(new, key))?,
             Backend::Postgres(b) => b.create_or_get_guarded(&new, &key)?,
         };
         Ok(match guarded {

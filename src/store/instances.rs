@@ -49,7 +49,7 @@ impl Instance {
 }
 
 /// The kernel's host name; instances on the same host can be checked by pid.
-fn host_name() -> String {
+pub(super) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .ok()

@@ -16,7 +16,10 @@
 //! embedded default): `sql` (every statement of the state machine),
 //! `retention` (the purge of expired keys), `report_reads` (the reads of the
 //! operations endpoints), `writer` (the group-commit thread and what it does
-//! with each SQLite error), `reader_pool` (at most `MAX_READERS` read
+//! with each SQLite error), `write_queue` (its two lanes: completions first),
+//! `syncer` (fdatasync off the writer: answers and reads wait for the sync
+//! that covers them), `sync_mode`, `checkpointer` (WAL checkpoints on their
+//! own thread), `reader_pool` (at most `MAX_READERS` read
 //! connections; WAL lets them run beside the writer), `schema` (DDL, pragmas,
 //! migrations), `instances` (processes and heartbeats), `bulk` (the bench's
 //! loader), `verify` (the offline checker), `business_key` (the second
@@ -46,6 +49,7 @@
 
 pub mod bulk;
 mod business_key;
+mod checkpointer;
 mod database;
 mod error;
 mod ids;
@@ -58,9 +62,12 @@ mod retention;
 mod schema;
 mod sql;
 mod sqlite;
+mod sync_mode;
+mod syncer;
 #[cfg(test)]
 mod tests;
 pub mod verify;
+mod write_queue;
 mod writer;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger, LEDGER_SQL};

@@ -5,14 +5,17 @@
 //! more than that, however many requests read at once (900 clients long-polling
 //! with `?wait=` each re-read every 100 ms): a reader waits for a connection
 //! instead, for at most the busy timeout, and then the read is `Unavailable`.
-//! It never writes, and never lends a connection for longer than one read.
+//! It never writes, and never lends a connection for longer than one read,
+//! and never hands a read's result back before the syncer says everything
+//! that read could have seen is on disk (`gated_by`).
 
 use super::schema;
+use super::syncer::Durability;
 use super::{StoreError, StoreOptions};
 use crate::sync::lock;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 /// The most read connections open at once. Reads are short (a row by key or
@@ -30,6 +33,9 @@ pub(super) struct Readers {
     state: Mutex<PoolState>,
     /// Signalled whenever a connection is given back or closed.
     returned: Condvar,
+    /// The writer's commits and syncs: a read's result is held back until
+    /// everything it could have seen is synced (see `syncer`).
+    gate: Option<Arc<Durability>>,
 }
 
 struct PoolState {
@@ -48,7 +54,14 @@ impl Readers {
                 open: 0,
             }),
             returned: Condvar::new(),
+            gate: None,
         }
+    }
+
+    /// Hold every read's result until what it could have seen is synced.
+    pub(super) fn gated_by(mut self, durability: Arc<Durability>) -> Readers {
+        self.gate = Some(durability);
+        self
     }
 
     /// Run `op` on a pooled connection, waiting for one if all are lent.
@@ -60,7 +73,13 @@ impl Readers {
             conn: Some(self.take()?),
             pool: self,
         };
-        op(lent.conn()).map_err(StoreError::from)
+        let value = op(lent.conn()).map_err(StoreError::from)?;
+        // The connection goes back first: waiting for a sync needs none.
+        drop(lent);
+        if let Some(gate) = &self.gate {
+            gate.wait_until_visible_is_synced(self.options.busy_timeout)?;
+        }
+        Ok(value)
     }
 
     /// Close every idle connection (the store is stopping).

@@ -12,7 +12,7 @@ use super::model::{
     Purged, Retention, Scope, Stats,
 };
 use super::reader_pool::Readers;
-use super::writer::{Then, Writer};
+use super::writer::{Lane, Then, Writer};
 use super::{
     now, report_reads, retention, schema, sql, StoreError, StoreOptions, WRITER_STUCK_AFTER,
 };
@@ -51,10 +51,13 @@ impl SqliteStore {
         let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
         let writer =
             Writer::start(conn).map_err(|e| StoreError::internal(format!("spawn writer: {e}")))?;
+        // Reads wait for the sync that covers what they saw (`syncer`): no
+        // answer shows state a power cut could take back.
+        let readers = Readers::new(path, &options).gated_by(writer.durability());
         let store = SqliteStore {
             path: path.to_path_buf(),
             writer,
-            readers: Readers::new(path, &options),
+            readers,
             status_index_has_attempt,
             instance: Instance::this_process(),
             stopped: Default::default(),
@@ -118,12 +121,15 @@ impl SqliteStore {
     /// interleave with another writer; `UNIQUE (tenant, idem_key)` backs it up.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
         let retention = self.options.retention;
-        Ok(match self.write(sql::create_or_get_op(new))? {
-            Created::New(c) => Created::New(retention.stamp(c)),
-            Created::Existing(c) => Created::Existing(retention.stamp(c)),
-            Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
-            Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
-        })
+        // Behind completions: new work never delays finishing accepted work.
+        Ok(
+            match self.write_in(Lane::Behind, sql::create_or_get_op(new))? {
+                Created::New(c) => Created::New(retention.stamp(c)),
+                Created::Existing(c) => Created::Existing(retention.stamp(c)),
+                Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
+                Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
+            },
+        )
     }
 
     /// `claim` for several calls as one operation in the writer's queue. Each
@@ -358,14 +364,26 @@ impl SqliteStore {
         })
     }
 
-    /// Queue `op` for the writer and wait until its batch has committed.
+    /// Queue `op` for the writer in the first lane (see `write_queue`) and
+    /// wait until its batch has committed.
     pub(super) fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
+        self.write_in(Lane::First, op)
+    }
+
+    /// `write`, in `lane`: creations go `Behind`, so completions are never
+    /// queued behind new work.
+    pub(super) fn write_in<T, F>(&self, lane: Lane, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
         let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
-        self.writer.submit(
+        self.writer.submit_in(
+            lane,
             op,
             Box::new(move |outcome| {
                 // The caller may have gone (its thread ended); nothing to tell.

@@ -4,10 +4,19 @@
 //! All writes go through one writer thread that owns the only
 //! write connection. It takes every operation waiting in its channel, runs them in
 //! one `BEGIN IMMEDIATE` transaction — each inside its own `SAVEPOINT`, so a
-//! failing operation rolls back only itself — commits once (`synchronous=FULL`:
-//! the commit is on disk), and only then answers each caller. A caller therefore
-//! never sees an outcome that is not durable, and a busy server pays one fsync
-//! per batch instead of one per state change. Semantics are unchanged: operations
+//! failing operation rolls back only itself — and commits once.
+//!
+//! **The durability rule, with the fsync pipelined.** The commit itself does
+//! not wait for the disk (`synchronous=NORMAL`, see `sync_mode` for when it
+//! is `FULL`): the writer numbers the batch, commits it, hands the callers'
+//! answers to the syncer, and starts the next batch. The syncer
+//! `fdatasync`s the WAL and only then answers them. So: no caller is
+//! answered before a sync that covers its batch has returned; no read —
+//! whoever asks — returns before every batch it could have seen is synced
+//! (the read gate in `readers`, and `FULL` commits while another process
+//! shares the file); and an error answer means "retry with the same key".
+//! A busy server pays one fsync per group of batches, and the writer's next
+//! batch runs while the disk flushes. Semantics are unchanged: operations
 //! in a batch run one after another on one connection, so each sees the previous
 //! one's writes, and several processes on one file stay correct because each
 //! batch is still one SQLite write transaction.
@@ -34,6 +43,9 @@
 //!   operation of the batch is answered `Unavailable`. The error means "not
 //!   known to be durable": a failed sync may still leave the commit in the WAL,
 //!   which is why the answer is "retry with the same key", which is always safe.
+//! - The syncer's `fdatasync` fails: every batch waiting for it, and every
+//!   later one, is answered `Unavailable`, and reads are refused (see
+//!   `syncer`): the process must restart.
 //! - `SQLITE_CORRUPT`, `SQLITE_NOTADB` and other errors are `Internal` (`500`).
 //!
 //!
@@ -47,13 +59,19 @@
 //! in order, and reports what `COMMIT` said. It never holds a transaction open
 //! across anything but SQL.
 
+use super::checkpointer::{Checkpointer, WAL_BOUND_PAGES};
 use super::model::WriterStats;
+use super::sync_mode::SyncMode;
+use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
+pub(super) use super::write_queue::Lane;
+use super::write_queue::WriteQueue;
 use super::StoreError;
 use crate::metrics::Metrics;
 use rusqlite::Connection;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -142,8 +160,6 @@ trait WriteJob: Send {
     fn abandon(self: Box<Self>, err: &StoreError);
 }
 
-type Reply = Box<dyn FnOnce(Result<(), &StoreError>) + Send>;
-
 /// What running one job left behind.
 enum Step {
     /// The transaction is still open; the job's outcome waits for `COMMIT`.
@@ -202,41 +218,89 @@ impl<T, F> Drop for Job<T, F> {
     }
 }
 
-/// What the writer's channel carries.
-enum Message {
-    Write(Box<dyn WriteJob>),
-    /// Commit what came before, then end.
-    Stop,
-}
-
-/// The handle to the writer thread: its queue, its counters, and what `stop`
-/// joins.
+/// The handle to the writer thread: its queue, its counters, how far its
+/// commits are synced, and what `stop` joins.
 pub(super) struct Writer {
-    /// Every write goes through here. `Sender` is `Sync`: no lock per write.
-    queue: mpsc::Sender<Message>,
+    /// Every write goes through here, in one of two lanes.
+    queue: Arc<WriteQueue<Box<dyn WriteJob>>>,
     counters: Arc<WriterCounters>,
+    durability: Arc<Durability>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Writer {
-    /// Start the writer thread on `conn`, the only write connection.
+    /// Start the writer thread on `conn`, the only write connection, with
+    /// the checkpointer and the syncer beside it: from now on the writer
+    /// neither checkpoints (until it stops) nor waits for `fdatasync`.
     pub(super) fn start(conn: Connection) -> std::io::Result<Writer> {
-        let (queue, messages) = mpsc::channel();
+        let path = conn.path().filter(|p| !p.is_empty()).map(PathBuf::from);
+        let sync = match &path {
+            Some(path) => fdatasync_wal(path),
+            // In memory: nothing to sync, and no other process to see it.
+            None => Box::new(|| Ok(())),
+        };
+        Writer::start_with(conn, sync)
+    }
+
+    /// `start`, with what makes the WAL durable given (a test's power cut).
+    pub(super) fn start_with(conn: Connection, sync: SyncWal) -> std::io::Result<Writer> {
+        let path = conn.path().filter(|p| !p.is_empty()).map(PathBuf::from);
+        let checkpointer = match &path {
+            Some(path) => Some(start_checkpointer(&conn, path).map_err(std::io::Error::other)?),
+            None => None,
+        };
+        let queue = Arc::new(WriteQueue::new());
+        let messages = Arc::clone(&queue);
         let counters = Arc::new(WriterCounters::default());
-        let thread_counters = Arc::clone(&counters);
+        let durability = Arc::new(Durability::default());
+        let released_counters = Arc::clone(&counters);
+        let syncer = Syncer::start(
+            sync,
+            Arc::clone(&durability),
+            Box::new(move |answered| {
+                released_counters
+                    .outstanding
+                    .fetch_sub(answered, Ordering::Relaxed);
+                released_counters.progressed();
+            }),
+        )?;
+        let thread = WriterThread {
+            conn,
+            counters: Arc::clone(&counters),
+            durability: Arc::clone(&durability),
+            mode: SyncMode::new(path.is_some()),
+            checkpointer,
+            syncer,
+        };
         let thread = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || run_writer(conn, messages, &thread_counters))?;
+            .spawn(move || thread.run(messages))?;
         Ok(Writer {
             queue,
             counters,
+            durability,
             thread: Mutex::new(Some(thread)),
         })
     }
 
-    /// Queue `op` without waiting; `then` runs on the writer thread once the
-    /// batch's commit is known (or with an error if it never runs).
+    /// How far commits are synced: what every read waits on.
+    pub(super) fn durability(&self) -> Arc<Durability> {
+        Arc::clone(&self.durability)
+    }
+
+    /// Queue `op` without waiting; `then` runs on the syncer's thread once
+    /// the batch's commit is known and synced (or with an error if it never
+    /// runs).
     pub(super) fn submit<T, F>(&self, op: F, then: Then<T>)
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit_in(Lane::First, op, then)
+    }
+
+    /// `submit` in the given lane: creations wait behind everything else.
+    pub(super) fn submit_in<T, F>(&self, lane: Lane, op: F, then: Then<T>)
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -249,14 +313,14 @@ impl Writer {
             // Idle until now: the wait for this job starts here.
             self.counters.progressed();
         }
-        // A stopped writer refuses the message; dropping the job answers it.
-        let _ = self.queue.send(Message::Write(Box::new(job)));
+        // A stopped writer refuses the job; dropping it answers its caller.
+        let _ = self.queue.push(lane, Box::new(job));
     }
 
     /// Commit everything already queued, then end the thread and join it.
     /// Idempotent.
     pub(super) fn stop(&self) {
-        let _ = self.queue.send(Message::Stop);
+        self.queue.stop();
         let thread = crate::sync::lock(&self.thread).take();
         if let Some(thread) = thread {
             let _ = thread.join();
@@ -279,97 +343,140 @@ impl Writer {
     }
 }
 
-/// The writer thread: the single place where commits are grouped.
-fn run_writer(conn: Connection, messages: mpsc::Receiver<Message>, counters: &WriterCounters) {
-    let mut stopping = false;
-    while !stopping {
-        let Ok(Message::Write(first)) = messages.recv() else {
-            break;
-        };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match messages.try_recv() {
-                Ok(Message::Write(job)) => batch.push(job),
-                Ok(Message::Stop) => {
-                    stopping = true;
-                    break;
-                }
-                Err(_) => break,
+impl Drop for Writer {
+    /// A store dropped without `stop` still lets its thread commit what is
+    /// queued and end, rather than wait for writes forever.
+    fn drop(&mut self) {
+        self.queue.stop();
+    }
+}
+
+/// What the writer thread owns.
+struct WriterThread {
+    conn: Connection,
+    counters: Arc<WriterCounters>,
+    durability: Arc<Durability>,
+    mode: SyncMode,
+    checkpointer: Option<Checkpointer>,
+    syncer: Syncer,
+}
+
+impl WriterThread {
+    /// The single place where commits are grouped.
+    fn run(mut self, queue: Arc<WriteQueue<Box<dyn WriteJob>>>) {
+        while let Some(batch) = queue.take(MAX_BATCH) {
+            self.counters.progressed();
+            self.commit_batch(batch);
+            if let Some(checkpointer) = &self.checkpointer {
+                checkpointer.nudge();
             }
         }
-        counters.progressed();
-        let ops = batch.len() as u64;
-        commit_batch(&conn, batch, counters);
-        counters.outstanding.fetch_sub(ops, Ordering::Relaxed);
-        counters.progressed();
-    }
-    // Anything queued after the stop marker is dropped with the receiver,
-    // and each dropped job answers its caller. A stopped process leaves the
-    // WAL folded into the database file, so the file alone is the whole state.
-    if stopping {
-        if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+        // Every answer already handed over goes out once synced.
+        self.syncer.stop();
+        if let Some(checkpointer) = self.checkpointer.as_mut() {
+            checkpointer.stop();
+        }
+        // A job offered after the stop is refused and dropped, which answers
+        // its caller. A stopped process leaves the WAL folded into the
+        // database file, so the file alone is the whole state.
+        if let Err(e) = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
             crate::log::warn("final checkpoint failed")
                 .event("checkpoint_failed")
                 .cause(&e)
                 .emit();
         }
     }
-}
 
-/// One transaction for the whole batch; each job in its own savepoint. Replies go
-/// out only after `COMMIT` returned, so every answer describes durable state.
-/// If SQLite ends the transaction early, or `COMMIT` fails, no job of the batch
-/// is told it committed, and no job after that point runs at all.
-fn commit_batch(conn: &Connection, batch: Vec<Box<dyn WriteJob>>, counters: &WriterCounters) {
-    let started = Instant::now();
-    if let Err(e) = begin_batch(conn) {
-        batch.into_iter().for_each(|job| job.abandon(&e));
-        return;
-    }
-    let ops = batch.len();
-    let mut jobs = batch.into_iter();
-    let mut replies: Vec<Reply> = Vec::with_capacity(ops);
-    let mut lost = None;
-    for job in jobs.by_ref() {
-        match job.run(conn) {
-            Step::Kept(reply) => replies.push(reply),
-            Step::Broken(reply, err) => {
-                replies.push(reply);
-                lost = Some(err);
-                break;
+    /// One transaction for the whole batch; each job in its own savepoint.
+    /// Replies go to the syncer, which sends them only after a sync that
+    /// covers this `COMMIT`, so every answer describes durable state. If SQLite
+    /// ends the transaction early, or `COMMIT` fails, no job of the batch is
+    /// told it committed, and no job after that point runs at all.
+    fn commit_batch(&mut self, batch: Vec<Box<dyn WriteJob>>) {
+        let started = Instant::now();
+        let ops = batch.len();
+        if let Err(e) = self.begin_batch() {
+            batch.into_iter().for_each(|job| job.abandon(&e));
+            self.counters
+                .outstanding
+                .fetch_sub(ops as u64, Ordering::Relaxed);
+            return;
+        }
+        let conn = &self.conn;
+        let mut jobs = batch.into_iter();
+        let mut replies: Vec<Reply> = Vec::with_capacity(ops);
+        let mut lost = None;
+        for job in jobs.by_ref() {
+            match job.run(conn) {
+                Step::Kept(reply) => replies.push(reply),
+                Step::Broken(reply, err) => {
+                    replies.push(reply);
+                    lost = Some(err);
+                    break;
+                }
             }
         }
+        let committing = Instant::now();
+        let batch_number = self.durability.begin_commit();
+        let outcome = match lost {
+            Some(err) => Err(err),
+            None => conn
+                .prepare_cached("COMMIT")
+                .and_then(|mut commit| commit.execute([]))
+                .map(|_| ())
+                .map_err(|e| BatchLost::from(e).0),
+        };
+        self.counters
+            .record(ops, committing - started, committing.elapsed());
+        if let Err(e) = &outcome {
+            crate::log::error(
+                "write batch not committed; every operation in it answered with an error",
+            )
+            .event("batch_failed")
+            .number("operations", ops as u64)
+            .cause(e)
+            .emit();
+            roll_back_if_open(conn);
+            let skipped = jobs.len() as u64;
+            jobs.for_each(|job| job.abandon(e));
+            self.counters
+                .outstanding
+                .fetch_sub(skipped, Ordering::Relaxed);
+        }
+        self.syncer.hand_over(Committed {
+            batch: batch_number,
+            replies,
+            outcome,
+        });
     }
-    let committing = Instant::now();
-    let commit = match lost {
-        Some(err) => Err(err),
-        None => conn
-            .execute_batch("COMMIT")
-            .map_err(|e| BatchLost::from(e).0),
-    };
-    counters.record(ops, committing - started, committing.elapsed());
-    if let Err(e) = &commit {
-        crate::log::error(
-            "write batch not committed; every operation in it answered with an error",
-        )
-        .event("batch_failed")
-        .number("operations", ops as u64)
-        .cause(e)
-        .emit();
-        roll_back_if_open(conn);
-        jobs.for_each(|job| job.abandon(e));
-    }
-    for reply in replies {
-        reply(commit.as_ref().map(|_| ()));
+
+    /// `BEGIN IMMEDIATE` in the sync mode other processes allow, after making
+    /// sure no earlier transaction lingers (a `ROLLBACK` that failed would
+    /// otherwise make every later batch fail to begin). Refused outright once
+    /// a sync has failed.
+    fn begin_batch(&mut self) -> Result<(), StoreError> {
+        if let Some(e) = self.durability.failure() {
+            return Err(e);
+        }
+        roll_back_if_open(&self.conn);
+        self.mode.begin(&self.conn).map_err(|e| {
+            roll_back_if_open(&self.conn);
+            StoreError::from(e)
+        })
     }
 }
 
-/// `BEGIN IMMEDIATE`, after making sure no earlier transaction lingers (a
-/// `ROLLBACK` that failed would otherwise make every later batch fail to begin).
-fn begin_batch(conn: &Connection) -> Result<(), StoreError> {
-    roll_back_if_open(conn);
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .map_err(StoreError::from)
+/// Turn off SQLite's automatic checkpoint on the writer's connection and
+/// start the thread that does it instead.
+fn start_checkpointer(conn: &Connection, path: &Path) -> rusqlite::Result<Checkpointer> {
+    let checkpointer = Checkpointer::start(path, WAL_BOUND_PAGES)?;
+    // A restarted WAL is cut back to the bound on disk.
+    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    let limit = i64::from(WAL_BOUND_PAGES) * page_size;
+    conn.execute_batch(&format!(
+        "PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={limit};"
+    ))?;
+    Ok(checkpointer)
 }
 
 /// Ask SQLite whether the transaction is still open rather than assume it: after

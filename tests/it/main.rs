@@ -44,6 +44,7 @@ mod pg_contract;
 mod postgres_harness;
 mod postgres_nodes;
 mod postgres_service;
+mod pushback;
 mod reclaim;
 mod retention;
 mod runner_slow_tools;
