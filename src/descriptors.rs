@@ -19,11 +19,12 @@ pub const PER_CONNECTION: u64 = 2;
 /// Descriptors the process needs besides its connections: stdin, stdout and
 /// stderr; the listener; the signal handler's pipe pair; the writer's SQLite
 /// connection (the database file and its WAL) and the `-shm` file every
-/// connection of the process shares; up to `MAX_READERS` read connections,
-/// two each; and a margin for what comes and goes (a connection accepted only
+/// connection of the process shares; the checkpointer's connection (two)
+/// and the syncer's handle on the WAL (one); up to `MAX_READERS` read
+/// connections, two each; and a margin for what comes and goes (a connection accepted only
 /// to be answered `503`, the stop path's wake-up connection, a `/proc` read, a
 /// SQLite temporary file).
-pub const RESERVED: u64 = 3 + 1 + 2 + 3 + 2 * MAX_READERS as u64 + MARGIN;
+pub const RESERVED: u64 = 3 + 1 + 2 + 3 + 2 + 1 + 2 * MAX_READERS as u64 + MARGIN;
 const MARGIN: u64 = 16;
 
 /// What the descriptors allow.

@@ -83,8 +83,10 @@ fn a_low_open_file_limit_lowers_the_cap_and_a_flood_gets_503() {
             most = most.max(database_descriptors(pid, &db.path));
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        // Each connection holds the file and its WAL: the readers, the writer
+        // and the checkpointer; and the syncer keeps one handle on the WAL.
         assert!(
-            most <= 2 * (MAX_READERS + 1),
+            most <= 2 * (MAX_READERS + 2) + 1,
             "{most} descriptors on the database"
         );
         let statuses = answers.join().unwrap();
