@@ -102,33 +102,33 @@ impl Api {
         }
         let created = match business_key {
             None => self.create_or_get(&cache_key, new)?,
-            // Pushback as on the path without a business key (`refuse_if_overloaded`).
-            Some(key) => match self
-                .refuse_if_overloaded()
-                .and_then(|()| Ok(self.store.create_or_get_guarded(new, Some(key))?))?
-            {
-                Guarded::Created(created) => {
-                    self.keys.insert_has_row(&cache_key);
-                    created
+            Some(key) => {
+                // Pushback as on the path without a business key.
+                self.refuse_if_overloaded()?;
+                match self.store.create_or_get_guarded(new, Some(key))? {
+                    Guarded::Created(created) => {
+                        self.keys.insert_has_row(&cache_key);
+                        created
+                    }
+                    Guarded::Duplicate(call) => {
+                        self.count(s.transport, Outcome::DuplicateIntent);
+                        let rule = prepared.spec.business_key.as_ref();
+                        return match rule.map(|r| r.on_duplicate) {
+                            Some(OnDuplicate::Return) => {
+                                self.metrics.replays.inc();
+                                Ok(Submitted::Call {
+                                    call: Box::new(call),
+                                    replayed: true,
+                                    duplicate_intent: true,
+                                })
+                            }
+                            _ => Err(ApiError::DuplicateIntent {
+                                call_id: call.call_id,
+                            }),
+                        };
+                    }
                 }
-                Guarded::Duplicate(call) => {
-                    self.count(s.transport, Outcome::DuplicateIntent);
-                    let rule = prepared.spec.business_key.as_ref();
-                    return match rule.map(|r| r.on_duplicate) {
-                        Some(OnDuplicate::Return) => {
-                            self.metrics.replays.inc();
-                            Ok(Submitted::Call {
-                                call: Box::new(call),
-                                replayed: true,
-                                duplicate_intent: true,
-                            })
-                        }
-                        _ => Err(ApiError::DuplicateIntent {
-                            call_id: call.call_id,
-                        }),
-                    };
-                }
-            },
+            }
         };
         let (call, replayed) = match created {
             Created::New(call) => {
