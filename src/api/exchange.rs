@@ -8,7 +8,7 @@
 //! and `Idempotency-Key`, nor a body, nor a query string.
 
 use super::error::ApiError;
-use super::Api;
+use super::router::Api;
 use crate::http::{Request, Response};
 use crate::log::{self, AccessRecord};
 use crate::metrics::Route;

@@ -32,6 +32,12 @@ use crate::sync::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+/// The `KeyCache` key of an idempotency key: its tenant, a space (never in
+/// a tenant name or a key), and the key.
+pub fn scoped_key(tenant: &str, idem_key: &str) -> String {
+    format!("{tenant} {idem_key}")
+}
+
 /// The default budget: room for about a thousand answers with the largest
 /// args (64 KiB), or several hundred thousand small ones.
 pub const DEFAULT_BUDGET_BYTES: usize = 64 * 1024 * 1024;

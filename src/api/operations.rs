@@ -9,7 +9,7 @@
 
 use super::error::ApiError;
 use super::exchange::Exchange;
-use super::Api;
+use super::router::Api;
 use crate::auth::Tenant;
 use crate::http::{ErrorCode, Request, Response};
 use crate::input::quote;

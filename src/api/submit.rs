@@ -9,7 +9,9 @@
 //! It must never execute a tool, and never answer before the call it names is
 //! committed. A duplicate intent under a business key creates nothing.
 
-use super::{log_transition, scoped_key, Api, ApiError, MAX_ARGS_BYTES};
+use super::error::ApiError;
+use super::key_cache::scoped_key;
+use super::router::Api;
 use crate::auth::Tenant;
 use crate::chaos;
 use crate::fingerprint::{canonical_object, fingerprint_canonical};
@@ -18,6 +20,14 @@ use crate::metrics::{Submission as Outcome, Transport};
 use crate::store::{BusinessKey, Call, Created, Guarded, NewCall};
 use crate::tools::OnDuplicate;
 use serde_json::{Map, Value};
+use std::time::Duration;
+
+/// Largest canonical `args`, in bytes.
+const MAX_ARGS_BYTES: usize = 64 * 1024;
+
+/// How long a `503 overloaded` is held before it is sent (see
+/// `Api::refuse_if_overloaded`).
+const OVERLOADED_HOLD: Duration = Duration::from_millis(20);
 
 /// One call as a client asked for it, before anything is checked.
 pub(crate) struct Submission<'a> {
@@ -177,10 +187,68 @@ impl Api {
         })
     }
 
+    /// For a key known to have a row, the fast path first: a committed row with
+    /// this key and fingerprint that needs no reset is the answer, without
+    /// joining the write queue. Anything else — an unknown key, a conflict, a
+    /// retryable failure — is decided inside the writer's transaction.
+    fn create_or_get(&self, cache_key: &str, new: NewCall) -> Result<Created, ApiError> {
+        if self.keys.has_row(cache_key) {
+            if let Some(existing) = self.store.find_by_key(&new.tenant, &new.idem_key)? {
+                if existing.fingerprint == new.fingerprint && !existing.is_retryable_failure() {
+                    return Ok(Created::Existing(existing));
+                }
+            }
+        }
+        self.refuse_if_overloaded()?;
+        let created = self.store.create_or_get(new)?;
+        self.keys.insert_has_row(cache_key);
+        Ok(created)
+    }
+
+    /// Pushback: past `--max-pending` calls queued for a worker, a request that
+    /// may create a call is refused before it joins the write queue, so the
+    /// backlog stays bounded however many clients send, and the workers'
+    /// completions keep the writer's time. A known key was answered before
+    /// this (its retry adds nothing to the backlog).
+    fn refuse_if_overloaded(&self) -> Result<(), ApiError> {
+        let pending = self.metrics.queued_calls.get().max(0.0) as usize;
+        if pending >= self.max_pending {
+            self.metrics.overloaded.inc();
+            // A client that ignores `Retry-After` asks again at once; holding
+            // the refusal a moment keeps such clients from spending the CPU
+            // the workers need to drain the backlog (it costs this connection's
+            // thread a sleep, no CPU).
+            std::thread::sleep(OVERLOADED_HOLD);
+            return Err(ApiError::Overloaded {
+                pending,
+                max: self.max_pending,
+            });
+        }
+        Ok(())
+    }
+
     fn count(&self, transport: Transport, outcome: Outcome) {
         if outcome == Outcome::Replayed {
             self.metrics.replays.inc();
         }
         self.metrics.observe_submission(transport, outcome);
     }
+}
+
+/// A call's state change made by a request, at `debug` (one per transition
+/// would dominate the log at `info` under load).
+fn log_transition(
+    msg: &'static str,
+    event: &'static str,
+    call: &Call,
+    from: &'static str,
+    to: &'static str,
+) {
+    crate::log::debug(msg)
+        .event(event)
+        .call_id(&call.call_id)
+        .tenant(&call.tenant)
+        .attempt(call.attempt)
+        .transition(from, to)
+        .emit();
 }

@@ -15,7 +15,8 @@
 use super::handshake::Revision;
 use super::jsonrpc::{IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
 use super::tools_list::GET_TOOL_CALL;
-use crate::api::{Api, ApiError, Exchange, Submission, Submitted};
+// The key and wait bounds are the REST API's own, so both transports agree.
+use crate::api::{Api, ApiError, Exchange, Submission, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
 use crate::auth::Tenant;
 use crate::http::{ErrorCode, Request};
 use crate::input::quote;
@@ -27,10 +28,6 @@ use std::time::Duration;
 /// The `_meta` key a client puts its idempotency key under (reverse DNS, as
 /// MCP asks of a non-MCP `_meta` key).
 pub const META_IDEMPOTENCY_KEY: &str = "dev.idempotent-tool/idempotency-key";
-/// Longest idempotency key, as for `Idempotency-Key`.
-const MAX_KEY_LEN: usize = 255;
-/// Longest `wait_secs` of `get_tool_call`.
-const MAX_WAIT_SECS: f64 = 30.0;
 
 /// A JSON-RPC error: code, message, data.
 pub type RpcError = (i64, String, Option<Value>);
