@@ -74,7 +74,9 @@ impl Api {
             .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let business_key = match &prepared.spec.business_key {
             Some(rule) => Some(BusinessKey {
-                value: rule.key_of(&tool_args).map_err(ApiError::BadRequest)?,
+                value: rule
+                    .key_of(&tool_args)
+                    .map_err(|e| ApiError::BadRequest(e.to_string()))?,
                 window_secs: rule.window_secs as f64,
             }),
             None => None,

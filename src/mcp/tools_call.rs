@@ -70,7 +70,8 @@ pub fn call(
     if !revision.schema_failure_is_tool_error() {
         // Before 2025-11-25, arguments the schema refuses are a protocol error.
         let (tool_args, _) = crate::chaos::split(&arguments).map_err(|e| invalid(e.to_string()))?;
-        spec.check_args(&tool_args).map_err(invalid)?;
+        spec.check_args(&tool_args)
+            .map_err(|e| invalid(e.to_string()))?;
     }
     let submission = Submission {
         tenant,

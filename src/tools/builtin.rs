@@ -8,11 +8,11 @@
 //! the runner inserts in the same transaction as `succeeded`; the `http` and
 //! `command` tools pass `effect_id` downstream as its idempotency key instead.
 
+use super::args_error::ArgsError;
 use super::error_code::ToolErrorCode;
 use super::outcome::{Effect, Outcome, ToolError};
 use super::{Backoff, Kind, ToolSpec, DEFAULT_TIMEOUT};
 use crate::fingerprint::as_integer;
-use crate::input::quote;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
@@ -47,7 +47,7 @@ pub const EFFECT_TOOLS: [&str; 2] = ["charge", "send_email"];
 
 impl Tool {
     /// Validate `args` (chaos hooks already removed). The error names the field.
-    pub fn parse(name: &str, args: &Map<String, Value>) -> Result<Tool, String> {
+    pub fn parse(name: &str, args: &Map<String, Value>) -> Result<Tool, ArgsError> {
         match name {
             "charge" => {
                 allow_only(args, &["amount"])?;
@@ -55,18 +55,18 @@ impl Tool {
                     .get("amount")
                     .and_then(as_integer)
                     .filter(|a| *a > 0)
-                    .ok_or("args.amount must be a positive integer")?;
+                    .ok_or(rule("amount", "must be a positive integer"))?;
                 Ok(Tool::Charge { amount })
             }
             "send_email" => {
                 allow_only(args, &["to", "subject", "body"])?;
                 let to = match args.get("to") {
                     Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-                    _ => return Err("args.to must be a non-empty string".into()),
+                    _ => return Err(rule("to", "must be a non-empty string")),
                 };
                 for field in ["subject", "body"] {
                     if !matches!(args.get(field), None | Some(Value::Null | Value::String(_))) {
-                        return Err(format!("args.{field} must be a string"));
+                        return Err(rule(field, "must be a string"));
                     }
                 }
                 Ok(Tool::SendEmail { to })
@@ -77,7 +77,7 @@ impl Tool {
                     .get("seconds")
                     .and_then(Value::as_f64)
                     .filter(|s| (0.0..=MAX_SLEEP_SECS).contains(s))
-                    .ok_or("args.seconds must be a number from 0 to 10")?;
+                    .ok_or(rule("seconds", "must be a number from 0 to 10"))?;
                 Ok(Tool::Sleep { seconds })
             }
             "fail" => {
@@ -85,14 +85,14 @@ impl Tool {
                 let retryable = match args.get("retryable") {
                     None | Some(Value::Null) => true,
                     Some(Value::Bool(b)) => *b,
-                    Some(_) => return Err("args.retryable must be a boolean".into()),
+                    Some(_) => return Err(rule("retryable", "must be a boolean")),
                 };
                 let fail_times = match args.get("fail_times") {
                     None | Some(Value::Null) => None,
                     Some(v) => Some(
                         as_integer(v)
                             .filter(|n| *n >= 0)
-                            .ok_or("args.fail_times must be a non-negative integer")?,
+                            .ok_or(rule("fail_times", "must be a non-negative integer"))?,
                     ),
                 };
                 Ok(Tool::Fail {
@@ -100,12 +100,9 @@ impl Tool {
                     fail_times,
                 })
             }
-            "" => Err("tool is required".into()),
-            other => Err(format!(
-                "tool {} is unknown; known tools: {}",
-                quote(other),
-                TOOL_NAMES.join(", ")
-            )),
+            other => Err(ArgsError::NotBuiltin {
+                name: other.to_string(),
+            }),
         }
     }
 
@@ -163,14 +160,18 @@ impl Tool {
     }
 }
 
+/// A failed hand rule of `field`.
+fn rule(field: &'static str, rule: &'static str) -> ArgsError {
+    ArgsError::Field { field, rule }
+}
+
 /// Unknown fields are refused: a typo in a payment request must not be ignored.
-fn allow_only(args: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
+fn allow_only(args: &Map<String, Value>, known: &'static [&'static str]) -> Result<(), ArgsError> {
     match args.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(field) => Err(format!(
-            "args.{} is not a field of this tool (expected: {})",
-            crate::input::clip(field),
-            known.join(", ")
-        )),
+        Some(field) => Err(ArgsError::UnknownField {
+            field: crate::input::clip(field).to_string(),
+            expected: known,
+        }),
         None => Ok(()),
     }
 }
@@ -238,7 +239,7 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
 mod tests {
     use super::*;
 
-    fn parse(name: &str, args: Value) -> Result<Tool, String> {
+    fn parse(name: &str, args: Value) -> Result<Tool, ArgsError> {
         Tool::parse(name, args.as_object().unwrap())
     }
 
@@ -259,11 +260,12 @@ mod tests {
             json!({"amount": 1.5}),
             json!({"amount": "1"}),
         ] {
-            let err = parse("charge", bad).unwrap_err();
+            let err = parse("charge", bad).unwrap_err().to_string();
             assert!(err.contains("args.amount"), "{err}");
         }
         assert!(parse("charge", json!({"amount": 1, "amont": 2}))
             .unwrap_err()
+            .to_string()
             .contains("args.amont"));
     }
 
@@ -272,9 +274,11 @@ mod tests {
         assert!(parse("send_email", json!({"to": "a@b", "subject": "s"})).is_ok());
         assert!(parse("send_email", json!({"to": ""}))
             .unwrap_err()
+            .to_string()
             .contains("args.to"));
         assert!(parse("send_email", json!({"to": "a", "body": 1}))
             .unwrap_err()
+            .to_string()
             .contains("args.body"));
     }
 
@@ -283,18 +287,22 @@ mod tests {
         assert!(parse("sleep", json!({"seconds": 10})).is_ok());
         assert!(parse("sleep", json!({"seconds": 10.5}))
             .unwrap_err()
+            .to_string()
             .contains("args.seconds"));
         assert!(parse("sleep", json!({"seconds": -1})).is_err());
     }
 
     #[test]
     fn unknown_tool_is_named_but_never_echoed_whole() {
-        assert!(parse("refund", json!({})).unwrap_err().contains("refund"));
+        assert!(parse("refund", json!({}))
+            .unwrap_err()
+            .to_string()
+            .contains("refund"));
         let huge = "r".repeat(500_000);
-        assert!(parse(&huge, json!({})).unwrap_err().len() < 300);
+        assert!(parse(&huge, json!({})).unwrap_err().to_string().len() < 300);
         let field = format!("{{\"{huge}\":1}}");
         let args: Value = serde_json::from_str(&field).unwrap();
-        assert!(parse("charge", args).unwrap_err().len() < 300);
+        assert!(parse("charge", args).unwrap_err().to_string().len() < 300);
     }
 
     /// `verify` trusts `EFFECT_TOOLS`: a success writes an effect exactly for them.

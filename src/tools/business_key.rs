@@ -8,6 +8,8 @@
 //! call holds a key (`store::business_key`), and the API decides what a
 //! duplicate intent is answered with (`OnDuplicate`).
 
+use super::file_error::{field_error, FieldError};
+use super::ArgsError;
 use crate::fingerprint::canonical;
 use serde_json::{json, Map, Value};
 
@@ -43,14 +45,13 @@ pub struct BusinessKeyRule {
 }
 
 impl BusinessKeyRule {
-    /// Read the tools file's `business_key`; the error is `(field, message)`.
-    pub fn parse(value: &Value) -> Result<BusinessKeyRule, (String, String)> {
-        let at = |field: &str, message: &str| (format!("business_key.{field}"), message.into());
+    /// Read the tools file's `business_key`; the error names the field.
+    pub fn parse(value: &Value) -> Result<BusinessKeyRule, FieldError> {
+        let at = |field: &str, message: &str| field_error(format!("business_key.{field}"), message);
         let object = value.as_object().ok_or_else(|| {
-            (
-                "business_key".to_string(),
-                "must be an object {\"fields\": [...], \"window_secs\": N, \"on_duplicate\": ...}"
-                    .to_string(),
+            field_error(
+                "business_key",
+                "must be an object {\"fields\": [...], \"window_secs\": N, \"on_duplicate\": ...}",
             )
         })?;
         if let Some(extra) = object
@@ -109,16 +110,16 @@ impl BusinessKeyRule {
 
     /// The call's business key: canonical JSON of the array of its fields'
     /// values, in the rule's order. A missing field is the `bad_request` text.
-    pub fn key_of(&self, args: &Map<String, Value>) -> Result<String, String> {
+    pub fn key_of(&self, args: &Map<String, Value>) -> Result<String, ArgsError> {
         let args = Value::Object(args.clone());
         let mut values = Vec::with_capacity(self.fields.len());
         for pointer in &self.fields {
             match args.pointer(pointer) {
                 Some(value) if !value.is_null() => values.push(value.clone()),
                 _ => {
-                    return Err(format!(
-                        "args{pointer} is required: it is part of this tool's business key"
-                    ))
+                    return Err(ArgsError::MissingKeyField {
+                        pointer: pointer.clone(),
+                    })
                 }
             }
         }
@@ -168,54 +169,52 @@ impl AgentFacing {
         }
     }
 
-    /// Apply the tools file's `description` and `annotations`; the error is
-    /// `(field, message)`.
+    /// Apply the tools file's `description` and `annotations`; the error
+    /// names the field.
     pub fn apply(
         &mut self,
         description: Option<&Value>,
         annotations: Option<&Value>,
-    ) -> Result<(), (String, String)> {
+    ) -> Result<(), FieldError> {
         if let Some(d) = description {
             self.description = d
                 .as_str()
-                .ok_or(("description".to_string(), "must be a string".to_string()))?
+                .ok_or_else(|| field_error("description", "must be a string"))?
                 .to_string();
         }
         let Some(annotations) = annotations else {
             return Ok(());
         };
-        let object = annotations.as_object().ok_or((
-            "annotations".to_string(),
-            "must be an object of hints".to_string(),
-        ))?;
+        let object = annotations
+            .as_object()
+            .ok_or_else(|| field_error("annotations", "must be an object of hints"))?;
         for (name, value) in object {
             let field = format!("annotations.{name}");
             let flag = || {
                 value
                     .as_bool()
-                    .ok_or((field.clone(), "must be true or false".into()))
+                    .ok_or_else(|| field_error(&field, "must be true or false"))
             };
             match name.as_str() {
                 "title" => {
                     let title = value
                         .as_str()
-                        .ok_or((field.clone(), "must be a string".into()));
+                        .ok_or_else(|| field_error(&field, "must be a string"));
                     self.title = Some(title?.to_string());
                 }
                 "readOnlyHint" => self.read_only = flag()?,
                 "destructiveHint" => self.destructive = flag()?,
                 "openWorldHint" => self.open_world = flag()?,
                 "idempotentHint" => {
-                    return Err((
+                    return Err(field_error(
                         field,
-                        "is derived: true exactly when the tool has a business_key".into(),
+                        "is derived: true exactly when the tool has a business_key",
                     ))
                 }
                 _ => {
-                    return Err((
+                    return Err(field_error(
                         field,
-                        "is not a hint (title, readOnlyHint, destructiveHint, openWorldHint)"
-                            .into(),
+                        "is not a hint (title, readOnlyHint, destructiveHint, openWorldHint)",
                     ))
                 }
             }
@@ -241,7 +240,10 @@ mod tests {
         let key = rule.key_of(args.as_object().unwrap()).unwrap();
         assert_eq!(key, "[7,\"T1\"]");
         let missing = rule.key_of(json!({"user_id": 7}).as_object().unwrap());
-        assert!(missing.unwrap_err().contains("args/coupon/template"));
+        assert!(missing
+            .unwrap_err()
+            .to_string()
+            .contains("args/coupon/template"));
     }
 
     #[test]
@@ -272,8 +274,8 @@ mod tests {
         ];
         for (value, field) in cases {
             assert_eq!(
-                BusinessKeyRule::parse(&value).unwrap_err().0,
-                field,
+                BusinessKeyRule::parse(&value).unwrap_err().field.as_deref(),
+                Some(field),
                 "{value}"
             );
         }
@@ -285,7 +287,7 @@ mod tests {
         let err = facing
             .apply(None, Some(&json!({"idempotentHint": true})))
             .unwrap_err();
-        assert_eq!(err.0, "annotations.idempotentHint");
+        assert_eq!(err.field.as_deref(), Some("annotations.idempotentHint"));
         facing
             .apply(
                 Some(&json!("Refund a payment")),

@@ -9,14 +9,14 @@
 //! become [`Secret`]s as soon as they are read.
 
 use super::command_tool::{CommandTool, RESERVED_ENV};
+use super::file_error::{field_error, FieldError};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
 use super::schema::Schema;
 use super::{
-    builtin, Backoff, BusinessKeyRule, Executor, Kind, Secret, ToolRegistry, ToolSpec,
-    DEFAULT_TIMEOUT, EFFECT_TOOLS, TOOL_NAMES,
+    builtin, Backoff, BusinessKeyRule, Executor, Kind, Secret, ToolFileError, ToolRegistry,
+    ToolSpec, DEFAULT_TIMEOUT, EFFECT_TOOLS, TOOL_NAMES,
 };
 use serde_json::{json, Map, Value};
-use std::fmt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -41,46 +41,6 @@ const MAX_TIMEOUT_MS: u64 = 86_400_000;
 const MAX_CONCURRENCY_LIMIT: u64 = 10_000;
 /// `max_attempts` of `http` and `command` tools when the file does not say.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-
-/// A mistake in the tools file: where, and what. `Display` is one line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolFileError {
-    /// The file, as given on the command line.
-    pub file: String,
-    /// The tool's name, when the mistake is inside one tool's entry.
-    pub tool: Option<String>,
-    /// The field inside the entry (`headers.Authorization`, `argv[0]`), if any.
-    pub field: Option<String>,
-    pub message: String,
-}
-
-impl fmt::Display for ToolFileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "tools file {}: ", self.file)?;
-        match (&self.tool, &self.field) {
-            (Some(tool), Some(field)) => write!(f, "tool {tool:?}, field {field}: ")?,
-            (Some(tool), None) => write!(f, "tool {tool:?}: ")?,
-            (None, Some(field)) => write!(f, "field {field}: ")?,
-            (None, None) => {}
-        }
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ToolFileError {}
-
-/// A mistake inside one entry, before it is tied to the tool's name.
-struct FieldError {
-    field: Option<String>,
-    message: String,
-}
-
-fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-    FieldError {
-        field: Some(field.into()),
-        message: message.into(),
-    }
-}
 
 /// What the whole file shares: where relative paths start, and the
 /// environment as it was at start-up.
@@ -119,24 +79,14 @@ impl ToolRegistry {
         base_dir: &Path,
         vars: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ToolRegistry, ToolFileError> {
-        let error = |tool: Option<&str>, e: FieldError| ToolFileError {
-            file: file.to_string(),
-            tool: tool.map(str::to_string),
-            field: e.field,
-            message: e.message,
-        };
         let root: Value = serde_json::from_str(text).map_err(|e| {
-            let e = FieldError {
-                field: None,
-                message: format!("is not valid JSON: {e}"),
-            };
-            error(None, e)
+            FieldError::entry(format!("is not valid JSON: {e}")).in_tool(file, None)
         })?;
-        let tools = tools_object(&root).map_err(|e| error(None, e))?;
+        let tools = tools_object(&root).map_err(|e| e.in_tool(file, None))?;
         let context = Context { base_dir, vars };
         let mut registry = ToolRegistry::default();
         for (name, entry) in tools {
-            let spec = tool_spec(name, entry, &context).map_err(|e| error(Some(name), e))?;
+            let spec = tool_spec(name, entry, &context).map_err(|e| e.in_tool(file, Some(name)))?;
             registry.insert(spec);
         }
         Ok(registry)
@@ -178,10 +128,9 @@ pub fn effect_tools(path: &Path) -> Result<Vec<String>, ToolFileError> {
 
 /// `{"tools": {...}}` with at least one tool, and nothing else at the top.
 fn tools_object(root: &Value) -> Result<&Map<String, Value>, FieldError> {
-    let root = root.as_object().ok_or(FieldError {
-        field: None,
-        message: "must be a JSON object {\"tools\": {...}}".into(),
-    })?;
+    let root = root
+        .as_object()
+        .ok_or_else(|| FieldError::entry("must be a JSON object {\"tools\": {...}}"))?;
     if let Some(extra) = root.keys().find(|k| *k != "tools") {
         return Err(field_error(
             extra,
@@ -200,10 +149,9 @@ fn tools_object(root: &Value) -> Result<&Map<String, Value>, FieldError> {
 
 fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, FieldError> {
     check_name(name)?;
-    let entry = entry.as_object().ok_or(FieldError {
-        field: None,
-        message: "must be an object such as {\"kind\": \"builtin\"}".into(),
-    })?;
+    let entry = entry
+        .as_object()
+        .ok_or_else(|| FieldError::entry("must be an object such as {\"kind\": \"builtin\"}"))?;
     let kind = match entry.get("kind").and_then(Value::as_str) {
         Some("builtin") => Kind::Builtin,
         Some("http") => Kind::Http,
@@ -242,12 +190,11 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
     }
     spec.backoff = backoff(entry.get("backoff_ms"))?;
     if let Some(rule) = entry.get("business_key") {
-        let rule = BusinessKeyRule::parse(rule).map_err(|(f, m)| field_error(f, m))?;
+        let rule = BusinessKeyRule::parse(rule)?;
         spec.business_key = Some(rule);
     }
     spec.agent
-        .apply(entry.get("description"), entry.get("annotations"))
-        .map_err(|(f, m)| field_error(f, m))?;
+        .apply(entry.get("description"), entry.get("annotations"))?;
     Ok(spec)
 }
 
@@ -265,7 +212,8 @@ fn external_spec(
         .get("input_schema")
         .cloned()
         .unwrap_or_else(|| json!({"type": "object"}));
-    let validator = Schema::compile(&input_schema).map_err(|e| field_error("input_schema", e))?;
+    let validator =
+        Schema::compile(&input_schema).map_err(|e| field_error("input_schema", e.to_string()))?;
     let executor = match kind {
         Kind::Http => Executor::Http(http_executor(entry, context, timeout)?),
         _ => Executor::Command(command_executor(entry, context, timeout)?),
@@ -294,12 +242,12 @@ fn http_executor(
         .get("url")
         .and_then(Value::as_str)
         .ok_or_else(|| field_error("url", "is required: an http:// or https:// URL"))?;
-    check_url(url).map_err(|e| field_error("url", e))?;
+    check_url(url).map_err(|e| field_error("url", e.to_string()))?;
     let mut headers = Vec::new();
     for (header, value) in string_map(entry, "headers")? {
         let field = format!("headers.{header}");
-        check_header_name(header).map_err(|e| field_error(&field, e))?;
-        let value = expand(value, context.vars).map_err(|e| field_error(&field, e))?;
+        check_header_name(&field, header)?;
+        let value = expand(&field, value, context.vars)?;
         if value
             .expose()
             .bytes()
@@ -326,7 +274,7 @@ fn http_executor(
         Some(_) => return Err(field_error("ca_file", "must be a path to a PEM file")),
     };
     HttpTool::new(url.to_string(), headers, ca_file.as_deref(), timeout)
-        .map_err(|e| field_error("ca_file", e))
+        .map_err(|e| field_error("ca_file", e.to_string()))
 }
 
 fn command_executor(
@@ -355,7 +303,7 @@ fn command_executor(
             }
         }
     }
-    let program = resolve_program(&words[0], context).map_err(|e| field_error("argv[0]", e))?;
+    let program = resolve_program(&words[0], context)?;
     let mut env = Vec::new();
     for (name, value) in string_map(entry, "env")? {
         let field = format!("env.{name}");
@@ -371,7 +319,7 @@ fn command_executor(
                 "is set by the server on every run and cannot be configured",
             ));
         }
-        let value = expand(value, context.vars).map_err(|e| field_error(&field, e))?;
+        let value = expand(&field, value, context.vars)?;
         if value.expose().contains('\0') {
             return Err(field_error(&field, "contains NUL (after ${} expansion)"));
         }
@@ -496,17 +444,21 @@ fn string_map<'a>(
         .collect()
 }
 
-/// RFC 9110 token characters, and not a header the executor owns.
-fn check_header_name(name: &str) -> Result<(), String> {
+/// RFC 9110 token characters, and not a header the executor owns (`field`
+/// names the header in the message).
+fn check_header_name(field: &str, name: &str) -> Result<(), FieldError> {
     let token = !name.is_empty()
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
     if !token {
-        return Err("is not a valid header name".into());
+        return Err(field_error(field, "is not a valid header name"));
     }
     if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-        return Err("is set by the server on every request and cannot be configured".into());
+        return Err(field_error(
+            field,
+            "is set by the server on every request and cannot be configured",
+        ));
     }
     Ok(())
 }
@@ -520,22 +472,34 @@ fn is_variable_name(name: &str) -> bool {
 }
 
 /// Replace each `${NAME}` with the variable's value. A `$` not followed by
-/// `{` is literal. The error names the variable, never a value.
-fn expand(value: &str, vars: &dyn Fn(&str) -> Option<String>) -> Result<Secret, String> {
+/// `{` is literal. The error names `field` and the variable, never a value.
+fn expand(
+    field: &str,
+    value: &str,
+    vars: &dyn Fn(&str) -> Option<String>,
+) -> Result<Secret, FieldError> {
     let mut text = String::with_capacity(value.len());
     let mut expanded = Vec::new();
     let mut rest = value;
     while let Some(start) = rest.find("${") {
         text.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let end = after.find('}').ok_or("has a ${ without its closing }")?;
+        let end = after
+            .find('}')
+            .ok_or_else(|| field_error(field, "has a ${ without its closing }"))?;
         let name = &after[..end];
         if !is_variable_name(name) {
-            return Err("has a ${...} whose name is not [A-Za-z_][A-Za-z0-9_]*".into());
+            return Err(field_error(
+                field,
+                "has a ${...} whose name is not [A-Za-z_][A-Za-z0-9_]*",
+            ));
         }
-        let found = vars(name)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| format!("environment variable {name} is not set (or is empty)"))?;
+        let found = vars(name).filter(|v| !v.is_empty()).ok_or_else(|| {
+            field_error(
+                field,
+                format!("environment variable {name} is not set (or is empty)"),
+            )
+        })?;
         text.push_str(&found);
         expanded.push(found);
         rest = &after[end + 1..];
@@ -546,15 +510,19 @@ fn expand(value: &str, vars: &dyn Fn(&str) -> Option<String>) -> Result<Secret, 
 
 /// `argv[0]`: with a `/`, a path (relative to the tools file's folder); without,
 /// a name looked up in `PATH` as a shell would. It must be an executable file.
-fn resolve_program(program: &str, context: &Context) -> Result<PathBuf, String> {
+fn resolve_program(program: &str, context: &Context) -> Result<PathBuf, FieldError> {
+    let argv0 = |message: String| field_error("argv[0]", message);
     if program.is_empty() {
-        return Err("must name a program".into());
+        return Err(argv0("must name a program".into()));
     }
     if program.contains('/') {
         let path = context.base_dir.join(program);
         return match is_executable(&path) {
             true => Ok(path),
-            false => Err(format!("{} is not an executable file", path.display())),
+            false => Err(argv0(format!(
+                "{} is not an executable file",
+                path.display()
+            ))),
         };
     }
     let search = (context.vars)("PATH").unwrap_or_default();
@@ -563,7 +531,7 @@ fn resolve_program(program: &str, context: &Context) -> Result<PathBuf, String> 
         .filter(|dir| !dir.is_empty())
         .map(|dir| Path::new(dir).join(program))
         .find(|candidate| is_executable(candidate))
-        .ok_or_else(|| format!("{program:?} is not an executable found in PATH"))
+        .ok_or_else(|| argv0(format!("{program:?} is not an executable found in PATH")))
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -17,7 +17,7 @@ use super::{excerpt, RunContext, MAX_OUTPUT_BYTES};
 use serde_json::{json, Value};
 use std::fmt;
 use std::io::{self, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
@@ -55,27 +55,89 @@ impl fmt::Debug for HttpTool {
     }
 }
 
+/// Why a tool's `url` or `ca_file` cannot be used; `Display` is the phrase
+/// that follows the field's name. It never repeats the URL (a token in its
+/// query would otherwise reach the log).
+#[derive(Debug)]
+pub enum HttpSetupError {
+    /// The URL is not `http://` or `https://`.
+    Scheme,
+    /// The URL does not parse.
+    InvalidUrl,
+    NoHost,
+    /// `user:password@` in the URL: credentials belong in headers.
+    Credentials,
+    /// A `#fragment`, which is never sent and so is a mistake.
+    Fragment,
+    /// The CA file cannot be read.
+    CaUnreadable {
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// The CA file is not valid PEM.
+    CaNotPem {
+        path: PathBuf,
+        source: ureq::Error,
+    },
+    /// The CA file holds no certificate.
+    CaEmpty {
+        path: PathBuf,
+    },
+}
+
+impl fmt::Display for HttpSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpSetupError::Scheme => f.write_str("must start with http:// or https://"),
+            HttpSetupError::InvalidUrl => f.write_str("is not a valid URL"),
+            HttpSetupError::NoHost => f.write_str("has no host"),
+            HttpSetupError::Credentials => {
+                f.write_str("must not carry credentials (user:password@); put them in headers")
+            }
+            HttpSetupError::Fragment => f.write_str("must not have a #fragment"),
+            HttpSetupError::CaUnreadable { path, source } => {
+                write!(f, "cannot read {}: {source}", path.display())
+            }
+            HttpSetupError::CaNotPem { path, source } => {
+                write!(f, "{} is not valid PEM: {source}", path.display())
+            }
+            HttpSetupError::CaEmpty { path } => {
+                write!(f, "{} holds no PEM certificate", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for HttpSetupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HttpSetupError::CaUnreadable { source, .. } => Some(source),
+            HttpSetupError::CaNotPem { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
 /// Check that `url` is something this executor can call: `http://` or
-/// `https://`, a host, no credentials, no fragment. The message never repeats
-/// the URL (a token in its query would otherwise reach the log).
-pub fn check_url(url: &str) -> Result<(), String> {
+/// `https://`, a host, no credentials, no fragment.
+pub fn check_url(url: &str) -> Result<(), HttpSetupError> {
     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
     if !(lower.starts_with("http://") || lower.starts_with("https://")) {
-        return Err("must start with http:// or https://".into());
+        return Err(HttpSetupError::Scheme);
     }
-    let uri: ureq::http::Uri = url.parse().map_err(|_| "is not a valid URL".to_string())?;
+    let uri: ureq::http::Uri = url.parse().map_err(|_| HttpSetupError::InvalidUrl)?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) {
-        return Err("must start with http:// or https://".into());
+        return Err(HttpSetupError::Scheme);
     }
-    let authority = uri.authority().ok_or("has no host")?;
+    let authority = uri.authority().ok_or(HttpSetupError::NoHost)?;
     if authority.as_str().contains('@') {
-        return Err("must not carry credentials (user:password@); put them in headers".into());
+        return Err(HttpSetupError::Credentials);
     }
     if authority.host().is_empty() {
-        return Err("has no host".into());
+        return Err(HttpSetupError::NoHost);
     }
     if url.contains('#') {
-        return Err("must not have a #fragment".into());
+        return Err(HttpSetupError::Fragment);
     }
     Ok(())
 }
@@ -89,7 +151,7 @@ impl HttpTool {
         headers: Vec<(String, Secret)>,
         ca_file: Option<&Path>,
         timeout: Duration,
-    ) -> Result<HttpTool, String> {
+    ) -> Result<HttpTool, HttpSetupError> {
         let mut roots = system_roots().clone();
         if let Some(path) = ca_file {
             roots.extend(read_ca_file(path)?);
@@ -213,18 +275,28 @@ fn system_roots() -> &'static Vec<Certificate<'static>> {
 }
 
 /// The certificates in a PEM file; at least one.
-fn read_ca_file(path: &Path) -> Result<Vec<Certificate<'static>>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+fn read_ca_file(path: &Path) -> Result<Vec<Certificate<'static>>, HttpSetupError> {
+    let pem = std::fs::read(path).map_err(|source| HttpSetupError::CaUnreadable {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut certs = Vec::new();
     for item in ureq::tls::parse_pem(&pem) {
         match item {
             Ok(PemItem::Certificate(cert)) => certs.push(cert),
             Ok(_) => {} // a key or another section: not a root
-            Err(e) => return Err(format!("{} is not valid PEM: {e}", path.display())),
+            Err(source) => {
+                return Err(HttpSetupError::CaNotPem {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
         }
     }
     if certs.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
+        return Err(HttpSetupError::CaEmpty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
@@ -415,7 +487,7 @@ mod tests {
             ("https://host/x#frag", "fragment"),
             ("https://ho st/x", "not a valid URL"),
         ] {
-            let err = check_url(url).unwrap_err();
+            let err = check_url(url).unwrap_err().to_string();
             assert!(err.contains(needle), "{url}: {err}");
             assert!(!err.contains(url));
         }
@@ -429,7 +501,8 @@ mod tests {
             Some(Path::new("/nonexistent/ca.pem")),
             Duration::from_secs(1),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(missing.contains("/nonexistent/ca.pem"), "{missing}");
         let temp = crate::temp::TempDir::new("empty-ca").unwrap();
         let empty = temp.join("ca.pem");
@@ -440,7 +513,8 @@ mod tests {
             Some(&empty),
             Duration::from_secs(1),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("no PEM certificate"), "{err}");
     }
 }

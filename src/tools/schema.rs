@@ -9,6 +9,7 @@
 //! silently validated under another draft. This module must never touch the
 //! network or the disk, and never accept a schema it cannot fully enforce.
 
+use super::args_error::{one_line, ArgsError};
 use jsonschema::{Draft, Validator};
 use serde_json::{Map, Value};
 use std::fmt;
@@ -30,16 +31,12 @@ impl fmt::Debug for Schema {
 impl Schema {
     /// Compile `schema`, or say in one line why it is not a usable 2020-12
     /// schema for an object of arguments.
-    pub fn compile(schema: &Value) -> Result<Schema, String> {
-        let object = schema
-            .as_object()
-            .ok_or("must be a JSON Schema object (args is always an object)")?;
+    pub fn compile(schema: &Value) -> Result<Schema, SchemaError> {
+        let object = schema.as_object().ok_or(SchemaError::NotAnObject)?;
         if let Some(declared) = object.get("$schema") {
             let declared = declared.as_str().unwrap_or_default();
             if declared.trim_end_matches('#') != DRAFT_2020_12 {
-                return Err(format!(
-                    "$schema must be {DRAFT_2020_12:?} (only draft 2020-12 is supported)"
-                ));
+                return Err(SchemaError::OtherDraft);
             }
         }
         let validator = jsonschema::options()
@@ -47,28 +44,62 @@ impl Schema {
             .should_validate_formats(true)
             .should_ignore_unknown_formats(false)
             .build(schema)
-            .map_err(|e| compile_error(e.instance_path().as_str(), &e.to_string()))?;
+            .map_err(|e| SchemaError::Refused {
+                pointer: e.instance_path().as_str().to_string(),
+                message: e.to_string(),
+            })?;
         Ok(Schema { validator })
     }
 
     /// Check `args`; the message names the first failing path, `args.x.y`.
-    pub fn check(&self, args: &Map<String, Value>) -> Result<(), String> {
+    pub fn check(&self, args: &Map<String, Value>) -> Result<(), ArgsError> {
         let instance = Value::Object(args.clone());
-        let first = self.validator.iter_errors(&instance).next().map(|error| {
-            let path = pointer_name("args", error.instance_path().as_str());
-            bounded(one_line(&format!("{path}: {error}")))
-        });
+        let first = self
+            .validator
+            .iter_errors(&instance)
+            .next()
+            .map(|error| ArgsError::Schema {
+                path: pointer_name("args", error.instance_path().as_str()),
+                message: error.to_string(),
+            });
         first.map_or(Ok(()), Err)
     }
 }
 
-/// Where in the schema it went wrong (a JSON pointer), and what.
-fn compile_error(pointer: &str, message: &str) -> String {
-    match pointer {
-        "" => one_line(message),
-        _ => one_line(&format!("at {pointer}: {message}")),
+/// Why an `input_schema` is not a usable 2020-12 schema for an object of
+/// arguments; `Display` is one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaError {
+    /// Not a JSON object (args is always an object).
+    NotAnObject,
+    /// `$schema` names a draft other than 2020-12.
+    OtherDraft,
+    /// The validator refused it: where in the schema (a JSON pointer; empty
+    /// for the root), and why.
+    Refused { pointer: String, message: String },
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchemaError::NotAnObject => {
+                f.write_str("must be a JSON Schema object (args is always an object)")
+            }
+            SchemaError::OtherDraft => write!(
+                f,
+                "$schema must be {DRAFT_2020_12:?} (only draft 2020-12 is supported)"
+            ),
+            SchemaError::Refused { pointer, message } if pointer.is_empty() => {
+                f.write_str(&one_line(message))
+            }
+            SchemaError::Refused { pointer, message } => {
+                f.write_str(&one_line(&format!("at {pointer}: {message}")))
+            }
+        }
     }
 }
+
+impl std::error::Error for SchemaError {}
 
 /// `/a/0/b~1c` under `root` as `root.a.0.b/c`: the way the built-ins name fields.
 fn pointer_name(root: &str, pointer: &str) -> String {
@@ -80,34 +111,12 @@ fn pointer_name(root: &str, pointer: &str) -> String {
     name
 }
 
-/// The longest argument error, in bytes: the message quotes the client's
-/// input, which may be huge, and an error must stay a line, not an echo.
-const MAX_MESSAGE_BYTES: usize = 300;
-
-fn bounded(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE_BYTES {
-        let mut cut = MAX_MESSAGE_BYTES;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push('…');
-    }
-    message
-}
-
-/// Error texts from the validator may quote multi-line JSON; a message here is
-/// always one line.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    fn check(schema: &Schema, args: Value) -> Result<(), String> {
+    fn check(schema: &Schema, args: Value) -> Result<(), ArgsError> {
         schema.check(args.as_object().unwrap())
     }
 
@@ -128,15 +137,20 @@ mod tests {
     fn errors_name_the_first_failing_path() {
         let schema = refund();
         assert_eq!(check(&schema, json!({"amount": 5})), Ok(()));
-        let low = check(&schema, json!({"amount": 0})).unwrap_err();
+        let low = check(&schema, json!({"amount": 0}))
+            .unwrap_err()
+            .to_string();
         assert_eq!(low, "args.amount: 0 is less than the minimum of 1");
         let nested = check(
             &schema,
             json!({"amount": 1, "lines": [{"sku": "a"}, {"sku": 3}]}),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(nested.starts_with("args.lines.1.sku: "), "{nested}");
-        let extra = check(&schema, json!({"amount": 1, "amont": 2})).unwrap_err();
+        let extra = check(&schema, json!({"amount": 1, "amont": 2}))
+            .unwrap_err()
+            .to_string();
         assert!(
             extra.starts_with("args: ") && extra.contains("amont"),
             "{extra}"
@@ -144,14 +158,16 @@ mod tests {
         let huge = "k".repeat(500_000);
         let mut echo = json!({"amount": 1});
         echo[huge.as_str()] = json!(1);
-        assert!(check(&schema, echo).unwrap_err().len() < 400);
-        let missing = check(&schema, json!({})).unwrap_err();
+        assert!(check(&schema, echo).unwrap_err().to_string().len() < 400);
+        let missing = check(&schema, json!({})).unwrap_err().to_string();
         assert!(missing.contains("amount"), "{missing}");
     }
 
     #[test]
     fn formats_are_asserted() {
-        let bad = check(&refund(), json!({"amount": 1, "email": "not an address"})).unwrap_err();
+        let bad = check(&refund(), json!({"amount": 1, "email": "not an address"}))
+            .unwrap_err()
+            .to_string();
         assert!(bad.starts_with("args.email: "), "{bad}");
         assert!(check(&refund(), json!({"amount": 1, "email": "a@example.com"})).is_ok());
     }
@@ -175,7 +191,7 @@ mod tests {
                 "at /properties/a",
             ),
         ] {
-            let err = Schema::compile(&schema).unwrap_err();
+            let err = Schema::compile(&schema).unwrap_err().to_string();
             assert!(
                 err.contains(needle) && !err.contains('\n'),
                 "{schema}: {err}"

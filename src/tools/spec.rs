@@ -1,0 +1,238 @@
+//! One tool as this process runs it: [`ToolSpec`] (its published contract,
+//! its retry and time bounds, and the [`Executor`] that runs an attempt),
+//! [`RunContext`] (what one attempt knows about its call) and [`Backoff`]
+//! (the delay before a retry).
+//!
+//! A spec never touches the database and never runs inside a transaction:
+//! [`ToolSpec::run`] returns an [`Outcome`] and the runner commits it. Its
+//! `Debug` never shows the executor, which holds URLs, argv and secrets.
+
+use super::args_error::ArgsError;
+use super::builtin::Tool;
+use super::business_key::{AgentFacing, BusinessKeyRule};
+use super::error_code::ToolErrorCode;
+use super::outcome::{Outcome, ToolError};
+use super::{command_tool, http_tool, schema};
+use serde_json::{json, Map, Value};
+use std::fmt;
+use std::time::Duration;
+
+/// A tool's run time bound when the file does not give `timeout_ms`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which executor runs a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Builtin,
+    Http,
+    Command,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Builtin => "builtin",
+            Kind::Http => "http",
+            Kind::Command => "command",
+        }
+    }
+}
+
+/// Retry delays: exponential from `initial`, never above `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(200),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before attempt `failed_attempt + 1`: uniform between `initial`
+    /// and `min(max, initial·2^failed_attempt)` ("full jitter" above the floor,
+    /// so retries of many calls that failed together spread out). `jitter` is
+    /// a number in `[0, 1)`, e.g. from [`jitter`]. A downstream's `Retry-After`
+    /// wins when given, but never lets a retry come sooner than `initial`.
+    pub fn delay(
+        &self,
+        failed_attempt: u32,
+        retry_after: Option<Duration>,
+        jitter: f64,
+    ) -> Duration {
+        if let Some(hint) = retry_after {
+            return hint.max(self.initial);
+        }
+        let doubling = 2f64.powi(failed_attempt.min(62) as i32);
+        let ceiling = self
+            .initial
+            .mul_f64(doubling)
+            .min(self.max)
+            .max(self.initial);
+        let spread = ceiling - self.initial;
+        self.initial + spread.mul_f64(jitter.clamp(0.0, 1.0))
+    }
+}
+
+/// A number in `[0, 1)` that differs between calls, from std's randomly keyed
+/// hasher: backoff needs spread, not cryptographic randomness.
+pub fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// What runs a tool's attempt.
+pub enum Executor {
+    /// One of the four built-ins, by its name.
+    Builtin,
+    Http(http_tool::HttpTool),
+    Command(command_tool::CommandTool),
+}
+
+/// One tool: its published contract and how it runs.
+pub struct ToolSpec {
+    pub name: String,
+    pub kind: Kind,
+    /// Published in `GET /v1/tools`; for built-ins it mirrors their hand rules.
+    pub input_schema: Value,
+    /// Checks `args` at POST time; `None` for built-ins, which check by hand.
+    pub validator: Option<schema::Schema>,
+    /// Attempts before a retryable failure becomes final (at least 1).
+    pub max_attempts: u32,
+    /// Bounds one attempt; the executor stops the run when it passes.
+    pub timeout: Duration,
+    pub backoff: Backoff,
+    /// Most attempts of this tool running at once in this process; `None`: no cap.
+    pub max_concurrency: Option<usize>,
+    /// The second layer: one live call per business key (`None`: keys only).
+    pub business_key: Option<BusinessKeyRule>,
+    /// Its description and hints for agents (`tools/list`).
+    pub agent: AgentFacing,
+    pub executor: Executor,
+}
+
+impl fmt::Debug for ToolSpec {
+    /// Deliberately omits the executor: it holds URLs, argv and secrets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolSpec")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("max_attempts", &self.max_attempts)
+            .field("timeout", &self.timeout)
+            .field("backoff", &self.backoff)
+            .field("max_concurrency", &self.max_concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything one attempt knows about its call. The same five fields are the
+/// JSON body an `http` downstream receives and a `command` reads on stdin.
+#[derive(Debug, Clone, Copy)]
+pub struct RunContext<'a> {
+    pub call_id: &'a str,
+    /// The call's downstream idempotency key: the same on every attempt.
+    pub effect_id: &'a str,
+    /// 1-based attempt number.
+    pub attempt: i64,
+    pub tool: &'a str,
+    /// The validated args, chaos hooks removed.
+    pub args: &'a Map<String, Value>,
+}
+
+impl RunContext<'_> {
+    /// `{"call_id", "effect_id", "attempt", "tool", "args"}`.
+    pub fn request_body(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "effect_id": self.effect_id,
+            "attempt": self.attempt,
+            "tool": self.tool,
+            "args": self.args,
+        })
+    }
+}
+
+impl ToolSpec {
+    /// Check `args` against the tool's rules; the message names the first
+    /// failing path (`args.amount ...`).
+    pub fn check_args(&self, args: &Map<String, Value>) -> Result<(), ArgsError> {
+        match (&self.executor, &self.validator) {
+            (Executor::Builtin, _) => Tool::parse(&self.name, args).map(|_| ()),
+            (_, Some(schema)) => schema.check(args),
+            (_, None) => Ok(()),
+        }
+    }
+
+    /// Whether an attempt returns at once, so a worker may claim a second call
+    /// with it (see `runner`). Only in-process built-ins other than `sleep` do.
+    pub fn is_quick(&self, args: &Map<String, Value>) -> bool {
+        matches!(self.executor, Executor::Builtin)
+            && Tool::parse(&self.name, args).is_ok_and(|tool| tool.is_quick())
+    }
+
+    /// Run one attempt. Blocks for at most about `timeout` (built-ins: for as
+    /// long as they take, `sleep` at most 10 s).
+    pub fn run(&self, ctx: &RunContext) -> Outcome {
+        match &self.executor {
+            Executor::Builtin => match Tool::parse(&self.name, ctx.args) {
+                Ok(tool) => tool.run(ctx.attempt, ctx.effect_id),
+                Err(e) => Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, e.to_string())),
+            },
+            Executor::Http(http) => http.run(ctx),
+            Executor::Command(command) => command.run(ctx),
+        }
+    }
+
+    /// What `GET /v1/tools` shows: never a URL, argv, header or env value.
+    pub fn public_view(&self) -> Value {
+        json!({
+            "name": self.name,
+            "kind": self.kind.as_str(),
+            "input_schema": self.input_schema,
+            "max_attempts": self.max_attempts,
+            "timeout_ms": self.timeout.as_millis() as u64,
+            "max_concurrency": self.max_concurrency,
+            "business_key": self.business_key.as_ref().map(BusinessKeyRule::public_view),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_within_its_bounds_and_honours_retry_after() {
+        let backoff = Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(1000),
+        };
+        assert_eq!(backoff.delay(1, None, 0.0), Duration::from_millis(100));
+        assert_eq!(backoff.delay(1, None, 1.0), Duration::from_millis(200));
+        assert_eq!(backoff.delay(3, None, 1.0), Duration::from_millis(800));
+        assert_eq!(backoff.delay(30, None, 1.0), Duration::from_millis(1000));
+        assert_eq!(
+            backoff.delay(2, Some(Duration::from_secs(5)), 0.5),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            backoff.delay(2, Some(Duration::ZERO), 0.5),
+            Duration::from_millis(100)
+        );
+        let j = jitter();
+        assert!((0.0..1.0).contains(&j));
+    }
+}
