@@ -8,6 +8,7 @@
 //! what access logging costs: the time to build and write one access-log line
 //! to a file, as the service does for every request.
 
+use crate::error::BenchError;
 use crate::load::{quantile_ms, run_load, Load, LoadResult};
 use crate::target::run_id;
 use idempotent_tool::log::{AccessRecord, Level, Logger};
@@ -19,9 +20,9 @@ const ACCESS_LINES: u32 = 20_000;
 
 /// Microseconds to build and write one access-log line (a typical POST's) to
 /// a file in `dir`, averaged over `ACCESS_LINES`; the file is removed.
-pub fn access_log_micros_per_line(dir: &Path) -> Result<f64, String> {
+pub fn access_log_micros_per_line(dir: &Path) -> Result<f64, BenchError> {
     let path = dir.join(format!("access-calibration-{}.log", run_id()));
-    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = std::fs::File::create(&path).map_err(BenchError::io(path.display().to_string()))?;
     let logger = Logger::file(Level::Info, true, file);
     let key = format!("bench-{}-000123", run_id());
     let record = AccessRecord {
@@ -96,7 +97,7 @@ pub struct CommitSample {
 /// One-row durable commits in `dir` for a while, timed one by one: WAL,
 /// `synchronous=FULL`, one `INSERT` per transaction. The floor a store without
 /// group commit would hit.
-pub fn single_commit_sample(dir: &Path) -> Result<CommitSample, String> {
+pub fn single_commit_sample(dir: &Path) -> Result<CommitSample, BenchError> {
     let path = dir.join(format!("calibrate-{}.db", run_id()));
     let sample = (|| -> rusqlite::Result<CommitSample> {
         let conn = rusqlite::Connection::open(&path)?;
@@ -121,5 +122,8 @@ pub fn single_commit_sample(dir: &Path) -> Result<CommitSample, String> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    sample.map_err(|e| format!("single-commit calibration in {}: {e}", dir.display()))
+    sample.map_err(|source| BenchError::Sqlite {
+        doing: format!("single-commit calibration in {}", dir.display()),
+        source,
+    })
 }

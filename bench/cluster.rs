@@ -14,6 +14,7 @@
 //! it never writes the database itself (the ceiling script uses tables of its
 //! own and drops them).
 
+use crate::error::BenchError;
 use crate::invariants::{check_invariants, Check};
 use crate::load::{run_load, Load, LoadResult, Via};
 use crate::measure::{fetch_stats, ratio, wait_for_drain};
@@ -56,15 +57,15 @@ impl Row {
 }
 
 /// Run every row, print the table; `Ok(false)` when an invariant failed.
-pub fn run_cluster(config: &Config, url: &str) -> Result<bool, String> {
-    let postgres = Database::parse(url)?;
+pub fn run_cluster(config: &Config, url: &str) -> Result<bool, BenchError> {
+    let postgres = Database::parse(url).map_err(BenchError::Database)?;
     let ceiling = match config.pgbench {
         true => Some(pgbench_ceiling(url, config)?),
         false => None,
     };
     let mut rows = Vec::new();
     for mode in [Mode::Distinct, Mode::SameKey] {
-        let temp = TempDir::new("idem-bench-sqlite").map_err(|e| format!("temp folder: {e}"))?;
+        let temp = TempDir::new("idem-bench-sqlite").map_err(BenchError::io("temp folder"))?;
         let sqlite = Database::Sqlite(temp.join("idem.db"));
         rows.push(measure_nodes("SQLite", sqlite, 1, mode, config)?);
         rows.push(measure_nodes(
@@ -94,10 +95,10 @@ fn measure_nodes(
     nodes: usize,
     mode: Mode,
     config: &Config,
-) -> Result<Row, String> {
+) -> Result<Row, BenchError> {
     let services = (0..nodes)
         .map(|_| start_service(db.clone(), config))
-        .collect::<Result<Vec<Service>, String>>()?;
+        .collect::<Result<Vec<Service>, BenchError>>()?;
     let authorities: Vec<String> = services.iter().map(|s| s.addr().to_string()).collect();
     let stats = || fetch_stats(&authorities[0]);
     let before = stats()?;
@@ -138,7 +139,7 @@ fn measure_nodes(
     })
 }
 
-fn start_service(db: Database, config: &Config) -> Result<Service, String> {
+fn start_service(db: Database, config: &Config) -> Result<Service, BenchError> {
     let mut service = ServiceConfig {
         port: 0,
         db,
@@ -147,11 +148,11 @@ fn start_service(db: Database, config: &Config) -> Result<Service, String> {
     if let Some(workers) = config.setup.workers {
         service.runner.workers = workers;
     }
-    Service::start(service).map_err(|e| e.to_string())
+    Ok(Service::start(service)?)
 }
 
 /// `bench/pgbench_ceiling.sh --db URL`: calls/s with no service in front.
-fn pgbench_ceiling(url: &str, config: &Config) -> Result<f64, String> {
+fn pgbench_ceiling(url: &str, config: &Config) -> Result<f64, BenchError> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/pgbench_ceiling.sh");
     let seconds = match config.stop {
         Stop::After(d) => d.as_secs().max(5),
@@ -163,19 +164,16 @@ fn pgbench_ceiling(url: &str, config: &Config) -> Result<f64, String> {
         .args(["--db", url, "--seconds", &seconds.to_string()])
         .args(["--clients", &config.concurrency.to_string()])
         .output()
-        .map_err(|e| format!("run {script}: {e}"))?;
+        .map_err(BenchError::io(format!("run {script}")))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let figure = stdout
         .lines()
         .find_map(|l| l.strip_prefix("ceiling calls_per_s="))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse::<f64>().ok());
-    figure.ok_or_else(|| {
-        format!(
-            "pgbench_ceiling.sh printed no ceiling ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )
+    figure.ok_or_else(|| BenchError::NoCeiling {
+        status: out.status,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     })
 }
 

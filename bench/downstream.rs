@@ -7,6 +7,7 @@
 //! It deduplicates nothing (the reference downstream's SQLite file would add
 //! its own disk to what is measured), and it stops with the bench's target.
 
+use crate::error::BenchError;
 use idempotent_tool::http::Response;
 use idempotent_tool::server::{self, Handler, Limits, Server};
 use serde_json::json;
@@ -31,8 +32,8 @@ pub struct LatencyDownstream {
 }
 
 impl LatencyDownstream {
-    pub fn start(latency: Duration) -> Result<LatencyDownstream, String> {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    pub fn start(latency: Duration) -> Result<LatencyDownstream, BenchError> {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(BenchError::io("bind"))?;
         let gauge = Arc::new(Gauge::default());
         let counted = Arc::clone(&gauge);
         let handler: Handler = Arc::new(move |req| {
@@ -47,7 +48,7 @@ impl LatencyDownstream {
             Response::json(200, &json!({"ok": true}))
         });
         let server = server::start(listener, handler, Limits::default())
-            .map_err(|e| format!("start the downstream: {e}"))?;
+            .map_err(BenchError::io("start the downstream"))?;
         Ok(LatencyDownstream {
             url: format!("http://{}/effects", server.addr()),
             gauge,

@@ -24,7 +24,7 @@
 //! or prints figures itself. The rest, one concern per module: `target` (the
 //! server under load and the temp folders), `load` (the client threads),
 //! `downstream` (http-tool's in-process downstream), `calibrate` (the two
-//! baselines), `measure` (load, drain, `/stats`),
+//! baselines), `error` (`BenchError`, why a run could not start or finish), `measure` (load, drain, `/stats`),
 //! `invariants` (the checks after a run), `sweep` (the `--sweep` run and its
 //! pre-filled database), `report` (text and JSON), `cluster` (`--db
 //! postgres://…`: PostgreSQL with one and several nodes beside SQLite).
@@ -33,6 +33,7 @@
 mod calibrate;
 mod cluster;
 mod downstream;
+mod error;
 mod invariants;
 mod load;
 mod measure;
@@ -41,6 +42,7 @@ mod sweep;
 mod target;
 
 use calibrate::{single_commit_sample, CommitRate};
+use error::BenchError;
 use idempotent_tool::client::authority;
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::flag::Flags;
@@ -149,7 +151,7 @@ struct Config {
 
 impl Config {
     /// `Ok(None)` means `--help`.
-    fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, String> {
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, BenchError> {
         let mut c = Config {
             base: None,
             db: None,
@@ -191,7 +193,7 @@ impl Config {
                         "same-key" => Mode::SameKey,
                         "mixed" => Mode::Mixed,
                         "http-tool" => Mode::HttpTool,
-                        other => return Err(format!("unknown mode {other:?}")),
+                        other => return Err(BenchError::UnknownMode(other.to_string())),
                     }
                 }
                 "--n" => count = Some(number(&flag, &value()?)?),
@@ -206,13 +208,17 @@ impl Config {
                 "--drain-timeout" => c.drain_timeout = seconds(&flag, &value()?)?,
                 "--sweep" => c.sweep = true,
                 "--json" => c.json = true,
-                "--access-log" => c.access_log = parse_access_log(&value()?)?,
-                other => return Err(format!("unknown flag {other:?}")),
+                "--access-log" => {
+                    c.access_log = parse_access_log(&value()?).map_err(BenchError::Setting)?
+                }
+                other => return Err(BenchError::UnknownFlag(other.to_string())),
             }
         }
         if c.mode == Mode::HttpTool {
             if c.base.is_some() || c.sweep {
-                return Err("--mode http-tool starts its own service; no --base or --sweep".into());
+                return Err(BenchError::Usage(
+                    "--mode http-tool starts its own service; no --base or --sweep",
+                ));
             }
             c.setup.downstream_latency = Some(latency);
         }
@@ -226,21 +232,25 @@ impl Config {
             c.stop = Stop::Count((c.ideal_per_s().unwrap_or(60.0) * 5.0).ceil() as u64);
         }
         if c.setup.workers.is_some_and(|w| w > 1024) {
-            return Err("--workers must be at most 1024, as the service's".into());
+            return Err(BenchError::Usage(
+                "--workers must be at most 1024, as the service's",
+            ));
         }
         if c.postgres.is_some() && (c.base.is_some() || c.sweep || c.mode == Mode::HttpTool) {
-            return Err(
-                "--db postgres:// starts its own services; no --base, --sweep or http-tool".into(),
-            );
+            return Err(BenchError::Usage(
+                "--db postgres:// starts its own services; no --base, --sweep or http-tool",
+            ));
         }
         if c.nodes > 64 {
-            return Err("--nodes must be at most 64".into());
+            return Err(BenchError::Usage("--nodes must be at most 64"));
         }
         if c.sweep && c.base.is_some() {
-            return Err("--sweep starts its own servers; it cannot use --base".into());
+            return Err(BenchError::Usage(
+                "--sweep starts its own servers; it cannot use --base",
+            ));
         }
         if c.concurrency > 4096 {
-            return Err("--concurrency must be at most 4096".into());
+            return Err(BenchError::Usage("--concurrency must be at most 4096"));
         }
         Ok(Some(c))
     }
@@ -258,23 +268,29 @@ impl Config {
     }
 }
 
-fn number(flag: &str, value: &str) -> Result<u64, String> {
+fn number(flag: &str, value: &str) -> Result<u64, BenchError> {
     value
         .parse::<u64>()
         .ok()
         .filter(|n| *n > 0)
-        .ok_or(format!("{flag} must be a positive integer, not {value:?}"))
+        .ok_or_else(|| bad_value(flag, value, "a positive integer"))
 }
 
-fn seconds(flag: &str, value: &str) -> Result<Duration, String> {
+fn seconds(flag: &str, value: &str) -> Result<Duration, BenchError> {
     value
         .parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
         .map(Duration::from_secs_f64)
-        .ok_or(format!(
-            "{flag} must be a number of seconds above 0, not {value:?}"
-        ))
+        .ok_or_else(|| bad_value(flag, value, "a number of seconds above 0"))
+}
+
+fn bad_value(flag: &str, value: &str, expected: &'static str) -> BenchError {
+    BenchError::Value {
+        flag: flag.to_string(),
+        value: value.to_string(),
+        expected,
+    }
 }
 
 fn main() -> ExitCode {
@@ -285,6 +301,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            debug_assert!(e.is_usage(), "parsing flags fails only on flags");
             eprintln!("bench: {e}\n\n{USAGE}");
             return ExitCode::from(2);
         }
@@ -329,7 +346,7 @@ fn main() -> ExitCode {
 
 /// One mode at one concurrency: calibrate the disk, measure over HTTP,
 /// calibrate the disk again, then the same load without HTTP; report.
-fn run_single(config: &Config) -> Result<bool, String> {
+fn run_single(config: &Config) -> Result<bool, BenchError> {
     let temp;
     let (target, calibration_dir) = match &config.base {
         Some(base) => {
@@ -344,7 +361,7 @@ fn run_single(config: &Config) -> Result<bool, String> {
             (target, calibration_dir_beside(config.db.as_deref()))
         }
         None => {
-            temp = TempDir::new("idem-bench").map_err(|e| format!("temp folder: {e}"))?;
+            temp = TempDir::new("idem-bench").map_err(BenchError::io("temp folder"))?;
             let db = temp.join("idem.db");
             (
                 start_with(&db, config.setup, || Ok(()))?,

@@ -7,6 +7,7 @@
 //! only through `/stats` (and `/proc`); the database is the invariants' to read.
 
 use crate::calibrate::{healthz_calibration, CommitRate};
+use crate::error::BenchError;
 use crate::invariants::{check_invariants, Check};
 use crate::load::{parsed_request, run_load, Load, LoadResult, Via, REQUEST_TIMEOUT};
 use crate::target::{run_id, service_config, Setup, Target};
@@ -49,14 +50,14 @@ impl Stats {
     }
 }
 
-pub fn fetch_stats(authority: &str) -> Result<Stats, String> {
+pub fn fetch_stats(authority: &str) -> Result<Stats, BenchError> {
     let mut conn = HttpConnection::open(authority, Some(REQUEST_TIMEOUT))
-        .map_err(|e| format!("connect to {authority}: {e}"))?;
+        .map_err(BenchError::io(format!("connect to {authority}")))?;
     let resp = conn
         .request("GET", "/stats", &[], None)
-        .map_err(|e| format!("GET /stats: {e}"))?;
+        .map_err(BenchError::io("GET /stats"))?;
     if resp.status != 200 {
-        return Err(format!("GET /stats answered {}", resp.status));
+        return Err(BenchError::StatsStatus(resp.status));
     }
     Ok(Stats::from_json(&resp.json()))
 }
@@ -64,9 +65,9 @@ pub fn fetch_stats(authority: &str) -> Result<Stats, String> {
 /// Poll `/stats` (through `fetch`) until no call is pending or running, or the timeout passes.
 /// Returns how long it took, the last snapshot, and whether it drained.
 pub fn wait_for_drain(
-    mut fetch: impl FnMut() -> Result<Stats, String>,
+    mut fetch: impl FnMut() -> Result<Stats, BenchError>,
     timeout: Duration,
-) -> Result<(Duration, Stats, bool), String> {
+) -> Result<(Duration, Stats, bool), BenchError> {
     let start = Instant::now();
     loop {
         let stats = fetch()?;
@@ -153,7 +154,7 @@ pub fn measure(
     mode: Mode,
     concurrency: usize,
     config: &Config,
-) -> Result<Measurement, String> {
+) -> Result<Measurement, BenchError> {
     let plan = |mode| Load {
         via: Via::Http(&target.authority),
         mode,
@@ -189,14 +190,14 @@ pub fn measure(
 /// database in `dir` (see `Via::Direct`), then drained. Its accepted rate is
 /// what the service could reach if HTTP cost nothing: a target above it cannot
 /// be reached by work on the HTTP side.
-pub fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, String> {
-    let dir = TempDir::new_in(dir, "idem-bench").map_err(|e| format!("temp folder: {e}"))?;
+pub fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, BenchError> {
+    let dir = TempDir::new_in(dir, "idem-bench").map_err(BenchError::io("temp folder"))?;
     let setup = Setup {
         workers: config.setup.workers,
         downstream_latency: None,
     };
     let (service, _) = service_config(&dir.join("no-http.db"), setup)?;
-    let service = Service::start(service).map_err(|e| e.to_string())?;
+    let service = Service::start(service)?;
     let handler = service.handler();
     eprintln!("bench: the same load without HTTP, straight into a fresh service's handler");
     let load = run_load(&Load {
@@ -210,7 +211,7 @@ pub fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, S
     let stats_request = parsed_request("GET", "/stats");
     let fetch = || {
         let body = handler(&stats_request).body;
-        let stats = serde_json::from_slice(&body).map_err(|e| format!("GET /stats: {e}"))?;
+        let stats = serde_json::from_slice(&body).map_err(BenchError::StatsBody)?;
         Ok(Stats::from_json(&stats))
     };
     wait_for_drain(fetch, config.drain_timeout)?;

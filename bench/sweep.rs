@@ -7,6 +7,7 @@
 //! folder; it never loads a server given with `--base`.
 
 use crate::calibrate::{single_commit_sample, CommitRate};
+use crate::error::BenchError;
 use crate::measure::{measure, Measurement};
 use crate::report;
 use crate::target::{run_id, start_in_process, Target};
@@ -24,8 +25,8 @@ pub const PREFILL_CALLS: u64 = 1_000_000;
 /// How many empty/filled pairs the data comparison alternates.
 pub const DATA_PAIRS: usize = 2;
 
-pub fn run_sweep(config: &Config) -> Result<bool, String> {
-    let dir = TempDir::new("idem-bench").map_err(|e| format!("temp folder: {e}"))?;
+pub fn run_sweep(config: &Config) -> Result<bool, BenchError> {
+    let dir = TempDir::new("idem-bench").map_err(BenchError::io("temp folder"))?;
     eprintln!(
         "bench: single-commit calibration in {}",
         dir.path().display()
@@ -66,7 +67,7 @@ fn compare_with_empty(
     dir: &Path,
     config: &Config,
     points: &mut Vec<Measurement>,
-) -> Result<f64, String> {
+) -> Result<f64, BenchError> {
     let empty = start_in_process(&dir.join("empty.db"), || Ok(()))?;
     let (mut empty_rps, mut filled_rps) = (0.0, 0.0);
     for _ in 0..DATA_PAIRS {
@@ -81,13 +82,16 @@ fn compare_with_empty(
 
 /// Fill `db` (schema already created by the service) with `rows` succeeded
 /// `charge` calls and their effects, with one fsync at the end.
-fn prefill(db: &Path, rows: u64) -> Result<(), String> {
-    insert_succeeded_charges(db, rows).map_err(|e| format!("prefill {}: {e}", db.display()))?;
+fn prefill(db: &Path, rows: u64) -> Result<(), BenchError> {
+    insert_succeeded_charges(db, rows).map_err(|source| BenchError::Store {
+        doing: format!("prefill {}", db.display()),
+        source,
+    })?;
     // The pre-fill's dirty pages must reach the disk now, not during the
     // measurement, where their write-back would compete with its fsyncs.
-    let file = std::fs::File::open(db).map_err(|e| format!("{}: {e}", db.display()))?;
+    let file = std::fs::File::open(db).map_err(BenchError::io(db.display().to_string()))?;
     file.sync_all()
-        .map_err(|e| format!("sync {}: {e}", db.display()))
+        .map_err(BenchError::io(format!("sync {}", db.display())))
 }
 
 /// `rows` succeeded `charge` calls of one amount, each with its effect,

@@ -8,6 +8,7 @@
 //! file it did not create: only a `TempDir` it made is removed.
 
 use crate::downstream::LatencyDownstream;
+use crate::error::BenchError;
 use idempotent_tool::app::Service;
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::store::now;
@@ -57,8 +58,8 @@ pub struct Target {
 /// `fill` runs after the schema exists and before the first request.
 pub fn start_in_process(
     db: &Path,
-    fill: impl FnOnce() -> Result<(), String>,
-) -> Result<Target, String> {
+    fill: impl FnOnce() -> Result<(), BenchError>,
+) -> Result<Target, BenchError> {
     start_with(db, Setup::default(), fill)
 }
 
@@ -66,10 +67,10 @@ pub fn start_in_process(
 pub fn start_with(
     db: &Path,
     setup: Setup,
-    fill: impl FnOnce() -> Result<(), String>,
-) -> Result<Target, String> {
+    fill: impl FnOnce() -> Result<(), BenchError>,
+) -> Result<Target, BenchError> {
     let (config, downstream) = service_config(db, setup)?;
-    let service = Service::start(config).map_err(|e| e.to_string())?;
+    let service = Service::start(config)?;
     fill()?;
     Ok(Target {
         authority: service.addr().to_string(),
@@ -85,7 +86,7 @@ pub fn start_with(
 pub fn service_config(
     db: &Path,
     setup: Setup,
-) -> Result<(ServiceConfig, Option<LatencyDownstream>), String> {
+) -> Result<(ServiceConfig, Option<LatencyDownstream>), BenchError> {
     let mut config = ServiceConfig {
         port: 0,
         db: db.into(),
@@ -103,7 +104,7 @@ pub fn service_config(
     }}});
     let no_vars = |_: &str| None;
     let tools = ToolRegistry::from_json("bench", &file.to_string(), Path::new("."), &no_vars)
-        .map_err(|e| e.to_string())?;
+        .map_err(BenchError::Tools)?;
     config.tools = Arc::new(tools);
     Ok((config, Some(downstream)))
 }

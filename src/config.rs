@@ -180,10 +180,13 @@ impl Config {
                 "--insecure-no-auth" => config.insecure_no_auth = true,
                 "--auth-file" => config.auth_file = Some(PathBuf::from(value()?)),
                 "--key-ttl" => config.store.retention.key_ttl = key_ttl(&flag, &value()?)?,
-                "--log-level" => config.log_level = Level::parse(&value()?).map_err(ConfigError)?,
+                "--log-level" => {
+                    config.log_level =
+                        Level::parse(&value()?).map_err(|e| ConfigError(e.to_string()))?
+                }
                 "--access-log" => {
-                    config.access_log =
-                        crate::log::parse_access_log(&value()?).map_err(ConfigError)?
+                    config.access_log = crate::log::parse_access_log(&value()?)
+                        .map_err(|e| ConfigError(e.to_string()))?
                 }
                 "--host" => config.host = value()?,
                 "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,

@@ -16,57 +16,16 @@
 //! nowhere to go. The access record's fields are exactly the documented ones.
 
 mod access_writer;
+mod settings;
 
 pub use access_writer::AccessWriter;
+pub use settings::{parse_access_log, Level, SettingError};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-/// How much to log; each level includes the ones before it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Error,
-    Warn,
-    Info,
-    Debug,
-}
-
-impl Level {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Level::Error => "error",
-            Level::Warn => "warn",
-            Level::Info => "info",
-            Level::Debug => "debug",
-        }
-    }
-
-    /// `--log-level error|warn|info|debug`.
-    pub fn parse(text: &str) -> Result<Level, String> {
-        match text {
-            "error" => Ok(Level::Error),
-            "warn" => Ok(Level::Warn),
-            "info" => Ok(Level::Info),
-            "debug" => Ok(Level::Debug),
-            _ => Err(format!(
-                "log level must be error, warn, info or debug, not {:?}",
-                text.chars().take(32).collect::<String>()
-            )),
-        }
-    }
-}
-
-/// `--access-log on|off`.
-pub fn parse_access_log(text: &str) -> Result<bool, String> {
-    match text {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err("access log must be on or off".into()),
-    }
-}
 
 /// Where lines go: stderr, a file (the bench's in-process server), or a
 /// buffer a test reads back.

@@ -126,6 +126,7 @@ fn the_level_filter_drops_less_severe_events() {
     assert_eq!(Level::parse("debug"), Ok(Level::Debug));
     assert!(Level::parse("verbose")
         .unwrap_err()
+        .to_string()
         .contains("error, warn, info or debug"));
     assert!(Level::parse("INFO").is_err());
 }
