@@ -100,6 +100,8 @@ impl Api {
             return Response::json_bytes(200, br#"{"ok":true}"#.to_vec());
         }
         let health = self.health.get(|| self.store.health());
+        // The store reports each check as a `Result<(), String>` (its detail
+        // goes only into this body and the log): src/store's type, not ours.
         let check = |result: &Result<(), String>| match result {
             Ok(()) => json!({"ok": true}),
             Err(detail) => json!({"ok": false, "detail": detail}),

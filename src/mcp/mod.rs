@@ -134,7 +134,8 @@ fn answer_one(
         "server/discover" => Ok(handshake::discover()),
         "tools/list" => {
             let cursor = params.get("cursor").and_then(Value::as_str);
-            tools_list::list(&api.tools, revision, cursor).map_err(|m| (INVALID_PARAMS, m, None))
+            tools_list::list(&api.tools, revision, cursor)
+                .map_err(|e| (INVALID_PARAMS, e.to_string(), None))
         }
         "tools/call" => tools_call::call(api, req, tenant, exchange, revision, &params),
         _ => {

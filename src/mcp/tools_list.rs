@@ -37,24 +37,43 @@ pub fn output_schema() -> Value {
     })
 }
 
-/// One page of the list, from `cursor` (`None`: the first page). `Err`:
-/// a cursor this server did not issue.
+/// A `tools/list` cursor this server cannot continue from (an
+/// `invalid params` error; its text is the JSON-RPC message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CursorError {
+    /// Not of the form this server issues (`tools:N`); the cursor as given.
+    NotIssued(String),
+    /// Beyond the last tool (the list shrank, or the cursor was made up).
+    PastTheEnd,
+}
+
+impl std::fmt::Display for CursorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CursorError::NotIssued(cursor) => write!(
+                f,
+                "cursor {} was not issued by this server",
+                crate::input::quote(cursor)
+            ),
+            CursorError::PastTheEnd => f.write_str("cursor is past the end of the list"),
+        }
+    }
+}
+
+impl std::error::Error for CursorError {}
+
+/// One page of the list, from `cursor` (`None`: the first page).
 pub fn list(
     registry: &ToolRegistry,
     revision: Revision,
     cursor: Option<&str>,
-) -> Result<Value, String> {
+) -> Result<Value, CursorError> {
     let start = match cursor {
         None => 0,
         Some(c) => c
             .strip_prefix("tools:")
             .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| {
-                format!(
-                    "cursor {} was not issued by this server",
-                    crate::input::quote(c)
-                )
-            })?,
+            .ok_or_else(|| CursorError::NotIssued(c.to_string()))?,
     };
     let mut all: Vec<Value> = registry
         .specs()
@@ -63,7 +82,7 @@ pub fn list(
         .collect();
     all.push(get_tool_call(revision));
     if start > all.len() {
-        return Err("cursor is past the end of the list".into());
+        return Err(CursorError::PastTheEnd);
     }
     let end = (start + PAGE_SIZE).min(all.len());
     let mut page = json!({"tools": all[start..end].to_vec()});
@@ -174,6 +193,13 @@ mod tests {
         assert!(page.get("nextCursor").is_none());
         let old = list(&registry, Revision::V2025_03_26, None).unwrap();
         assert!(old["tools"][0].get("outputSchema").is_none());
-        assert!(list(&registry, Revision::V2025_03_26, Some("nope")).is_err());
+        assert_eq!(
+            list(&registry, Revision::V2025_03_26, Some("nope")),
+            Err(CursorError::NotIssued("nope".into()))
+        );
+        assert_eq!(
+            list(&registry, Revision::V2025_03_26, Some("tools:99")),
+            Err(CursorError::PastTheEnd)
+        );
     }
 }

@@ -14,6 +14,8 @@
 //! what to install: the PostgreSQL tests never skip silently.
 
 use super::unique_name;
+use std::fmt;
+use std::io;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,6 +31,54 @@ pub const MISSING: &str =
 /// `PASSWORD` (scram-sha-256), so the service's URLs carry a real password
 /// and the tests can check that it is never printed.
 pub const USER: &str = "postgres";
+
+/// Why the private server could not be made, started or driven.
+#[derive(Debug)]
+pub enum PgServerError {
+    /// PostgreSQL is not installed (`no_user`: its `postgres` user is
+    /// missing); the message is `MISSING`, saying what to install.
+    Missing { no_user: bool },
+    /// A file, port or process step: what it was, and why it failed.
+    Io { doing: String, source: io::Error },
+    /// A PostgreSQL program ran and failed: the command and its stderr.
+    Failed { command: String, stderr: String },
+    /// No port worked: the last attempt's failure and the server's log.
+    NoPort {
+        last: Box<PgServerError>,
+        log: String,
+    },
+}
+
+impl PgServerError {
+    fn io(doing: impl Into<String>) -> impl FnOnce(io::Error) -> PgServerError {
+        let doing = doing.into();
+        move |source| PgServerError::Io { doing, source }
+    }
+}
+
+impl fmt::Display for PgServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PgServerError::Missing { no_user: false } => f.write_str(MISSING),
+            PgServerError::Missing { no_user: true } => write!(f, "{MISSING} (no `{USER}` user)"),
+            PgServerError::Io { doing, source } => write!(f, "{doing}: {source}"),
+            PgServerError::Failed { command, stderr } => write!(f, "{command} failed: {stderr}"),
+            PgServerError::NoPort { last, log } => {
+                write!(f, "could not start PostgreSQL: {last}\n{log}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PgServerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PgServerError::Io { source, .. } => Some(source),
+            PgServerError::NoPort { last, .. } => Some(last.as_ref()),
+            _ => None,
+        }
+    }
+}
 
 /// A private PostgreSQL server, stopped and removed on drop.
 pub struct PgServer {
@@ -54,13 +104,13 @@ impl PgServer {
     }
 
     /// A new server of its own (a test that restarts or stops it).
-    pub fn start() -> Result<PgServer, String> {
-        let bin = find_bin_dir().ok_or_else(|| MISSING.to_string())?;
+    pub fn start() -> Result<PgServer, PgServerError> {
+        let bin = find_bin_dir().ok_or(PgServerError::Missing { no_user: false })?;
         let as_postgres = running_as_root();
         // Kept by the reaper and by Drop, not by a TempDir: the folder has to
         // outlive this value when the process is killed.
         let dir = std::env::temp_dir().join(unique_name("idem-pg"));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("make {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(PgServerError::io(format!("make {}", dir.display())))?;
         let mut server = PgServer {
             bin,
             dir,
@@ -129,29 +179,34 @@ impl PgServer {
 
     /// `pg_ctl restart -m immediate`: every connection dies at once, as in a
     /// crash; the server comes back on the same port with the same data.
-    pub fn restart_immediate(&self) -> Result<(), String> {
+    pub fn restart_immediate(&self) -> Result<(), PgServerError> {
         self.pg_ctl(&["restart", "-m", "immediate", "-w", "-t", "60"])
     }
 
     /// `pg_ctl stop -m immediate`: the server is down until `start_again`.
-    pub fn stop_immediate(&self) -> Result<(), String> {
+    pub fn stop_immediate(&self) -> Result<(), PgServerError> {
         self.pg_ctl(&["stop", "-m", "immediate", "-w", "-t", "60"])
     }
 
     /// Start a stopped server again on the same port.
-    pub fn start_again(&self) -> Result<(), String> {
+    pub fn start_again(&self) -> Result<(), PgServerError> {
         self.pg_ctl(&["start", "-w", "-t", "60"])
     }
 
     /// Write `contents` to `name` in the server's data folder, owned by the
     /// server's user with `mode` (a test's TLS key and certificate; the
     /// server refuses a key others can read).
-    pub fn install_file(&self, name: &str, contents: &[u8], mode: u32) -> Result<(), String> {
+    pub fn install_file(
+        &self,
+        name: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), PgServerError> {
         use std::os::unix::fs::PermissionsExt;
         let path = self.data().join(name);
-        std::fs::write(&path, contents).map_err(|e| format!("write {name}: {e}"))?;
+        std::fs::write(&path, contents).map_err(PgServerError::io(format!("write {name}")))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("chmod {name}: {e}"))?;
+            .map_err(PgServerError::io(format!("chmod {name}")))?;
         if self.as_postgres {
             chown_to_postgres(&path)?;
         }
@@ -167,9 +222,9 @@ impl PgServer {
         self.dir.join("data")
     }
 
-    fn initdb(&self) -> Result<(), String> {
+    fn initdb(&self) -> Result<(), PgServerError> {
         let pwfile = self.dir.join("pwfile");
-        std::fs::write(&pwfile, &self.password).map_err(|e| format!("write pwfile: {e}"))?;
+        std::fs::write(&pwfile, &self.password).map_err(PgServerError::io("write pwfile"))?;
         if self.as_postgres {
             chown_to_postgres(&pwfile)?;
         }
@@ -183,33 +238,33 @@ impl PgServer {
             .arg("--no-sync")
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("run initdb: {e}"))?;
+            .map_err(PgServerError::io("run initdb"))?;
         let _ = std::fs::remove_file(&pwfile);
         if !outcome.status.success() {
-            return Err(format!(
-                "initdb failed: {}",
-                String::from_utf8_lossy(&outcome.stderr).trim()
-            ));
+            return Err(PgServerError::Failed {
+                command: "initdb".into(),
+                stderr: String::from_utf8_lossy(&outcome.stderr).trim().to_string(),
+            });
         }
         Ok(())
     }
 
     /// Pick a free port and start there; another process may take the port
     /// between our probe and the server's bind, so try a few.
-    fn start_on_a_free_port(&mut self) -> Result<(), String> {
-        let mut last = String::new();
+    fn start_on_a_free_port(&mut self) -> Result<(), PgServerError> {
+        let mut last = None;
         for _ in 0..5 {
             self.port = free_port()?;
             self.write_settings()?;
             match self.start_again() {
                 Ok(()) => return Ok(()),
-                Err(e) => last = e,
+                Err(e) => last = Some(e),
             }
         }
-        Err(format!(
-            "could not start PostgreSQL: {last}\n{}",
-            self.log()
-        ))
+        Err(PgServerError::NoPort {
+            last: Box::new(last.expect("the loop ran and every start failed")),
+            log: self.log(),
+        })
     }
 
     /// Settings in `postgresql.auto.conf`, so a restart keeps them.
@@ -219,7 +274,7 @@ impl PgServer {
     /// its COMMIT returned), which the server's fsync does not change; losing
     /// the OS cache only matters on a machine crash, which no test makes. It
     /// keeps ~7 concurrent builds on one disk from waiting on each other.
-    fn write_settings(&self) -> Result<(), String> {
+    fn write_settings(&self) -> Result<(), PgServerError> {
         let settings = format!(
             "port = {}\n\
              listen_addresses = '127.0.0.1'\n\
@@ -233,14 +288,14 @@ impl PgServer {
             path_str(&self.dir)
         );
         let file = self.data().join("postgresql.auto.conf");
-        std::fs::write(&file, settings).map_err(|e| format!("write settings: {e}"))?;
+        std::fs::write(&file, settings).map_err(PgServerError::io("write settings"))?;
         if self.as_postgres {
             chown_to_postgres(&file)?;
         }
         Ok(())
     }
 
-    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), PgServerError> {
         let log = self.dir.join("log");
         let outcome = self
             .command("pg_ctl")
@@ -248,15 +303,14 @@ impl PgServer {
             .args(args)
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("run pg_ctl: {e}"))?;
+            .map_err(PgServerError::io("run pg_ctl"))?;
         if outcome.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "pg_ctl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&outcome.stderr).trim()
-            ))
+            Err(PgServerError::Failed {
+                command: format!("pg_ctl {}", args.join(" ")),
+                stderr: String::from_utf8_lossy(&outcome.stderr).trim().to_string(),
+            })
         }
     }
 
@@ -275,7 +329,7 @@ impl PgServer {
     /// A detached shell (its own session, so a signal to our process group
     /// does not take it along) that outlives this process by at most a
     /// second: then it stops the server and removes the folder.
-    fn spawn_reaper(&self) -> Result<Child, String> {
+    fn spawn_reaper(&self) -> Result<Child, PgServerError> {
         let script = r#"
             while kill -0 "$1" 2>/dev/null; do sleep 1; done
             pid=$(head -n 1 "$2/data/postmaster.pid" 2>/dev/null)
@@ -294,7 +348,7 @@ impl PgServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("spawn the reaper: {e}"))
+            .map_err(PgServerError::io("spawn the reaper"))
     }
 }
 
@@ -342,20 +396,20 @@ fn running_as_root() -> bool {
     nix::unistd::Uid::effective().is_root()
 }
 
-fn chown_to_postgres(path: &Path) -> Result<(), String> {
+fn chown_to_postgres(path: &Path) -> Result<(), PgServerError> {
     let user = nix::unistd::User::from_name(USER)
         .ok()
         .flatten()
-        .ok_or_else(|| format!("{MISSING} (no `{USER}` user)"))?;
+        .ok_or(PgServerError::Missing { no_user: true })?;
     std::os::unix::fs::chown(path, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
-        .map_err(|e| format!("chown {}: {e}", path.display()))
+        .map_err(PgServerError::io(format!("chown {}", path.display())))
 }
 
-fn free_port() -> Result<u16, String> {
+fn free_port() -> Result<u16, PgServerError> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| format!("find a free port: {e}"))
+        .map_err(PgServerError::io("find a free port"))
 }
 
 fn path_str(path: &Path) -> &str {
