@@ -17,18 +17,11 @@ use std::process::ExitStatus;
 
 #[derive(Debug)]
 pub enum BenchError {
-    /// A flag the splitter refused (no value, a value it does not take).
+    /// A flag the bench does not know, without its value, or with a value
+    /// it does not take (worded as every binary words it).
     Flag(FlagError),
-    /// A flag the bench does not know.
-    UnknownFlag(String),
     /// `--mode` names no mode.
     UnknownMode(String),
-    /// A flag's value out of range: `{flag} must be {expected}, not {value:?}`.
-    Value {
-        flag: String,
-        value: String,
-        expected: &'static str,
-    },
     /// Flags that cannot go together, or a bound: the sentence says which.
     Usage(&'static str),
     /// `--access-log` is neither `on` nor `off`.
@@ -69,9 +62,7 @@ impl BenchError {
         matches!(
             self,
             BenchError::Flag(_)
-                | BenchError::UnknownFlag(_)
                 | BenchError::UnknownMode(_)
-                | BenchError::Value { .. }
                 | BenchError::Usage(_)
                 | BenchError::Setting(_)
         )
@@ -82,13 +73,7 @@ impl fmt::Display for BenchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BenchError::Flag(e) => e.fmt(f),
-            BenchError::UnknownFlag(flag) => write!(f, "unknown flag {flag:?}"),
             BenchError::UnknownMode(mode) => write!(f, "unknown mode {mode:?}"),
-            BenchError::Value {
-                flag,
-                value,
-                expected,
-            } => write!(f, "{flag} must be {expected}, not {value:?}"),
             BenchError::Usage(sentence) => f.write_str(sentence),
             BenchError::Setting(e) => e.fmt(f),
             BenchError::Database(reason) => f.write_str(reason),

@@ -45,7 +45,7 @@ use calibrate::{single_commit_sample, CommitRate};
 use error::BenchError;
 use idempotent_tool::client::authority;
 use idempotent_tool::config::Config as ServiceConfig;
-use idempotent_tool::flag::Flags;
+use idempotent_tool::flag::{FlagError, Flags};
 use idempotent_tool::log::{self, parse_access_log, Level, Logger};
 use idempotent_tool::temp::TempDir;
 use measure::{measure, measure_without_http, peak_rss_kib};
@@ -211,7 +211,7 @@ impl Config {
                 "--access-log" => {
                     c.access_log = parse_access_log(&value()?).map_err(BenchError::Setting)?
                 }
-                other => return Err(BenchError::UnknownFlag(other.to_string())),
+                other => return Err(FlagError::Unknown(other.to_string()).into()),
             }
         }
         if c.mode == Mode::HttpTool {
@@ -286,11 +286,11 @@ fn seconds(flag: &str, value: &str) -> Result<Duration, BenchError> {
 }
 
 fn bad_value(flag: &str, value: &str, expected: &'static str) -> BenchError {
-    BenchError::Value {
+    BenchError::Flag(FlagError::BadValue {
         flag: flag.to_string(),
         value: value.to_string(),
         expected,
-    }
+    })
 }
 
 fn main() -> ExitCode {

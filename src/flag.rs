@@ -14,9 +14,9 @@
 use lexopt::{Arg, Parser};
 use std::fmt;
 
-/// Why a command line could not be read as flags. The binaries add the two
-/// mistakes only they can name (`Unknown`, `Missing`), so that every binary
-/// words them alike.
+/// Why a command line could not be read as flags. The binaries add the
+/// three mistakes only they can name (`Unknown`, `Missing`, `BadValue`), so
+/// that every binary words them alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FlagError {
     /// A flag at the end of the line, without the value it takes.
@@ -29,6 +29,12 @@ pub enum FlagError {
     Unknown(String),
     /// A required flag that was not given, as its usage writes it (`--db FILE`).
     Missing(&'static str),
+    /// A value the flag does not take: what it must be (`a port`).
+    BadValue {
+        flag: String,
+        value: String,
+        expected: &'static str,
+    },
     /// Anything else the splitting reports.
     Other(String),
 }
@@ -43,20 +49,17 @@ impl fmt::Display for FlagError {
             FlagError::NotUtf8 { flag, value } => write!(f, "{flag} is not UTF-8: {value}"),
             FlagError::Unknown(flag) => write!(f, "unknown flag {flag:?}"),
             FlagError::Missing(flag) => write!(f, "expected {flag}"),
+            FlagError::BadValue {
+                flag,
+                value,
+                expected,
+            } => write!(f, "{flag} must be {expected}, not {value:?}"),
             FlagError::Other(message) => f.write_str(message),
         }
     }
 }
 
 impl std::error::Error for FlagError {}
-
-/// The binaries whose own flag checks are still messages take a `FlagError`
-/// as its message.
-impl From<FlagError> for String {
-    fn from(error: FlagError) -> String {
-        error.to_string()
-    }
-}
 
 /// The flags of one command line, read in order.
 pub struct Flags {

@@ -19,7 +19,7 @@
 #![forbid(unsafe_code)]
 
 use idempotent_tool::client::{read_response, HttpResponse};
-use idempotent_tool::flag::Flags;
+use idempotent_tool::flag::{FlagError, Flags};
 use idempotent_tool::http::{
     self, parse_request, ParseLimits, ParseStatus, Response, Version, WriteOptions,
 };
@@ -374,7 +374,7 @@ fn invalid(message: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message.to_string())
 }
 
-fn parse_args(args: &[String]) -> Result<Config, String> {
+fn parse_args(args: &[String]) -> Result<Config, FlagError> {
     let mut listen = None;
     let mut upstream = None;
     let mut mode = Mode::Pass;
@@ -383,33 +383,43 @@ fn parse_args(args: &[String]) -> Result<Config, String> {
     let mut flags = Flags::new(args.iter().cloned());
     while let Some(flag) = flags.next_flag()? {
         let mut value = || flags.value();
+        let bad = |value: String, expected| FlagError::BadValue {
+            flag: flag.clone(),
+            value,
+            expected,
+        };
         match flag.as_str() {
             "--listen" => listen = Some(value()?),
             "--upstream" => upstream = Some(strip_scheme(&value()?)),
             "--mode" => {
                 let value = value()?;
-                mode = Mode::parse(&value).ok_or_else(|| format!("unknown mode {value:?}"))?
+                mode = Mode::parse(&value).ok_or_else(|| {
+                    bad(
+                        value.clone(),
+                        "pass, drop-response, delay-response or duplicate-request",
+                    )
+                })?
             }
             "--times" => {
                 let value = value()?;
                 times = Some(
                     value
                         .parse()
-                        .map_err(|_| format!("bad --times {value:?}"))?,
+                        .map_err(|_| bad(value.clone(), "a non-negative integer"))?,
                 )
             }
             "--delay-ms" => {
                 let value = value()?;
                 delay_ms = value
                     .parse()
-                    .map_err(|_| format!("bad --delay-ms {value:?}"))?
+                    .map_err(|_| bad(value.clone(), "a non-negative integer"))?
             }
-            other => return Err(format!("unknown argument {other:?}")),
+            other => return Err(FlagError::Unknown(other.to_string())),
         }
     }
     Ok(Config {
-        listen: listen.ok_or("--listen is required")?,
-        upstream: upstream.ok_or("--upstream is required")?,
+        listen: listen.ok_or(FlagError::Missing("--listen ADDR"))?,
+        upstream: upstream.ok_or(FlagError::Missing("--upstream ADDR"))?,
         mode,
         times,
         delay: Duration::from_millis(delay_ms),

@@ -183,9 +183,9 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
     let mut mcp = false;
     let mut opts = CallOptions::new("", "", "", json!({}));
     let mut flags = Flags::new(args.iter().cloned());
-    while let Some(flag) = flags.next_flag().map_err(|e| UsageError(e.into()))? {
+    while let Some(flag) = flags.next_flag().map_err(|e| UsageError(e.to_string()))? {
         let flag = flag.as_str();
-        let mut value = || flags.value().map_err(|e| UsageError(e.into()));
+        let mut value = || flags.value().map_err(|e| UsageError(e.to_string()));
         match flag {
             "--base" => base = value()?,
             "--key" => key = Some(value()?),

@@ -23,7 +23,7 @@
 #![forbid(unsafe_code)]
 
 use idempotent_tool::api::percent_decode;
-use idempotent_tool::flag::Flags;
+use idempotent_tool::flag::{FlagError, Flags};
 use idempotent_tool::http::{Request, Response};
 use idempotent_tool::server::{self, Handler, Limits};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -340,7 +340,7 @@ fn error_response(status: u16, code: &str, message: impl std::fmt::Display) -> R
 }
 
 /// `Ok(None)` for `--help`.
-fn parse_args(args: Vec<String>) -> Result<Option<Options>, String> {
+fn parse_args(args: Vec<String>) -> Result<Option<Options>, FlagError> {
     let mut options = Options {
         host: "127.0.0.1".into(),
         port: 8081,
@@ -367,26 +367,27 @@ fn parse_args(args: Vec<String>) -> Result<Option<Options>, String> {
             "--pad-bytes",
         ];
         if !known.contains(&flag.as_str()) {
-            return Err(format!("unknown flag {flag}"));
+            return Err(FlagError::Unknown(flag));
         }
         let value = flags.value()?;
+        let bad = |expected| FlagError::BadValue {
+            flag: flag.clone(),
+            value: value.clone(),
+            expected,
+        };
         let number = || {
             value
                 .parse::<u64>()
-                .map_err(|_| format!("{flag}: {value:?} is not a non-negative integer"))
+                .map_err(|_| bad("a non-negative integer"))
         };
         match flag.as_str() {
             "--host" => options.host = value.clone(),
-            "--port" => {
-                options.port = value
-                    .parse()
-                    .map_err(|_| format!("--port: {value:?} is not a port"))?
-            }
+            "--port" => options.port = value.parse().map_err(|_| bad("a port"))?,
             "--db" => options.db = PathBuf::from(&value),
             "--fail-first" => options.fail_first = Some(number()?),
             "--status" => match number()? {
                 code @ 400..=599 => options.status = Some(code as u16),
-                _ => return Err("--status must be from 400 to 599".into()),
+                _ => return Err(bad("from 400 to 599")),
             },
             "--retry-after" => options.retry_after = Some(number()?),
             "--delay-ms" => options.delay = Duration::from_millis(number()?),

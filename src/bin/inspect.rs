@@ -11,7 +11,7 @@
 
 #![forbid(unsafe_code)]
 
-use idempotent_tool::flag::Flags;
+use idempotent_tool::flag::{FlagError, Flags};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use std::process::ExitCode;
@@ -115,7 +115,7 @@ fn render(value: ValueRef<'_>) -> String {
 }
 
 /// The database and what to print from it; `Ok(None)` means `--help`.
-fn parse_args(args: &[String]) -> Result<Option<(String, Selection)>, String> {
+fn parse_args(args: &[String]) -> Result<Option<(String, Selection)>, FlagError> {
     let mut db = None;
     let mut selection = Selection::All;
     let mut flags = Flags::new(args.iter().cloned());
@@ -126,14 +126,17 @@ fn parse_args(args: &[String]) -> Result<Option<(String, Selection)>, String> {
             "--db" => db = Some(value()?),
             "--sql" => selection = Selection::Sql(value()?),
             "--query" => selection = named_query(&value()?)?,
-            other => return Err(format!("unknown argument {other:?}")),
+            other => return Err(FlagError::Unknown(other.to_string())),
         }
     }
-    Ok(Some((db.ok_or("--db is required")?, selection)))
+    Ok(Some((
+        db.ok_or(FlagError::Missing("--db PATH"))?,
+        selection,
+    )))
 }
 
 /// `--query NAME`: one seed query's rows, or `all` of them with headings.
-fn named_query(name: &str) -> Result<Selection, String> {
+fn named_query(name: &str) -> Result<Selection, FlagError> {
     if name == "all" {
         return Ok(Selection::All);
     }
@@ -143,6 +146,10 @@ fn named_query(name: &str) -> Result<Selection, String> {
     let (_, sql) = QUERIES
         .iter()
         .find(|(query, _)| *query == name)
-        .ok_or_else(|| format!("unknown query {name:?}"))?;
+        .ok_or_else(|| FlagError::BadValue {
+            flag: "--query".into(),
+            value: name.to_string(),
+            expected: "a query named in --help, or all",
+        })?;
     Ok(Selection::Named(sql))
 }

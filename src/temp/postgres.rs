@@ -110,7 +110,8 @@ impl PgServer {
         // Kept by the reaper and by Drop, not by a TempDir: the folder has to
         // outlive this value when the process is killed.
         let dir = std::env::temp_dir().join(unique_name("idem-pg"));
-        std::fs::create_dir_all(&dir).map_err(PgServerError::io(format!("make {}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(PgServerError::io(format!("make {}", dir.display())))?;
         let mut server = PgServer {
             bin,
             dir,
