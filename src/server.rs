@@ -7,19 +7,25 @@
 //! hold a thread past its deadlines, never leak a connection slot, and never log
 //! more than one short line per unusual event (stderr only).
 //!
-//! Map: this file holds the accept loop, the limits, the connection cap, the
-//! answers given without a connection thread, and `Observer`, what the service
-//! learns about connections and the server's own answers; `connection` serves
-//! one client; `input_buffer` is a connection's read buffer.
+//! Map: this file holds the accept loop, the connection cap and the answers
+//! given without a connection thread; `observer` holds `Handler` and
+//! `Observer` (what the server calls, and what the service learns about
+//! connections and the server's own answers); `limits` the size and time
+//! limits; `connection` serves one client (and writes a closing answer);
+//! `input_buffer` is a connection's read buffer.
 
 mod connection;
 mod input_buffer;
+mod limits;
+mod observer;
 
-use crate::http::{
-    write_response, ErrorCode, ParseLimits, Request, Response, Version, WriteOptions,
-};
+pub use limits::Limits;
+pub use observer::{Handler, Observer};
+
+use crate::http::{ErrorCode, Response};
 use crate::sync::lock;
-use connection::ServedConnection;
+use connection::{closing_response_bytes, ServedConnection};
+use observer::Unobserved;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -28,70 +34,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-
-/// What the server calls for each request; it must not panic, but if it does the
-/// connection answers `500 internal_error`.
-pub type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
-
-/// What the server tells the service beyond requests: connections opening
-/// and closing (a gauge), and every answer it gives without the handler — a
-/// request it could not read (`request` is `None`), a handler that panicked,
-/// a connection over the cap — which the service may stamp (a request id)
-/// and record (the access log, metrics) like its own. Each method must be
-/// quick and must not panic; the defaults do nothing.
-pub trait Observer: Send + Sync {
-    fn connection_opened(&self) {}
-    fn connection_closed(&self) {}
-    fn own_answer(&self, _request: Option<&Request>, _response: &mut Response, _elapsed: Duration) {
-    }
-}
-
-/// The observer of a server nobody watches (the tools, the tests).
-struct Unobserved;
-
-impl Observer for Unobserved {}
-
-/// Size and time limits for every connection.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub max_request_line: usize,
-    pub max_header_bytes: usize,
-    pub max_headers: usize,
-    pub max_body: usize,
-    /// A request's head (and then its body) must arrive within this; it also
-    /// bounds how long writing one response may block.
-    pub request_timeout: Duration,
-    /// An idle keep-alive connection is closed after this.
-    pub idle_timeout: Duration,
-    pub max_connections: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        let parse = ParseLimits::default();
-        Limits {
-            max_request_line: parse.max_request_line,
-            max_header_bytes: parse.max_header_bytes,
-            max_headers: parse.max_headers,
-            max_body: parse.max_body,
-            request_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(30),
-            max_connections: 1024,
-        }
-    }
-}
-
-impl Limits {
-    /// The subset of the limits the parser enforces.
-    pub fn parse_limits(&self) -> ParseLimits {
-        ParseLimits {
-            max_request_line: self.max_request_line,
-            max_header_bytes: self.max_header_bytes,
-            max_headers: self.max_headers,
-            max_body: self.max_body,
-        }
-    }
-}
 
 /// A running server: its accept thread and every connection thread, and what
 /// stopping needs to reach them.
@@ -398,17 +340,6 @@ fn reject_busy(mut stream: TcpStream, observer: &dyn Observer) {
     discard_already_received(&mut stream);
 }
 
-fn closing_response_bytes(response: &Response) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128 + response.body.len());
-    let options = WriteOptions {
-        keep_alive: false,
-        request_version: Version::Http11,
-        head_only: false,
-    };
-    write_response(&mut out, response, options);
-    out
-}
-
 /// Closing a socket with unread input makes the kernel send RST, which can
 /// destroy the response before the client reads it; reading what is already
 /// there first avoids that without waiting.
@@ -422,15 +353,5 @@ fn discard_already_received(stream: &mut TcpStream) {
             Ok(n) if n > 0 => continue,
             _ => return,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_limits_agree_with_the_parser_defaults() {
-        assert_eq!(Limits::default().parse_limits(), ParseLimits::default());
     }
 }

@@ -8,10 +8,11 @@
 //! after an error response (see `linger`).
 
 use super::input_buffer::{InputBuffer, RETAINED_BUFFER};
-use super::{closing_response_bytes, Handler, Limits, Observer};
+use super::limits::Limits;
+use super::observer::{Handler, Observer};
 use crate::http::{
     write_response, ClientProbe, ErrorCode, ParseError, ParseLimits, Progress, Request,
-    RequestParser, Response, WriteOptions, CONTINUE_100,
+    RequestParser, Response, Version, WriteOptions, CONTINUE_100,
 };
 use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
@@ -279,4 +280,16 @@ fn client_gone(stream: &TcpStream) -> bool {
     };
     let _ = stream.set_nonblocking(false);
     gone
+}
+
+/// A response written as the last on its connection (`Connection: close`).
+pub(super) fn closing_response_bytes(response: &Response) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + response.body.len());
+    let options = WriteOptions {
+        keep_alive: false,
+        request_version: Version::Http11,
+        head_only: false,
+    };
+    write_response(&mut out, response, options);
+    out
 }
