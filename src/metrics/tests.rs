@@ -4,7 +4,10 @@
 use super::exposition::{self, Exposition};
 use super::service::*;
 use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 fn parsed(text: &str) -> Exposition {
     exposition::parse(text).unwrap_or_else(|e| panic!("{e}\n--- scrape ---\n{text}"))
