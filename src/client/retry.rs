@@ -6,7 +6,7 @@
 //! It never prints; each attempt becomes an `AttemptRecord` that the caller
 //! prints or inspects.
 
-use super::{encode_path_segment, request_once, HttpResponse};
+use super::connection::{encode_path_segment, request_once, HttpResponse};
 use serde_json::{json, Value};
 use std::fmt;
 use std::io;
