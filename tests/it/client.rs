@@ -207,7 +207,10 @@ fn retries_503_and_429_with_the_same_key() {
         1 => Reply::json(429, json!({"error": {"code": "too_many_requests"}})),
         _ => Reply::json(202, pending_call()),
     });
-    let opts = CallOptions::new(&upstream.base(), "k-busy", "charge", json!({"amount": 1}));
+    let mut opts = CallOptions::new(&upstream.base(), "k-busy", "charge", json!({"amount": 1}));
+    // Not a timeout test: the default 1 s per attempt timed one out (an extra
+    // attempt) on a box loaded to 35.
+    opts.timeout = Some(Duration::from_secs(30));
     let outcome = call_tool(&opts);
     let statuses: Vec<_> = outcome.attempts.iter().map(|a| a.http).collect();
     assert_eq!(statuses, [Some(503), Some(429), Some(202)]);

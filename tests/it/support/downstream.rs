@@ -8,6 +8,7 @@ use idempotent_tool::client::{encode_path_segment, request_once};
 use idempotent_tool::temp::TempDir;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 pub const DOWNSTREAM_BIN: &str = env!("CARGO_BIN_EXE_downstream");
 
@@ -56,15 +57,25 @@ impl Downstream {
         self.get("/stats")
     }
 
-    /// The keys of the POSTs it logged, in order (`key=...` in each line).
-    pub fn logged_keys(&self) -> Vec<String> {
-        self.proc
-            .stderr()
-            .lines()
-            .filter_map(|line| line.split(" key=").nth(1))
-            .filter_map(|rest| rest.split_whitespace().next())
-            .map(str::to_string)
-            .collect()
+    /// The keys of the POSTs it logged, in order (`key=...` in each line),
+    /// once at least `expected` are there: a line reaches our pipe reader
+    /// after the downstream has answered, so the caller may be ahead of it.
+    pub fn logged_keys(&self, expected: usize) -> Vec<String> {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let keys: Vec<String> = self
+                .proc
+                .stderr()
+                .lines()
+                .filter_map(|line| line.split(" key=").nth(1))
+                .filter_map(|rest| rest.split_whitespace().next())
+                .map(str::to_string)
+                .collect();
+            if keys.len() >= expected || Instant::now() >= deadline {
+                return keys;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
