@@ -4,7 +4,7 @@
 //! (usage on stderr, exit 2).
 
 use crate::flag::{FlagError, Flags};
-use crate::log::Level;
+use crate::log::{Level, SettingError};
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Database, Retention, StoreOptions};
@@ -149,22 +149,76 @@ pub enum Command {
     Help,
 }
 
-/// A flag that is unknown, lacks its value, or has a bad one.
+/// A flag that is unknown, lacks its value, or has a bad one; or flags that
+/// together would expose the service. `main` answers each with the usage
+/// and exit 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+pub enum ConfigError {
+    /// Unknown, without its value, or a value it does not take.
+    Flag(FlagError),
+    /// An integer flag outside its range.
+    OutOfRange {
+        flag: String,
+        value: String,
+        min: u64,
+        max: u64,
+    },
+    /// `--log-level` or `--access-log`.
+    Setting(SettingError),
+    /// `--db` names no database: the store's reason, which it gives as text.
+    Database(String),
+    /// A non-loopback `--host` without `--auth-file` or `--insecure-no-auth`
+    /// (the host as given, at most 64 characters).
+    ExposedWithoutAuth { host: String },
+}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            ConfigError::Flag(e) => e.fmt(f),
+            ConfigError::OutOfRange {
+                flag,
+                value,
+                min,
+                max,
+            } => write!(
+                f,
+                "{flag} must be an integer from {min} to {max}, not {value:?}"
+            ),
+            ConfigError::Setting(e) => e.fmt(f),
+            ConfigError::Database(reason) => f.write_str(reason),
+            ConfigError::ExposedWithoutAuth { host } => write!(
+                f,
+                "--host {host:?} is not a loopback address: anyone who can reach it could read \
+                 and make calls; give --auth-file, or --insecure-no-auth to serve without tokens"
+            ),
+        }
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Flag(e) => Some(e),
+            ConfigError::Setting(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<FlagError> for ConfigError {
     fn from(error: FlagError) -> ConfigError {
-        ConfigError(error.to_string())
+        ConfigError::Flag(error)
     }
+}
+
+/// A value `flag` does not take: what it must be.
+fn bad_value(flag: &str, value: &str, expected: &'static str) -> ConfigError {
+    ConfigError::Flag(FlagError::BadValue {
+        flag: flag.to_string(),
+        value: value.to_string(),
+        expected,
+    })
 }
 
 impl Config {
@@ -181,16 +235,15 @@ impl Config {
                 "--auth-file" => config.auth_file = Some(PathBuf::from(value()?)),
                 "--key-ttl" => config.store.retention.key_ttl = key_ttl(&flag, &value()?)?,
                 "--log-level" => {
-                    config.log_level =
-                        Level::parse(&value()?).map_err(|e| ConfigError(e.to_string()))?
+                    config.log_level = Level::parse(&value()?).map_err(ConfigError::Setting)?
                 }
                 "--access-log" => {
-                    config.access_log = crate::log::parse_access_log(&value()?)
-                        .map_err(|e| ConfigError(e.to_string()))?
+                    config.access_log =
+                        crate::log::parse_access_log(&value()?).map_err(ConfigError::Setting)?
                 }
                 "--host" => config.host = value()?,
                 "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,
-                "--db" => config.db = Database::parse(&value()?).map_err(ConfigError)?,
+                "--db" => config.db = Database::parse(&value()?).map_err(ConfigError::Database)?,
                 "--db-pool" => {
                     config.store.pool_size = number(&flag, &value()?, 1..=10_000)? as usize
                 }
@@ -219,15 +272,13 @@ impl Config {
                     config.answer_cache_bytes =
                         (number(&flag, &value()?, 0..=65_536)? as usize) << 20
                 }
-                other => return Err(ConfigError(format!("unknown flag {other:?}"))),
+                other => return Err(FlagError::Unknown(other.to_string()).into()),
             }
         }
         if config.auth_file.is_none() && !config.insecure_no_auth && !is_loopback(&config.host) {
-            return Err(ConfigError(format!(
-                "--host {:?} is not a loopback address: anyone who can reach it could read \
-                 and make calls; give --auth-file, or --insecure-no-auth to serve without tokens",
-                config.host.chars().take(64).collect::<String>()
-            )));
+            return Err(ConfigError::ExposedWithoutAuth {
+                host: config.host.chars().take(64).collect(),
+            });
         }
         Ok(Command::Run(Box::new(config)))
     }
@@ -264,9 +315,11 @@ fn key_ttl(flag: &str, value: &str) -> Result<Option<Duration>, ConfigError> {
         Ok(s) if s.is_finite() && s > 0.0 && s <= 100.0 * 365.0 * 86_400.0 => {
             Ok(Some(Duration::from_secs_f64(s)))
         }
-        _ => Err(ConfigError(format!(
-            "{flag} must be a number of seconds, 0 (keep forever) or above, not {value:?}"
-        ))),
+        _ => Err(bad_value(
+            flag,
+            value,
+            "a number of seconds, 0 (keep forever) or above",
+        )),
     }
 }
 
@@ -279,12 +332,11 @@ fn number(
         .parse::<u64>()
         .ok()
         .filter(|n| range.contains(n))
-        .ok_or_else(|| {
-            ConfigError(format!(
-                "{flag} must be an integer from {} to {}, not {value:?}",
-                range.start(),
-                range.end()
-            ))
+        .ok_or_else(|| ConfigError::OutOfRange {
+            flag: flag.to_string(),
+            value: value.to_string(),
+            min: *range.start(),
+            max: *range.end(),
         })
 }
 
@@ -306,11 +358,7 @@ fn seconds(flag: &str, value: &str) -> Result<Duration, ConfigError> {
         .ok()
         .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
         .map(Duration::from_secs_f64)
-        .ok_or_else(|| {
-            ConfigError(format!(
-                "{flag} must be a number of seconds above 0, not {value:?}"
-            ))
-        })
+        .ok_or_else(|| bad_value(flag, value, "a number of seconds above 0"))
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Command-line flags, split the same way for every binary: the server
 //! (`config`), `client`, `chaos_proxy`, `inspect` and the bench.
 //!
-//! It owns only the splitting of arguments into flags and their values, and
-//! the two messages that splitting can produce (`--port needs a value`,
-//! `--chaos takes no value`). What a flag means, its default, how its value is
-//! checked and what an unknown flag is called stay with the binary that owns
-//! the flag. It never prints and never exits: each binary decides what a bad
-//! flag costs (usage on stderr, exit 2).
+//! It owns the splitting of arguments into flags and their values, the two
+//! messages that splitting can produce (`--port needs a value`, `--chaos
+//! takes no value`), and the wording of the three mistakes each binary names
+//! (`FlagError::Unknown`, `Missing`, `BadValue`), so that every binary words
+//! them alike. What a flag means, its default and how its value is checked
+//! stay with the binary that owns the flag. It never prints and never exits:
+//! each binary decides what a bad flag costs (usage on stderr, exit 2).
 //!
 //! The splitting itself is `lexopt`'s, so every binary also reads
 //! `--name=VALUE`, and `--` ends the flags.

@@ -14,7 +14,7 @@
 #![forbid(unsafe_code)]
 
 use idempotent_tool::client::{call_tool_with, request_once, CallOptions};
-use idempotent_tool::flag::Flags;
+use idempotent_tool::flag::{FlagError, Flags};
 use serde_json::{json, Value};
 use std::fmt;
 use std::process::ExitCode;
@@ -50,12 +50,45 @@ enum Command {
 
 /// A command line we cannot run; printed with the usage text.
 #[derive(Debug)]
-struct UsageError(String);
+enum UsageError {
+    /// Unknown, missing, without its value, or a value it does not take
+    /// (worded as every binary words it).
+    Flag(FlagError),
+    /// `--args` is not JSON at all.
+    ArgsNotJson(serde_json::Error),
+}
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            UsageError::Flag(e) => e.fmt(f),
+            UsageError::ArgsNotJson(e) => write!(f, "--args is not JSON: {e}"),
+        }
     }
+}
+
+impl std::error::Error for UsageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            UsageError::Flag(e) => Some(e),
+            UsageError::ArgsNotJson(e) => Some(e),
+        }
+    }
+}
+
+impl From<FlagError> for UsageError {
+    fn from(e: FlagError) -> UsageError {
+        UsageError::Flag(e)
+    }
+}
+
+/// A value `flag` does not take: what it must be.
+fn bad_value(flag: &str, value: &str, expected: &'static str) -> UsageError {
+    UsageError::Flag(FlagError::BadValue {
+        flag: flag.to_string(),
+        value: value.to_string(),
+        expected,
+    })
 }
 
 fn main() -> ExitCode {
@@ -183,9 +216,9 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
     let mut mcp = false;
     let mut opts = CallOptions::new("", "", "", json!({}));
     let mut flags = Flags::new(args.iter().cloned());
-    while let Some(flag) = flags.next_flag().map_err(|e| UsageError(e.to_string()))? {
+    while let Some(flag) = flags.next_flag()? {
         let flag = flag.as_str();
-        let mut value = || flags.value().map_err(|e| UsageError(e.to_string()));
+        let mut value = || flags.value().map_err(UsageError::Flag);
         match flag {
             "--base" => base = value()?,
             "--key" => key = Some(value()?),
@@ -204,7 +237,7 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
             "--new-key-on-retry" => opts.new_key_on_retry = true,
             "--get" => get_path = Some(value()?),
             "--mcp" => mcp = true,
-            other => return Err(UsageError(format!("unknown argument {other:?}"))),
+            other => return Err(FlagError::Unknown(other.to_string()).into()),
         }
     }
     if let Some(path) = get_path {
@@ -215,7 +248,7 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
         });
     }
     opts.base = base;
-    opts.tool = tool.ok_or_else(|| UsageError("--tool is required".into()))?;
+    opts.tool = tool.ok_or(FlagError::Missing("--tool NAME"))?;
     opts.key = key.unwrap_or_else(generated_key);
     opts.args = tool_args.unwrap_or_else(|| json!({}));
     Ok(if mcp {
@@ -238,21 +271,19 @@ fn generated_key() -> String {
 fn parse_json_object(text: &str) -> Result<Value, UsageError> {
     match serde_json::from_str::<Value>(text) {
         Ok(value @ Value::Object(_)) => Ok(value),
-        Ok(_) => Err(UsageError("--args must be a JSON object".into())),
-        Err(error) => Err(UsageError(format!("--args is not JSON: {error}"))),
+        Ok(_) => Err(bad_value("--args", text, "a JSON object")),
+        Err(error) => Err(UsageError::ArgsNotJson(error)),
     }
 }
 
 fn parse_number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, UsageError> {
     text.parse()
-        .map_err(|_| UsageError(format!("{flag} expects a whole number, got {text:?}")))
+        .map_err(|_| bad_value(flag, text, "a whole number"))
 }
 
 fn parse_seconds(flag: &str, text: &str) -> Result<Duration, UsageError> {
     match text.parse::<f64>() {
         Ok(seconds) if seconds.is_finite() && seconds > 0.0 => Ok(Duration::from_secs_f64(seconds)),
-        _ => Err(UsageError(format!(
-            "{flag} expects positive seconds, got {text:?}"
-        ))),
+        _ => Err(bad_value(flag, text, "a number of seconds above 0")),
     }
 }
