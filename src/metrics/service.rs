@@ -7,7 +7,8 @@
 //! "no data". Label values come only from this file's enums and from tool
 //! names, which the operator configures: never from a request.
 
-use super::{Counter, Family, Gauge, Histogram, Registry, CONTENT_TYPE};
+use super::registry::{Registry, CONTENT_TYPE};
+use super::series::{Counter, Family, Gauge, Histogram};
 use crate::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -9,9 +9,10 @@
 //! `command` tools pass `effect_id` downstream as its idempotency key instead.
 
 use super::args_error::ArgsError;
+use super::business_key::AgentFacing;
 use super::error_code::ToolErrorCode;
 use super::outcome::{Effect, Outcome, ToolError};
-use super::{Backoff, Kind, ToolSpec, DEFAULT_TIMEOUT};
+use super::spec::{Backoff, Executor, Kind, ToolSpec, DEFAULT_TIMEOUT};
 use crate::fingerprint::as_integer;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -230,8 +231,8 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
         backoff: Backoff::default(),
         max_concurrency: None,
         business_key: None,
-        agent: super::AgentFacing::default_for(name, false),
-        executor: super::Executor::Builtin,
+        agent: AgentFacing::default_for(name, false),
+        executor: Executor::Builtin,
     })
 }
 

@@ -8,8 +8,8 @@
 //! call holds a key (`store::business_key`), and the API decides what a
 //! duplicate intent is answered with (`OnDuplicate`).
 
+use super::args_error::ArgsError;
 use super::file_error::{field_error, FieldError};
-use super::ArgsError;
 use crate::fingerprint::canonical;
 use serde_json::{json, Map, Value};
 

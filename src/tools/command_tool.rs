@@ -12,9 +12,10 @@
 //! argv or a configured `env` value into an error.
 
 use super::error_code::ToolErrorCode;
+use super::excerpt::{tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
-use super::{tail_excerpt, RunContext, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
+use super::spec::RunContext;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};

@@ -8,14 +8,15 @@
 //! never put a header or `env` value, expanded or not, into a message: those
 //! become [`Secret`]s as soon as they are read.
 
+use super::builtin::{self, EFFECT_TOOLS, TOOL_NAMES};
+use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::command_tool::{CommandTool, RESERVED_ENV};
-use super::file_error::{field_error, FieldError};
+use super::file_error::{field_error, FieldError, ToolFileError};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
+use super::registry::ToolRegistry;
 use super::schema::Schema;
-use super::{
-    builtin, Backoff, BusinessKeyRule, Executor, Kind, Secret, ToolFileError, ToolRegistry,
-    ToolSpec, DEFAULT_TIMEOUT, EFFECT_TOOLS, TOOL_NAMES,
-};
+use super::secret::Secret;
+use super::spec::{Backoff, Executor, Kind, ToolSpec, DEFAULT_TIMEOUT};
 use serde_json::{json, Map, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -228,7 +229,7 @@ fn external_spec(
         backoff: Backoff::default(),
         max_concurrency: None,
         business_key: None,
-        agent: super::AgentFacing::default_for(name, true),
+        agent: AgentFacing::default_for(name, true),
         executor,
     })
 }

@@ -11,9 +11,10 @@
 //! a cap, and never put a header value or the URL into an error.
 
 use super::error_code::ToolErrorCode;
+use super::excerpt::{excerpt, MAX_OUTPUT_BYTES};
 use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
-use super::{excerpt, RunContext, MAX_OUTPUT_BYTES};
+use super::spec::RunContext;
 use serde_json::{json, Value};
 use std::fmt;
 use std::io::{self, Read};
