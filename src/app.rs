@@ -107,6 +107,7 @@ impl Service {
         let descriptors = descriptors::budget(
             descriptors::raise_open_file_limit(),
             config.limits.max_connections,
+            descriptors::store_descriptors(&config.db, config.store.pool_size),
         )
         .map_err(StartError::Descriptors)?;
         config.limits.max_connections = descriptors.max_connections;
