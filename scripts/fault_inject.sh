@@ -58,6 +58,8 @@ SERVER_BASE=""
 PROXY_PID=""
 PROXY_BASE=""
 PROXY_LOG=""
+STARTED_PID=""   # set by start_listening
+STARTED_ADDR=""
 
 log() { printf '[fault] %s\n' "$*"; }
 indent() { sed 's/^/    /'; }
@@ -119,37 +121,44 @@ wait_for_line() {
   return 1
 }
 
-# start_server NAME DB [ARGS...]: sets SERVER_PID and SERVER_BASE.
-start_server() {
-  local name="$1" db="$2" out="$WORK/$1.out" err="$WORK/$1.err"
-  shift 2
-  "$BIN/idempotent-tool" --port 0 --db "$db" "$@" >"$out" 2>"$err" &
-  SERVER_PID=$!
-  PIDS+=("$SERVER_PID")
-  if ! wait_for_line "$out" 'listening on http://' "$SERVER_PID"; then
-    log "server $name did not start; stderr:"
+# start_listening FAILURE OUT ERR MARKER PROGRAM [ARGS...]: start PROGRAM in the
+# background (stdout to OUT, stderr to ERR) and wait for its "MARKER<host:port>" line.
+# Sets STARTED_PID and STARTED_ADDR (host:port); if it never comes, logs FAILURE,
+# shows ERR and returns 1.
+start_listening() {
+  local failure="$1" out="$2" err="$3" marker="$4"
+  shift 4
+  "$@" >"$out" 2>"$err" &
+  STARTED_PID=$!
+  PIDS+=("$STARTED_PID")
+  if ! wait_for_line "$out" "$marker" "$STARTED_PID"; then
+    log "$failure"
     indent <"$err"
     return 1
   fi
-  SERVER_BASE="http://$(grep -m1 -o 'listening on http://[0-9.:]*' "$out" | sed 's|.*http://||')"
+  STARTED_ADDR=$(grep -m1 -o -- "$marker[0-9.:]*" "$out" | sed "s|^$marker||")
+}
+
+# start_server NAME DB [ARGS...]: sets SERVER_PID and SERVER_BASE.
+start_server() {
+  local name="$1" db="$2"
+  shift 2
+  start_listening "server $name did not start; stderr:" "$WORK/$name.out" "$WORK/$name.err" \
+    'listening on http://' "$BIN/idempotent-tool" --port 0 --db "$db" "$@" || return 1
+  SERVER_PID=$STARTED_PID
+  SERVER_BASE="http://$STARTED_ADDR"
   log "server $name on $SERVER_BASE (db $(basename "$db"), ${*:-no flags})"
 }
 
 # start_proxy NAME UPSTREAM_BASE MODE [ARGS...]: sets PROXY_PID, PROXY_BASE, PROXY_LOG.
 start_proxy() {
-  local name="$1" upstream="$2" mode="$3" out="$WORK/$1.out"
+  local name="$1" upstream="$2" mode="$3"
   PROXY_LOG="$WORK/$1.err"
   shift 3
-  "$BIN/chaos_proxy" --listen 127.0.0.1:0 --upstream "$upstream" --mode "$mode" "$@" \
-    >"$out" 2>"$PROXY_LOG" &
-  PROXY_PID=$!
-  PIDS+=("$PROXY_PID")
-  if ! wait_for_line "$out" 'listening on ' "$PROXY_PID"; then
-    log "proxy $name did not start"
-    indent <"$PROXY_LOG"
-    return 1
-  fi
-  PROXY_BASE="http://$(grep -m1 -o 'listening on [0-9.:]*' "$out" | sed 's/listening on //')"
+  start_listening "proxy $name did not start" "$WORK/$name.out" "$PROXY_LOG" 'listening on ' \
+    "$BIN/chaos_proxy" --listen 127.0.0.1:0 --upstream "$upstream" --mode "$mode" "$@" || return 1
+  PROXY_PID=$STARTED_PID
+  PROXY_BASE="http://$STARTED_ADDR"
   log "proxy $name on $PROXY_BASE -> $upstream, mode $mode ${*}"
 }
 

@@ -72,18 +72,12 @@ plan_downstream() {
 scenario_downstream() {
   local db="$WORK/downstream-service.db" ds_db="$WORK/downstream.db" key="refund-$$-$RANDOM"
   local ds_out="$WORK/downstream.out" ds_err="$WORK/downstream.err" tools="$WORK/tools.json"
-  local out="$WORK/downstream.client" ds_pid ds_base crashed effect_id
+  local out="$WORK/downstream.client" ds_base crashed effect_id
   local args='{"amount":5,"_crash_before_commit":true}'
   local flags=(--chaos --lease-secs 1 --tools "$tools")
-  "$BIN/downstream" --port 0 --db "$ds_db" >"$ds_out" 2>"$ds_err" &
-  ds_pid=$!
-  PIDS+=("$ds_pid")
-  if ! wait_for_line "$ds_out" 'listening on http://' "$ds_pid"; then
-    log "downstream did not start"
-    indent <"$ds_err"
-    return 1
-  fi
-  ds_base="http://$(grep -m1 -o 'listening on http://[0-9.:]*' "$ds_out" | sed 's|.*http://||')"
+  start_listening "downstream did not start" "$ds_out" "$ds_err" 'listening on http://' \
+    "$BIN/downstream" --port 0 --db "$ds_db" || return 1
+  ds_base="http://$STARTED_ADDR"
   log "downstream on $ds_base (db $(basename "$ds_db"))"
   printf '%s\n' "${DOWNSTREAM_TOOLS_FILE_TEMPLATE/DOWNSTREAM_URL/$ds_base/refunds}" >"$tools"
   log "tools file:"
