@@ -66,14 +66,7 @@ impl SqliteStore {
         };
         let me = store.instance.clone();
         let gone = store.write(move |conn| instances::register(conn, &me))?;
-        if gone > 0 {
-            crate::log::warn(
-                "earlier processes on this host are gone; their running calls are reclaimed now",
-            )
-            .event("instances_gone")
-            .number("processes", gone as u64)
-            .emit();
-        }
+        instances::log_gone(gone);
         Ok(store)
     }
 

@@ -95,14 +95,7 @@ impl PgStore {
         store.pool.with(|c| Ok(schema::migrate(c)))??;
         let me = store.instance.clone();
         let gone = store.run(|c| instances::register(c, &me))?;
-        if gone > 0 {
-            crate::log::warn(
-                "earlier processes on this host are gone; their running calls are reclaimed now",
-            )
-            .event("instances_gone")
-            .number("processes", gone as u64)
-            .emit();
-        }
+        super::instances::log_gone(gone);
         Ok(store)
     }
 

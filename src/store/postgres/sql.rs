@@ -16,6 +16,7 @@
 use super::super::ids::{effect_id_for, new_call_id};
 use super::super::model::{Call, Created, DueCall, Lease, NewCall, Status};
 use super::error::violates;
+use ::postgres::types::ToSql;
 use ::postgres::{GenericClient, Row};
 use serde_json::Value;
 
@@ -439,9 +440,7 @@ pub(super) fn select_call(
     call_id: &str,
 ) -> Result<Option<Call>, ::postgres::Error> {
     const BY_ID: &str = concat!("SELECT ", call_columns!(), " FROM calls WHERE call_id = $1");
-    Ok(client
-        .query_opt(BY_ID, &[&call_id])?
-        .map(|r| call_from_row(&r)))
+    one_call(client, BY_ID, &[&call_id])
 }
 
 /// A call by id only if it is `tenant`'s: another tenant's reads as absent.
@@ -455,9 +454,7 @@ pub(super) fn select_tenant_call(
         call_columns!(),
         " FROM calls WHERE call_id = $1 AND tenant = $2"
     );
-    Ok(client
-        .query_opt(BY_TENANT_ID, &[&call_id, &tenant])?
-        .map(|r| call_from_row(&r)))
+    one_call(client, BY_TENANT_ID, &[&call_id, &tenant])
 }
 
 pub(super) fn select_call_by_key(
@@ -470,9 +467,16 @@ pub(super) fn select_call_by_key(
         call_columns!(),
         " FROM calls WHERE tenant = $1 AND idem_key = $2"
     );
-    Ok(client
-        .query_opt(BY_KEY, &[&tenant, &idem_key])?
-        .map(|r| call_from_row(&r)))
+    one_call(client, BY_KEY, &[&tenant, &idem_key])
+}
+
+/// The call `sql` (a `SELECT call_columns!()` on a unique column) finds, if any.
+fn one_call(
+    client: &mut impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<Call>, ::postgres::Error> {
+    Ok(client.query_opt(sql, params)?.map(|r| call_from_row(&r)))
 }
 
 /// One `calls` row, in `call_columns!` order.
