@@ -158,6 +158,93 @@ impl<H: Clone> TaskTable<H> {
         admitted.then_some(task)
     }
 
+    /// Take one of `tool`'s slots for a call this process is about to claim
+    /// itself (`Runner::reserve`): `false` when the tool is at its cap or the
+    /// table is closed. An uncapped tool always has room.
+    pub(super) fn reserve_slot(&self, tool: &str) -> bool {
+        let mut table = lock(&self.table);
+        if table.completions.is_none() {
+            return false;
+        }
+        match table.slots.get_mut(tool) {
+            Some(slots) if slots.taken >= slots.cap => false,
+            Some(slots) => {
+                slots.taken += 1;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// For a poll that may claim up to `limit` calls: take every free slot of
+    /// each capped tool (at most `limit` each) and name them — a tool at its
+    /// cap with zero — so the claim takes no more calls of a capped tool than
+    /// this process has slots for. Nothing when the table is closed.
+    pub(super) fn reserve_free_slots(&self, limit: usize) -> Vec<(String, usize)> {
+        let mut table = lock(&self.table);
+        if table.completions.is_none() {
+            return Vec::new();
+        }
+        table
+            .slots
+            .iter_mut()
+            .map(|(tool, slots)| {
+                let free = slots.cap.saturating_sub(slots.taken).min(limit);
+                slots.taken += free;
+                (tool.clone(), free)
+            })
+            .collect()
+    }
+
+    /// Give back a reserved slot no call took: it passes to the oldest call
+    /// waiting for one (returned, to be sent to the workers), or is freed.
+    pub(super) fn give_back_slot(&self, tool: &str) -> Option<Task> {
+        lock(&self.table).pass_slot_on(tool)
+    }
+
+    /// Take on a call this process has already claimed, its tool's slot
+    /// already reserved: it enters `Running` under `lease`, extended from now
+    /// on like any running call's, and replaces whatever entry the call had
+    /// (a queued submission's worker then finds it no longer its own, and
+    /// claims nothing). `None` when the table is closed: the caller gives
+    /// the lease back.
+    pub(super) fn adopt(&self, lease: &Lease, quick: bool) -> Option<Task> {
+        let next_heartbeat = Some(Instant::now() + self.heartbeat_every);
+        let mut table = lock(&self.table);
+        table.completions.as_ref()?;
+        table.next_generation += 1;
+        let task = Task {
+            call_id: lease.call_id.clone(),
+            tool: lease.tool.clone(),
+            generation: table.next_generation,
+            quick,
+        };
+        let state = State::Running {
+            lease: lease.clone(),
+            next_heartbeat,
+        };
+        let generation = task.generation;
+        table
+            .entries
+            .insert(task.call_id.clone(), Entry { generation, state });
+        Some(task)
+    }
+
+    /// A worker took an adopted task from the queue: `true` if it is still
+    /// this submission's and running, so its tool may run. `false`: a stop
+    /// took its lease to give back, or recovery took the call away.
+    pub(super) fn starts(&self, task: &Task) -> bool {
+        let mut table = lock(&self.table);
+        table.completions.is_some()
+            && matches!(
+                table.own_entry(task),
+                Some(Entry {
+                    state: State::Running { .. },
+                    ..
+                })
+            )
+    }
+
     /// A worker took `task` from the queue: `true` if it is still this
     /// submission's to claim. `false`: the call was forgotten by recovery (a
     /// newer submission has it), and the worker just `finish`es it.
