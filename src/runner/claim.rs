@@ -256,3 +256,24 @@ impl Runner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reservations are granted only up to the free workers; queued work
+    /// counts against them even past the workers; what is worked off or
+    /// given back frees them again.
+    #[test]
+    fn capacity_grants_only_free_workers() {
+        let capacity = Capacity::new(3);
+        assert_eq!(capacity.reserve(2), 2);
+        assert_eq!(capacity.reserve(usize::MAX), 1, "one left");
+        assert_eq!(capacity.reserve(1), 0, "all spoken for");
+        capacity.queued();
+        capacity.release(3);
+        assert_eq!(capacity.reserve(5), 2, "the queued job still holds one");
+        capacity.release(10);
+        assert_eq!(capacity.reserve(5), 3, "never below zero");
+    }
+}

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::mpsc;
 
 pub(super) mod backends;
+mod claim_due;
 mod retry;
 mod tenants;
 
