@@ -10,7 +10,10 @@
 //! (any tool but `sleep`, no chaos hook) a worker takes a second waiting call
 //! and claims both in one operation: the claim round trip is what bounds how
 //! many calls eight workers finish per commit, and the second call's tool still
-//! starts within moments of its lease.
+//! starts within moments of its lease. Due calls this process did not submit
+//! (a crash's, a retry's, another node's) arrive already claimed: the poll
+//! (`claim`) claims as many as there are free workers in one store operation
+//! and a worker runs each lease as it comes, with no second claim.
 //!
 //! Where each call is in this process — queued, waiting for its tool's slot,
 //! claiming, running under a lease and when that lease is next extended,
@@ -22,7 +25,7 @@
 //! Three rules keep real tools from hurting each other or the guarantees:
 //! - a retryable failure with attempts left goes back to `pending` with a
 //!   not-before time (`retry_scheduled`); no worker waits for it: the
-//!   maintenance ticker's recovery queues it once it is due;
+//!   maintenance ticker's poll claims it once it is due;
 //! - a tool's `max_concurrency` is enforced before a worker is involved: calls
 //!   over the cap wait in the task table, `pending`, so a slow downstream
 //!   cannot take every worker;
@@ -30,7 +33,9 @@
 //!   (`maintenance`), through the same fence as a completion, and never after
 //!   the tool has returned.
 //!
-//! Threads: `worker-N` (`pool`), `maintenance`, `completer` (`completion`).
+//! Threads: `worker-N` (`pool`), `maintenance`, `completer` (`completion`);
+//! the poll also runs on a PostgreSQL node's wake-up thread, and on a worker
+//! that just finished when the last poll filled every free worker.
 //! `stop` ends and joins all of them, except workers still inside a tool when
 //! the grace period ends.
 

@@ -1,7 +1,8 @@
 //! The maintenance ticker: one thread, named `maintenance`, that runs the
 //! runner's periodic jobs, each in its own function at its own interval:
 //! - recover (`--recover-interval-ms`): expired leases back to `pending`,
-//!   due calls (retries included) queued;
+//!   then as many due calls (retries included) as there are free workers
+//!   claimed in one operation and handed to them (`claim`);
 //! - the instance heartbeat (`HEARTBEAT_EVERY`): other processes on the file
 //!   see this one alive, so its leases are held by a live owner;
 //! - lease extension (every third of the lease, per lease): the leases of

@@ -6,6 +6,10 @@
 //! per-tool slots live under the same lock, so a slot and the entry that
 //! holds it never disagree.
 //!
+//! A call the process claimed before taking it on (the poll's, or one
+//! created claimed) enters already `Running` under its lease (`adopt`), in
+//! a slot reserved before the claim (`reserve_slot`, `reserve_free_slots`).
+//!
 //! An entry belongs to one submission, named by its generation: recovery may
 //! forget a call whose lease expired while a stalled worker of this process
 //! still holds it, and submit it again; the stalled worker's later steps then
