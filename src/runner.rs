@@ -34,8 +34,7 @@
 //!   the tool has returned.
 //!
 //! Threads: `worker-N` (`pool`), `maintenance`, `completer` (`completion`);
-//! the poll also runs on a PostgreSQL node's wake-up thread, and on a worker
-//! that just finished when the last poll filled every free worker.
+//! the poll runs on `maintenance`, and on a PostgreSQL node's wake-up thread.
 //! `stop` ends and joins all of them, except workers still inside a tool when
 //! the grace period ends.
 
@@ -95,8 +94,10 @@ pub struct Runner {
     pool: RwLock<Option<WorkerPool<Job>>>,
     /// How many workers are spoken for; what a poll may claim is the rest.
     capacity: Capacity,
-    /// The last poll filled every free worker, so more calls may be due: the
-    /// next worker to finish polls again instead of idling until the ticker.
+    /// The last poll claimed all it was allowed (every free worker, or every
+    /// free slot of a capped tool), so more calls may be due: the completer
+    /// asks for a poll once a completion frees a worker or a slot, instead
+    /// of leaving them idle until the next interval.
     more_due: AtomicBool,
     notifier: Arc<Notifier>,
     metrics: Arc<Metrics>,
@@ -193,7 +194,8 @@ impl Runner {
     /// and the completer ends once the writer has answered every completion
     /// handed to it.
     fn end_threads(&self, pool: Option<WorkerPool<Job>>) {
-        drop(lock(&self.ticker).take());
+        let ticker = lock(&self.ticker).take();
+        drop(ticker); // joined outside the lock: `poll_soon` takes it
         if let Some(mut pool) = pool {
             let busy = pool.detach_busy();
             if busy > 0 {
@@ -319,8 +321,7 @@ impl Runner {
     /// A worker's batch: run the calls that came claimed, claim the tasks
     /// still this submission's, finish the others. A stopping runner starts
     /// nothing: the calls stay (or go back to) `pending` in the database for
-    /// the next process. Then, if the last poll left calls due, poll again:
-    /// this worker is free now.
+    /// the next process.
     fn work(self: &Arc<Self>, taken: Vec<Job>) {
         let jobs = taken.len();
         self.metrics.queued_calls.add(-(jobs as f64));
@@ -346,8 +347,12 @@ impl Runner {
             self.execute(to_claim);
         }
         self.capacity.release(jobs);
-        if self.more_due.swap(false, Ordering::SeqCst) {
-            self.claim_due_work();
+    }
+
+    /// Ask the maintenance thread to poll now (see `more_due`).
+    fn poll_soon(&self) {
+        if let Some(ticker) = lock(&self.ticker).as_ref() {
+            ticker.poll_now();
         }
     }
 

@@ -158,8 +158,9 @@ impl Runner {
     /// The poll: claim, in one store operation, as many due calls as this
     /// process has free workers for — no more of a capped tool than its free
     /// slots — and hand each lease to a worker. Returns how many were
-    /// claimed. When the claim filled every free worker, more may be due:
-    /// the next worker to finish polls again (`work`).
+    /// claimed. When the claim took all it was allowed (every free worker,
+    /// or a capped tool's every free slot), more may be due: the next
+    /// completion asks for another poll (`more_due`).
     pub fn claim_due_work(&self) -> usize {
         if self.is_stopping() {
             return 0;
@@ -188,6 +189,7 @@ impl Runner {
             }
         };
         let claimed = leases.len();
+        let mut filled = claimed == workers;
         let mut slots: HashMap<String, usize> = per_tool.into_iter().collect();
         let mut unused_workers = workers;
         for lease in leases {
@@ -202,7 +204,10 @@ impl Runner {
                     self.release(&lease);
                     continue;
                 }
-                Some(free) => *free -= 1,
+                Some(free) => {
+                    *free -= 1;
+                    filled |= *free == 0;
+                }
                 None => {}
             }
             unused_workers -= 1;
@@ -219,8 +224,9 @@ impl Runner {
             .iter()
             .flat_map(|(tool, free)| std::iter::repeat_n(tool.as_str(), *free));
         self.give_back(unused_workers, unused_slots);
-        self.more_due
-            .store(claimed > 0 && claimed == workers, Ordering::SeqCst);
+        if filled {
+            self.more_due.store(true, Ordering::SeqCst);
+        }
         claimed
     }
 
