@@ -203,7 +203,8 @@ fn a_poll_claims_as_many_calls_as_free_workers_and_no_more(backend: Backend) {
 /// `charge` calls, four workers: never two `sleep` calls `running` at once
 /// (the claim took no more than the one free slot; the others stayed
 /// `pending`), while the `charge` calls behind them are claimed and finish
-/// before the `sleep` backlog does.
+/// before the `sleep` backlog does. A call of a tool this node does not know
+/// is claimed like any uncapped one and fails `bad_args`, as before.
 fn a_capped_tool_is_never_claimed_past_its_free_slots(backend: Backend) {
     let db = Db::new(backend, "pg-claim-capped");
     let dir = TempDir::new("pg-claim-tools").expect("temp folder");
@@ -218,6 +219,7 @@ fn a_capped_tool_is_never_claimed_past_its_free_slots(backend: Backend) {
     .expect("tools file");
     let mut calls: Vec<(&str, String)> = (0..4).map(|_| ("sleep", sleep_args(0.3))).collect();
     calls.extend((0..4).map(|n| ("charge", format!(r#"{{"amount":{}}}"#, n + 1))));
+    calls.push(("mystery", "{}".to_string()));
     db.backlog(&calls);
     let _node = db.node(
         "node",
@@ -255,6 +257,13 @@ fn a_capped_tool_is_never_claimed_past_its_free_slots(backend: Backend) {
         db.count("SELECT count(*) FROM effects"),
         4,
         "one per charge"
+    );
+    let unknown_failed = "SELECT count(*) FROM calls WHERE tool = 'mystery' \
+        AND status = 'failed' AND error_json LIKE '%\"bad_args\"%'";
+    assert_eq!(
+        db.count(unknown_failed),
+        1,
+        "the unknown tool's call failed"
     );
 }
 
