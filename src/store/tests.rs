@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::mpsc;
 
 pub(super) mod backends;
+mod claim_due;
 mod claims;
 mod create;
 mod migrations;

@@ -40,6 +40,7 @@ mod observability;
 mod openapi;
 mod openapi_live;
 mod pg_bench;
+mod pg_claim;
 mod pg_contract;
 mod postgres_harness;
 mod postgres_nodes;
