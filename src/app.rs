@@ -107,6 +107,7 @@ impl Service {
         let descriptors = descriptors::budget(
             descriptors::raise_open_file_limit(),
             config.limits.max_connections,
+            descriptors::store_descriptors(&config.db, config.store.pool_size),
         )
         .map_err(StartError::Descriptors)?;
         config.limits.max_connections = descriptors.max_connections;
@@ -147,8 +148,6 @@ impl Service {
         store.on_wake_from_other_nodes(on_wake_from_other_nodes(
             Arc::downgrade(&runner),
             Arc::downgrade(&notifier),
-            Arc::clone(&metrics),
-            config.runner.workers,
         ));
         let tenants = auth.tenants().map(|t| t.name.to_string()).collect();
         let api = Arc::new(Api {
@@ -311,26 +310,20 @@ fn database_probe(
 
 /// A wake-up from another node on the same PostgreSQL database: the
 /// requests waiting here re-read their calls, and new work there is claimed
-/// here at once by a recovery pass — but only while this node has a worker
-/// idle and nothing queued, so busy nodes do not contend for each other's
-/// calls (each node runs what it accepts; the idle ones help). Without a
-/// wake-up the same happens at the next poll. Weak references: the store
-/// that holds this handler must not keep the runner alive.
-fn on_wake_from_other_nodes(
-    runner: Weak<Runner>,
-    notifier: Weak<Notifier>,
-    metrics: Arc<Metrics>,
-    workers: usize,
-) -> WakeHandler {
+/// here at once by the runner's poll — which claims only as many calls as
+/// this node has free workers (and capped tools free slots), so a busy node
+/// claims nothing and the idle ones help (each node runs what it accepts).
+/// Without a wake-up the same happens at the next poll. Weak references: the
+/// store that holds this handler must not keep the runner alive.
+fn on_wake_from_other_nodes(runner: Weak<Runner>, notifier: Weak<Notifier>) -> WakeHandler {
     Arc::new(move |wake: Wake| {
         if let (true, Some(notifier)) = (wake.done, notifier.upgrade()) {
             // A call the sender could not name is found by its waiters' own
             // re-read (`WAIT_RECHECK`, 100 ms).
             notifier.notify(wake.calls.iter().map(String::as_str));
         }
-        let idle = metrics.busy_workers.get() < workers as f64 && metrics.queued_calls.get() <= 0.0;
-        if let (true, true, Some(runner)) = (wake.work, idle, runner.upgrade()) {
-            runner.recover_once();
+        if let (true, Some(runner)) = (wake.work, runner.upgrade()) {
+            runner.claim_due_work();
         }
     })
 }

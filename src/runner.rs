@@ -10,7 +10,10 @@
 //! (any tool but `sleep`, no chaos hook) a worker takes a second waiting call
 //! and claims both in one operation: the claim round trip is what bounds how
 //! many calls eight workers finish per commit, and the second call's tool still
-//! starts within moments of its lease.
+//! starts within moments of its lease. Due calls this process did not submit
+//! (a crash's, a retry's, another node's) arrive already claimed: the poll
+//! (`claim`) claims as many as there are free workers in one store operation
+//! and a worker runs each lease as it comes, with no second claim.
 //!
 //! Where each call is in this process — queued, waiting for its tool's slot,
 //! claiming, running under a lease and when that lease is next extended,
@@ -22,7 +25,7 @@
 //! Three rules keep real tools from hurting each other or the guarantees:
 //! - a retryable failure with attempts left goes back to `pending` with a
 //!   not-before time (`retry_scheduled`); no worker waits for it: the
-//!   maintenance ticker's recovery queues it once it is due;
+//!   maintenance ticker's poll claims it once it is due;
 //! - a tool's `max_concurrency` is enforced before a worker is involved: calls
 //!   over the cap wait in the task table, `pending`, so a slow downstream
 //!   cannot take every worker;
@@ -30,10 +33,12 @@
 //!   (`maintenance`), through the same fence as a completion, and never after
 //!   the tool has returned.
 //!
-//! Threads: `worker-N` (`pool`), `maintenance`, `completer` (`completion`).
+//! Threads: `worker-N` (`pool`), `maintenance`, `completer` (`completion`);
+//! the poll runs on `maintenance`, and on a PostgreSQL node's wake-up thread.
 //! `stop` ends and joins all of them, except workers still inside a tool when
 //! the grace period ends.
 
+mod claim;
 mod completion;
 mod maintenance;
 mod notifier;
@@ -41,6 +46,7 @@ mod pool;
 mod retention;
 mod tasks;
 
+pub use claim::Reservation;
 pub use notifier::Notifier;
 pub use retention::OnPurged;
 
@@ -52,6 +58,7 @@ use crate::sync::lock;
 use crate::tools::{
     self, Effect, Outcome, Prepared, RunContext, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
+use claim::{Capacity, Job};
 use completion::{Completions, Handed, Transition};
 use maintenance::Ticker;
 use pool::WorkerPool;
@@ -84,7 +91,14 @@ pub struct Runner {
     /// the completer's channel until a stop closes it.
     tasks: TaskTable<Completions>,
     /// The workers; taken out (closed) by `stop`, after which nothing is queued.
-    pool: RwLock<Option<WorkerPool<Task>>>,
+    pool: RwLock<Option<WorkerPool<Job>>>,
+    /// How many workers are spoken for; what a poll may claim is the rest.
+    capacity: Capacity,
+    /// The last poll claimed all it was allowed (every free worker, or every
+    /// free slot of a capped tool), so more calls may be due: the completer
+    /// asks for a poll once a completion frees a worker or a slot, instead
+    /// of leaving them idle until the next interval.
+    more_due: AtomicBool,
     notifier: Arc<Notifier>,
     metrics: Arc<Metrics>,
     on_purged: OnPurged,
@@ -113,6 +127,8 @@ impl Runner {
         let runner = Arc::new(Runner {
             store,
             tasks: TaskTable::new(&tools, options.lease, completions),
+            capacity: Capacity::new(options.workers),
+            more_due: AtomicBool::new(false),
             options,
             tools,
             pool: RwLock::new(None),
@@ -139,7 +155,7 @@ impl Runner {
         let pool = WorkerPool::start(
             self.options.workers,
             "worker",
-            |task: &Task| task.quick,
+            |job: &Job| job.task().quick,
             move |taken| worker.work(taken),
         )?;
         *self.pool.write().unwrap_or_else(PoisonError::into_inner) = Some(pool);
@@ -177,8 +193,9 @@ impl Runner {
     /// did), workers still inside a tool are let go and the others joined,
     /// and the completer ends once the writer has answered every completion
     /// handed to it.
-    fn end_threads(&self, pool: Option<WorkerPool<Task>>) {
-        drop(lock(&self.ticker).take());
+    fn end_threads(&self, pool: Option<WorkerPool<Job>>) {
+        let ticker = lock(&self.ticker).take();
+        drop(ticker); // joined outside the lock: `poll_soon` takes it
         if let Some(mut pool) = pool {
             let busy = pool.detach_busy();
             if busy > 0 {
@@ -254,20 +271,29 @@ impl Runner {
         while let Some(task) = next.take() {
             let pool = self.pool.read().unwrap_or_else(PoisonError::into_inner);
             let unsent = match pool.as_ref() {
-                Some(pool) => pool.send(task).err(),
-                None => Some(task),
+                Some(pool) => {
+                    // Counted before the send: a worker may finish it first.
+                    self.capacity.queued();
+                    let unsent = pool.send(Job::Claim(task)).err();
+                    if unsent.is_some() {
+                        self.capacity.release(1);
+                    }
+                    unsent
+                }
+                None => Some(Job::Claim(task)),
             };
             drop(pool);
             match unsent {
                 None => self.metrics.queued_calls.inc(),
-                Some(task) => next = self.tasks.finish(&task),
+                Some(job) => next = self.tasks.finish(job.task()),
             }
         }
     }
 
-    /// One pass of recovery: expired leases back to `pending`, then every
-    /// pending call that is due (no retry scheduled for later) and not already
-    /// taken on queued. Also what runs at start-up.
+    /// One pass of recovery: expired leases back to `pending`, then as many
+    /// due calls (no retry scheduled for later) as there are free workers
+    /// claimed in one operation and run (`claim_due_work`). Also what runs
+    /// at start-up.
     pub fn recover_once(&self) {
         match self.store.recover() {
             Ok(recovered) => {
@@ -289,28 +315,44 @@ impl Runner {
                 .cause(&e)
                 .emit(),
         }
-        match self.store.due_calls(1_000) {
-            Ok(due) => due
-                .iter()
-                .for_each(|call| self.submit(&call.call_id, &call.tool, false)),
-            Err(e) => log::error("could not list pending calls")
-                .event("recovery_failed")
-                .cause(&e)
-                .emit(),
-        }
+        self.claim_due_work();
     }
 
-    /// A worker's batch: claim the tasks still this submission's, finish the
-    /// others. A stopping runner claims nothing: the calls stay `pending` in
-    /// the database for the next process.
-    fn work(self: &Arc<Self>, taken: Vec<Task>) {
-        self.metrics.queued_calls.add(-(taken.len() as f64));
-        let (mine, stale): (Vec<Task>, Vec<Task>) = taken
-            .into_iter()
-            .partition(|task| !self.is_stopping() && self.tasks.take(task));
-        stale.iter().for_each(|task| self.finish(task));
-        if !mine.is_empty() {
-            self.execute(mine);
+    /// A worker's batch: run the calls that came claimed, claim the tasks
+    /// still this submission's, finish the others. A stopping runner starts
+    /// nothing: the calls stay (or go back to) `pending` in the database for
+    /// the next process.
+    fn work(self: &Arc<Self>, taken: Vec<Job>) {
+        let jobs = taken.len();
+        self.metrics.queued_calls.add(-(jobs as f64));
+        let mut to_claim = Vec::new();
+        for job in taken {
+            match job {
+                Job::Claim(task) if !self.is_stopping() && self.tasks.take(&task) => {
+                    to_claim.push(task)
+                }
+                Job::Run(task, lease) if !self.is_stopping() && self.tasks.starts(&task) => {
+                    self.run_claimed(task, lease)
+                }
+                Job::Run(task, lease) => {
+                    self.finish(&task);
+                    if self.is_stopping() {
+                        self.release(&lease);
+                    }
+                }
+                Job::Claim(task) => self.finish(&task),
+            }
+        }
+        if !to_claim.is_empty() {
+            self.execute(to_claim);
+        }
+        self.capacity.release(jobs);
+    }
+
+    /// Ask the maintenance thread to poll now (see `more_due`).
+    fn poll_soon(&self) {
+        if let Some(ticker) = lock(&self.ticker).as_ref() {
+            ticker.poll_now();
         }
     }
 

@@ -4,7 +4,8 @@
 //! completer, takes them off the channel a batch at a time and does the rest:
 //! counts the metrics, logs the transition, fires the `_crash_after_commit`
 //! chaos hook, finishes the task (its entry goes, its tool's slot passes on),
-//! and wakes the waiters of the batch's calls with one notification.
+//! wakes the waiters of the batch's calls with one notification, and asks
+//! the maintenance thread to poll at once when the last poll left calls due.
 //!
 //! Nothing here runs on the writer thread but the send: a slow log sink or a
 //! crash hook never holds up a commit. It never decides a transition — the
@@ -15,6 +16,7 @@ use super::Runner;
 use crate::chaos;
 use crate::log;
 use crate::store::{Completion, StoreError, Then};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
@@ -104,6 +106,11 @@ fn record_batch(runner: &Runner, batch: Vec<Handoff>) {
         finished.push(handed.task.call_id);
     }
     runner.notifier.notify(finished.iter().map(String::as_str));
+    // The last poll claimed all it could; these completions freed workers
+    // and slots, so more due calls may be claimed now.
+    if runner.more_due.swap(false, Ordering::SeqCst) {
+        runner.poll_soon();
+    }
 }
 
 /// The metrics, the log line and the chaos hook of one answered completion.

@@ -1,14 +1,17 @@
 //! The maintenance ticker: one thread, named `maintenance`, that runs the
 //! runner's periodic jobs, each in its own function at its own interval:
 //! - recover (`--recover-interval-ms`): expired leases back to `pending`,
-//!   due calls (retries included) queued;
+//!   then as many due calls (retries included) as there are free workers
+//!   claimed in one operation and handed to them (`claim`);
 //! - the instance heartbeat (`HEARTBEAT_EVERY`): other processes on the file
 //!   see this one alive, so its leases are held by a live owner;
 //! - lease extension (every third of the lease, per lease): the leases of
 //!   tools running now, in one fenced write;
 //! - key purge (`PURGE_EVERY`, see `retention`).
 //!
-//! It sleeps until the next job is due, and ends at once when the runner
+//! It sleeps until the next job is due, polls at once when asked
+//! (`poll_now`: the last poll filled what it could claim, and a completion
+//! has since freed a worker or a slot), and ends at once when the runner
 //! drops its wake-up channel. During a stop's grace period only the
 //! heartbeat and lease extension go on, so the tools still running keep
 //! their leases while they finish. It never decides who executes a call.
@@ -27,7 +30,7 @@ const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
 /// The running ticker; dropping it (or `stop`) ends the thread and joins it.
 pub(super) struct Ticker {
-    /// Dropped to wake the thread at once and end it.
+    /// Sent to: poll now. Dropped: wake the thread at once and end it.
     wake: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -67,6 +70,16 @@ impl Ticker {
     }
 }
 
+impl Ticker {
+    /// Run the poll (`Runner::claim_due_work`) now rather than at its next
+    /// interval.
+    pub(super) fn poll_now(&self) {
+        if let Some(wake) = &self.wake {
+            let _ = wake.send(());
+        }
+    }
+}
+
 impl Drop for Ticker {
     fn drop(&mut self) {
         drop(self.wake.take());
@@ -95,8 +108,12 @@ fn tick_until_stopped(runner: &Runner, sleep: &mpsc::Receiver<()>) {
     loop {
         let next = jobs.iter().map(|job| job.next).min().expect("four jobs");
         let idle = next.saturating_duration_since(Instant::now());
-        if let Err(mpsc::RecvTimeoutError::Disconnected) | Ok(()) = sleep.recv_timeout(idle) {
-            return;
+        match sleep.recv_timeout(idle) {
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            Ok(()) if !runner.is_stopping() => {
+                runner.claim_due_work();
+            }
+            Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         let now = Instant::now();
         for job in jobs.iter_mut().filter(|job| job.next <= now) {

@@ -6,6 +6,10 @@
 //! per-tool slots live under the same lock, so a slot and the entry that
 //! holds it never disagree.
 //!
+//! A call the process claimed before taking it on (the poll's, or one
+//! created claimed) enters already `Running` under its lease (`adopt`), in
+//! a slot reserved before the claim (`reserve_slot`, `reserve_free_slots`).
+//!
 //! An entry belongs to one submission, named by its generation: recovery may
 //! forget a call whose lease expired while a stalled worker of this process
 //! still holds it, and submit it again; the stalled worker's later steps then
@@ -156,6 +160,93 @@ impl<H: Clone> TaskTable<H> {
             .entries
             .insert(call_id.to_string(), Entry { generation, state });
         admitted.then_some(task)
+    }
+
+    /// Take one of `tool`'s slots for a call this process is about to claim
+    /// itself (`Runner::reserve`): `false` when the tool is at its cap or the
+    /// table is closed. An uncapped tool always has room.
+    pub(super) fn reserve_slot(&self, tool: &str) -> bool {
+        let mut table = lock(&self.table);
+        if table.completions.is_none() {
+            return false;
+        }
+        match table.slots.get_mut(tool) {
+            Some(slots) if slots.taken >= slots.cap => false,
+            Some(slots) => {
+                slots.taken += 1;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// For a poll that may claim up to `limit` calls: take every free slot of
+    /// each capped tool (at most `limit` each) and name them — a tool at its
+    /// cap with zero — so the claim takes no more calls of a capped tool than
+    /// this process has slots for. Nothing when the table is closed.
+    pub(super) fn reserve_free_slots(&self, limit: usize) -> Vec<(String, usize)> {
+        let mut table = lock(&self.table);
+        if table.completions.is_none() {
+            return Vec::new();
+        }
+        table
+            .slots
+            .iter_mut()
+            .map(|(tool, slots)| {
+                let free = slots.cap.saturating_sub(slots.taken).min(limit);
+                slots.taken += free;
+                (tool.clone(), free)
+            })
+            .collect()
+    }
+
+    /// Give back a reserved slot no call took: it passes to the oldest call
+    /// waiting for one (returned, to be sent to the workers), or is freed.
+    pub(super) fn give_back_slot(&self, tool: &str) -> Option<Task> {
+        lock(&self.table).pass_slot_on(tool)
+    }
+
+    /// Take on a call this process has already claimed, its tool's slot
+    /// already reserved: it enters `Running` under `lease`, extended from now
+    /// on like any running call's, and replaces whatever entry the call had
+    /// (a queued submission's worker then finds it no longer its own, and
+    /// claims nothing). `None` when the table is closed: the caller gives
+    /// the lease back.
+    pub(super) fn adopt(&self, lease: &Lease, quick: bool) -> Option<Task> {
+        let next_heartbeat = Some(Instant::now() + self.heartbeat_every);
+        let mut table = lock(&self.table);
+        table.completions.as_ref()?;
+        table.next_generation += 1;
+        let task = Task {
+            call_id: lease.call_id.clone(),
+            tool: lease.tool.clone(),
+            generation: table.next_generation,
+            quick,
+        };
+        let state = State::Running {
+            lease: lease.clone(),
+            next_heartbeat,
+        };
+        let generation = task.generation;
+        table
+            .entries
+            .insert(task.call_id.clone(), Entry { generation, state });
+        Some(task)
+    }
+
+    /// A worker took an adopted task from the queue: `true` if it is still
+    /// this submission's and running, so its tool may run. `false`: a stop
+    /// took its lease to give back, or recovery took the call away.
+    pub(super) fn starts(&self, task: &Task) -> bool {
+        let mut table = lock(&self.table);
+        table.completions.is_some()
+            && matches!(
+                table.own_entry(task),
+                Some(Entry {
+                    state: State::Running { .. },
+                    ..
+                })
+            )
     }
 
     /// A worker took `task` from the queue: `true` if it is still this
@@ -361,178 +452,4 @@ impl<H> Table<H> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    fn registry() -> ToolRegistry {
-        let text = r#"{"tools": {
-            "sleep": {"kind": "builtin", "max_concurrency": 2},
-            "charge": {"kind": "builtin"}
-        }}"#;
-        ToolRegistry::from_json("t.json", text, Path::new("/"), &|_| None).unwrap()
-    }
-
-    fn table() -> TaskTable<&'static str> {
-        TaskTable::new(&registry(), Duration::from_secs(30), "handle")
-    }
-
-    fn lease(call_id: &str, attempt: i64) -> Lease {
-        Lease {
-            call_id: call_id.into(),
-            attempt,
-            tool: "charge".into(),
-            args_json: "{}".into(),
-            effect_id: format!("e-{call_id}"),
-            lease_until: 0.0,
-        }
-    }
-
-    fn ids(tasks: impl IntoIterator<Item = Task>) -> Vec<String> {
-        tasks.into_iter().map(|t| t.call_id).collect()
-    }
-
-    /// The calls of `leases`, sorted.
-    fn lease_ids<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> Vec<&'a str> {
-        let mut ids: Vec<&str> = leases.into_iter().map(|l| l.call_id.as_str()).collect();
-        ids.sort();
-        ids
-    }
-
-    /// A call goes Queued → Claiming → Running → Returned → Completing and
-    /// leaves the table when finished; a second submission meanwhile is
-    /// refused, and after the finish the call may be taken on again.
-    #[test]
-    fn a_call_moves_through_every_state_once() {
-        let tasks = table();
-        let task = tasks.submit("c1", "charge", true).expect("admitted");
-        assert_eq!(tasks.state("c1"), Some(State::Queued));
-        assert_eq!(tasks.submit("c1", "charge", true), None, "already taken on");
-        assert!(tasks.take(&task));
-        assert_eq!(tasks.state("c1"), Some(State::Claiming));
-        assert!(!tasks.take(&task), "taken once");
-        assert!(tasks.claimed(&task, &lease("c1", 1)));
-        assert!(matches!(
-            tasks.state("c1"),
-            Some(State::Running {
-                next_heartbeat: Some(_),
-                ..
-            })
-        ));
-        tasks.returned(&task);
-        assert_eq!(
-            tasks.state("c1"),
-            Some(State::Returned {
-                lease: lease("c1", 1)
-            })
-        );
-        assert_eq!(tasks.completing(&task), Some("handle"));
-        assert_eq!(tasks.state("c1"), Some(State::Completing));
-        assert_eq!(tasks.finish(&task), None);
-        assert_eq!(tasks.state("c1"), None);
-        assert!(tasks.submit("c1", "charge", true).is_some());
-    }
-
-    /// Over its tool's cap a call waits; each finish hands the slot to the
-    /// oldest waiting call, skipping one recovery forgot, and only with
-    /// nobody waiting is the slot given back. Uncapped tools never wait.
-    #[test]
-    fn a_capped_tool_admits_up_to_its_cap_and_hands_slots_on_in_order() {
-        let tasks = table();
-        let s1 = tasks.submit("s1", "sleep", false).expect("slot 1");
-        let s2 = tasks.submit("s2", "sleep", false).expect("slot 2");
-        for id in ["s3", "s4", "s5"] {
-            assert_eq!(tasks.submit(id, "sleep", false), None);
-            assert_eq!(tasks.state(id), Some(State::WaitingForSlot));
-        }
-        assert!(tasks.submit("c1", "charge", true).is_some(), "no cap");
-        tasks.forget("s4");
-        let s3 = tasks.finish(&s1).expect("s3 takes s1's slot");
-        assert_eq!(tasks.state("s3"), Some(State::Queued));
-        let s5 = tasks.finish(&s2).expect("s4 was forgotten: s5 next");
-        assert_eq!(ids([s3.clone(), s5.clone()]), ["s3", "s5"]);
-        assert_eq!(tasks.finish(&s3), None);
-        assert_eq!(tasks.finish(&s5), None);
-        // Both slots are free again.
-        assert!(tasks.submit("s6", "sleep", false).is_some());
-        assert!(tasks.submit("s7", "sleep", false).is_some());
-        assert_eq!(tasks.submit("s8", "sleep", false), None);
-    }
-
-    /// A call recovery forgot and took on again belongs to the new
-    /// submission: the old task is not claimed, and neither its finish nor its
-    /// return touches the new entry; its completion still goes to the fence.
-    #[test]
-    fn a_newer_submission_owns_the_call() {
-        let tasks = table();
-        let old = tasks.submit("c1", "charge", false).unwrap();
-        assert!(tasks.take(&old));
-        assert!(tasks.claimed(&old, &lease("c1", 1)));
-        tasks.forget("c1");
-        let new = tasks.submit("c1", "charge", false).expect("taken on again");
-        assert_ne!(old.generation, new.generation);
-        tasks.returned(&old);
-        assert_eq!(tasks.completing(&old), Some("handle"), "the fence decides");
-        assert_eq!(tasks.state("c1"), Some(State::Queued));
-        tasks.finish(&old);
-        assert_eq!(tasks.state("c1"), Some(State::Queued), "not the old one's");
-        tasks.forget("c1");
-        let newest = tasks.submit("c1", "charge", false).unwrap();
-        assert!(!tasks.take(&new), "a stale task is not claimed");
-        assert!(tasks.take(&newest));
-    }
-
-    /// Only running leases are extended, each at most once per third of the
-    /// lease; a lost lease is never extended again; a returned tool's lease
-    /// is not extended.
-    #[test]
-    fn leases_are_due_every_third_and_never_once_lost_or_returned() {
-        let tasks = TaskTable::new(&registry(), Duration::from_secs(30), ());
-        let [a, b, c] = ["a", "b", "c"].map(|id| {
-            let task = tasks.submit(id, "charge", false).unwrap();
-            assert!(tasks.take(&task));
-            assert!(tasks.claimed(&task, &lease(id, 1)));
-            task
-        });
-        let soon = Instant::now() + Duration::from_secs(20);
-        assert!(tasks.leases_due(Instant::now()).is_empty(), "just claimed");
-        tasks.returned(&c);
-        let due = tasks.leases_due(soon);
-        assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["a", "b"]);
-        assert!(tasks.leases_due(Instant::now()).is_empty(), "just extended");
-        assert!(tasks.lost(&lease("b", 1), b.generation));
-        assert!(!tasks.lost(&lease("b", 1), b.generation), "news once");
-        assert!(!tasks.lost(&lease("a", 2), a.generation), "another attempt");
-        let due = tasks.leases_due(soon);
-        assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["a"]);
-    }
-
-    /// Closing takes out every lease still held (running or returned), drops
-    /// the calls waiting for a slot, keeps queued ones for their workers, and
-    /// takes nothing on any more; a claim won after the close is refused and
-    /// a completion after it is not handed over.
-    #[test]
-    fn close_hands_back_held_leases_and_takes_nothing_on() {
-        let tasks = table();
-        let run = |id: &str, tool: &str| {
-            let task = tasks.submit(id, tool, false).unwrap();
-            assert!(tasks.take(&task));
-            assert!(tasks.claimed(&task, &lease(id, 1)));
-            task
-        };
-        let (running, returned) = (run("r1", "sleep"), run("r2", "sleep"));
-        tasks.returned(&returned);
-        assert_eq!(tasks.submit("w1", "sleep", false), None, "waits for a slot");
-        let queued = tasks.submit("q1", "charge", false).unwrap();
-        let claiming = tasks.submit("k1", "charge", false).unwrap();
-        assert!(tasks.take(&claiming));
-        assert_eq!(lease_ids(&tasks.close()), ["r1", "r2"]);
-        assert_eq!(tasks.state("w1"), None, "left pending for the next process");
-        assert_eq!(tasks.state("q1"), Some(State::Queued));
-        assert_eq!(tasks.submit("n1", "charge", false), None, "closed");
-        assert!(!tasks.claimed(&claiming, &lease("k1", 1)), "give it back");
-        assert_eq!(tasks.completing(&running), None, "released");
-        assert_eq!(tasks.finish(&running), None, "nobody waits any more");
-        assert!(tasks.take(&queued), "its worker finds it");
-    }
-}
+mod tests;

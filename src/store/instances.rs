@@ -62,6 +62,20 @@ pub(super) fn pid_is_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Says in the log that registering found `gone` earlier processes of this
+/// host gone (both backends call it after their `register`), whose running
+/// calls are reclaimed at once; nothing when there were none.
+pub(super) fn log_gone(gone: usize) {
+    if gone > 0 {
+        crate::log::warn(
+            "earlier processes on this host are gone; their running calls are reclaimed now",
+        )
+        .event("instances_gone")
+        .number("processes", gone as u64)
+        .emit();
+    }
+}
+
 /// Record this process, and mark stopped every earlier instance on this host
 /// whose pid is gone (it was killed: nothing else marked it). Returns how many
 /// were marked. One write operation.

@@ -99,6 +99,16 @@ use std::time::Duration;
 /// another process's lock is bounded by the busy timeout.
 pub const WRITER_STUCK_AFTER: Duration = Duration::from_secs(5);
 
+/// How many due calls one claim may take (`claim_due_within`): `total` in
+/// all, and of each tool named in `per_tool` no more than its number (zero:
+/// none) — a capped tool's free slots in the claiming process. Tools not
+/// named are bounded by `total` alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DueLimits {
+    pub total: usize,
+    pub per_tool: Vec<(String, usize)>,
+}
+
 /// Connection settings and how long terminal calls are kept.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -258,7 +268,24 @@ impl CallStore {
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Lease>, StoreError> {
-        each!(self, b => b.claim_due(limit, owner, lease))
+        let limits = DueLimits {
+            total: limit,
+            per_tool: Vec::new(),
+        };
+        self.claim_due_within(&limits, owner, lease)
+    }
+
+    /// `claim_due` within `limits`: no more than `limits.total` calls, and
+    /// of each tool `limits.per_tool` names no more than its number, still
+    /// in one operation — what the runner's poll claims for its free workers
+    /// and its capped tools' free slots.
+    pub fn claim_due_within(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        each!(self, b => b.claim_due_within(limits, owner, lease))
     }
 
     /// Record success, fenced by the lease: the effect row (if the tool wrote

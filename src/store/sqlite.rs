@@ -14,15 +14,21 @@ use super::model::{
 use super::reader_pool::Readers;
 use super::writer::{Lane, Then, Writer};
 use super::{
-    now, report_reads, retention, schema, sql, StoreError, StoreOptions, WRITER_STUCK_AFTER,
+    now, report_reads, retention, schema, sql, DueLimits, StoreError, StoreOptions,
+    WRITER_STUCK_AFTER,
 };
 use crate::metrics::Metrics;
 use rusqlite::Connection;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
+
+/// How many due calls `claim_due_within` reads past those of a tool with no
+/// slot left, looking for calls it may claim.
+const SCAN_PAST_CAPPED: usize = 1_000;
 
 /// The SQLite-backed store.
 pub(super) struct SqliteStore {
@@ -66,14 +72,7 @@ impl SqliteStore {
         };
         let me = store.instance.clone();
         let gone = store.write(move |conn| instances::register(conn, &me))?;
-        if gone > 0 {
-            crate::log::warn(
-                "earlier processes on this host are gone; their running calls are reclaimed now",
-            )
-            .event("instances_gone")
-            .number("processes", gone as u64)
-            .emit();
-        }
+        instances::log_gone(gone);
         Ok(store)
     }
 
@@ -214,21 +213,46 @@ impl SqliteStore {
         self.write(sql::release_op(lease.clone()))
     }
 
-    /// Claim up to `limit` due calls, oldest first, in one writer operation:
-    /// the scan and the conditional updates share its transaction.
-    pub fn claim_due(
+    /// Claim due calls within `limits`, oldest first, in one writer
+    /// operation: the scan and the conditional updates share its
+    /// transaction, so the per-tool limits hold (no other writer claims in
+    /// between). Calls of a tool with no slot left are read past, within the
+    /// first `SCAN_PAST_CAPPED` due calls — the window the runner listed
+    /// before it claimed in one operation; beyond it they wait for a later
+    /// poll, never over a cap.
+    pub fn claim_due_within(
         &self,
-        limit: usize,
+        limits: &DueLimits,
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Lease>, StoreError> {
+        if limits.total == 0 {
+            return Ok(Vec::new());
+        }
+        let limits = limits.clone();
         let owner = owner.to_string();
         self.write(move |conn| {
             let now = now();
             let lease_until = now + lease.as_secs_f64();
+            let mut left: HashMap<String, usize> = limits.per_tool.into_iter().collect();
+            let scan = if left.values().any(|free| *free < limits.total) {
+                limits.total.max(SCAN_PAST_CAPPED)
+            } else {
+                limits.total
+            };
             let mut leases = Vec::new();
-            for due in sql::due_calls(conn, now, limit)? {
+            for due in sql::due_calls(conn, now, scan)? {
+                if leases.len() == limits.total {
+                    break;
+                }
+                let free = left.get_mut(&due.tool);
+                if free.as_deref() == Some(&0) {
+                    continue;
+                }
                 if let Some(l) = sql::claim_one(conn, &due.call_id, &owner, now, lease_until)? {
+                    if let Some(free) = free {
+                        *free -= 1;
+                    }
                     leases.push(l);
                 }
             }

@@ -41,7 +41,7 @@ fn start_limited(db: &TempDb, limit: u64) -> (Server, String) {
 fn a_low_open_file_limit_lowers_the_cap_and_a_flood_gets_503() {
     let db = TempDb::new("descriptors");
     let (server, banner) = start_limited(&db, OPEN_FILE_LIMIT);
-    let cap = descriptors::budget(OPEN_FILE_LIMIT, 1024)
+    let cap = descriptors::budget(OPEN_FILE_LIMIT, 1024, descriptors::SQLITE)
         .unwrap()
         .max_connections;
     let expected = format!("max connections {cap} (lowered from 1024: open-file limit 256)");

@@ -4,7 +4,9 @@
 //! `both_backends!`, which emits `NAME::sqlite` and `NAME::postgres`. What
 //! they cover is what the store must guarantee whatever the backend:
 //! create-or-get races, fencing, recovery after a crash, retries, tenants,
-//! key retention, shutdown, and `verify` on what the server wrote.
+//! key retention, shutdown, and `verify` on what the server wrote. The
+//! seed's race (twelve requests, one key) and retryable-failure scenarios
+//! (section 12.10.1) live here only, so they hold on both backends.
 
 use crate::support::Http;
 use crate::support::{
@@ -19,13 +21,13 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy)]
-enum Backend {
+pub(crate) enum Backend {
     Sqlite,
     Postgres,
 }
 
 /// One test's database on one backend, and what `--db` gets for it.
-struct Db {
+pub(crate) struct Db {
     arg: String,
     /// The SQLite file's folder, removed on drop.
     sqlite: Option<TempDb>,
@@ -34,7 +36,7 @@ struct Db {
 }
 
 impl Db {
-    fn new(backend: Backend, prefix: &str) -> Db {
+    pub(crate) fn new(backend: Backend, prefix: &str) -> Db {
         let scratch = TempDir::new("idem-contract").expect("temp folder");
         match backend {
             Backend::Sqlite => {
@@ -66,7 +68,7 @@ impl Db {
         }
     }
 
-    fn server(&self, extra: &[&str]) -> Server {
+    pub(crate) fn server(&self, extra: &[&str]) -> Server {
         let mut args = vec!["--port", "0", "--db", self.arg.as_str()];
         args.extend_from_slice(extra);
         let (proc, line) = Proc::start("server", SERVER_BIN, &args, "listening on http://");
@@ -85,7 +87,8 @@ impl Db {
     }
 }
 
-/// `NAME::sqlite` and `NAME::postgres`, each calling `NAME(backend)`.
+/// `NAME::sqlite` and `NAME::postgres`, each calling `NAME(backend)`; other
+/// modules use it too (`same_key.rs`), with `Backend` in scope.
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
@@ -100,6 +103,7 @@ macro_rules! both_backends {
         }
     )*};
 }
+pub(crate) use both_backends;
 
 both_backends!(
     concurrent_same_key_makes_one_call_and_one_effect,
@@ -148,6 +152,7 @@ fn concurrent_same_key_makes_one_call_and_one_effect(backend: Backend) {
     );
     assert_eq!(db.count("SELECT count(*) FROM calls"), 1);
     assert_eq!(db.count("SELECT count(*) FROM effects"), 1);
+    assert_eq!(server.stats()["effects"], 1);
 }
 
 /// A worker that stalls past its lease (after its tool ran, before its
@@ -215,6 +220,7 @@ fn a_retryable_failure_is_retried_under_the_same_call(backend: Backend) {
     let call_id = id(&first);
     let failed = server.wait_terminal(&call_id);
     assert_eq!(failed["status"], "failed", "{failed}");
+    assert_eq!(failed["error"]["code"], "tool_failed", "{failed}");
     assert_eq!(failed["error"]["retryable"], true, "{failed}");
     let (status, reset) = server.post("k-fail", &body);
     assert_eq!(status, 202, "{reset}");
@@ -230,6 +236,7 @@ fn a_retryable_failure_is_retried_under_the_same_call(backend: Backend) {
     assert_eq!(server.wait_terminal(&id(&p))["status"], "failed");
     let (status, again) = server.post("k-permanent", &permanent);
     assert_eq!(status, 200, "{again}");
+    assert_eq!(again["status"], "failed", "{again}");
     assert_eq!(again["attempt"], 1, "{again}");
 }
 

@@ -49,7 +49,7 @@ use super::model::{
     Purged, Retention, Scope, Stats, Status, WriterStats,
 };
 use super::writer::Then;
-use super::StoreOptions;
+use super::{DueLimits, StoreOptions};
 use crate::metrics::Metrics;
 use ::postgres::IsolationLevel;
 use pool::Pool;
@@ -95,14 +95,7 @@ impl PgStore {
         store.pool.with(|c| Ok(schema::migrate(c)))??;
         let me = store.instance.clone();
         let gone = store.run(|c| instances::register(c, &me))?;
-        if gone > 0 {
-            crate::log::warn(
-                "earlier processes on this host are gone; their running calls are reclaimed now",
-            )
-            .event("instances_gone")
-            .number("processes", gone as u64)
-            .emit();
-        }
+        super::instances::log_gone(gone);
         Ok(store)
     }
 
@@ -171,16 +164,16 @@ impl PgStore {
             .collect())
     }
 
-    pub(super) fn claim_due(
+    pub(super) fn claim_due_within(
         &self,
-        limit: usize,
+        limits: &DueLimits,
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Lease>, StoreError> {
-        if limit == 0 {
+        if limits.total == 0 {
             return Ok(Vec::new());
         }
-        self.run(|c| sql::claim_due(c, limit, owner, lease.as_secs_f64()))
+        self.run(|c| sql::claim_due_within(c, limits, owner, lease.as_secs_f64()))
     }
 
     pub(super) fn succeed_then(

@@ -15,7 +15,9 @@
 
 use super::super::ids::{effect_id_for, new_call_id};
 use super::super::model::{Call, Created, DueCall, Lease, NewCall, Status};
+use super::super::DueLimits;
 use super::error::violates;
+use ::postgres::types::ToSql;
 use ::postgres::{GenericClient, Row};
 use serde_json::Value;
 
@@ -172,17 +174,53 @@ const CLAIM_NAMED: &str = concat!(
      SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
 );
 
-/// `claim_due`: the oldest due calls nobody else is claiming at this moment.
+/// `claim_due_within`: the oldest due calls nobody else is claiming at this
+/// moment, at most `$1` of them, and of each capped tool `$4[i]` at most
+/// `$5[i]` (this node's free slots for it; zero for a tool at its cap).
 /// `FOR UPDATE SKIP LOCKED` makes claimers on several nodes pass over each
 /// other's rows instead of queueing on them; the lock holds until the update
 /// in the same statement has moved the row to `running`.
+///
+/// Why a capped tool cannot be over-claimed: its calls come from ONE branch
+/// only — the `LATERAL` subquery, whose `LIMIT` is that tool's free slots —
+/// because the other branch excludes every tool named in `$4`; the outer
+/// `LIMIT $1` only drops rows, never adds any, and the `UPDATE` touches
+/// exactly the rows `due` chose. So the statement returns at most `$5[i]`
+/// calls of tool `$4[i]`, whatever else is due.
+///
+/// Why a row locked but not chosen is harmless: each branch locks up to its
+/// own limit, and the outer `LIMIT` may then leave some locked rows out.
+/// Those rows are not updated; their locks end with this statement's
+/// transaction (it is the whole transaction: autocommit), and a claimer
+/// that met them meanwhile skipped them (`SKIP LOCKED`, never waits), so at
+/// worst they are claimed by the next poll.
 const CLAIM_DUE: &str = concat!(
-    "WITH due AS MATERIALIZED (
-       SELECT call_id FROM calls
-        WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
+    "WITH capped AS (
+       SELECT tool, free FROM unnest($4::text[], $5::int8[]) AS t(tool, free)
+     ), capped_due AS MATERIALIZED (
+       SELECT d.call_id, d.created_seq
+         FROM capped CROSS JOIN LATERAL (
+           SELECT call_id, created_seq FROM calls
+            WHERE status = 'pending' AND tool = capped.tool
+              AND (next_attempt_at IS NULL OR next_attempt_at <= ",
+    now!(),
+    ")
+            ORDER BY created_seq LIMIT capped.free FOR UPDATE SKIP LOCKED
+         ) d
+     ), other_due AS MATERIALIZED (
+       SELECT call_id, created_seq FROM calls
+        WHERE status = 'pending' AND tool <> ALL($4::text[])
+          AND (next_attempt_at IS NULL OR next_attempt_at <= ",
     now!(),
     ")
         ORDER BY created_seq LIMIT $1 FOR UPDATE SKIP LOCKED
+     ), due AS MATERIALIZED (
+       SELECT call_id FROM (
+         SELECT call_id, created_seq FROM capped_due
+         UNION ALL
+         SELECT call_id, created_seq FROM other_due
+       ) candidates
+       ORDER BY created_seq LIMIT $1
      ), u AS (
        UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
               lease_until = ",
@@ -210,14 +248,16 @@ pub(super) fn claim_named(
     Ok(rows.iter().map(lease_from_row).collect())
 }
 
-pub(super) fn claim_due(
+pub(super) fn claim_due_within(
     client: &mut impl GenericClient,
-    limit: usize,
+    limits: &DueLimits,
     owner: &str,
     lease_secs: f64,
 ) -> Result<Vec<Lease>, ::postgres::Error> {
-    let limit = limit as i64;
-    let rows = client.query(CLAIM_DUE, &[&limit, &lease_secs, &owner])?;
+    let total = limits.total as i64;
+    let tools: Vec<&str> = limits.per_tool.iter().map(|(t, _)| t.as_str()).collect();
+    let free: Vec<i64> = limits.per_tool.iter().map(|(_, n)| *n as i64).collect();
+    let rows = client.query(CLAIM_DUE, &[&total, &lease_secs, &owner, &tools, &free])?;
     Ok(rows.iter().map(lease_from_row).collect())
 }
 
@@ -439,9 +479,7 @@ pub(super) fn select_call(
     call_id: &str,
 ) -> Result<Option<Call>, ::postgres::Error> {
     const BY_ID: &str = concat!("SELECT ", call_columns!(), " FROM calls WHERE call_id = $1");
-    Ok(client
-        .query_opt(BY_ID, &[&call_id])?
-        .map(|r| call_from_row(&r)))
+    one_call(client, BY_ID, &[&call_id])
 }
 
 /// A call by id only if it is `tenant`'s: another tenant's reads as absent.
@@ -455,9 +493,7 @@ pub(super) fn select_tenant_call(
         call_columns!(),
         " FROM calls WHERE call_id = $1 AND tenant = $2"
     );
-    Ok(client
-        .query_opt(BY_TENANT_ID, &[&call_id, &tenant])?
-        .map(|r| call_from_row(&r)))
+    one_call(client, BY_TENANT_ID, &[&call_id, &tenant])
 }
 
 pub(super) fn select_call_by_key(
@@ -470,9 +506,16 @@ pub(super) fn select_call_by_key(
         call_columns!(),
         " FROM calls WHERE tenant = $1 AND idem_key = $2"
     );
-    Ok(client
-        .query_opt(BY_KEY, &[&tenant, &idem_key])?
-        .map(|r| call_from_row(&r)))
+    one_call(client, BY_KEY, &[&tenant, &idem_key])
+}
+
+/// The call `sql` (a `SELECT call_columns!()` on a unique column) finds, if any.
+fn one_call(
+    client: &mut impl GenericClient,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Option<Call>, ::postgres::Error> {
+    Ok(client.query_opt(sql, params)?.map(|r| call_from_row(&r)))
 }
 
 /// One `calls` row, in `call_columns!` order.

@@ -4,7 +4,6 @@
 //! one, never an effect), and audit rows carrying their attempt.
 
 use super::*;
-use rusqlite::Connection;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -198,50 +197,5 @@ fn health_reads_the_file_afresh() -> Result<(), StoreError> {
     std::fs::remove_dir(&db).unwrap();
     std::fs::rename(&moved, &db).unwrap();
     assert_eq!(store.health().database, Ok(()));
-    Ok(())
-}
-
-/// The writer counts as stuck only with work queued and no batch finished
-/// for a while: `/healthz` reads this (and says so past `WRITER_STUCK_AFTER`).
-#[test]
-fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
-    let (_dir, db) = temp_db("a_writer_holding_queued_work_is_seen_as_stuck");
-    let store = CallStore::open(&db, StoreOptions::default())?;
-    // Opening registers this process (one write); callers are answered just
-    // before the batch is counted done, so idleness is awaited, not assumed.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while store.sqlite().writer.stuck_for().is_some() {
-        assert!(std::time::Instant::now() < deadline, "never idle");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let (entered, inside) = mpsc::channel();
-    let (release, released) = mpsc::channel::<()>();
-    store.sqlite().writer.submit(
-        move |_conn: &Connection| {
-            entered.send(()).unwrap();
-            let _ = released.recv();
-            Ok(())
-        },
-        Box::new(|_| {}),
-    );
-    inside.recv().unwrap();
-    let (answer, answered) = mpsc::channel();
-    store.sqlite().writer.submit(
-        |_conn: &Connection| Ok(()),
-        Box::new(move |r| answer.send(r).unwrap()),
-    );
-    std::thread::sleep(Duration::from_millis(60));
-    let (stuck, queued) = store.sqlite().writer.stuck_for().expect("work is queued");
-    assert!(stuck >= Duration::from_millis(50), "{stuck:?}");
-    assert_eq!(queued, 2, "the batch in progress and the one waiting");
-    assert_eq!(store.health().writer, Ok(()), "60 ms is not yet stuck");
-    release.send(()).unwrap();
-    answered.recv().unwrap()?;
-    // Callers are answered just before the batch is counted done.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while store.sqlite().writer.stuck_for().is_some() {
-        assert!(std::time::Instant::now() < deadline, "never idle again");
-        std::thread::sleep(Duration::from_millis(5));
-    }
     Ok(())
 }

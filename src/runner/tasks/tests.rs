@@ -1,0 +1,225 @@
+//! The task table's own tests: each state a call passes through, the
+//! per-tool slots, submissions replacing each other, lease extension, a
+//! stop's close, and calls that arrive already claimed.
+
+use super::*;
+use std::path::Path;
+
+fn registry() -> ToolRegistry {
+    let text = r#"{"tools": {
+        "sleep": {"kind": "builtin", "max_concurrency": 2},
+        "charge": {"kind": "builtin"}
+    }}"#;
+    ToolRegistry::from_json("t.json", text, Path::new("/"), &|_| None).unwrap()
+}
+
+fn table() -> TaskTable<&'static str> {
+    TaskTable::new(&registry(), Duration::from_secs(30), "handle")
+}
+
+fn lease(call_id: &str, attempt: i64) -> Lease {
+    Lease {
+        call_id: call_id.into(),
+        attempt,
+        tool: "charge".into(),
+        args_json: "{}".into(),
+        effect_id: format!("e-{call_id}"),
+        lease_until: 0.0,
+    }
+}
+
+fn ids(tasks: impl IntoIterator<Item = Task>) -> Vec<String> {
+    tasks.into_iter().map(|t| t.call_id).collect()
+}
+
+/// The calls of `leases`, sorted.
+fn lease_ids<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> Vec<&'a str> {
+    let mut ids: Vec<&str> = leases.into_iter().map(|l| l.call_id.as_str()).collect();
+    ids.sort();
+    ids
+}
+
+/// A call goes Queued → Claiming → Running → Returned → Completing and
+/// leaves the table when finished; a second submission meanwhile is
+/// refused, and after the finish the call may be taken on again.
+#[test]
+fn a_call_moves_through_every_state_once() {
+    let tasks = table();
+    let task = tasks.submit("c1", "charge", true).expect("admitted");
+    assert_eq!(tasks.state("c1"), Some(State::Queued));
+    assert_eq!(tasks.submit("c1", "charge", true), None, "already taken on");
+    assert!(tasks.take(&task));
+    assert_eq!(tasks.state("c1"), Some(State::Claiming));
+    assert!(!tasks.take(&task), "taken once");
+    assert!(tasks.claimed(&task, &lease("c1", 1)));
+    assert!(matches!(
+        tasks.state("c1"),
+        Some(State::Running {
+            next_heartbeat: Some(_),
+            ..
+        })
+    ));
+    tasks.returned(&task);
+    assert_eq!(
+        tasks.state("c1"),
+        Some(State::Returned {
+            lease: lease("c1", 1)
+        })
+    );
+    assert_eq!(tasks.completing(&task), Some("handle"));
+    assert_eq!(tasks.state("c1"), Some(State::Completing));
+    assert_eq!(tasks.finish(&task), None);
+    assert_eq!(tasks.state("c1"), None);
+    assert!(tasks.submit("c1", "charge", true).is_some());
+}
+
+/// Over its tool's cap a call waits; each finish hands the slot to the
+/// oldest waiting call, skipping one recovery forgot, and only with
+/// nobody waiting is the slot given back. Uncapped tools never wait.
+#[test]
+fn a_capped_tool_admits_up_to_its_cap_and_hands_slots_on_in_order() {
+    let tasks = table();
+    let s1 = tasks.submit("s1", "sleep", false).expect("slot 1");
+    let s2 = tasks.submit("s2", "sleep", false).expect("slot 2");
+    for id in ["s3", "s4", "s5"] {
+        assert_eq!(tasks.submit(id, "sleep", false), None);
+        assert_eq!(tasks.state(id), Some(State::WaitingForSlot));
+    }
+    assert!(tasks.submit("c1", "charge", true).is_some(), "no cap");
+    tasks.forget("s4");
+    let s3 = tasks.finish(&s1).expect("s3 takes s1's slot");
+    assert_eq!(tasks.state("s3"), Some(State::Queued));
+    let s5 = tasks.finish(&s2).expect("s4 was forgotten: s5 next");
+    assert_eq!(ids([s3.clone(), s5.clone()]), ["s3", "s5"]);
+    assert_eq!(tasks.finish(&s3), None);
+    assert_eq!(tasks.finish(&s5), None);
+    // Both slots are free again.
+    assert!(tasks.submit("s6", "sleep", false).is_some());
+    assert!(tasks.submit("s7", "sleep", false).is_some());
+    assert_eq!(tasks.submit("s8", "sleep", false), None);
+}
+
+/// A call recovery forgot and took on again belongs to the new
+/// submission: the old task is not claimed, and neither its finish nor its
+/// return touches the new entry; its completion still goes to the fence.
+#[test]
+fn a_newer_submission_owns_the_call() {
+    let tasks = table();
+    let old = tasks.submit("c1", "charge", false).unwrap();
+    assert!(tasks.take(&old));
+    assert!(tasks.claimed(&old, &lease("c1", 1)));
+    tasks.forget("c1");
+    let new = tasks.submit("c1", "charge", false).expect("taken on again");
+    assert_ne!(old.generation, new.generation);
+    tasks.returned(&old);
+    assert_eq!(tasks.completing(&old), Some("handle"), "the fence decides");
+    assert_eq!(tasks.state("c1"), Some(State::Queued));
+    tasks.finish(&old);
+    assert_eq!(tasks.state("c1"), Some(State::Queued), "not the old one's");
+    tasks.forget("c1");
+    let newest = tasks.submit("c1", "charge", false).unwrap();
+    assert!(!tasks.take(&new), "a stale task is not claimed");
+    assert!(tasks.take(&newest));
+}
+
+/// Only running leases are extended, each at most once per third of the
+/// lease; a lost lease is never extended again; a returned tool's lease
+/// is not extended.
+#[test]
+fn leases_are_due_every_third_and_never_once_lost_or_returned() {
+    let tasks = TaskTable::new(&registry(), Duration::from_secs(30), ());
+    let [a, b, c] = ["a", "b", "c"].map(|id| {
+        let task = tasks.submit(id, "charge", false).unwrap();
+        assert!(tasks.take(&task));
+        assert!(tasks.claimed(&task, &lease(id, 1)));
+        task
+    });
+    let soon = Instant::now() + Duration::from_secs(20);
+    assert!(tasks.leases_due(Instant::now()).is_empty(), "just claimed");
+    tasks.returned(&c);
+    let due = tasks.leases_due(soon);
+    assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["a", "b"]);
+    assert!(tasks.leases_due(Instant::now()).is_empty(), "just extended");
+    assert!(tasks.lost(&lease("b", 1), b.generation));
+    assert!(!tasks.lost(&lease("b", 1), b.generation), "news once");
+    assert!(!tasks.lost(&lease("a", 2), a.generation), "another attempt");
+    let due = tasks.leases_due(soon);
+    assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["a"]);
+}
+
+/// Closing takes out every lease still held (running or returned), drops
+/// the calls waiting for a slot, keeps queued ones for their workers, and
+/// takes nothing on any more; a claim won after the close is refused and
+/// a completion after it is not handed over.
+#[test]
+fn close_hands_back_held_leases_and_takes_nothing_on() {
+    let tasks = table();
+    let run = |id: &str, tool: &str| {
+        let task = tasks.submit(id, tool, false).unwrap();
+        assert!(tasks.take(&task));
+        assert!(tasks.claimed(&task, &lease(id, 1)));
+        task
+    };
+    let (running, returned) = (run("r1", "sleep"), run("r2", "sleep"));
+    tasks.returned(&returned);
+    assert_eq!(tasks.submit("w1", "sleep", false), None, "waits for a slot");
+    let queued = tasks.submit("q1", "charge", false).unwrap();
+    let claiming = tasks.submit("k1", "charge", false).unwrap();
+    assert!(tasks.take(&claiming));
+    assert_eq!(lease_ids(&tasks.close()), ["r1", "r2"]);
+    assert_eq!(tasks.state("w1"), None, "left pending for the next process");
+    assert_eq!(tasks.state("q1"), Some(State::Queued));
+    assert_eq!(tasks.submit("n1", "charge", false), None, "closed");
+    assert!(!tasks.claimed(&claiming, &lease("k1", 1)), "give it back");
+    assert_eq!(tasks.completing(&running), None, "released");
+    assert_eq!(tasks.finish(&running), None, "nobody waits any more");
+    assert!(tasks.take(&queued), "its worker finds it");
+}
+
+/// A call that arrives claimed (a poll's, or one created claimed) enters
+/// `Running` under its lease, extended like any running call's, and replaces
+/// a queued submission of the same call, whose worker then claims nothing.
+/// Slots are reserved only up to the cap; a slot given back passes to the
+/// oldest waiting call; a close hands adopted leases back and adopts or
+/// reserves nothing more.
+#[test]
+fn a_call_arriving_claimed_runs_under_its_lease_in_a_reserved_slot() {
+    let tasks = table();
+    assert!(tasks.reserve_slot("sleep"));
+    let sleep = |free: usize| vec![("sleep".to_string(), free)];
+    assert_eq!(tasks.reserve_free_slots(5), sleep(1), "one of two left");
+    assert!(!tasks.reserve_slot("sleep"), "at its cap");
+    assert_eq!(tasks.reserve_free_slots(5), sleep(0), "none left to claim");
+    assert!(tasks.reserve_slot("charge"), "no cap");
+    assert_eq!(tasks.submit("w1", "sleep", false), None, "waits for a slot");
+    let queued = tasks.submit("c1", "charge", false).expect("admitted");
+    let adopted = tasks.adopt(&lease("c1", 1), false).expect("open");
+    assert!(matches!(
+        tasks.state("c1"),
+        Some(State::Running {
+            next_heartbeat: Some(_),
+            ..
+        })
+    ));
+    assert!(!tasks.take(&queued), "the queued submission claims nothing");
+    assert_eq!(tasks.finish(&queued), None);
+    assert!(tasks.starts(&adopted));
+    let soon = Instant::now() + Duration::from_secs(20);
+    let due = tasks.leases_due(soon);
+    assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["c1"], "extended");
+    let w1 = tasks
+        .give_back_slot("sleep")
+        .expect("the waiting call's slot");
+    assert_eq!(w1.call_id, "w1");
+    assert_eq!(tasks.state("w1"), Some(State::Queued));
+    let s1 = Lease {
+        tool: "sleep".into(),
+        ..lease("s1", 1)
+    };
+    assert!(tasks.adopt(&s1, false).is_some());
+    assert_eq!(lease_ids(&tasks.close()), ["c1", "s1"]);
+    assert!(!tasks.starts(&adopted), "its lease is being given back");
+    assert!(tasks.adopt(&lease("c2", 1), false).is_none(), "closed");
+    assert!(!tasks.reserve_slot("charge"), "closed");
+    assert!(tasks.reserve_free_slots(5).is_empty(), "closed");
+}

@@ -1,0 +1,70 @@
+//! `idempotent-tool verify --db FILE`: check every invariant the service
+//! promises on a database file, and report counts and each violation.
+//!
+//! The invariants, each with the name a violation is reported under:
+//!
+//! | Invariant | Violation |
+//! |---|---|
+//! | SQLite's own structure is sound (`PRAGMA integrity_check`) | `integrity_check` |
+//! | one call per `Idempotency-Key` (per tenant, when `calls` has a `tenant` column) | `duplicate_key` |
+//! | at most one effect per call | `duplicate_effect` |
+//! | every effect belongs to a `succeeded` call, or to one purged by key retention (`effects.call_purged_at`) | `effect_without_succeeded_call` |
+//! | the effect of a `succeeded` call is its own: same `effect_id`, same tool, a tool that writes effects | `effect_not_its_calls` |
+//! | every `succeeded` call of a tool that writes effects has its effect | `succeeded_without_effect` |
+//! | a `running` call holds a lease (`lease_until` and `owner`) | `running_without_lease` |
+//! | `status` is one of `pending`, `running`, `succeeded`, `failed` | `unknown_status` |
+//!
+//! Which calls must have an effect is decided by the tool, because that is
+//! what decides it in the service: `succeed` writes the `effects` row in the
+//! same transaction as `succeeded` exactly when the tool's outcome carries an
+//! effect, and that is so for every success of the tools in
+//! `effect_tools` — the caller passes `tools::EFFECT_TOOLS` (`charge`,
+//! `send_email`), or, for a server run with `--tools FILE`, what that file
+//! declares (`tools::file::effect_tools`: every `http` and `command` tool,
+//! whose executors record the downstream's answer as the effect) — and never
+//! for the others (`sleep`, `fail`; a test in `tools` holds the list to
+//! `Tool::run`). The store itself knows no tool. A
+//! `running` call whose lease has expired is not a violation: it is what a
+//! crash leaves, and recovery takes it back.
+//!
+//! It opens the file read-only (`SQLITE_OPEN_READ_ONLY`: it cannot create,
+//! write or checkpoint it) and reads everything in one read transaction, so
+//! the report is one consistent snapshot. That makes it safe beside a running
+//! server: in WAL mode a reader never blocks the writer, and the writer never
+//! changes what the reader sees. The one cost is that the server cannot
+//! checkpoint the WAL past that snapshot until `verify` ends.
+//!
+//! This module only reads; it never repairs.
+//!
+//! Its files: `report.rs` (what a run found, and why a database could not
+//! be read at all), `invariants.rs` (each invariant as a query, shared by
+//! both backends), `sqlite.rs` (the run on a SQLite file);
+//! `store/postgres/verify.rs` runs the same queries on PostgreSQL.
+
+mod invariants;
+mod report;
+mod sqlite;
+
+use super::Database;
+
+pub(in crate::store) use invariants::{business_key_check, invariant_checks, Spec};
+pub(in crate::store) use report::MAX_EXAMPLES;
+pub use report::{Check, Report, VerifyError};
+pub use sqlite::{tools_outside, verify};
+
+/// Check every invariant on `db` (a SQLite file or a PostgreSQL database),
+/// read-only, in one snapshot.
+pub fn verify_database(db: &Database, effect_tools: &[&str]) -> Result<Report, VerifyError> {
+    match db {
+        Database::Sqlite(path) => verify(path, effect_tools),
+        Database::Postgres(target) => super::postgres::verify(target, effect_tools),
+    }
+}
+
+/// `tools_outside` on either backend.
+pub fn tools_outside_database(db: &Database, known: &[&str]) -> Result<Vec<String>, VerifyError> {
+    match db {
+        Database::Sqlite(path) => tools_outside(path, known),
+        Database::Postgres(target) => super::postgres::tools_outside(target, known),
+    }
+}

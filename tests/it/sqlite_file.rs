@@ -1,0 +1,207 @@
+//! What the service does with its SQLite file, by the service in this
+//! process: the seed's constraints and indexes (and query plans that use
+//! them), a database made by the seed's exact DDL used as it is, a database
+//! locked past the busy timeout answered with 503 and then retried, and a
+//! retry of a call in progress answered without the writer.
+
+use crate::support;
+use crate::support::Counts;
+use crate::support::Http;
+use crate::support::{audit_events, charge, count, open_db, Local, TempDb};
+use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
+use serde_json::json;
+
+/// The schema carries the seed's constraints, and the seed's duplicate-effects
+/// query finds nothing after a mixed workload.
+#[test]
+fn schema_has_unique_constraints_and_no_duplicate_effects() {
+    let db = TempDb::new("schema");
+    let server = Local::start(&db, &[]);
+    for i in 0..20 {
+        server.post(&format!("dup-{}", i % 5), &charge(1 + (i % 5)));
+    }
+    let (_, last) = server.post("dup-4", &charge(5));
+    server.wait_terminal(last["call_id"].as_str().unwrap());
+    let conn = server.sql();
+    let unique_indexes: Vec<(String, String)> = conn
+        .prepare(
+            "SELECT m.name, ii.name FROM sqlite_master m, pragma_index_list(m.name) il, pragma_index_info(il.name) ii
+              WHERE m.type = 'table' AND il.\"unique\" = 1 ORDER BY 1, 2",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    for expected in [
+        ("calls", "call_id"),
+        ("calls", "idem_key"),
+        ("effects", "call_id"),
+        ("effects", "effect_id"),
+        // One live call per business key (migration 8).
+        ("business_keys", "bkey"),
+    ] {
+        assert!(
+            unique_indexes.contains(&(expected.0.to_string(), expected.1.to_string())),
+            "{expected:?} not unique: {unique_indexes:?}"
+        );
+    }
+    let index_names = text_column(
+        &conn,
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'idx_%' ORDER BY name",
+        0,
+    );
+    assert_eq!(
+        index_names,
+        [
+            "idx_audit_call",
+            "idx_business_keys_key",
+            "idx_business_keys_live",
+            "idx_calls_client_seq",
+            "idx_calls_status"
+        ]
+    );
+    // The client index is partial (calls without a client_id skip it), and a
+    // lookup by client still finds it.
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT call_id FROM calls WHERE client_id = 'c' AND seq = 1",
+            [],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("idx_calls_client_seq"), "{plan}");
+    // `/stats` counts calls by status and attempt in one pass over
+    // idx_calls_status, in its order: no table scan, no sort.
+    let columns = text_column(
+        &conn,
+        "SELECT name FROM pragma_index_info('idx_calls_status') ORDER BY seqno",
+        0,
+    );
+    assert_eq!(columns, ["status", "lease_until", "attempt"]);
+    let plan = text_column(
+        &conn,
+        &format!("EXPLAIN QUERY PLAN {COUNT_CALLS_IN_STATUS_INDEX}"),
+        3,
+    );
+    assert_eq!(plan, ["SCAN calls USING COVERING INDEX idx_calls_status"]);
+    let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
+    assert_eq!(duplicates, 0);
+    assert_eq!(server.stats()["calls"], 5);
+    let journal: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(journal, "wal");
+}
+
+/// Column `index` (text) of every row `sql` returns.
+fn text_column(conn: &rusqlite::Connection, sql: &str, index: usize) -> Vec<String> {
+    conn.prepare(sql)
+        .unwrap()
+        .query_map([], |r| r.get(index))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// A database created with the seed's exact DDL (section 12.3: the full client
+/// index, `AUTOINCREMENT` audit ids) is used as it is: calls run, and audit ids
+/// keep coming from `sqlite_sequence`.
+#[test]
+fn database_with_the_seeds_exact_schema_still_works() {
+    let db = TempDb::new("seed-schema");
+    open_db(&db.path)
+        .execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE calls (
+               call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE, fingerprint TEXT NOT NULL,
+               client_id TEXT, seq INTEGER, tool TEXT NOT NULL, args_json TEXT NOT NULL,
+               status TEXT NOT NULL, result_json TEXT, error_json TEXT,
+               attempt INTEGER NOT NULL DEFAULT 0, lease_until REAL, owner TEXT, effect_id TEXT,
+               created_at REAL NOT NULL, updated_at REAL NOT NULL);
+             CREATE INDEX idx_calls_status ON calls(status, lease_until);
+             CREATE INDEX idx_calls_client_seq ON calls(client_id, seq);
+             CREATE TABLE effects (
+               effect_id TEXT PRIMARY KEY, call_id TEXT NOT NULL UNIQUE, tool TEXT NOT NULL,
+               amount INTEGER, created_at REAL NOT NULL);
+             CREATE TABLE audit (
+               id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, call_id TEXT,
+               event TEXT NOT NULL, detail TEXT);",
+        )
+        .unwrap();
+    let server = Local::start(&db, &[]);
+    let (status, created) = server.post("seed-1", &charge(7));
+    assert_eq!(status, 202, "{created}");
+    let call_id = created["call_id"].as_str().unwrap();
+    assert_eq!(server.wait_terminal(call_id)["status"], "succeeded");
+    assert_eq!(
+        audit_events(&db.path, call_id),
+        ["created", "claimed", "succeeded"]
+    );
+    assert_eq!(db.effects(), 1);
+    assert_eq!(
+        db.count("SELECT seq FROM sqlite_sequence WHERE name = 'audit'"),
+        3
+    );
+    // Migration 5 rebuilt `calls` (keys per tenant) with this release's
+    // indexes, so /stats now counts from idx_calls_status there too.
+    let stats = server.stats();
+    assert_eq!(stats["calls"], 1, "{stats}");
+    assert_eq!(stats["by_status"], json!({"succeeded": 1}), "{stats}");
+    assert_eq!(stats["attempts"], json!({"1": 1}), "{stats}");
+}
+
+/// A database locked past the busy timeout answers 503 with Retry-After and
+/// changes nothing; the same-key retry succeeds once the lock is gone.
+#[test]
+fn locked_database_answers_503_and_retry_succeeds() {
+    let db = TempDb::new("locked");
+    let server = Local::start(&db, &["--busy-timeout-ms", "200"]);
+    let blocker = server.sql();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let resp = idempotent_tool::client::request_once(
+        &server.base,
+        "POST",
+        "/v1/tool-calls",
+        &[("Idempotency-Key", "k-locked")],
+        Some(charge(9).to_string().as_bytes()),
+        Some(support::DEADLINE),
+    )
+    .unwrap();
+    assert_eq!(resp.status, 503, "{:?}", resp.json());
+    assert_eq!(resp.json()["error"]["code"], "unavailable");
+    assert!(resp.header("retry-after").is_some());
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(
+        server.by_key("k-locked").0,
+        404,
+        "the refused request left nothing behind"
+    );
+    let (status, call) = server.post("k-locked", &charge(9));
+    assert_eq!(status, 202, "{call}");
+    assert_eq!(
+        server.wait_terminal(call["call_id"].as_str().unwrap())["status"],
+        "succeeded"
+    );
+}
+
+/// A retry of a call in progress is answered from a read connection: it gets
+/// its call back even while another connection holds the write lock, when a new
+/// key (which must go through the writer) is refused with 503.
+#[test]
+fn retry_of_a_call_in_progress_does_not_need_the_writer() {
+    let db = TempDb::new("inflight-retry");
+    let server = Local::start(&db, &["--busy-timeout-ms", "200"]);
+    let slow = json!({"tool": "sleep", "args": {"seconds": 5}});
+    let (status, first) = server.post("k-inflight", &slow);
+    assert_eq!(status, 202, "{first}");
+    let blocker = server.sql();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (status, retry) = server.post("k-inflight", &slow);
+    let (new_status, new_key) = server.post("k-new-while-locked", &charge(1));
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(status, 202, "{retry}");
+    assert_eq!(retry["call_id"], first["call_id"]);
+    assert_eq!(new_status, 503, "{new_key}");
+    assert_eq!(new_key["error"]["code"], "unavailable");
+}
