@@ -16,10 +16,12 @@
 //! written. It never runs a tool and never decides what the API answers (reject
 //! or return); it only says which call holds the key.
 
+use super::call_store::{Backend, CallStore};
+use super::error::StoreError;
 use super::ids::{new_call_id, now};
 use super::model::{Call, Created, NewCall};
+use super::sql;
 use super::writer::Lane;
-use super::{sql, Backend, CallStore, StoreError};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 /// A call's business key, computed by the API from the tool's rule.

@@ -9,9 +9,10 @@
 //! and never hands a read's result back before the syncer says everything
 //! that read could have seen is on disk (`gated_by`).
 
+use super::error::StoreError;
+use super::options::StoreOptions;
 use super::schema;
 use super::syncer::Durability;
-use super::{StoreError, StoreOptions};
 use crate::sync::lock;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};

@@ -13,7 +13,8 @@
 //!
 //! This module never reads or writes rows.
 
-use super::{StoreError, StoreOptions};
+use super::error::StoreError;
+use super::options::StoreOptions;
 use rusqlite::Connection;
 use std::path::Path;
 

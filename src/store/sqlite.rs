@@ -6,17 +6,17 @@
 //! It owns nothing the facade does not ask for, and must never hand a
 //! `rusqlite` type across the facade.
 
+use super::error::StoreError;
+use super::ids::now;
 use super::instances::{self, Instance};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
     Purged, Retention, Scope, Stats,
 };
+use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
 use super::reader_pool::Readers;
 use super::writer::{Lane, Then, Writer};
-use super::{
-    now, report_reads, retention, schema, sql, DueLimits, StoreError, StoreOptions,
-    WRITER_STUCK_AFTER,
-};
+use super::{report_reads, retention, schema, sql};
 use crate::metrics::Metrics;
 use rusqlite::Connection;
 use serde_json::Value;

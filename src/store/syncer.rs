@@ -37,7 +37,7 @@
 //!
 //! This module never runs SQL; it only syncs a file and releases answers.
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::sync::lock;
 use std::fs::File;
 use std::path::{Path, PathBuf};

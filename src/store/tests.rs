@@ -9,7 +9,8 @@ use crate::temp::TempDb;
 use rusqlite::Connection;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 pub(super) mod backends;
 mod claim_due;

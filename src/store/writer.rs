@@ -60,12 +60,12 @@
 //! across anything but SQL.
 
 use super::checkpointer::{Checkpointer, WAL_BOUND_PAGES};
+use super::error::StoreError;
 use super::model::WriterStats;
 use super::sync_mode::SyncMode;
 use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
 pub(super) use super::write_queue::Lane;
 use super::write_queue::WriteQueue;
-use super::StoreError;
 use crate::metrics::Metrics;
 use rusqlite::Connection;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -48,8 +48,8 @@ use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
     Purged, Retention, Scope, Stats, Status, WriterStats,
 };
+use super::options::{DueLimits, StoreOptions};
 use super::writer::Then;
-use super::{DueLimits, StoreOptions};
 use crate::metrics::Metrics;
 use ::postgres::IsolationLevel;
 use pool::Pool;

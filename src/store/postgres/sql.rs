@@ -15,7 +15,7 @@
 
 use super::super::ids::{effect_id_for, new_call_id};
 use super::super::model::{Call, Created, DueCall, Lease, NewCall, Status};
-use super::super::DueLimits;
+use super::super::options::DueLimits;
 use super::error::violates;
 use ::postgres::types::ToSql;
 use ::postgres::{GenericClient, Row};

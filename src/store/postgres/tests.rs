@@ -3,8 +3,8 @@
 //! release refused, the pool's cap, and faults — a restart of PostgreSQL, a
 //! lock held elsewhere — answered `Unavailable` and healed without reopening.
 
+use super::super::call_store::Backend;
 use super::super::tests::backends::TestDb;
-use super::super::Backend;
 use super::super::{CallStore, Created, Database, NewCall, Scope, StoreError, StoreOptions};
 use super::PG_SCHEMA_VERSION;
 use crate::temp::postgres::{connect, PgServer};

@@ -2,7 +2,7 @@
 //! violations, how a report reads on a terminal, and `VerifyError` for a
 //! database that could not be read at all. It runs no query.
 
-use super::super::StoreError;
+use super::super::error::StoreError;
 use std::fmt;
 use std::path::PathBuf;
 
