@@ -9,7 +9,7 @@
 use idempotent_tool::app::StartError;
 use idempotent_tool::flag::FlagError;
 use idempotent_tool::log::SettingError;
-use idempotent_tool::store::StoreError;
+use idempotent_tool::store::{DatabaseUrlError, StoreError};
 use idempotent_tool::tools::ToolFileError;
 use std::fmt;
 use std::io;
@@ -26,9 +26,8 @@ pub enum BenchError {
     Usage(&'static str),
     /// `--access-log` is neither `on` nor `off`.
     Setting(SettingError),
-    /// `--db` names no database. `store::Database::parse` returns its reason
-    /// as text (the store is another module's), kept here as it is.
-    Database(String),
+    /// `--db` names no usable database.
+    Database(DatabaseUrlError),
     /// A file, folder, socket or process step: what it was, and why it failed.
     Io { doing: String, source: io::Error },
     /// The single-commit calibration's SQLite steps, in `doing`.
@@ -76,7 +75,7 @@ impl fmt::Display for BenchError {
             BenchError::UnknownMode(mode) => write!(f, "unknown mode {mode:?}"),
             BenchError::Usage(sentence) => f.write_str(sentence),
             BenchError::Setting(e) => e.fmt(f),
-            BenchError::Database(reason) => f.write_str(reason),
+            BenchError::Database(e) => e.fmt(f),
             BenchError::Io { doing, source } => write!(f, "{doing}: {source}"),
             BenchError::Sqlite { doing, source } => write!(f, "{doing}: {source}"),
             BenchError::Store { doing, source } => write!(f, "{doing}: {source}"),
@@ -99,6 +98,7 @@ impl std::error::Error for BenchError {
         match self {
             BenchError::Flag(e) => Some(e),
             BenchError::Setting(e) => Some(e),
+            BenchError::Database(e) => Some(e),
             BenchError::Io { source, .. } => Some(source),
             BenchError::Sqlite { source, .. } => Some(source),
             BenchError::Store { source, .. } => Some(source),

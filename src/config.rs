@@ -7,7 +7,7 @@ use crate::flag::{FlagError, Flags};
 use crate::log::{Level, SettingError};
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
-use crate::store::{Database, Retention, StoreOptions};
+use crate::store::{Database, DatabaseUrlError, Retention, StoreOptions};
 use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
 use std::fmt;
 use std::net::IpAddr;
@@ -165,8 +165,8 @@ pub enum ConfigError {
     },
     /// `--log-level` or `--access-log`.
     Setting(SettingError),
-    /// `--db` names no database: the store's reason, which it gives as text.
-    Database(String),
+    /// `--db` names no usable database.
+    Database(DatabaseUrlError),
     /// A non-loopback `--host` without `--auth-file` or `--insecure-no-auth`
     /// (the host as given, at most 64 characters).
     ExposedWithoutAuth { host: String },
@@ -186,7 +186,7 @@ impl fmt::Display for ConfigError {
                 "{flag} must be an integer from {min} to {max}, not {value:?}"
             ),
             ConfigError::Setting(e) => e.fmt(f),
-            ConfigError::Database(reason) => f.write_str(reason),
+            ConfigError::Database(e) => e.fmt(f),
             ConfigError::ExposedWithoutAuth { host } => write!(
                 f,
                 "--host {host:?} is not a loopback address: anyone who can reach it could read \
@@ -201,6 +201,7 @@ impl std::error::Error for ConfigError {
         match self {
             ConfigError::Flag(e) => Some(e),
             ConfigError::Setting(e) => Some(e),
+            ConfigError::Database(e) => Some(e),
             _ => None,
         }
     }

@@ -239,7 +239,12 @@ fn verify_flags(args: &[String]) -> Result<Option<(Database, Option<PathBuf>)>, 
     while let Some(flag) = flags.next_flag()? {
         match flag.as_str() {
             "--help" | "-h" => return Ok(None),
-            "--db" => db = Some(Database::parse(&flags.value()?).map_err(FlagError::Other)?),
+            "--db" => {
+                db = Some(
+                    Database::parse(&flags.value()?)
+                        .map_err(|e| FlagError::Other(e.to_string()))?,
+                )
+            }
             "--tools" => tools = Some(PathBuf::from(flags.value()?)),
             other => return Err(FlagError::Unknown(other.to_string())),
         }

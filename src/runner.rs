@@ -37,6 +37,10 @@
 //! the poll runs on `maintenance`, and on a PostgreSQL node's wake-up thread.
 //! `stop` ends and joins all of them, except workers still inside a tool when
 //! the grace period ends.
+//!
+//! A claimed call's stored args are re-checked against this process's tools
+//! before its tool starts (`stored_args`): a failure there is the call's
+//! `bad_args`, never a worker's panic.
 
 mod claim;
 mod completion;
@@ -44,6 +48,7 @@ mod maintenance;
 mod notifier;
 mod pool;
 mod retention;
+mod stored_args;
 mod tasks;
 
 pub use claim::Reservation;
@@ -56,17 +61,17 @@ use crate::metrics::{Metrics, ToolOutcome};
 use crate::store::{owner_name, CallStore, Completion, Lease, NewEffect};
 use crate::sync::lock;
 use crate::tools::{
-    self, Effect, Outcome, Prepared, RunContext, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
+    self, Effect, Outcome, RunContext, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
 use claim::{Capacity, Job};
 use completion::{Completions, Handed, Transition};
 use maintenance::Ticker;
 use pool::WorkerPool;
-use serde_json::{Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use stored_args::parse_stored_args;
 use tasks::{Task, TaskTable};
 
 /// How the runner behaves; filled from the command line.
@@ -420,8 +425,8 @@ impl Runner {
         self.metrics.busy_workers.inc();
         let (prepared, args, hooks) = match parse_stored_args(&self.tools, &lease) {
             Ok(parsed) => parsed,
-            Err(message) => {
-                let error = ToolError::new(ToolErrorCode::BadArgs, message);
+            Err(why) => {
+                let error = ToolError::new(ToolErrorCode::BadArgs, why.to_string());
                 return self.complete(task, lease, Outcome::failed(error), None, false);
             }
         };
@@ -527,22 +532,6 @@ fn retry_delay(spec: &ToolSpec, lease: &Lease, outcome: &Outcome) -> Option<Dura
         }
         _ => None,
     }
-}
-
-/// The stored args as the tool will see them (chaos hooks split off), checked
-/// against the tool as this process knows it: a call stored by a process with
-/// another tools file may name a tool this one lacks.
-fn parse_stored_args(
-    tools: &ToolRegistry,
-    lease: &Lease,
-) -> Result<(Prepared, Map<String, Value>, chaos::Hooks), String> {
-    let args: Map<String, Value> =
-        serde_json::from_str(&lease.args_json).map_err(|e| format!("stored args: {e}"))?;
-    let (args, hooks) = chaos::split(&args).map_err(|e| e.to_string())?;
-    let prepared = tools
-        .prepare(&lease.tool, &args)
-        .map_err(|e| e.to_string())?;
-    Ok((prepared, args, hooks))
 }
 
 /// The `effects` row the store writes for a tool's effect: the runner is

@@ -19,9 +19,39 @@ pub enum Database {
     Postgres(PgTarget),
 }
 
+/// Why a `--db` value names no usable PostgreSQL database. Each variant holds
+/// the URL with its password masked, never the URL as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrlError {
+    /// `sslmode=` names no mode this service knows.
+    SslMode { masked: String, value: String },
+    /// The PostgreSQL client cannot read the URL: its reason, as text (the
+    /// client's error is neither `Clone` nor comparable, which flag errors are).
+    NotAUrl { masked: String, reason: String },
+    /// The URL names no user to connect as.
+    NoUser { masked: String },
+}
+
+impl fmt::Display for DatabaseUrlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DatabaseUrlError::SslMode { masked, value } => write!(
+                f,
+                "{masked}: sslmode must be disable, prefer, require, verify-ca \
+                 or verify-full, not {value:?}"
+            ),
+            DatabaseUrlError::NotAUrl { masked, reason } => {
+                write!(f, "{masked} is not a PostgreSQL URL: {reason}")
+            }
+            DatabaseUrlError::NoUser { masked } => write!(f, "{masked}: the URL names no user"),
+        }
+    }
+}
+
+impl std::error::Error for DatabaseUrlError {}
 impl Database {
     /// A `--db` value: a PostgreSQL URL, or a SQLite file's path.
-    pub fn parse(value: &str) -> Result<Database, String> {
+    pub fn parse(value: &str) -> Result<Database, DatabaseUrlError> {
         if PgTarget::is_url(value) {
             PgTarget::parse(value).map(Database::Postgres)
         } else {
@@ -155,7 +185,7 @@ impl PgTarget {
     }
 
     /// Parse a `postgres://user:password@host:port/dbname?sslmode=...` URL.
-    pub fn parse(url: &str) -> Result<PgTarget, String> {
+    pub fn parse(url: &str) -> Result<PgTarget, DatabaseUrlError> {
         let masked = mask_password(url);
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut ssl_mode = SslMode::Prefer;
@@ -163,11 +193,9 @@ impl PgTarget {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
                 Some(("sslmode", value)) => {
-                    ssl_mode = SslMode::parse(value).ok_or_else(|| {
-                        format!(
-                            "{masked}: sslmode must be disable, prefer, require, verify-ca \
-                             or verify-full, not {value:?}"
-                        )
+                    ssl_mode = SslMode::parse(value).ok_or_else(|| DatabaseUrlError::SslMode {
+                        masked: masked.clone(),
+                        value: value.to_string(),
                     })?
                 }
                 _ => kept.push(pair),
@@ -178,8 +206,11 @@ impl PgTarget {
         } else {
             format!("{base}?{}", kept.join("&"))
         };
-        let mut config = ::postgres::Config::from_str(&rest)
-            .map_err(|e| format!("{masked} is not a PostgreSQL URL: {e}"))?;
+        let mut config =
+            ::postgres::Config::from_str(&rest).map_err(|e| DatabaseUrlError::NotAUrl {
+                masked: masked.clone(),
+                reason: e.to_string(),
+            })?;
         config.ssl_mode(match ssl_mode {
             SslMode::Disable => ::postgres::config::SslMode::Disable,
             SslMode::Prefer => ::postgres::config::SslMode::Prefer,
@@ -192,7 +223,7 @@ impl PgTarget {
             config.application_name("idempotent-tool");
         }
         if config.get_user().is_none() {
-            return Err(format!("{masked}: the URL names no user"));
+            return Err(DatabaseUrlError::NoUser { masked });
         }
         Ok(PgTarget {
             config: Box::new(config),
@@ -303,9 +334,13 @@ mod tests {
         assert_eq!(target.ssl_mode(), SslMode::VerifyFull);
         assert_eq!(target.dbname(), Some("calls"));
         assert_eq!(target.config().get_application_name(), Some("n1"));
-        let bad = PgTarget::parse("postgres://idem:s3cr@h/db?sslmode=maybe").unwrap_err();
+        let bad = PgTarget::parse("postgres://idem:s3cr@h/db?sslmode=maybe")
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("sslmode") && !bad.contains("s3cr"), "{bad}");
-        let bad = PgTarget::parse("postgres://idem:s3cr@h:notaport/db").unwrap_err();
+        let bad = PgTarget::parse("postgres://idem:s3cr@h:notaport/db")
+            .unwrap_err()
+            .to_string();
         assert!(!bad.contains("s3cr"), "{bad}");
     }
 

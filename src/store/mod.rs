@@ -75,7 +75,7 @@ mod writer;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger, LEDGER_SQL};
 pub use call_store::CallStore;
-pub use database::{Database, DatabaseRef, PgTarget, SslMode};
+pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
 pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};

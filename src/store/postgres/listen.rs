@@ -27,6 +27,7 @@
 //! database.
 
 use super::super::database::PgTarget;
+use super::tls::TlsSetupError;
 use crate::sync::lock;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::Client;
@@ -126,7 +127,7 @@ impl Wake {
 }
 
 /// Opens a new session on the database (the store's own settings and TLS).
-pub type Connect = Arc<dyn Fn() -> Result<Client, String> + Send + Sync>;
+pub type Connect = Arc<dyn Fn() -> Result<Client, postgres::Error> + Send + Sync>;
 
 /// What a node does when woken; it runs on the listener thread.
 pub type Handler = Arc<dyn Fn(Wake) + Send + Sync>;
@@ -134,15 +135,15 @@ pub type Handler = Arc<dyn Fn(Wake) + Send + Sync>;
 /// Sessions for the wake-ups, opened like the pool's (the same URL, TLS and
 /// CA file, the same connect timeout), without its transaction settings:
 /// they run no transaction an answer depends on.
-pub(super) fn connector(target: &PgTarget, ca_file: Option<&Path>) -> Result<Connect, String> {
+pub(super) fn connector(
+    target: &PgTarget,
+    ca_file: Option<&Path>,
+) -> Result<Connect, TlsSetupError> {
     let tls = super::tls::connector(target.ssl_mode(), ca_file)?;
     let config = target.config().clone();
-    Ok(Arc::new(move || {
-        match &tls {
-            Some(tls) => config.connect(tls.clone()),
-            None => config.connect(postgres::NoTls),
-        }
-        .map_err(|e| e.to_string())
+    Ok(Arc::new(move || match &tls {
+        Some(tls) => config.connect(tls.clone()),
+        None => config.connect(postgres::NoTls),
     }))
 }
 
@@ -285,13 +286,11 @@ impl Shared {
         unsent.calls.truncate(MAX_CALLS_NAMED);
     }
 
-    fn send(&self, session: &mut Option<Client>, wake: &Wake) -> Result<(), String> {
+    fn send(&self, session: &mut Option<Client>, wake: &Wake) -> Result<(), postgres::Error> {
         if session.is_none() {
             let mut client = (self.connect)()?;
             // A wake-up need not survive a crash: never wait for a WAL flush.
-            client
-                .batch_execute("SET synchronous_commit = off")
-                .map_err(|e| e.to_string())?;
+            client.batch_execute("SET synchronous_commit = off")?;
             *session = Some(client);
         }
         let client = session.as_mut().expect("connected just above");
@@ -299,7 +298,6 @@ impl Shared {
         client
             .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
             .map(|_| ())
-            .map_err(|e| e.to_string())
     }
 
     /// Connect, `LISTEN`, and hand each batch of notifications to the
@@ -334,11 +332,9 @@ impl Shared {
         }
     }
 
-    fn open_listening(&self) -> Result<Client, String> {
+    fn open_listening(&self) -> Result<Client, postgres::Error> {
         let mut client = (self.connect)()?;
-        client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
-            .map_err(|e| e.to_string())?;
+        client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
         Ok(client)
     }
 
@@ -426,9 +422,7 @@ mod tests {
 
     fn connector(url: &str) -> Connect {
         let url = url.to_string();
-        Arc::new(move || {
-            postgres::Client::connect(&url, postgres::NoTls).map_err(|e| e.to_string())
-        })
+        Arc::new(move || postgres::Client::connect(&url, postgres::NoTls))
     }
 
     /// A node whose wake-ups arrive on a channel.

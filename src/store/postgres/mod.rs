@@ -81,8 +81,7 @@ impl PgStore {
             options.ca_file.as_deref(),
         )?;
         let instance = Instance::this_process();
-        let connect =
-            listen::connector(target, options.ca_file.as_deref()).map_err(StoreError::internal)?;
+        let connect = listen::connector(target, options.ca_file.as_deref())?;
         let wake = listen::ClusterWake::start(connect, &instance.id)
             .map_err(|e| StoreError::internal(format!("start the LISTEN threads: {e}")))?;
         let store = PgStore {

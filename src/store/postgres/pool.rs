@@ -49,7 +49,7 @@ fn session_settings(lock_timeout: Duration) -> String {
 /// One connection outside any pool (`verify`), with the URL's TLS mode and
 /// the system's roots.
 pub(super) fn connect_once(target: &PgTarget) -> Result<Client, StoreError> {
-    let tls = tls::connector(target.ssl_mode(), None).map_err(StoreError::internal)?;
+    let tls = tls::connector(target.ssl_mode(), None)?;
     open(target, tls)
 }
 
@@ -86,7 +86,7 @@ impl Pool {
         wait: Duration,
         ca_file: Option<&Path>,
     ) -> Result<Pool, StoreError> {
-        let tls = tls::connector(target.ssl_mode(), ca_file).map_err(StoreError::internal)?;
+        let tls = tls::connector(target.ssl_mode(), ca_file)?;
         Ok(Pool {
             target: target.clone(),
             tls,

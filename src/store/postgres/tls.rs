@@ -8,26 +8,80 @@
 //! `verify-*` mode (a certificate it cannot check is a failed connection).
 
 use super::super::database::SslMode;
+use super::super::error::{Cause, StoreError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+/// Why no TLS configuration could be built for the database's `sslmode`.
+#[derive(Debug)]
+pub(super) enum TlsSetupError {
+    /// rustls refused its own defaults or the roots (no usable verifier).
+    Config(rustls::Error),
+    /// The webpki verifier could not be built from the roots.
+    Verifier(rustls::client::VerifierBuilderError),
+    /// `--db-ca-file` could not be read or holds no PEM certificates.
+    CaFile {
+        path: PathBuf,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A root certificate could not be added.
+    Root(rustls::Error),
+    /// `verify-ca`/`verify-full` with no trusted root at all.
+    NoRoots,
+}
+
+impl fmt::Display for TlsSetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsSetupError::Config(e) => write!(f, "TLS: {e}"),
+            TlsSetupError::Verifier(e) => write!(f, "TLS roots: {e}"),
+            TlsSetupError::CaFile { path, source } => {
+                write!(f, "--db-ca-file {}: {source}", path.display())
+            }
+            TlsSetupError::Root(e) => write!(f, "a trusted root: {e}"),
+            TlsSetupError::NoRoots => {
+                f.write_str("no trusted roots for sslmode=verify-*: give --db-ca-file")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TlsSetupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TlsSetupError::Config(e) | TlsSetupError::Root(e) => Some(e),
+            TlsSetupError::Verifier(e) => Some(e),
+            TlsSetupError::CaFile { source, .. } => Some(source.as_ref()),
+            TlsSetupError::NoRoots => None,
+        }
+    }
+}
+
+/// A database whose TLS cannot be set up is a configuration fault, not a
+/// passing one: it is `Internal`, with the reason as its source.
+impl From<TlsSetupError> for StoreError {
+    fn from(e: TlsSetupError) -> StoreError {
+        StoreError::Internal(Cause::with_source(e.to_string(), e))
+    }
+}
 /// The connector for `mode`, or `None` for `disable`.
 pub(super) fn connector(
     mode: SslMode,
     ca_file: Option<&Path>,
-) -> Result<Option<MakeRustlsConnect>, String> {
+) -> Result<Option<MakeRustlsConnect>, TlsSetupError> {
     if mode == SslMode::Disable {
         return Ok(None);
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(TlsSetupError::Config)?;
     let config = match mode {
         SslMode::Disable | SslMode::Prefer | SslMode::Require => builder
             .dangerous()
@@ -37,7 +91,7 @@ pub(super) fn connector(
             let roots = Arc::new(roots(ca_file)?);
             let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
-                .map_err(|e| format!("TLS roots: {e}"))?;
+                .map_err(TlsSetupError::Verifier)?;
             if mode == SslMode::VerifyFull {
                 builder.with_webpki_verifier(webpki).with_no_client_auth()
             } else {
@@ -52,25 +106,27 @@ pub(super) fn connector(
 }
 
 /// The trusted roots: `--db-ca-file`'s certificates, or the system's.
-fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, String> {
+fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, TlsSetupError> {
     let mut store = RootCertStore::empty();
     let certs: Vec<CertificateDer<'static>> = match ca_file {
         Some(path) => {
-            let pem =
-                std::fs::read(path).map_err(|e| format!("--db-ca-file {}: {e}", path.display()))?;
+            let ca_file_error =
+                |source: Box<dyn std::error::Error + Send + Sync>| TlsSetupError::CaFile {
+                    path: path.to_path_buf(),
+                    source,
+                };
+            let pem = std::fs::read(path).map_err(|e| ca_file_error(Box::new(e)))?;
             rustls::pki_types::pem::PemObject::pem_slice_iter(&pem)
                 .collect::<Result<_, _>>()
-                .map_err(|e| format!("--db-ca-file {}: {e}", path.display()))?
+                .map_err(|e| ca_file_error(Box::new(e)))?
         }
         None => rustls_native_certs::load_native_certs().certs,
     };
     for cert in certs {
-        store
-            .add(cert)
-            .map_err(|e| format!("a trusted root: {e}"))?;
+        store.add(cert).map_err(TlsSetupError::Root)?;
     }
     if store.is_empty() {
-        return Err("no trusted roots for sslmode=verify-*: give --db-ca-file".into());
+        return Err(TlsSetupError::NoRoots);
     }
     Ok(store)
 }
