@@ -402,13 +402,7 @@ impl Runner {
                 continue;
             };
             self.metrics.claims.inc();
-            log::debug("call claimed")
-                .event("claimed")
-                .call_id(&lease.call_id)
-                .attempt(lease.attempt)
-                .owner(&owner)
-                .transition("pending", "running")
-                .emit();
+            log_claimed(&lease, &owner);
             if self.tasks.claimed(&task, &lease) {
                 self.run_claimed(task, lease);
             } else {
@@ -541,4 +535,15 @@ fn effect_record(effect: &Effect) -> NewEffect {
         amount: effect.amount,
         detail: effect.detail.clone(),
     }
+}
+
+/// The debug line of a claim, whoever made it (a worker's by id, the poll's).
+fn log_claimed(lease: &Lease, owner: &str) {
+    log::debug("call claimed")
+        .event("claimed")
+        .call_id(&lease.call_id)
+        .attempt(lease.attempt)
+        .owner(owner)
+        .transition("pending", "running")
+        .emit();
 }

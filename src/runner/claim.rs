@@ -14,7 +14,7 @@
 //! does — and never holds a lock across a store operation.
 
 use super::tasks::Task;
-use super::Runner;
+use super::{log_claimed, Runner};
 use crate::log;
 use crate::store::{owner_name, DueLimits, Lease};
 use std::collections::HashMap;
@@ -211,13 +211,7 @@ impl Runner {
                 None => {}
             }
             unused_workers -= 1;
-            log::debug("call claimed")
-                .event("claimed")
-                .call_id(&lease.call_id)
-                .attempt(lease.attempt)
-                .owner(&owner)
-                .transition("pending", "running")
-                .emit();
+            log_claimed(&lease, &owner);
             self.adopt_reserved(lease, false);
         }
         let unused_slots = slots

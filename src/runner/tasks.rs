@@ -223,14 +223,7 @@ impl<H: Clone> TaskTable<H> {
             generation: table.next_generation,
             quick,
         };
-        let state = State::Running {
-            lease: lease.clone(),
-            next_heartbeat,
-        };
-        let generation = task.generation;
-        table
-            .entries
-            .insert(task.call_id.clone(), Entry { generation, state });
+        table.set_running(&task, lease, next_heartbeat);
         Some(task)
     }
 
@@ -274,14 +267,7 @@ impl<H: Clone> TaskTable<H> {
         if table.completions.is_none() {
             return false;
         }
-        let state = State::Running {
-            lease: lease.clone(),
-            next_heartbeat,
-        };
-        let generation = task.generation;
-        table
-            .entries
-            .insert(task.call_id.clone(), Entry { generation, state });
+        table.set_running(task, lease, next_heartbeat);
         true
     }
 
@@ -425,6 +411,17 @@ impl<H: Clone> Drop for ToolRuns<'_, H> {
 }
 
 impl<H> Table<H> {
+    /// `task`'s entry, now running under `lease` (its own submission's).
+    fn set_running(&mut self, task: &Task, lease: &Lease, next_heartbeat: Option<Instant>) {
+        let state = State::Running {
+            lease: lease.clone(),
+            next_heartbeat,
+        };
+        let generation = task.generation;
+        self.entries
+            .insert(task.call_id.clone(), Entry { generation, state });
+    }
+
     /// The call's entry, if it still belongs to `task`'s submission.
     fn own_entry(&mut self, task: &Task) -> Option<&mut Entry> {
         self.entries
