@@ -9,26 +9,12 @@
 //! anything in the `Behind` lane, where only creations go. Within a lane,
 //! order is kept.
 //!
-//! A batch has fixed costs (`BEGIN`, the sync-mode check, `COMMIT`'s WAL
-//! pages), so when the writer wakes to only a few writes, `take` lets more
-//! gather for a very short, bounded time (`Gather`) before handing them out.
-//!
 //! This module never runs a job; it only holds them until the writer takes
 //! them, and refuses new ones once stopped.
 
 use crate::sync::lock;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
-use std::time::{Duration, Instant};
-
-/// How a small batch waits for company: with fewer than `below` writes
-/// queued, wait up to `for_at_most` (or until `below` are queued) before
-/// taking them. `below: 0` never waits.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Gather {
-    pub(super) below: usize,
-    pub(super) for_at_most: Duration,
-}
 
 /// Which line a write waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,26 +71,15 @@ impl<T> WriteQueue<T> {
         self.ready.notify_all();
     }
 
-    /// Wait for writes, let a small batch gather (see `Gather`), and take up
-    /// to `max`, the `First` lane first; `None` once stopped and empty.
-    pub(super) fn take(&self, max: usize, gather: Gather) -> Option<Vec<T>> {
+    /// Wait for writes and take up to `max`, the `First` lane first; `None`
+    /// once stopped and empty.
+    pub(super) fn take(&self, max: usize) -> Option<Vec<T>> {
         let mut lanes = lock(&self.lanes);
         while lanes.first.is_empty() && lanes.behind.is_empty() {
             if lanes.stopped {
                 return None;
             }
             lanes = self.ready.wait(lanes).unwrap_or_else(|p| p.into_inner());
-        }
-        let deadline = Instant::now() + gather.for_at_most;
-        while lanes.first.len() + lanes.behind.len() < gather.below && !lanes.stopped {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            lanes = match self.ready.wait_timeout(lanes, left) {
-                Ok((lanes, _)) => lanes,
-                Err(p) => p.into_inner().0,
-            };
         }
         let from_first = lanes.first.len().min(max);
         let mut taken: Vec<T> = lanes.first.drain(..from_first).collect();
@@ -120,11 +95,6 @@ mod tests {
 
     /// With more creations queued than a batch takes, every completion queued
     /// after them still goes into the next batch, ahead of them.
-    const NO_GATHER: Gather = Gather {
-        below: 0,
-        for_at_most: Duration::ZERO,
-    };
-
     #[test]
     fn the_first_lane_is_taken_before_the_one_behind() {
         let queue = WriteQueue::new();
@@ -134,10 +104,10 @@ mod tests {
         queue.push(Lane::First, "complete-a".to_string()).unwrap();
         queue.push(Lane::First, "complete-b".to_string()).unwrap();
         assert_eq!(
-            queue.take(4, NO_GATHER).unwrap(),
+            queue.take(4).unwrap(),
             ["complete-a", "complete-b", "create-0", "create-1"]
         );
-        assert_eq!(queue.take(100, NO_GATHER).unwrap().len(), 8);
+        assert_eq!(queue.take(100).unwrap().len(), 8);
     }
 
     /// A stopped queue refuses new writes but hands out what it holds, then
@@ -148,35 +118,7 @@ mod tests {
         queue.push(Lane::Behind, 1).unwrap();
         queue.stop();
         assert_eq!(queue.push(Lane::First, 2), Err(2));
-        assert_eq!(queue.take(10, NO_GATHER), Some(vec![1]));
-        assert_eq!(queue.take(10, NO_GATHER), None);
-    }
-
-    /// A write pushed while a small batch gathers joins it; a lone write is
-    /// still handed out once the gather's bound has passed.
-    #[test]
-    fn a_small_batch_gathers_what_arrives_within_its_bound() {
-        let queue = std::sync::Arc::new(WriteQueue::new());
-        queue.push(Lane::First, 1).unwrap();
-        let pusher = std::sync::Arc::clone(&queue);
-        let (pushed, push) = std::sync::mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            pushed.send(()).unwrap();
-            pusher.push(Lane::Behind, 2).unwrap();
-        });
-        push.recv().unwrap();
-        let patient = Gather {
-            below: 2,
-            for_at_most: Duration::from_secs(60),
-        };
-        assert_eq!(queue.take(10, patient), Some(vec![1, 2]));
-        thread.join().unwrap();
-
-        queue.push(Lane::First, 3).unwrap();
-        let brief = Gather {
-            below: 2,
-            for_at_most: Duration::from_millis(1),
-        };
-        assert_eq!(queue.take(10, brief), Some(vec![3]));
+        assert_eq!(queue.take(10), Some(vec![1]));
+        assert_eq!(queue.take(10), None);
     }
 }

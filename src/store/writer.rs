@@ -78,7 +78,7 @@ use super::model::WriterStats;
 use super::sync_mode::SyncMode;
 use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
 pub(super) use super::write_queue::Lane;
-use super::write_queue::{Gather, WriteQueue};
+use super::write_queue::WriteQueue;
 use super::StoreError;
 use crate::metrics::Metrics;
 use rusqlite::Connection;
@@ -91,14 +91,6 @@ use std::time::{Duration, Instant};
 
 /// The most operations one commit carries; bounds how long the first waits.
 const MAX_BATCH: usize = 512;
-
-/// With fewer operations than this queued, the writer waits up to `GATHER`
-/// µs for more before `BEGIN`: a batch's fixed cost is then shared by more
-/// of them (see docs/performance-writer.md for what it bought).
-const GATHER: Gather = Gather {
-    below: 16,
-    for_at_most: Duration::from_micros(150),
-};
 
 /// The writer's running totals behind `WriterStats`, what `/healthz` reads
 /// to tell a stuck writer, and where each batch is reported for `/metrics`.
@@ -411,7 +403,7 @@ struct WriterThread {
 impl WriterThread {
     /// The single place where commits are grouped.
     fn run(mut self, queue: Arc<WriteQueue<Box<dyn WriteJob>>>) {
-        while let Some(batch) = queue.take(MAX_BATCH, GATHER) {
+        while let Some(batch) = queue.take(MAX_BATCH) {
             self.counters.progressed();
             self.commit_batch(batch);
             if let Some(checkpointer) = &self.checkpointer {
