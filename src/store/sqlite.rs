@@ -12,7 +12,7 @@ use super::model::{
     Purged, Retention, Scope, Stats,
 };
 use super::reader_pool::Readers;
-use super::writer::{Atomicity, Lane, Then, Writer};
+use super::writer::{Lane, Then, Writer};
 use super::{
     now, report_reads, retention, schema, sql, StoreError, StoreOptions, WRITER_STUCK_AFTER,
 };
@@ -95,7 +95,7 @@ impl SqliteStore {
     /// Tell other processes this one is alive (every `HEARTBEAT_EVERY`).
     pub fn heartbeat(&self) -> Result<(), StoreError> {
         let me = self.instance.clone();
-        self.write_statements(move |conn| instances::heartbeat(conn, &me))
+        self.write(move |conn| instances::heartbeat(conn, &me))
     }
 
     /// Mark this instance stopped, commit every write already queued, then
@@ -106,8 +106,7 @@ impl SqliteStore {
             return;
         }
         let id = self.instance.id.clone();
-        if let Err(e) = self.write_statements(move |conn| instances::mark_stopped(conn, &id, now()))
-        {
+        if let Err(e) = self.write(move |conn| instances::mark_stopped(conn, &id, now())) {
             crate::log::warn("could not mark this process stopped")
                 .event("mark_stopped_failed")
                 .cause(&e)
@@ -202,7 +201,7 @@ impl SqliteStore {
     /// (taken over after it expired, or released), and extending it must stop.
     pub fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
         let leases = leases.to_vec();
-        self.write_statements(move |conn| {
+        self.write(move |conn| {
             let lease_until = now() + lease.as_secs_f64();
             sql::extend_leases(conn, &leases, lease_until)
         })
@@ -382,28 +381,9 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.write_as(lane, Atomicity::Savepoint, op)
-    }
-
-    /// `write` without a savepoint, for the operations `writer`'s module doc
-    /// lists as `Atomicity::Statements`.
-    fn write_statements<T, F>(&self, op: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        self.write_as(Lane::First, Atomicity::Statements, op)
-    }
-
-    fn write_as<T, F>(&self, lane: Lane, atomicity: Atomicity, op: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
         let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
-        self.writer.submit_as(
+        self.writer.submit_in(
             lane,
-            atomicity,
             op,
             Box::new(move |outcome| {
                 // The caller may have gone (its thread ended); nothing to tell.

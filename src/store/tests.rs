@@ -455,46 +455,6 @@ fn failing_operation_rolls_back_alone() -> Result<(), StoreError> {
     Ok(())
 }
 
-/// An operation without a savepoint (`Atomicity::Statements`) whose statement
-/// fails half-way through its rows leaves nothing behind — SQLite's statement
-/// rollback undoes it — and the operations batched with it still commit.
-#[test]
-fn failing_statement_without_savepoint_rolls_back_alone() -> Result<(), StoreError> {
-    let db = TempDb::new("failing_statement_without_savepoint");
-    let store = CallStore::open(db.path(), StoreOptions::default())?;
-    let release = hold_writer(&store);
-    let (tx, answers) = mpsc::channel();
-    let second_row_breaks_not_null = tx.clone();
-    store.sqlite().writer.submit_as(
-        writer::Lane::First,
-        writer::Atomicity::Statements,
-        |conn: &Connection| {
-            conn.execute(
-                "INSERT INTO audit (ts, call_id, event, detail)
-                 VALUES (0, 'x', 'probe', ''), (0, 'x', NULL, '')",
-                [],
-            )
-        },
-        Box::new(move |outcome| second_row_breaks_not_null.send(outcome.is_err()).unwrap()),
-    );
-    let created = queue_creates(&store, &["k-after"]);
-    release.send(()).unwrap();
-    assert!(
-        answers.recv().unwrap(),
-        "the failing statement was answered Ok"
-    );
-    assert!(created.recv().unwrap().1.is_ok());
-    assert_eq!(
-        rows(
-            db.path(),
-            "SELECT count(*) FROM audit WHERE event = 'probe'"
-        ),
-        0
-    );
-    assert_eq!(store.stats(Scope::All)?.calls, 1);
-    Ok(())
-}
-
 /// Section 12.3's DDL, exactly as the chapter prints it.
 const CHAPTER_DDL: &str = "
 CREATE TABLE calls (

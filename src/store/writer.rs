@@ -3,22 +3,19 @@
 //!
 //! All writes go through one writer thread that owns the only
 //! write connection. It takes every operation waiting in its channel, runs them in
-//! one `BEGIN IMMEDIATE` transaction — each that can fail half-way inside its
-//! own `SAVEPOINT`, so a failing operation rolls back only itself — and
-//! commits once.
+//! one `BEGIN IMMEDIATE` transaction — each inside its own `SAVEPOINT`, so a
+//! failing operation rolls back only itself — and commits once.
 //!
-//! **Which operations keep a savepoint.** A savepoint is there to undo the
-//! statements an operation already ran when a later one fails. Every
-//! operation with two or more writes keeps one: a creation (the call and its
-//! `created` audit row), a claim (the conditional `UPDATE` and its `claimed`
-//! row, even for one call), a completion (the effect, the fenced update, the
-//! audit row), a release, recovery, a purge. Those submitted as
-//! `Atomicity::Statements` skip it: a heartbeat and `mark_stopped` (one
-//! `UPDATE` each, which SQLite's statement rollback undoes by itself if it
-//! fails) and a lease extension (one fenced `UPDATE` per lease: if one fails
-//! after others applied, the leases already extended belong to tools still
-//! running, and the caller, told it failed, extends them all again on its
-//! next tick).
+//! **Why every operation keeps its savepoint.** A savepoint undoes the
+//! statements an operation already ran when a later one fails. Every operation
+//! of a call's path writes two or more rows and needs it: a creation (the call
+//! and its `created` audit row), a claim, even of one call (the conditional
+//! `UPDATE` and its `claimed` row), a completion (the effect, the fenced update,
+//! the audit row), a release, recovery, a purge. Only a heartbeat,
+//! `mark_stopped` and a lease extension (one `UPDATE` per lease, harmless if
+//! some apply before one fails) could skip it; they are rare, and skipping it
+//! for them paid nothing measurable (docs/performance-writer.md), so one rule
+//! holds for all.
 //!
 //! **The durability rule, with the fsync pipelined.** The commit itself does
 //! not wait for the disk (`synchronous=NORMAL`, see `sync_mode` for when it
@@ -163,16 +160,6 @@ impl WriterCounters {
     }
 }
 
-/// How a failing operation is undone without undoing the rest of its batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Atomicity {
-    /// Several writes: a savepoint around them, rolled back if one fails.
-    Savepoint,
-    /// Writes each undone by SQLite's own statement rollback, and harmless
-    /// if some apply and a later one fails (see the module doc): no savepoint.
-    Statements,
-}
-
 /// One queued write: run it inside the batch's transaction. Dropped without
 /// running (the transaction could not begin, or SQLite ended it before this
 /// job's turn, or the writer stopped), it answers its caller with an error.
@@ -202,7 +189,6 @@ pub type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 struct Job<T, F> {
     op: Option<F>,
     then: Option<Then<T>>,
-    atomicity: Atomicity,
 }
 
 impl<T, F> WriteJob for Job<T, F>
@@ -222,11 +208,7 @@ where
                 })
             })
         };
-        let ran = match self.atomicity {
-            Atomicity::Savepoint => in_savepoint(conn, op),
-            Atomicity::Statements => in_transaction(conn, op),
-        };
-        match ran {
+        match in_savepoint(conn, op) {
             Ok(outcome) => Step::Kept(reply_with(outcome)),
             Err(BatchLost(err)) => Step::Broken(reply_with(Err(err.clone())), err),
         }
@@ -334,19 +316,9 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit_as(lane, Atomicity::Savepoint, op, then)
-    }
-
-    /// `submit_in`, saying whether `op` needs a savepoint (module doc).
-    pub(super) fn submit_as<T, F>(&self, lane: Lane, atomicity: Atomicity, op: F, then: Then<T>)
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
         let job = Job {
             op: Some(op),
             then: Some(then),
-            atomicity,
         };
         if self.counters.outstanding.fetch_add(1, Ordering::Relaxed) == 0 {
             // Idle until now: the wait for this job starts here.
@@ -579,33 +551,6 @@ fn in_savepoint<T>(
     run_cached(conn, "ROLLBACK TO op")?;
     run_cached(conn, "RELEASE op")?;
     Ok(Err(outcome))
-}
-
-/// Run `op` without a savepoint, for `Atomicity::Statements`: a failed
-/// statement is undone by SQLite itself. A panic is still caught and answered
-/// as an error; the outer `Err` is `in_savepoint`'s.
-fn in_transaction<T>(
-    conn: &Connection,
-    op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-) -> Result<Result<T, StoreError>, BatchLost> {
-    if conn.is_autocommit() {
-        return Err(BatchLost(StoreError::Unavailable(
-            "the write transaction ended before this operation".into(),
-        )));
-    }
-    let outcome = catch_unwind(AssertUnwindSafe(|| op(conn)));
-    if conn.is_autocommit() {
-        return Err(match outcome {
-            Ok(Err(e)) => BatchLost::from(e),
-            _ => BatchLost(StoreError::Unavailable(
-                "the write transaction was rolled back".into(),
-            )),
-        });
-    }
-    Ok(match outcome {
-        Ok(outcome) => outcome.map_err(StoreError::from),
-        Err(_) => Err(StoreError::Internal("a store operation panicked".into())),
-    })
 }
 
 /// A statement without parameters or rows, prepared once per connection.
