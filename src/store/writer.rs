@@ -6,6 +6,17 @@
 //! one `BEGIN IMMEDIATE` transaction — each inside its own `SAVEPOINT`, so a
 //! failing operation rolls back only itself — and commits once.
 //!
+//! **Why every operation keeps its savepoint.** A savepoint undoes the
+//! statements an operation already ran when a later one fails. Every operation
+//! of a call's path writes two or more rows and needs it: a creation (the call
+//! and its `created` audit row), a claim, even of one call (the conditional
+//! `UPDATE` and its `claimed` row), a completion (the effect, the fenced update,
+//! the audit row), a release, recovery, a purge. Only a heartbeat,
+//! `mark_stopped` and a lease extension (one `UPDATE` per lease, harmless if
+//! some apply before one fails) could skip it; they are rare, and skipping it
+//! for them paid nothing measurable (docs/performance-writer.md), so one rule
+//! holds for all.
+//!
 //! **The durability rule, with the fsync pipelined.** The commit itself does
 //! not wait for the disk (`synchronous=NORMAL`, see `sync_mode` for when it
 //! is `FULL`): the writer numbers the batch, commits it, hands the callers'
