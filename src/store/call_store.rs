@@ -9,8 +9,8 @@ use super::database::{Database, DatabaseRef};
 use super::error::StoreError;
 use super::instances::Instance;
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
-    Purged, Retention, Scope, Stats,
+    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
+    NewCall, NewEffect, Purged, Retention, Scope, Stats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::postgres::listen::Handler as WakeHandler;
@@ -115,6 +115,21 @@ impl CallStore {
     /// the database's `UNIQUE (tenant, idem_key)`.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
         each!(self, b => b.create_or_get(new))
+    }
+
+    /// `create_or_get` for a caller with a worker free to run the call at
+    /// once: a new call is created already `running` — attempt 1, leased to
+    /// `owner` for `lease` from the backend's clock, its `created` and
+    /// `claimed` audit rows in the same transaction — and its lease comes
+    /// back; the lease is fenced and recovered like any claim's. A known key
+    /// is answered exactly as `create_or_get` answers it, with no lease.
+    pub fn create_claimed(
+        &self,
+        new: NewCall,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<CreatedClaimed, StoreError> {
+        each!(self, b => b.create_claimed(new, owner, lease))
     }
 
     /// Take the lease on a call for one attempt. Only one claimer can win: the

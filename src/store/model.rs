@@ -120,6 +120,32 @@ impl Call {
         }
     }
 
+    /// The same row, created already `running`: its first attempt held by
+    /// `owner` until `lease_until` (`create_claimed`).
+    pub(super) fn claimed_at_creation(mut self, owner: &str, lease_until: f64) -> Call {
+        self.status = Status::Running;
+        self.attempt = 1;
+        self.lease_until = Some(lease_until);
+        self.owner = Some(owner.to_string());
+        self
+    }
+
+    /// The lease a `running` call's row describes: what its creator (the
+    /// only one who can know it holds it) runs under.
+    pub(super) fn lease(&self) -> Option<Lease> {
+        if self.status != Status::Running {
+            return None;
+        }
+        Some(Lease {
+            call_id: self.call_id.clone(),
+            attempt: self.attempt,
+            tool: self.tool.clone(),
+            args_json: self.args_json.clone(),
+            effect_id: self.effect_id.clone(),
+            lease_until: self.lease_until?,
+        })
+    }
+
     /// The call's URL, for `Location` and `query_url`.
     pub fn url(&self) -> String {
         format!("/v1/tool-calls/{}", self.call_id)
@@ -183,6 +209,29 @@ pub enum Created {
     RetryReset(Call),
     /// The key belongs to a request with another fingerprint.
     Conflict(Call),
+}
+
+impl Created {
+    /// The same outcome with `f` applied to its call (the store stamps
+    /// `expires_at` this way).
+    pub(super) fn map(self, f: impl FnOnce(Call) -> Call) -> Created {
+        match self {
+            Created::New(c) => Created::New(f(c)),
+            Created::Existing(c) => Created::Existing(f(c)),
+            Created::RetryReset(c) => Created::RetryReset(f(c)),
+            Created::Conflict(c) => Created::Conflict(f(c)),
+        }
+    }
+}
+
+/// What `create_claimed` found or did: `lease` is `Some` exactly when
+/// `created` is a new call, which is then `running` under it, attempt 1 —
+/// the caller must run it (or let the lease expire). Every other outcome is
+/// what `create_or_get` would have answered, with no lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreatedClaimed {
+    pub created: Created,
+    pub lease: Option<Lease>,
 }
 
 /// The right to execute one attempt of a call, held until `lease_until`.

@@ -1,4 +1,4 @@
-//! Evry statment the store runs, each beside the rule it implements. The
+//! Every statement the store runs, each beside the rule it implements. The
 //! functions here run on a connection they are given, inside a transaction
 //! the caller owns (the writer's batch, or a reader's snapshot); they never
 //! begin, commit or roll back one themselves, and never run a tool.
@@ -10,7 +10,9 @@ use super::ids::{effect_id_for, new_call_id, now};
 use super::instances::{
     heartbeat_cutoff, pid_is_alive, Instance, CALLS_WITH_OWNER_INSTANCE, RECLAIMABLE,
 };
-use super::model::{Call, Completion, Created, DueCall, Lease, NewCall, NewEffect, Status};
+use super::model::{
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
+};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -23,15 +25,46 @@ const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, s
 pub(super) fn create_or_get_op(
     new: NewCall,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Created> + Send + 'static {
-    move |conn| {
-        let now = now();
-        if let Some(existing) = select_call_by_key(conn, &new.tenant, &new.idem_key)? {
-            return resolve_existing(conn, existing, &new.fingerprint, now);
-        }
-        let call = insert_call(conn, new, now)?;
-        audit(conn, now, &call.call_id, 0, "created", &call.tool)?;
-        Ok(Created::New(call))
+    move |conn| Ok(create_or_get(conn, new, None)?.created)
+}
+
+/// Create-or-get whose new call is inserted already `running` under a lease
+/// for `owner` (attempt 1, `created` and `claimed` audited in the same
+/// transaction): one writer operation where a create and a claim took two.
+/// A known key is answered exactly as by `create_or_get_op`, with no lease.
+pub(super) fn create_claimed_op(
+    new: NewCall,
+    owner: String,
+    lease: Duration,
+) -> impl FnOnce(&Connection) -> rusqlite::Result<CreatedClaimed> + Send + 'static {
+    move |conn| create_or_get(conn, new, Some((&owner, lease)))
+}
+
+/// The key's call if it has one (resolved as a replay), else a new one:
+/// `pending`, or — with `first_claim` (owner, lease) — already claimed.
+fn create_or_get(
+    conn: &Connection,
+    new: NewCall,
+    first_claim: Option<(&str, Duration)>,
+) -> rusqlite::Result<CreatedClaimed> {
+    let now = now();
+    if let Some(existing) = select_call_by_key(conn, &new.tenant, &new.idem_key)? {
+        let created = resolve_existing(conn, existing, &new.fingerprint, now)?;
+        return Ok(CreatedClaimed {
+            created,
+            lease: None,
+        });
     }
+    let first_claim = first_claim.map(|(owner, lease)| (owner, now + lease.as_secs_f64()));
+    let call = insert_call_as(conn, new, now, first_claim)?;
+    audit(conn, now, &call.call_id, 0, "created", &call.tool)?;
+    if let Some((owner, _)) = first_claim {
+        audit_claimed(conn, now, &call.call_id, owner, call.attempt)?;
+    }
+    Ok(CreatedClaimed {
+        lease: call.lease(),
+        created: Created::New(call),
+    })
 }
 
 /// A claim takes a `pending` call that is due (no automatic retry scheduled
@@ -65,10 +98,21 @@ pub(super) fn claim_one(
         })
         .optional()?;
     if let Some(lease) = &lease {
-        let detail = format!("{owner} attempt={}", lease.attempt);
-        audit(conn, now, call_id, lease.attempt, "claimed", &detail)?;
+        audit_claimed(conn, now, call_id, owner, lease.attempt)?;
     }
     Ok(lease)
+}
+
+/// The audit row of a won claim, however it was won.
+fn audit_claimed(
+    conn: &Connection,
+    now: f64,
+    call_id: &str,
+    owner: &str,
+    attempt: i64,
+) -> rusqlite::Result<()> {
+    let detail = format!("{owner} attempt={attempt}");
+    audit(conn, now, call_id, attempt, "claimed", &detail)
 }
 
 pub(super) fn succeed_op(
@@ -263,14 +307,30 @@ pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCo
 /// another process may have drawn the same id, so a primary-key collision
 /// draws again.
 pub(super) fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Call> {
+    insert_call_as(conn, new, now, None)
+}
+
+/// `insert_call`, or with `first_claim` (owner, lease_until) the call
+/// inserted already `running`, attempt 1, under that lease: the row is
+/// written as `Call` builds it, whichever it is.
+fn insert_call_as(
+    conn: &Connection,
+    new: NewCall,
+    now: f64,
+    first_claim: Option<(&str, f64)>,
+) -> rusqlite::Result<Call> {
     let mut call = Call::pending(new_call_id(), new, now);
+    if let Some((owner, lease_until)) = first_claim {
+        call = call.claimed_at_creation(owner, lease_until);
+    }
     let mut attempts_left = 8;
     loop {
         let inserted = conn
             .prepare_cached(
                 "INSERT INTO calls (call_id, tenant, idem_key, fingerprint, client_id, seq, tool,
-                                    args_json, status, attempt, effect_id, created_at, updated_at)
-                 VALUES (?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?9)",
+                                    args_json, status, attempt, lease_until, owner, effect_id,
+                                    created_at, updated_at)
+                 VALUES (?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?11, ?12, ?13, ?14, ?8, ?9, ?9)",
             )?
             .execute(params![
                 call.call_id,
@@ -282,7 +342,11 @@ pub(super) fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite
                 call.args_json,
                 call.effect_id,
                 now,
-                call.tenant
+                call.tenant,
+                call.status.as_str(),
+                call.attempt,
+                call.lease_until,
+                call.owner
             ]);
         match inserted {
             Ok(_) => return Ok(call),

@@ -10,8 +10,8 @@ use super::error::StoreError;
 use super::ids::now;
 use super::instances::{self, Instance};
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
-    Purged, Retention, Scope, Stats,
+    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
+    NewCall, NewEffect, Purged, Retention, Scope, Stats,
 };
 use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
 use super::reader_pool::Readers;
@@ -121,14 +121,26 @@ impl SqliteStore {
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
         let retention = self.options.retention;
         // Behind completions: new work never delays finishing accepted work.
-        Ok(
-            match self.write_in(Lane::Behind, sql::create_or_get_op(new))? {
-                Created::New(c) => Created::New(retention.stamp(c)),
-                Created::Existing(c) => Created::Existing(retention.stamp(c)),
-                Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
-                Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
-            },
-        )
+        let created = self.write_in(Lane::Behind, sql::create_or_get_op(new))?;
+        Ok(created.map(|c| retention.stamp(c)))
+    }
+
+    /// `create_or_get` whose new call is inserted already `running` under a
+    /// lease for `owner`, its `created` and `claimed` rows in the same
+    /// transaction: one writer operation instead of a create and a claim.
+    pub fn create_claimed(
+        &self,
+        new: NewCall,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<CreatedClaimed, StoreError> {
+        let retention = self.options.retention;
+        let op = sql::create_claimed_op(new, owner.to_string(), lease);
+        let CreatedClaimed { created, lease } = self.write_in(Lane::Behind, op)?;
+        Ok(CreatedClaimed {
+            created: created.map(|c| retention.stamp(c)),
+            lease,
+        })
     }
 
     /// `claim` for several calls as one operation in the writer's queue. Each

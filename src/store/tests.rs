@@ -16,6 +16,7 @@ pub(super) mod backends;
 mod claim_due;
 mod claims;
 mod create;
+mod create_claimed;
 mod migrations;
 mod recovery;
 mod retry;

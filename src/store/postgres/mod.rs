@@ -45,8 +45,8 @@ use super::database::PgTarget;
 use super::error::StoreError;
 use super::instances::Instance;
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, DueCall, Health, Lease, NewCall, NewEffect,
-    Purged, Retention, Scope, Stats, Status, WriterStats,
+    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
+    NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::writer::Then;
@@ -142,11 +142,26 @@ impl PgStore {
         if matches!(created, Created::New(_) | Created::RetryReset(_)) {
             self.wake.announce_work();
         }
-        Ok(match created {
-            Created::New(c) => Created::New(retention.stamp(c)),
-            Created::Existing(c) => Created::Existing(retention.stamp(c)),
-            Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
-            Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
+        Ok(created.map(|c| retention.stamp(c)))
+    }
+
+    /// A new call is running here already: no other node needs waking for
+    /// it (a reset one is `pending` as from `create_or_get`, and does).
+    pub(super) fn create_claimed(
+        &self,
+        new: NewCall,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<CreatedClaimed, StoreError> {
+        let retention = self.options.retention;
+        let CreatedClaimed { created, lease } =
+            self.run(|c| sql::create_claimed(c, &new, owner, lease.as_secs_f64()))?;
+        if matches!(created, Created::RetryReset(_)) {
+            self.wake.announce_work();
+        }
+        Ok(CreatedClaimed {
+            created: created.map(|c| retention.stamp(c)),
+            lease,
         })
     }
 

@@ -14,7 +14,7 @@
 //! statement), and never runs a tool.
 
 use super::super::ids::{effect_id_for, new_call_id};
-use super::super::model::{Call, Created, DueCall, Lease, NewCall, Status};
+use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall, Status};
 use super::super::options::DueLimits;
 use super::error::violates;
 use ::postgres::types::ToSql;
@@ -37,61 +37,112 @@ macro_rules! call_columns {
     };
 }
 
-/// Create-or-get in one statement. `ON CONFLICT ... DO UPDATE` (a no-op
-/// update of the key to itself) rather than `DO NOTHING` and a second read:
-/// under READ COMMITTED that read could miss the row (a purge between the
-/// two statements) — while `DO UPDATE` waits for a concurrent inserter of the
-/// same key to finish, locks the winning row, and returns its latest version
-/// from this same statement, so exactly one row always comes back.
-/// The row is new exactly when it carries the call id this statement drew
-/// (ids are drawn fresh for every attempt); that is sturdier than the
-/// `xmax <> 0` idiom, which reads a detail of the heap. The `created` audit
-/// row is written only for a new call, by the same statement.
-const CREATE_OR_GET: &str = concat!(
-    "WITH ins AS (
+/// Create-or-get in one statement, `$1`..`$9` the new call. `ON CONFLICT
+/// ... DO UPDATE` (a no-op update of the key to itself) rather than `DO
+/// NOTHING` and a second read: under READ COMMITTED that read could miss the
+/// row (a purge between the two statements) — while `DO UPDATE` waits for a
+/// concurrent inserter of the same key to finish, locks the winning row, and
+/// returns its latest version from this same statement, so exactly one row
+/// always comes back. The row is new exactly when it carries the call id
+/// this statement drew (ids are drawn fresh for every attempt); that is
+/// sturdier than the `xmax <> 0` idiom, which reads a detail of the heap.
+/// The audit rows are written only for a new call, by the same statement.
+/// `$first_attempt` is the new row's status, attempt, lease_until and owner;
+/// `$audit` the audit rows' (attempt, event, detail), in order.
+macro_rules! create_or_get {
+    ($first_attempt:expr, $audit:expr) => {
+        concat!(
+            "WITH ins AS (
        INSERT INTO calls AS c (call_id, tenant, idem_key, fingerprint, client_id, seq, tool,
-                              args_json, status, attempt, effect_id, created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', 0, $9, ",
-    now!(),
-    ", ",
-    now!(),
-    ")
+                              args_json, status, attempt, lease_until, owner, effect_id,
+                              created_at, updated_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ",
+            $first_attempt,
+            ", $9, ",
+            now!(),
+            ", ",
+            now!(),
+            ")
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
        RETURNING ",
-    call_columns!(),
-    ", (c.call_id <> $1) AS existed
-     ), created AS (
+            call_columns!(),
+            ", (c.call_id <> $1) AS existed
+     ), audited AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
-       SELECT created_at, call_id, 0, 'created', tool FROM ins WHERE NOT existed
+       SELECT ins.created_at, ins.call_id, e.attempt, e.event, e.detail
+         FROM ins CROSS JOIN LATERAL (VALUES ",
+            $audit,
+            ") AS e(ord, attempt, event, detail)
+        WHERE NOT ins.existed ORDER BY e.ord
      )
      SELECT ",
-    call_columns!(),
-    ", existed FROM ins"
+            call_columns!(),
+            ", existed FROM ins"
+        )
+    };
+}
+
+/// A new call is `pending`, audited `created`.
+const CREATE_OR_GET: &str = create_or_get!(
+    "'pending', 0, NULL, NULL",
+    "(1, 0::int8, 'created', ins.tool)"
+);
+
+/// A new call is created already claimed: `running`, attempt 1, leased to
+/// `$11` for `$10` seconds from the database's clock, audited `created` then
+/// `claimed` (the detail a claim writes).
+const CREATE_CLAIMED: &str = create_or_get!(
+    concat!("'running', 1, ", now!(), " + $10, $11"),
+    "(1, 0::int8, 'created', ins.tool), (2, 1::int8, 'claimed', $11::text || ' attempt=1')"
 );
 
 pub(super) fn create_or_get(
     client: &mut impl GenericClient,
     new: &NewCall,
 ) -> Result<Created, ::postgres::Error> {
+    Ok(create_or_get_with(client, new, None)?.created)
+}
+
+/// `create_or_get` whose new call is leased to `owner` for `lease_secs`;
+/// a known key is answered as `create_or_get` answers it, with no lease.
+pub(super) fn create_claimed(
+    client: &mut impl GenericClient,
+    new: &NewCall,
+    owner: &str,
+    lease_secs: f64,
+) -> Result<CreatedClaimed, ::postgres::Error> {
+    create_or_get_with(client, new, Some((owner, lease_secs)))
+}
+
+fn create_or_get_with(
+    client: &mut impl GenericClient,
+    new: &NewCall,
+    first_claim: Option<(&str, f64)>,
+) -> Result<CreatedClaimed, ::postgres::Error> {
     let mut attempts_left = 8;
     let row = loop {
         let call_id = new_call_id();
         let effect_id = effect_id_for(&call_id);
-        let outcome = client.query_one(
-            CREATE_OR_GET,
-            &[
-                &call_id,
-                &new.tenant,
-                &new.idem_key,
-                &new.fingerprint,
-                &new.client_id,
-                &new.seq,
-                &new.tool,
-                &new.args_json,
-                &effect_id,
-            ],
-        );
-        match outcome {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &call_id,
+            &new.tenant,
+            &new.idem_key,
+            &new.fingerprint,
+            &new.client_id,
+            &new.seq,
+            &new.tool,
+            &new.args_json,
+            &effect_id,
+        ];
+        let statement = match &first_claim {
+            None => CREATE_OR_GET,
+            Some((owner, lease_secs)) => {
+                params.push(lease_secs);
+                params.push(owner);
+                CREATE_CLAIMED
+            }
+        };
+        match client.query_one(statement, &params) {
             // Another node drew the same id in the same millisecond: draw again.
             Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
             other => break other?,
@@ -100,17 +151,24 @@ pub(super) fn create_or_get(
     let existed: bool = row.get("existed");
     let call = call_from_row(&row);
     if !existed {
-        return Ok(Created::New(call));
+        return Ok(CreatedClaimed {
+            lease: call.lease(),
+            created: Created::New(call),
+        });
     }
-    if call.fingerprint != new.fingerprint {
-        return Ok(Created::Conflict(call));
-    }
-    if !call.is_retryable_failure() {
-        return Ok(Created::Existing(call));
-    }
-    Ok(match reset_failed(client, &call.call_id)? {
-        Some(reset) => Created::RetryReset(reset),
-        None => Created::Existing(call),
+    let created = if call.fingerprint != new.fingerprint {
+        Created::Conflict(call)
+    } else if !call.is_retryable_failure() {
+        Created::Existing(call)
+    } else {
+        match reset_failed(client, &call.call_id)? {
+            Some(reset) => Created::RetryReset(reset),
+            None => Created::Existing(call),
+        }
+    };
+    Ok(CreatedClaimed {
+        created,
+        lease: None,
     })
 }
 
