@@ -402,7 +402,7 @@ impl Runner {
                 continue;
             };
             self.metrics.claims.inc();
-            log_claimed(&lease, &owner);
+            log_claimed(&lease.call_id, lease.attempt, &owner);
             if self.tasks.claimed(&task, &lease) {
                 self.run_claimed(task, lease);
             } else {
@@ -538,11 +538,13 @@ fn effect_record(effect: &Effect) -> NewEffect {
 }
 
 /// The debug line of a claim, whoever made it (a worker's by id, the poll's).
-fn log_claimed(lease: &Lease, owner: &str) {
+/// A won claim, at `debug`: by a worker, the poll, or a request that
+/// created its call already claimed (`api::submit`).
+pub(crate) fn log_claimed(call_id: &str, attempt: i64, owner: &str) {
     log::debug("call claimed")
         .event("claimed")
-        .call_id(&lease.call_id)
-        .attempt(lease.attempt)
+        .call_id(call_id)
+        .attempt(attempt)
         .owner(owner)
         .transition("pending", "running")
         .emit();

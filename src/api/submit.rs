@@ -2,7 +2,10 @@
 //! `tools/call` alike: chaos hooks split off, the tool's rules checked, the
 //! fingerprint and (when the tool has one) the business key computed, then
 //! create-or-get in the writer's transaction, and the new call handed to the
-//! runner. Both transports therefore share the store, the fingerprint, the
+//! runner. With a worker free (`Runner::reserve`) and no business key, the
+//! call is created already `running` under that worker's lease and adopted
+//! by it (`CallStore::create_claimed`: one writer operation, no separate
+//! claim); otherwise it is created `pending` and submitted. Both transports therefore share the store, the fingerprint, the
 //! workers, the retries and the audit; only how the outcome is rendered
 //! differs.
 //!
@@ -17,7 +20,8 @@ use crate::chaos;
 use crate::fingerprint::{canonical_object, fingerprint_canonical};
 use crate::input::clip;
 use crate::metrics::{Submission as Outcome, Transport};
-use crate::store::{BusinessKey, Call, Created, Guarded, NewCall};
+use crate::runner::{log_claimed, Reservation};
+use crate::store::{owner_name, BusinessKey, Call, Created, CreatedClaimed, Guarded, NewCall};
 use crate::tools::OnDuplicate;
 use serde_json::{Map, Value};
 use std::time::Duration;
@@ -112,15 +116,15 @@ impl Api {
                 return Ok(Submitted::Cached { call_id, body });
             }
         }
-        let created = match business_key {
-            None => self.create_or_get(&cache_key, new)?,
+        let (created, adopted) = match business_key {
+            None => self.create_or_get(&cache_key, new, quick)?,
             Some(key) => {
                 // Pushback as on the path without a business key.
                 self.refuse_if_overloaded()?;
                 match self.store.create_or_get_guarded(new, Some(key))? {
                     Guarded::Created(created) => {
                         self.keys.insert_has_row(&cache_key);
-                        created
+                        (created, Adopted::No)
                     }
                     Guarded::Duplicate(call) => {
                         self.count(s.transport, Outcome::DuplicateIntent);
@@ -146,8 +150,13 @@ impl Api {
             Created::New(call) => {
                 self.count(s.transport, Outcome::Created);
                 self.metrics.calls_created.inc();
+                // As the audit has it: created, then (in the same
+                // transaction, when a worker was free) claimed.
                 log_transition("call created", "created", &call, "none", "pending");
-                self.runner.submit(&call.call_id, &call.tool, quick);
+                match adopted {
+                    Adopted::Yes { owner } => log_claimed(&call.call_id, call.attempt, &owner),
+                    Adopted::No => self.runner.submit(&call.call_id, &call.tool, quick),
+                }
                 if let Some(delay) = hooks.delay_response {
                     std::thread::sleep(delay);
                 }
@@ -192,19 +201,52 @@ impl Api {
     /// For a key known to have a row, the fast path first: a committed row with
     /// this key and fingerprint that needs no reset is the answer, without
     /// joining the write queue. Anything else — an unknown key, a conflict, a
-    /// retryable failure — is decided inside the writer's transaction.
-    fn create_or_get(&self, cache_key: &str, new: NewCall) -> Result<Created, ApiError> {
+    /// retryable failure — is decided inside the writer's transaction: with a
+    /// worker free, by `create_claimed`; with none, the call is created
+    /// `pending` and queued for the next worker.
+    fn create_or_get(
+        &self,
+        cache_key: &str,
+        new: NewCall,
+        quick: bool,
+    ) -> Result<(Created, Adopted), ApiError> {
         if self.keys.has_row(cache_key) {
             if let Some(existing) = self.store.find_by_key(&new.tenant, &new.idem_key)? {
                 if existing.fingerprint == new.fingerprint && !existing.is_retryable_failure() {
-                    return Ok(Created::Existing(existing));
+                    return Ok((Created::Existing(existing), Adopted::No));
                 }
             }
         }
         self.refuse_if_overloaded()?;
-        let created = self.store.create_or_get(new)?;
+        let created = match self.runner.reserve(&new.tool, quick) {
+            Some(reservation) => self.create_claimed(new, reservation)?,
+            None => (self.store.create_or_get(new)?, Adopted::No),
+        };
         self.keys.insert_has_row(cache_key);
         Ok(created)
+    }
+
+    /// With a worker (and the tool's slot) reserved, a new call is created
+    /// already `running` under a lease for that worker, which runs it at
+    /// once: one writer operation where a create and a claim took two. A
+    /// known key gives the reservation back and is answered as
+    /// `create_or_get` answers it (a reset failure is then submitted).
+    fn create_claimed(
+        &self,
+        new: NewCall,
+        reservation: Reservation<'_>,
+    ) -> Result<(Created, Adopted), ApiError> {
+        let owner = owner_name(self.store.instance(), "api");
+        let CreatedClaimed { created, lease } =
+            self.store
+                .create_claimed(new, &owner, reservation.lease())?;
+        Ok(match lease {
+            Some(lease) => {
+                self.runner.adopt(reservation, lease);
+                (created, Adopted::Yes { owner })
+            }
+            None => (created, Adopted::No),
+        })
     }
 
     /// Pushback: past `--max-pending` calls queued for a worker, a request that
@@ -235,6 +277,16 @@ impl Api {
         }
         self.metrics.observe_submission(transport, outcome);
     }
+}
+
+/// Whether a new call was created already claimed and handed to a reserved
+/// worker (`Yes`), or still has to be submitted to the runner.
+enum Adopted {
+    /// Under a lease for `owner`.
+    Yes {
+        owner: String,
+    },
+    No,
 }
 
 /// A call's state change made by a request, at `debug` (one per transition

@@ -20,6 +20,7 @@ use crate::store::{owner_name, DueLimits, Lease};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::PoisonError;
+use std::time::Duration;
 
 /// What a worker is handed.
 pub(super) enum Job {
@@ -96,6 +97,12 @@ impl Reservation<'_> {
     /// The tool whose slot is held: the adopted lease must be for it.
     pub fn tool(&self) -> &str {
         &self.tool
+    }
+
+    /// How long the lease for it should run (`RunnerOptions::lease`): the
+    /// worker extends it from there like any claim's.
+    pub fn lease(&self) -> Duration {
+        self.runner.options.lease
     }
 }
 
@@ -211,7 +218,7 @@ impl Runner {
                 None => {}
             }
             unused_workers -= 1;
-            log_claimed(&lease, &owner);
+            log_claimed(&lease.call_id, lease.attempt, &owner);
             self.adopt_reserved(lease, false);
         }
         let unused_slots = slots

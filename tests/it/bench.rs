@@ -99,10 +99,10 @@ fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
         );
     }
     assert_figures_are_sane(r);
-    // Each call is a create and a succeed of its own, and a claim that may be
-    // shared with one other call: at least 2.5 operations per call.
+    // Each call is at least a create (claimed with it while a worker is
+    // free) and a succeed: two operations per call.
     let writer = &r["writer"];
-    assert!(writer["ops"].as_u64().unwrap() >= 150, "{writer}");
+    assert!(writer["ops"].as_u64().unwrap() >= 120, "{writer}");
     assert!(writer["batches"].as_u64().unwrap() >= 1, "{writer}");
     assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
     assert_no_http_run_accepted_every_call(r, 60);

@@ -3,7 +3,7 @@
 
 use crate::support::Http;
 use crate::support::{audit_events, count, Server, TempDb, DEADLINE};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -25,18 +25,6 @@ fn only_call_id(server: &Server) -> String {
         .unwrap()
 }
 
-/// POST that may lose its response because the server crashes right away.
-fn post_maybe_lost(server: &Server, key: &str, body: &Value) {
-    let _ = idempotent_tool::client::request_once(
-        &server.base,
-        "POST",
-        "/v1/tool-calls",
-        &[("Idempotency-Key", key)],
-        Some(body.to_string().as_bytes()),
-        Some(DEADLINE),
-    );
-}
-
 /// The process exits after the succeed transaction committed but before any
 /// response: after a restart the call is `succeeded`, is not run again, and the
 /// same-key retry gets the original result (section 12.7.2).
@@ -44,8 +32,7 @@ fn post_maybe_lost(server: &Server, key: &str, body: &Value) {
 fn crash_after_commit_then_restart() {
     let db = TempDb::new("crash-after");
     let mut first = Server::start(&db, &["--chaos"]);
-    post_maybe_lost(
-        &first,
+    let _ = first.post_maybe_lost(
         "k-crash",
         &json!({"tool": "charge", "args": {"amount": 100, "_crash_after_commit": true}}),
     );
@@ -80,8 +67,7 @@ fn crash_after_commit_then_restart() {
 fn crash_before_commit_is_rerun_after_restart() {
     let db = TempDb::new("crash-before");
     let mut first = Server::start(&db, &["--chaos", "--lease-secs", "1"]);
-    post_maybe_lost(
-        &first,
+    let _ = first.post_maybe_lost(
         "k-before",
         &json!({"tool": "charge", "args": {"amount": 5, "_crash_before_commit": true}}),
     );

@@ -27,6 +27,7 @@ mod claim_batching;
 mod cli;
 mod client;
 mod crash;
+mod created_claimed;
 mod descriptors;
 mod disk_full;
 mod docs;

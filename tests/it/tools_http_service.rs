@@ -286,9 +286,19 @@ fn a_crash_between_the_downstream_answer_and_the_local_commit_leaves_one_effect_
     let db = TempDb::new("tools-http-crash");
     let flags = ["--chaos", "--lease-secs", "1"];
     let mut first = start(&db, &tools, &flags);
-    let call = post_refund(&first, json!({"amount": 9, "_crash_before_commit": true}));
+    let key = unique_name("refund");
+    let body = json!({"tool": "refund", "args": {"amount": 9, "_crash_before_commit": true}});
+    if let Some((status, call)) = first.post_maybe_lost(&key, &body) {
+        assert_eq!(status, 202, "{call}");
+    }
     assert!(!first.wait_exit().success());
-    let effect_id = call["effect_id"].as_str().unwrap();
+    let (call_id, effect_id): (String, String) = first
+        .sql()
+        .query_row("SELECT call_id, effect_id FROM calls", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    let effect_id = effect_id.as_str();
     assert_eq!(
         downstream.requests_for(effect_id)["effects"],
         1,
@@ -296,7 +306,7 @@ fn a_crash_between_the_downstream_answer_and_the_local_commit_leaves_one_effect_
     );
     assert_eq!(db.effects(), 0, "nothing was committed locally");
     let second = start(&db, &tools, &flags);
-    let done = second.wait_terminal(call["call_id"].as_str().unwrap());
+    let done = second.wait_terminal(&call_id);
     assert_eq!(
         support::status_and_attempt(&done),
         (Some("succeeded"), Some(2)),

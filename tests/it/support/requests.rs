@@ -72,6 +72,23 @@ pub trait Http {
         )
     }
 
+    /// A POST whose answer may be lost because the service exits at once (a
+    /// chaos crash hook: a worker may run the call before its `202` is
+    /// written). `None` when the connection closed first; the call is
+    /// committed either way and can be found by its key.
+    fn post_maybe_lost(&self, key: &str, body: &Value) -> Option<(u16, Value)> {
+        request_once(
+            self.base(),
+            "POST",
+            "/v1/tool-calls",
+            &[("Idempotency-Key", key)],
+            Some(body.to_string().as_bytes()),
+            Some(DEADLINE),
+        )
+        .ok()
+        .map(|resp| (resp.status, resp.json()))
+    }
+
     fn get(&self, path: &str) -> (u16, Value) {
         self.request("GET", path, &[], None)
     }
