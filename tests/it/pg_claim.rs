@@ -8,6 +8,7 @@
 //! (the poll's owner is `PID:poll@INSTANCE`; a worker's claim by id names
 //! the worker), and how many attempts and effects each call has.
 
+use crate::pg_contract::{both_backends, Backend};
 use crate::support::{address_after, count, Proc, TempDb, DEADLINE, SERVER_BIN};
 use idempotent_tool::store::{CallStore, Created, Database, NewCall, StoreOptions};
 use idempotent_tool::temp::postgres::{connect, PgServer};
@@ -15,12 +16,6 @@ use idempotent_tool::temp::TempDir;
 use std::cell::{RefCell, RefMut};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, Copy)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
 
 /// One test's database: a temp SQLite file or a fresh PostgreSQL database.
 struct Db {
@@ -152,21 +147,6 @@ fn most_at_once(db: &Db, running_sql: &str, done_sql: &str, total: i64) -> i64 {
 
 fn sleep_args(seconds: f64) -> String {
     format!(r#"{{"seconds":{seconds}}}"#)
-}
-
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn sqlite() {
-                super::$name(super::Backend::Sqlite)
-            }
-            #[test]
-            fn postgres() {
-                super::$name(super::Backend::Postgres)
-            }
-        }
-    )*};
 }
 
 both_backends!(

@@ -88,7 +88,7 @@ impl Db {
 }
 
 /// `NAME::sqlite` and `NAME::postgres`, each calling `NAME(backend)`; other
-/// modules use it too (`same_key.rs`), with `Backend` in scope.
+/// modules use it too (`same_key.rs`, `pg_claim.rs`), with `Backend` in scope.
 macro_rules! both_backends {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
