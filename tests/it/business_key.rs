@@ -235,14 +235,8 @@ fn concurrent_new_keys_for_one_intent_make_exactly_one_call() {
         })
         .collect();
     let answers: Vec<(u16, Value)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let created: Vec<&Value> = answers
-        .iter()
-        .filter(|(s, _)| *s == 202 || *s == 200)
-        .map(|(_, b)| b)
-        .collect();
-    assert_eq!(created.len(), 1, "{answers:?}");
-    let winner = created[0]["call_id"].clone();
-    for (status, body) in answers.iter().filter(|(s, _)| *s != 202 && *s != 200) {
+    let (winner, refused) = one_created(&answers);
+    for (status, body) in refused {
         assert_eq!(*status, 409, "{body}");
         assert_eq!(body["error"]["code"], "duplicate_intent");
         assert_eq!(body["error"]["call_id"], winner);
@@ -347,14 +341,8 @@ fn two_nodes_on_postgres_let_one_call_per_intent_through() {
         })
         .collect();
     let answers: Vec<(u16, Value)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let created: Vec<&Value> = answers
-        .iter()
-        .filter(|(s, _)| *s == 202 || *s == 200)
-        .map(|(_, b)| b)
-        .collect();
-    assert_eq!(created.len(), 1, "{answers:?}");
-    let winner = created[0]["call_id"].clone();
-    for (status, body) in answers.iter().filter(|(s, _)| *s != 202 && *s != 200) {
+    let (winner, refused) = one_created(&answers);
+    for (status, body) in refused {
         assert_eq!(
             (*status, &body["error"]["call_id"]),
             (409, &winner),
@@ -379,4 +367,14 @@ fn two_nodes_on_postgres_let_one_call_per_intent_through() {
         text.contains("share a business key"),
         "the check ran: {text}"
     );
+}
+
+/// Of racing answers, exactly one created the call (`200` or `202`): its
+/// `call_id`, and every other answer for the caller to check.
+fn one_created(answers: &[(u16, Value)]) -> (Value, Vec<&(u16, Value)>) {
+    let (created, refused): (Vec<_>, Vec<_>) = answers
+        .iter()
+        .partition(|(status, _)| *status == 202 || *status == 200);
+    assert_eq!(created.len(), 1, "{answers:?}");
+    (created[0].1["call_id"].clone(), refused)
 }

@@ -200,6 +200,36 @@ fn reset_failed(
         .map(|r| call_from_row(&r)))
 }
 
+/// The end of every claim statement: move the rows the CTE named `$chosen`
+/// picked (and locked) to `running` under a new attempt, a lease from the
+/// database's clock (`$2` seconds) and owner `$3`; audit each `claimed`; and
+/// return the leases. One text, so the two claims cannot drift apart.
+macro_rules! claim_chosen {
+    ($chosen:literal) => {
+        concat!(
+            "u AS (
+       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
+              lease_until = ",
+            now!(),
+            " + $2, owner = $3, updated_at = ",
+            now!(),
+            ", next_attempt_at = NULL
+         FROM ",
+            $chosen,
+            " WHERE calls.call_id = ",
+            $chosen,
+            ".call_id
+       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
+                 calls.effect_id, calls.lease_until, calls.updated_at
+     ), a AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
+     )
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+        )
+    };
+}
+
 /// `claim_many`: the named calls, each only if claimable now. The rows are
 /// locked in `call_id` order, as every statement here that takes several
 /// rows' locks does (`extend`, recovery), so two of them never deadlock; a row
@@ -215,21 +245,8 @@ const CLAIM_NAMED: &str = concat!(
     now!(),
     "))
         ORDER BY call_id FOR UPDATE SKIP LOCKED
-     ), u AS (
-       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
-              lease_until = ",
-    now!(),
-    " + $2, owner = $3, updated_at = ",
-    now!(),
-    ", next_attempt_at = NULL
-         FROM c WHERE calls.call_id = c.call_id
-       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
-                 calls.effect_id, calls.lease_until, calls.updated_at
-     ), a AS (
-       INSERT INTO audit (ts, call_id, attempt, event, detail)
-       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
-     )
-     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+     ), ",
+    claim_chosen!("c"),
 );
 
 /// `claim_due_within`: the oldest due calls nobody else is claiming at this
@@ -279,21 +296,8 @@ const CLAIM_DUE: &str = concat!(
          SELECT call_id, created_seq FROM other_due
        ) candidates
        ORDER BY created_seq LIMIT $1
-     ), u AS (
-       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
-              lease_until = ",
-    now!(),
-    " + $2, owner = $3, updated_at = ",
-    now!(),
-    ", next_attempt_at = NULL
-         FROM due WHERE calls.call_id = due.call_id
-       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
-                 calls.effect_id, calls.lease_until, calls.updated_at
-     ), a AS (
-       INSERT INTO audit (ts, call_id, attempt, event, detail)
-       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
-     )
-     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+     ), ",
+    claim_chosen!("due"),
 );
 
 pub(super) fn claim_named(
