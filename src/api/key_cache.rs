@@ -14,6 +14,11 @@
 //!   call in progress is answered without joining the write queue.
 //! - A settled call (`succeeded`, or `failed` without `retryable`) keeps its
 //!   rendered answer: a retry of it reads nothing.
+//! - It also keeps the body of the request it last answered (up to
+//!   `REMEMBERED_REQUEST_BYTES`): a retry whose body is byte for byte that one
+//!   is answered before its JSON is parsed or fingerprinted. The same bytes
+//!   under the same tenant and key are the same request, read the same way,
+//!   so they cannot be told anything else; any other body takes the full path.
 //!
 //! Every answer stays correct across processes and restarts: an unknown key
 //! only takes the slower, authoritative path; a committed row's key and
@@ -48,6 +53,11 @@ pub const DEFAULT_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 /// cache of many small entries from being charged far less than it uses.
 const ENTRY_OVERHEAD: usize = 192;
 
+/// The longest request body a settled entry keeps for byte-for-byte replays.
+/// Agents retry with the bytes they sent; a longer body is still answered
+/// from the cache, after it is parsed and fingerprinted.
+pub const REMEMBERED_REQUEST_BYTES: usize = 4 * 1024;
+
 /// What this process knows about idempotency keys, within a byte budget.
 pub struct KeyCache {
     budget: usize,
@@ -80,6 +90,9 @@ enum Known {
         fingerprint: String,
         call_id: String,
         body: Vec<u8>,
+        /// The raw body of the request answered with `body`; empty when it
+        /// was longer than `REMEMBERED_REQUEST_BYTES`.
+        request: Vec<u8>,
         /// The call's `expires_at`: past it the call may have been purged,
         /// so the entry no longer answers (the purge also forgets it).
         expires_at: Option<f64>,
@@ -110,7 +123,32 @@ impl KeyCache {
                 call_id,
                 body,
                 expires_at,
+                ..
             } if fp == fingerprint && expires_at.is_none_or(|at| now() < at) => {
+                Some((call_id.clone(), body.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The settled answer for this key when `request` is byte for byte the
+    /// body it was last given for, and its call cannot have been purged yet.
+    pub(super) fn settled_for_request(
+        &self,
+        idem_key: &str,
+        request: &[u8],
+    ) -> Option<(String, Vec<u8>)> {
+        match &lock(&self.entries).by_key.get(idem_key)?.known {
+            Known::Settled {
+                call_id,
+                body,
+                request: known,
+                expires_at,
+                ..
+            } if !known.is_empty()
+                && known.as_slice() == request
+                && expires_at.is_none_or(|at| now() < at) =>
+            {
                 Some((call_id.clone(), body.clone()))
             }
             _ => None,
@@ -129,15 +167,28 @@ impl KeyCache {
         }
     }
 
+    /// Keep a settled call's answer `body`, given to a request whose body
+    /// was `request` and whose fingerprint is `fingerprint`.
     pub(super) fn insert_settled(
         &self,
         idem_key: &str,
         fingerprint: String,
         call: (&str, Option<f64>),
         body: &[u8],
+        request: &[u8],
     ) {
         let (call_id, expires_at) = (call.0.to_string(), call.1);
-        let cost = ENTRY_OVERHEAD + idem_key.len() + fingerprint.len() + call_id.len() + body.len();
+        let request = if request.len() <= REMEMBERED_REQUEST_BYTES {
+            request.to_vec()
+        } else {
+            Vec::new()
+        };
+        let cost = ENTRY_OVERHEAD
+            + idem_key.len()
+            + fingerprint.len()
+            + call_id.len()
+            + body.len()
+            + request.len();
         let mut entries = lock(&self.entries);
         entries.remove(idem_key);
         let body = body.to_vec();
@@ -145,6 +196,7 @@ impl KeyCache {
             fingerprint,
             call_id,
             body,
+            request,
             expires_at,
         };
         entries.insert(idem_key.into(), known, cost, self.budget);
@@ -213,6 +265,8 @@ mod tests {
     const FP: &str = "f1";
     /// The call behind every settled answer here: id `c`, never expiring.
     const CALL: (&str, Option<f64>) = ("c", None);
+    /// The body of the request a settled answer was given to.
+    const REQ: &[u8] = br#"{"tool":"charge","args":{"amount":1}}"#;
 
     fn settled_cost(key: &str, body_len: usize) -> usize {
         ENTRY_OVERHEAD + key.len() + FP.len() + CALL.0.len() + body_len
@@ -221,14 +275,37 @@ mod tests {
     #[test]
     fn an_answer_past_its_calls_expiry_is_not_given() {
         let cache = KeyCache::default();
-        cache.insert_settled("k", FP.into(), ("c", Some(now() - 1.0)), b"old");
+        cache.insert_settled("k", FP.into(), ("c", Some(now() - 1.0)), b"old", REQ);
         assert_eq!(cache.settled("k", FP), None);
+        assert_eq!(cache.settled_for_request("k", REQ), None);
+    }
+
+    #[test]
+    fn a_settled_answer_is_given_to_the_same_bytes_only() {
+        let cache = KeyCache::default();
+        cache.insert_settled("k", FP.into(), CALL, b"answer", REQ);
+        let answer = Some(("c".to_string(), b"answer".to_vec()));
+        assert_eq!(cache.settled_for_request("k", REQ), answer);
+        let spaced = br#"{"tool": "charge", "args": {"amount": 1}}"#;
+        assert_eq!(cache.settled_for_request("k", spaced), None);
+        assert_eq!(cache.settled_for_request("k", b""), None);
+        assert_eq!(cache.settled_for_request("other", REQ), None);
+    }
+
+    #[test]
+    fn a_long_request_body_is_not_kept_but_its_answer_is() {
+        let cache = KeyCache::default();
+        let long = vec![b' '; REMEMBERED_REQUEST_BYTES + 1];
+        cache.insert_settled("k", FP.into(), CALL, b"answer", &long);
+        assert_eq!(cache.settled_for_request("k", &long), None);
+        assert!(cache.settled("k", FP).is_some());
+        assert_eq!(cache.bytes(), settled_cost("k", b"answer".len()));
     }
 
     #[test]
     fn a_settled_answer_is_given_only_for_its_fingerprint() {
         let cache = KeyCache::default();
-        cache.insert_settled("k", FP.into(), CALL, b"answer");
+        cache.insert_settled("k", FP.into(), CALL, b"answer", REQ);
         assert_eq!(
             cache.settled("k", FP),
             Some(("c".to_string(), b"answer".to_vec()))
@@ -243,7 +320,7 @@ mod tests {
         let body = vec![b'x'; 1000];
         let cache = KeyCache::with_budget(3 * settled_cost("k0", body.len()));
         for n in 0..10 {
-            cache.insert_settled(&format!("k{n}"), FP.into(), CALL, &body);
+            cache.insert_settled(&format!("k{n}"), FP.into(), CALL, &body, b"");
             assert!(cache.bytes() <= 3 * settled_cost("k0", body.len()));
         }
         assert_eq!(cache.len(), 3);
@@ -259,14 +336,14 @@ mod tests {
         cache.insert_has_row("k");
         cache.insert_has_row("k");
         assert_eq!(cache.bytes(), ENTRY_OVERHEAD + 1);
-        cache.insert_settled("k", FP.into(), CALL, b"abc");
+        cache.insert_settled("k", FP.into(), CALL, b"abc", b"");
         assert_eq!((cache.len(), cache.bytes()), (1, settled_cost("k", 3)));
     }
 
     #[test]
     fn forget_drops_the_answer_and_its_bytes() {
         let cache = KeyCache::default();
-        cache.insert_settled("k", FP.into(), CALL, b"abc");
+        cache.insert_settled("k", FP.into(), CALL, b"abc", b"");
         cache.insert_has_row("other");
         cache.forget("k");
         assert_eq!(cache.settled("k", FP), None);
@@ -279,7 +356,7 @@ mod tests {
     fn an_answer_larger_than_the_budget_is_not_kept() {
         let cache = KeyCache::with_budget(ENTRY_OVERHEAD + 100);
         cache.insert_has_row("small");
-        cache.insert_settled("big", FP.into(), CALL, &[0; 200]);
+        cache.insert_settled("big", FP.into(), CALL, &[0; 200], b"");
         assert_eq!(cache.settled("big", FP), None);
         assert!(cache.has_row("small"), "nothing evicted for it either");
         let off = KeyCache::with_budget(0);

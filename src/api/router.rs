@@ -170,6 +170,10 @@ impl Api {
         let key = idempotency_key(req)?;
         exchange.idem_key = Some(key.to_string());
         let wait = wait_param(req)?;
+        if let Some((call_id, answer)) = self.replay_same_bytes(tenant, key, &req.body) {
+            let response = Response::json_bytes(200, answer);
+            return Ok(exchange.returned_call(response, &call_id, true));
+        }
         let body = parse_body(&req.body)?;
         let (tool, args) = tool_and_args(&body)?;
         let submission = Submission {
@@ -215,6 +219,7 @@ impl Api {
                 fingerprint,
                 (&call_id, expires_at),
                 &response.body,
+                &req.body,
             );
             return Ok(exchange.returned_call(response, &call_id, true));
         }

@@ -271,6 +271,21 @@ impl Api {
         Ok(())
     }
 
+    /// The settled answer for a REST retry whose body is byte for byte the
+    /// one the key cache last answered under this tenant and key: counted as
+    /// a replay, with nothing parsed (see `KeyCache::settled_for_request`).
+    pub(crate) fn replay_same_bytes(
+        &self,
+        tenant: &Tenant,
+        key: &str,
+        body: &[u8],
+    ) -> Option<(String, Vec<u8>)> {
+        let cache_key = scoped_key(&tenant.name, key);
+        let answer = self.keys.settled_for_request(&cache_key, body)?;
+        self.count(Transport::Http, Outcome::Replayed);
+        Some(answer)
+    }
+
     fn count(&self, transport: Transport, outcome: Outcome) {
         if outcome == Outcome::Replayed {
             self.metrics.replays.inc();

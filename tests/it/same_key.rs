@@ -8,8 +8,9 @@
 //! `pg_contract.rs`; the rest use the service in this process on SQLite.
 
 use crate::pg_contract::{both_backends, Backend, Db};
+use crate::support::exposition;
 use crate::support::Http;
-use crate::support::{charge, Local, TempDb};
+use crate::support::{charge, Counts, Local, TempDb};
 use serde_json::json;
 
 both_backends!(
@@ -147,4 +148,74 @@ fn settled_call_retries_match_the_record_and_conflicts_still_409() {
         (400, json!("missing_idempotency_key"))
     );
     assert_eq!(server.stats()["effects"], 1);
+}
+
+/// `idempotent_tool_replays_total` now.
+fn replays(server: &Local) -> f64 {
+    let response = server.call("GET", "/metrics", &[], None);
+    let text = String::from_utf8(response.body).unwrap();
+    let scrape = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    scrape
+        .value("idempotent_tool_replays_total", &[])
+        .expect("the replay counter")
+}
+
+/// A retry whose body is byte for byte the one a settled call was last
+/// answered for is answered from the key cache before its JSON is parsed. It
+/// must be exactly the full path's answer (status, headers, body) and count
+/// as a replay; a body that only means the same takes the full path and gets
+/// the same answer; a changed body is still 409, and the same bytes under
+/// another key are a new call.
+#[test]
+fn a_byte_identical_retry_gets_exactly_the_full_paths_answer() {
+    let db = TempDb::new("same-bytes");
+    let server = Local::start(&db, &[]);
+    let post = |key: &str, text: &str| {
+        let headers = [
+            ("Idempotency-Key", key),
+            ("Content-Type", "application/json"),
+        ];
+        server.call("POST", "/v1/tool-calls", &headers, Some(text))
+    };
+    let bytes = r#"{"tool":"charge","args":{"amount":7}}"#;
+    let first = post("k-bytes", bytes);
+    assert_eq!(first.status, 202, "{}", first.json());
+    let call_id = first.json()["call_id"].as_str().unwrap().to_string();
+    server.wait_terminal(&call_id);
+    // The first retry of a settled call takes the full path, and leaves its
+    // answer and its request's bytes in the cache.
+    let full = post("k-bytes", bytes);
+    let before = replays(&server);
+    let cached = post("k-bytes", bytes);
+    assert_eq!(replays(&server) - before, 1.0, "counted as a replay");
+    let location = format!("/v1/tool-calls/{call_id}");
+    for answer in [&full, &cached] {
+        assert_eq!(
+            (
+                answer.status,
+                answer.header("Idempotent-Replayed"),
+                answer.header("Location")
+            ),
+            (200, Some("true"), Some(location.as_str()))
+        );
+    }
+    assert_eq!(cached.body, full.body, "the very bytes of the full answer");
+
+    let same_meaning = post(
+        "k-bytes",
+        r#"{ "args": {"amount": 7.0}, "tool": "charge" }"#,
+    );
+    assert_eq!((same_meaning.status, &same_meaning.body), (200, &full.body));
+    let changed = post("k-bytes", r#"{"tool":"charge","args":{"amount":8}}"#);
+    assert_eq!(changed.status, 409, "{}", changed.json());
+    let other_key = post("k-bytes-2", bytes);
+    assert_eq!(other_key.status, 202, "{}", other_key.json());
+    assert_ne!(other_key.json()["call_id"].as_str(), Some(call_id.as_str()));
+    server.wait_terminal(other_key.json()["call_id"].as_str().unwrap());
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM effects WHERE call_id = '{call_id}'"
+        )),
+        1
+    );
 }
