@@ -8,13 +8,26 @@
 //! with `wal_autocheckpoint=0`, and this thread, on its own connection, runs a
 //! `PASSIVE` checkpoint after the writer says it committed (at most every
 //! `PAUSE`): it copies what no reader still needs and never waits for, or
-//! blocks, the writer or a reader. A passive checkpoint cannot finish while
-//! readers keep old snapshots, so when the WAL holds more than `bound` pages
-//! the thread falls back to a `RESTART` checkpoint, which waits (up to the
-//! busy timeout) for those readers and lets the next batch start the WAL from
-//! its beginning. With `journal_size_limit` on the writer, a restarted WAL is
-//! also cut back on disk: the file stays near `bound` pages however long the
-//! load lasts.
+//! blocks, the writer or a reader.
+//!
+//! **Starting the WAL over.** SQLite rewinds the WAL only in a write
+//! transaction that began when every frame was already copied, and under
+//! load the writer begins its next batch right after each commit, before any
+//! checkpoint can catch up. Forcing it with a `RESTART` checkpoint takes the
+//! write lock until the copying and every reader of an old snapshot are done:
+//! measured, that stopped the writer (its busy handler sleeping 1, 2, 5 ms
+//! and more) a few times a second, and let the WAL reach 30–70 MB between
+//! rewinds. So this thread never takes the write lock. Once the WAL holds
+//! more than `bound` pages and a pass copied all it saw, it marks a rewind
+//! due, and the writer, between two batches, runs one more `PASSIVE`
+//! checkpoint itself (`finish_rewind`): it copies only the last few batches,
+//! and its next batch starts the WAL from its beginning. A reader still
+//! reading an old snapshot at that moment only postpones the rewind; if
+//! such readers foil rewinds until the WAL is four times `bound`, this
+//! thread forces one with a `RESTART`, as it once did at `bound` itself.
+//! `journal_size_limit` on the writer is a few times `bound`, so a WAL that
+//! rewinds near `bound` is never cut back (an `ftruncate` in the middle of a
+//! `COMMIT` took 21 ms), and one that grew far past it is.
 //!
 //! A checkpoint syncs the WAL before it copies frames into the database file,
 //! so it never makes a commit durable that was not already (see `syncer`),
@@ -24,6 +37,7 @@
 use crate::sync::lock;
 use rusqlite::Connection;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -32,6 +46,11 @@ use std::time::Duration;
 /// followed by a blocking one: 4 MiB of 1 KiB pages, about four seconds of
 /// the heaviest load this service has seen.
 pub(super) const WAL_BOUND_PAGES: u32 = 4096;
+
+/// The WAL file's size, in pages, past which a rewound WAL is cut back
+/// (`journal_size_limit`): four times the bound, so that the usual rewind,
+/// a little past the bound, never truncates the file inside a `COMMIT`.
+pub(super) const WAL_FILE_LIMIT_PAGES: u32 = 4 * WAL_BOUND_PAGES;
 
 /// The least time between two checkpoints: lets a checkpoint carry many
 /// batches' pages, and keeps its I/O from competing with every commit.
@@ -50,9 +69,12 @@ struct Signal {
     runs: u64,
 }
 
-/// The handle the writer keeps: `nudge` after each commit, `stop` once.
+/// The handle the writer keeps: `nudge` after each commit, `rewind_due`
+/// between batches, `stop` once.
 pub(super) struct Checkpointer {
     signal: Arc<(Mutex<Signal>, Condvar)>,
+    /// Set by the thread when the writer should `finish_rewind`.
+    rewind: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -60,19 +82,27 @@ impl Checkpointer {
     /// Open a connection of its own on `path` and start the thread.
     pub(super) fn start(path: &Path, bound: u32) -> rusqlite::Result<Checkpointer> {
         let conn = Connection::open(path)?;
-        // Long enough to outlast a batch; a RESTART waits this long at most
-        // for readers before it gives up until the next nudge.
+        // Long enough to outlast a batch; the `RESTART` of a stuck WAL waits
+        // this long at most for readers before it gives up until the next nudge.
         conn.busy_timeout(Duration::from_secs(5))?;
         let signal = Arc::new((Mutex::new(Signal::default()), Condvar::new()));
-        let thread_signal = Arc::clone(&signal);
+        let rewind = Arc::new(AtomicBool::new(false));
+        let (thread_signal, thread_rewind) = (Arc::clone(&signal), Arc::clone(&rewind));
         let thread = std::thread::Builder::new()
             .name("store-checkpointer".into())
-            .spawn(move || run(&conn, &thread_signal, bound))
+            .spawn(move || run(&conn, &thread_signal, &thread_rewind, bound))
             .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
         Ok(Checkpointer {
             signal,
+            rewind,
             thread: Some(thread),
         })
+    }
+
+    /// Whether the writer should `finish_rewind` before its next batch
+    /// (asked once: the answer is cleared).
+    pub(super) fn rewind_due(&self) -> bool {
+        self.rewind.swap(false, Ordering::Relaxed)
     }
 
     /// The writer committed: a checkpoint is due (soon, not now).
@@ -109,7 +139,7 @@ impl Drop for Checkpointer {
     }
 }
 
-fn run(conn: &Connection, signal: &(Mutex<Signal>, Condvar), bound: u32) {
+fn run(conn: &Connection, signal: &(Mutex<Signal>, Condvar), rewind: &AtomicBool, bound: u32) {
     let (state, wake) = signal;
     loop {
         {
@@ -125,11 +155,13 @@ fn run(conn: &Connection, signal: &(Mutex<Signal>, Condvar), bound: u32) {
             }
             guard.committed = false;
         }
-        if let Err(e) = checkpoint(conn, bound) {
-            crate::log::warn("checkpoint failed; the next commit retries it")
+        match checkpoint(conn, bound) {
+            Ok(pass) if pass.rewind_due(bound) => rewind.store(true, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(e) => crate::log::warn("checkpoint failed; the next commit retries it")
                 .event("checkpoint_failed")
                 .cause(&e)
-                .emit();
+                .emit(),
         }
         lock(state).runs += 1;
         std::thread::sleep(PAUSE);
@@ -145,19 +177,37 @@ pub(super) struct Checkpointed {
     pub(super) copied: i64,
 }
 
-/// A passive checkpoint, and a restarting one when the WAL has grown past
-/// `bound` pages without a passive one catching up.
+/// How many times `bound` the WAL may grow while readers of old snapshots
+/// keep foiling the writer's rewinds, before this thread forces one with a
+/// `RESTART` (which stops the writer while it waits for those readers).
+const STUCK_FACTOR: i64 = 4;
+
+impl Checkpointed {
+    /// The WAL is past `bound` and this pass copied every frame it saw: the
+    /// writer's own pass will find only what was committed since.
+    fn rewind_due(&self, bound: u32) -> bool {
+        self.wal_pages > i64::from(bound) && self.copied == self.wal_pages
+    }
+}
+
+/// A passive checkpoint; and, when rewinds have failed until the WAL is
+/// `STUCK_FACTOR` times past `bound`, a `RESTART` that waits for the readers
+/// of old snapshots (and holds the write lock meanwhile).
 pub(super) fn checkpoint(conn: &Connection, bound: u32) -> rusqlite::Result<Checkpointed> {
-    let passive = run_checkpoint(conn, "PASSIVE")?;
-    if passive.wal_pages > i64::from(bound) && passive.copied < passive.wal_pages {
+    let pass = run_checkpoint(conn, "PASSIVE")?;
+    if pass.wal_pages > STUCK_FACTOR * i64::from(bound) {
         return run_checkpoint(conn, "RESTART");
     }
-    if passive.wal_pages > i64::from(bound) {
-        // Everything is copied but the WAL is long: RESTART only waits for
-        // readers of old snapshots, so the next batch starts it afresh.
-        return run_checkpoint(conn, "RESTART");
-    }
-    Ok(passive)
+    Ok(pass)
+}
+
+/// On the writer's connection, between two batches: a passive checkpoint
+/// copies what the checkpointer has not yet (the last few batches), so the
+/// writer's next transaction begins with every frame copied and starts the
+/// WAL from its beginning. It waits for nobody: a reader still reading an
+/// old snapshot at that moment only leaves the rewind to a later pass.
+pub(super) fn finish_rewind(writer: &Connection) -> rusqlite::Result<Checkpointed> {
+    run_checkpoint(writer, "PASSIVE")
 }
 
 fn run_checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Checkpointed> {
@@ -185,6 +235,8 @@ mod tests {
     /// automatic checkpoint, the WAL cut back to the bound when it restarts.
     fn writer(path: &Path) -> Connection {
         let conn = Connection::open(path).unwrap();
+        // As the store's writer: `finish_rewind` waits this long at most.
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
         conn.execute_batch(&format!(
             "PRAGMA page_size=1024; PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;
              PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={};
@@ -232,6 +284,10 @@ mod tests {
                         .unwrap();
                 }
                 conn.execute_batch("COMMIT").unwrap();
+                // What the store's writer does between two batches.
+                if checkpointer.is_some_and(Checkpointer::rewind_due) {
+                    finish_rewind(&conn).unwrap();
+                }
                 match checkpointer {
                     Some(c) if batch % BATCHES_PER_CHECK == 0 => one_more_checkpoint(c),
                     Some(c) => c.nudge(),
@@ -261,12 +317,49 @@ mod tests {
         let peak = long_write_load(&path, Some(&checkpointer));
         checkpointer.stop();
         // The bound, plus what a few intervals between checks append: on a
-        // loaded machine a RESTART can lose to the always-reading reader for
+        // loaded machine a rewind can lose to the always-reading reader for
         // a few checks in a row (seen at 6.2x the bound with builds running
         // beside it). Without the checkpointer the same load reaches ~60x.
         assert!(
             peak <= 12 * u64::from(BOUND) * PAGE,
             "the WAL reached {peak} bytes with the checkpointer on"
+        );
+    }
+
+    /// Under load the checkpointer's pass lands while a batch is open, so
+    /// the batch after it never finds every frame copied and SQLite never
+    /// starts the WAL over by itself. The writer's own pass between batches
+    /// (`finish_rewind`, when a pass says a rewind is due) does: the WAL
+    /// starts over a little past the bound, far below the `RESTART` that a
+    /// stuck WAL gets. Both connections run on this thread, in that order.
+    #[test]
+    fn the_writers_own_pass_starts_the_wal_over_near_the_bound() {
+        let dir = TempDir::new("idem-checkpointer").unwrap();
+        let path = dir.join("rewound.db");
+        let conn = writer(&path);
+        let other = Connection::open(&path).unwrap();
+        // The batch holds the write lock on this very thread: a `RESTART`
+        // must not wait for it.
+        other.busy_timeout(Duration::ZERO).unwrap();
+        let wal = path.with_extension("db-wal");
+        let body = "x".repeat(900);
+        let mut peak = 0;
+        for _ in 0..400 {
+            conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+            for _ in 0..5 {
+                conn.execute("INSERT INTO t (body) VALUES (?1)", [&body])
+                    .unwrap();
+            }
+            let pass = checkpoint(&other, BOUND).unwrap();
+            conn.execute_batch("COMMIT").unwrap();
+            if pass.rewind_due(BOUND) {
+                finish_rewind(&conn).unwrap();
+            }
+            peak = peak.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+        }
+        assert!(
+            peak < 2 * u64::from(BOUND) * PAGE,
+            "the WAL reached {peak} bytes"
         );
     }
 }

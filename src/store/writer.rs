@@ -70,7 +70,7 @@
 //! in order, and reports what `COMMIT` said. It never holds a transaction open
 //! across anything but SQL.
 
-use super::checkpointer::{Checkpointer, WAL_BOUND_PAGES};
+use super::checkpointer::{self, Checkpointer, WAL_BOUND_PAGES, WAL_FILE_LIMIT_PAGES};
 use super::error::StoreError;
 use super::model::WriterStats;
 use super::sync_mode::SyncMode;
@@ -379,6 +379,9 @@ impl WriterThread {
             self.counters.progressed();
             self.commit_batch(batch);
             if let Some(checkpointer) = &self.checkpointer {
+                if checkpointer.rewind_due() {
+                    self.finish_rewind();
+                }
                 checkpointer.nudge();
             }
         }
@@ -392,6 +395,17 @@ impl WriterThread {
         // database file, so the file alone is the whole state.
         if let Err(e) = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
             crate::log::warn("final checkpoint failed")
+                .event("checkpoint_failed")
+                .cause(&e)
+                .emit();
+        }
+    }
+
+    /// Between two batches, when the checkpointer asks: copy the frames it
+    /// has not, so the next batch starts the WAL over (see `checkpointer`).
+    fn finish_rewind(&self) {
+        if let Err(e) = checkpointer::finish_rewind(&self.conn) {
+            crate::log::warn("checkpoint failed; the next commit retries it")
                 .event("checkpoint_failed")
                 .cause(&e)
                 .emit();
@@ -481,9 +495,9 @@ impl WriterThread {
 /// start the thread that does it instead.
 fn start_checkpointer(conn: &Connection, path: &Path) -> rusqlite::Result<Checkpointer> {
     let checkpointer = Checkpointer::start(path, WAL_BOUND_PAGES)?;
-    // A restarted WAL is cut back to the bound on disk.
+    // A restarted WAL that grew far past the bound is cut back on disk.
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-    let limit = i64::from(WAL_BOUND_PAGES) * page_size;
+    let limit = i64::from(WAL_FILE_LIMIT_PAGES) * page_size;
     conn.execute_batch(&format!(
         "PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={limit};"
     ))?;
