@@ -4,7 +4,6 @@
 //! `sleep` call is never purged, no cached answer outlives its call, the purges
 //! are counted in `/metrics`, and `verify` still passes.
 
-use crate::support::exposition;
 use crate::support::Counts;
 use crate::support::Http;
 use crate::support::{charge, eventually, Local, TempDb, SERVER_BIN};
@@ -12,12 +11,7 @@ use serde_json::{json, Value};
 use std::process::Command;
 
 fn purged_total(server: &Local) -> f64 {
-    let response = server.call("GET", "/metrics", &[], None);
-    let text = String::from_utf8(response.body).unwrap();
-    let scrape = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    scrape
-        .value("idempotent_tool_calls_purged_total", &[])
-        .expect("the purge counter")
+    server.counter("idempotent_tool_calls_purged_total")
 }
 
 /// A settled call expires `--key-ttl` after its last update, is purged, and

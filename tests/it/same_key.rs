@@ -8,7 +8,6 @@
 //! `pg_contract.rs`; the rest use the service in this process on SQLite.
 
 use crate::pg_contract::{both_backends, Backend, Db};
-use crate::support::exposition;
 use crate::support::Http;
 use crate::support::{charge, Counts, Local, TempDb};
 use serde_json::json;
@@ -150,16 +149,6 @@ fn settled_call_retries_match_the_record_and_conflicts_still_409() {
     assert_eq!(server.stats()["effects"], 1);
 }
 
-/// `idempotent_tool_replays_total` now.
-fn replays(server: &Local) -> f64 {
-    let response = server.call("GET", "/metrics", &[], None);
-    let text = String::from_utf8(response.body).unwrap();
-    let scrape = exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    scrape
-        .value("idempotent_tool_replays_total", &[])
-        .expect("the replay counter")
-}
-
 /// A retry whose body is byte for byte the one a settled call was last
 /// answered for is answered from the key cache before its JSON is parsed. It
 /// must be exactly the full path's answer (status, headers, body) and count
@@ -168,6 +157,7 @@ fn replays(server: &Local) -> f64 {
 /// another key are a new call.
 #[test]
 fn a_byte_identical_retry_gets_exactly_the_full_paths_answer() {
+    const REPLAYS: &str = "idempotent_tool_replays_total";
     let db = TempDb::new("same-bytes");
     let server = Local::start(&db, &[]);
     let post = |key: &str, text: &str| {
@@ -185,9 +175,9 @@ fn a_byte_identical_retry_gets_exactly_the_full_paths_answer() {
     // The first retry of a settled call takes the full path, and leaves its
     // answer and its request's bytes in the cache.
     let full = post("k-bytes", bytes);
-    let before = replays(&server);
+    let before = server.counter(REPLAYS);
     let cached = post("k-bytes", bytes);
-    assert_eq!(replays(&server) - before, 1.0, "counted as a replay");
+    assert_eq!(server.counter(REPLAYS) - before, 1.0, "counted as a replay");
     let location = format!("/v1/tool-calls/{call_id}");
     for answer in [&full, &cached] {
         assert_eq!(

@@ -3,6 +3,7 @@
 //! request at a time with a generous deadline, failures showing what the
 //! service was doing.
 
+use super::exposition::{self, Exposition};
 use super::DEADLINE;
 use idempotent_tool::client::{authority, encode_path_segment, request_once, HttpResponse};
 use serde_json::Value;
@@ -121,5 +122,19 @@ pub trait Http {
         let (status, stats) = self.get("/stats");
         assert_eq!(status, 200, "{stats}");
         stats
+    }
+
+    /// `GET /metrics`, parsed strictly (a malformed scrape fails the test).
+    fn scrape(&self) -> Exposition {
+        let response = self.call("GET", "/metrics", &[], None);
+        let text = String::from_utf8(response.body).expect("a UTF-8 scrape");
+        exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// The value of an unlabelled series in `/metrics` now.
+    fn counter(&self, name: &str) -> f64 {
+        self.scrape()
+            .value(name, &[])
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
     }
 }
