@@ -242,7 +242,8 @@ pub(super) struct Writer {
 impl Writer {
     /// Start the writer thread on `conn`, the only write connection, with
     /// the checkpointer and the syncer beside it: from now on the writer
-    /// neither checkpoints (until it stops) nor waits for `fdatasync`.
+    /// does not wait for `fdatasync`, and checkpoints only to finish a WAL
+    /// rewind between two batches (and once when it stops).
     pub(super) fn start(conn: Connection) -> std::io::Result<Writer> {
         let path = conn.path().filter(|p| !p.is_empty()).map(PathBuf::from);
         let sync = match &path {
