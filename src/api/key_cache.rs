@@ -117,18 +117,7 @@ impl KeyCache {
     /// The settled answer (call id and body) for this key and fingerprint, if
     /// there is one and its call cannot have been purged yet.
     pub(super) fn settled(&self, idem_key: &str, fingerprint: &str) -> Option<(String, Vec<u8>)> {
-        match &lock(&self.entries).by_key.get(idem_key)?.known {
-            Known::Settled {
-                fingerprint: fp,
-                call_id,
-                body,
-                expires_at,
-                ..
-            } if fp == fingerprint && expires_at.is_none_or(|at| now() < at) => {
-                Some((call_id.clone(), body.clone()))
-            }
-            _ => None,
-        }
+        self.settled_if(idem_key, |fp, _| fp == fingerprint)
     }
 
     /// The settled answer for this key when `request` is byte for byte the
@@ -138,17 +127,24 @@ impl KeyCache {
         idem_key: &str,
         request: &[u8],
     ) -> Option<(String, Vec<u8>)> {
+        self.settled_if(idem_key, |_, known| !known.is_empty() && known == request)
+    }
+
+    /// The settled answer for this key when `matches(fingerprint, request)`
+    /// says it is this request's, and its call cannot have been purged yet.
+    fn settled_if(
+        &self,
+        idem_key: &str,
+        matches: impl FnOnce(&str, &[u8]) -> bool,
+    ) -> Option<(String, Vec<u8>)> {
         match &lock(&self.entries).by_key.get(idem_key)?.known {
             Known::Settled {
+                fingerprint,
                 call_id,
                 body,
-                request: known,
+                request,
                 expires_at,
-                ..
-            } if !known.is_empty()
-                && known.as_slice() == request
-                && expires_at.is_none_or(|at| now() < at) =>
-            {
+            } if matches(fingerprint, request) && expires_at.is_none_or(|at| now() < at) => {
                 Some((call_id.clone(), body.clone()))
             }
             _ => None,

@@ -47,10 +47,16 @@ use std::time::Duration;
 /// the heaviest load this service has seen.
 pub(super) const WAL_BOUND_PAGES: u32 = 4096;
 
+/// How many times the bound the WAL may grow while readers of old snapshots
+/// keep foiling the writer's rewinds, before this thread forces one with a
+/// `RESTART` (which stops the writer while it waits for those readers).
+const STUCK_FACTOR: u32 = 4;
+
 /// The WAL file's size, in pages, past which a rewound WAL is cut back
-/// (`journal_size_limit`): four times the bound, so that the usual rewind,
-/// a little past the bound, never truncates the file inside a `COMMIT`.
-pub(super) const WAL_FILE_LIMIT_PAGES: u32 = 4 * WAL_BOUND_PAGES;
+/// (`journal_size_limit`): where a stuck WAL is forced back, so that the
+/// usual rewind, a little past the bound, never truncates the file inside a
+/// `COMMIT`, and only a WAL that outgrew even that is cut.
+pub(super) const WAL_FILE_LIMIT_PAGES: u32 = STUCK_FACTOR * WAL_BOUND_PAGES;
 
 /// The least time between two checkpoints: lets a checkpoint carry many
 /// batches' pages, and keeps its I/O from competing with every commit.
@@ -158,10 +164,7 @@ fn run(conn: &Connection, signal: &(Mutex<Signal>, Condvar), rewind: &AtomicBool
         match checkpoint(conn, bound) {
             Ok(pass) if pass.rewind_due(bound) => rewind.store(true, Ordering::Relaxed),
             Ok(_) => {}
-            Err(e) => crate::log::warn("checkpoint failed; the next commit retries it")
-                .event("checkpoint_failed")
-                .cause(&e)
-                .emit(),
+            Err(e) => warn_failed(&e),
         }
         lock(state).runs += 1;
         std::thread::sleep(PAUSE);
@@ -177,11 +180,6 @@ pub(super) struct Checkpointed {
     pub(super) copied: i64,
 }
 
-/// How many times `bound` the WAL may grow while readers of old snapshots
-/// keep foiling the writer's rewinds, before this thread forces one with a
-/// `RESTART` (which stops the writer while it waits for those readers).
-const STUCK_FACTOR: i64 = 4;
-
 impl Checkpointed {
     /// The WAL is past `bound` and this pass copied every frame it saw: the
     /// writer's own pass will find only what was committed since.
@@ -195,7 +193,7 @@ impl Checkpointed {
 /// of old snapshots (and holds the write lock meanwhile).
 pub(super) fn checkpoint(conn: &Connection, bound: u32) -> rusqlite::Result<Checkpointed> {
     let pass = run_checkpoint(conn, "PASSIVE")?;
-    if pass.wal_pages > STUCK_FACTOR * i64::from(bound) {
+    if pass.wal_pages > i64::from(STUCK_FACTOR * bound) {
         return run_checkpoint(conn, "RESTART");
     }
     Ok(pass)
@@ -208,6 +206,15 @@ pub(super) fn checkpoint(conn: &Connection, bound: u32) -> rusqlite::Result<Chec
 /// old snapshot at that moment only leaves the rewind to a later pass.
 pub(super) fn finish_rewind(writer: &Connection) -> rusqlite::Result<Checkpointed> {
     run_checkpoint(writer, "PASSIVE")
+}
+
+/// A checkpoint that failed changed nothing; the next commit's nudge tries
+/// again.
+pub(super) fn warn_failed(e: &rusqlite::Error) {
+    crate::log::warn("checkpoint failed; the next commit retries it")
+        .event("checkpoint_failed")
+        .cause(e)
+        .emit();
 }
 
 fn run_checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Checkpointed> {

@@ -406,10 +406,7 @@ impl WriterThread {
     /// has not, so the next batch starts the WAL over (see `checkpointer`).
     fn finish_rewind(&self) {
         if let Err(e) = checkpointer::finish_rewind(&self.conn) {
-            crate::log::warn("checkpoint failed; the next commit retries it")
-                .event("checkpoint_failed")
-                .cause(&e)
-                .emit();
+            checkpointer::warn_failed(&e);
         }
     }
 
