@@ -13,7 +13,11 @@
 //! starts within moments of its lease. Due calls this process did not submit
 //! (a crash's, a retry's, another node's) arrive already claimed: the poll
 //! (`claim`) claims as many as there are free workers in one store operation
-//! and a worker runs each lease as it comes, with no second claim.
+//! and a worker runs each lease as it comes, with no second claim. A new
+//! call whose worker the API reserved arrives claimed too (created `running`);
+//! a quick one may be reserved past the free workers while only quick work is
+//! ahead of it (`claim::Capacity`), so under load most quick calls need no
+//! claim of their own.
 //!
 //! Where each call is in this process — queued, waiting for its tool's slot,
 //! claiming, running under a lease and when that lease is next extended,
@@ -278,10 +282,11 @@ impl Runner {
             let unsent = match pool.as_ref() {
                 Some(pool) => {
                     // Counted before the send: a worker may finish it first.
-                    self.capacity.queued();
+                    let quick = task.quick;
+                    self.capacity.queued(quick);
                     let unsent = pool.send(Job::Claim(task)).err();
                     if unsent.is_some() {
-                        self.capacity.release(1);
+                        self.capacity.release(1, usize::from(!quick));
                     }
                     unsent
                 }
@@ -329,6 +334,7 @@ impl Runner {
     /// the next process.
     fn work(self: &Arc<Self>, taken: Vec<Job>) {
         let jobs = taken.len();
+        let slow = taken.iter().filter(|job| !job.task().quick).count();
         self.metrics.queued_calls.add(-(jobs as f64));
         let mut to_claim = Vec::new();
         for job in taken {
@@ -351,7 +357,7 @@ impl Runner {
         if !to_claim.is_empty() {
             self.execute(to_claim);
         }
-        self.capacity.release(jobs);
+        self.capacity.release(jobs, slow);
     }
 
     /// Ask the maintenance thread to poll now (see `more_due`).

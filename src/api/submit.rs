@@ -2,12 +2,13 @@
 //! `tools/call` alike: chaos hooks split off, the tool's rules checked, the
 //! fingerprint and (when the tool has one) the business key computed, then
 //! create-or-get in the writer's transaction, and the new call handed to the
-//! runner. With a worker free (`Runner::reserve`) and no business key, the
-//! call is created already `running` under that worker's lease and adopted
-//! by it (`CallStore::create_claimed`: one writer operation, no separate
-//! claim); otherwise it is created `pending` and submitted. Both transports therefore share the store, the fingerprint, the
-//! workers, the retries and the audit; only how the outcome is rendered
-//! differs.
+//! runner. With a worker to reserve (`Runner::reserve`: a free one, or for a
+//! quick call a place behind other quick work) and no business key, the call
+//! is created already `running` under that worker's lease and adopted by it
+//! (`CallStore::create_claimed`: one writer operation, no separate claim);
+//! otherwise it is created `pending` and submitted. Both transports therefore
+//! share the store, the fingerprint, the workers, the retries and the audit;
+//! only how the outcome is rendered differs.
 //!
 //! It must never execute a tool, and never answer before the call it names is
 //! committed. A duplicate intent under a business key creates nothing.
@@ -202,7 +203,7 @@ impl Api {
     /// this key and fingerprint that needs no reset is the answer, without
     /// joining the write queue. Anything else — an unknown key, a conflict, a
     /// retryable failure — is decided inside the writer's transaction: with a
-    /// worker free, by `create_claimed`; with none, the call is created
+    /// worker reserved, by `create_claimed`; with none, the call is created
     /// `pending` and queued for the next worker.
     fn create_or_get(
         &self,

@@ -38,12 +38,28 @@ impl Job {
     }
 }
 
+/// How many jobs a worker may have spoken for at once when all of them are
+/// quick: a quick attempt takes a worker microseconds, so eight of them ahead
+/// of a call delay its tool by well under a millisecond, far inside any lease.
+pub(super) const QUICK_JOBS_PER_WORKER: usize = 8;
+
 /// How many workers are spoken for: jobs sent to the queue and not yet
 /// worked off, plus reservations. It may exceed the workers (the direct
 /// path queues without asking); only reservations are refused then.
+///
+/// A quick call (see `ToolSpec::is_quick`) may be reserved past the free
+/// workers, up to `QUICK_JOBS_PER_WORKER` per worker, while nothing slow is
+/// spoken for: it is then created already claimed and waits in the queue only
+/// behind other quick work, which saves the writer a separate claim. Behind
+/// slow work it is not: it would wait, `running` under its lease, for as long
+/// as that tool takes. The check is not atomic with a slow reservation made
+/// at the same moment; at worst one quick call then waits behind one slow
+/// call, under a lease that is extended like any other.
 pub(super) struct Capacity {
     workers: usize,
     spoken_for: AtomicUsize,
+    /// Of `spoken_for`, the jobs and reservations not known to be quick.
+    slow: AtomicUsize,
 }
 
 impl Capacity {
@@ -51,33 +67,47 @@ impl Capacity {
         Capacity {
             workers: workers.max(1),
             spoken_for: AtomicUsize::new(0),
+            slow: AtomicUsize::new(0),
         }
     }
 
-    /// Reserve up to `wanted` free workers; returns how many were granted.
-    pub(super) fn reserve(&self, wanted: usize) -> usize {
+    /// Reserve up to `wanted` workers for work that is `quick` or not;
+    /// returns how many were granted.
+    pub(super) fn reserve(&self, wanted: usize, quick: bool) -> usize {
+        let limit = if quick && self.slow.load(Ordering::SeqCst) == 0 {
+            self.workers * QUICK_JOBS_PER_WORKER
+        } else {
+            self.workers
+        };
         let mut granted = 0;
         let _ = self
             .spoken_for
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
-                granted = self.workers.saturating_sub(taken).min(wanted);
+                granted = limit.saturating_sub(taken).min(wanted);
                 (granted > 0).then_some(taken + granted)
             });
+        if !quick {
+            self.slow.fetch_add(granted, Ordering::SeqCst);
+        }
         granted
     }
 
     /// A job was queued without a reservation (the direct path).
-    pub(super) fn queued(&self) {
+    pub(super) fn queued(&self, quick: bool) {
         self.spoken_for.fetch_add(1, Ordering::SeqCst);
+        if !quick {
+            self.slow.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
-    /// `n` jobs were worked off, or `n` reservations given back.
-    pub(super) fn release(&self, n: usize) {
-        let _ = self
-            .spoken_for
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
-                Some(taken.saturating_sub(n))
+    /// `n` jobs were worked off, or `n` reservations given back; `slow` of
+    /// them were not quick.
+    pub(super) fn release(&self, n: usize, slow: usize) {
+        for (counter, by) in [(&self.spoken_for, n), (&self.slow, slow)] {
+            let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
+                Some(taken.saturating_sub(by))
             });
+        }
     }
 }
 
@@ -109,7 +139,8 @@ impl Reservation<'_> {
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if self.held {
-            self.runner.give_back(1, [self.tool.as_str()]);
+            let slow = usize::from(!self.quick);
+            self.runner.give_back(1, slow, [self.tool.as_str()]);
         }
     }
 }
@@ -121,11 +152,11 @@ impl Runner {
     /// the runner is stopping: claim nothing then, and `submit` instead.
     /// `quick`: as for `submit`.
     pub fn reserve(&self, tool: &str, quick: bool) -> Option<Reservation<'_>> {
-        if self.is_stopping() || self.capacity.reserve(1) == 0 {
+        if self.is_stopping() || self.capacity.reserve(1, quick) == 0 {
             return None;
         }
         if !self.tasks.reserve_slot(tool) {
-            self.capacity.release(1);
+            self.capacity.release(1, usize::from(!quick));
             return None;
         }
         Some(Reservation {
@@ -157,7 +188,7 @@ impl Runner {
             Some(task) => self.send_reserved(task, lease),
             None => {
                 self.release(&lease);
-                self.give_back(1, [lease.tool.as_str()]);
+                self.give_back(1, usize::from(!quick), [lease.tool.as_str()]);
             }
         }
     }
@@ -172,7 +203,7 @@ impl Runner {
         if self.is_stopping() {
             return 0;
         }
-        let workers = self.capacity.reserve(usize::MAX);
+        let workers = self.capacity.reserve(usize::MAX, false);
         if workers == 0 {
             return 0;
         }
@@ -224,7 +255,7 @@ impl Runner {
         let unused_slots = slots
             .iter()
             .flat_map(|(tool, free)| std::iter::repeat_n(tool.as_str(), *free));
-        self.give_back(unused_workers, unused_slots);
+        self.give_back(unused_workers, unused_workers, unused_slots);
         if filled {
             self.more_due.store(true, Ordering::SeqCst);
         }
@@ -243,7 +274,7 @@ impl Runner {
         match unsent {
             None => self.metrics.queued_calls.inc(),
             Some(job) => {
-                self.capacity.release(1);
+                self.capacity.release(1, usize::from(!job.task().quick));
                 self.finish(job.task());
                 if let Job::Run(_, lease) = job {
                     self.release(&lease);
@@ -252,10 +283,11 @@ impl Runner {
         }
     }
 
-    /// Give back `workers` reserved workers and one slot of each tool named
-    /// in `slots`; a slot a call was waiting for goes to it.
-    fn give_back<'t>(&self, workers: usize, slots: impl IntoIterator<Item = &'t str>) {
-        self.capacity.release(workers);
+    /// Give back `workers` reserved workers (`slow` of them reserved for work
+    /// not known to be quick) and one slot of each tool named in `slots`; a
+    /// slot a call was waiting for goes to it.
+    fn give_back<'t>(&self, workers: usize, slow: usize, slots: impl IntoIterator<Item = &'t str>) {
+        self.capacity.release(workers, slow);
         for tool in slots {
             if let Some(next) = self.tasks.give_back_slot(tool) {
                 self.enqueue(next);
@@ -274,13 +306,53 @@ mod tests {
     #[test]
     fn capacity_grants_only_free_workers() {
         let capacity = Capacity::new(3);
-        assert_eq!(capacity.reserve(2), 2);
-        assert_eq!(capacity.reserve(usize::MAX), 1, "one left");
-        assert_eq!(capacity.reserve(1), 0, "all spoken for");
-        capacity.queued();
-        capacity.release(3);
-        assert_eq!(capacity.reserve(5), 2, "the queued job still holds one");
-        capacity.release(10);
-        assert_eq!(capacity.reserve(5), 3, "never below zero");
+        assert_eq!(capacity.reserve(2, false), 2);
+        assert_eq!(capacity.reserve(usize::MAX, false), 1, "one left");
+        assert_eq!(capacity.reserve(1, false), 0, "all spoken for");
+        capacity.queued(false);
+        capacity.release(3, 3);
+        assert_eq!(
+            capacity.reserve(5, false),
+            2,
+            "the queued job still holds one"
+        );
+        capacity.release(10, 10);
+        assert_eq!(capacity.reserve(5, false), 3, "never below zero");
+    }
+
+    /// Quick work may queue past the workers, up to `QUICK_JOBS_PER_WORKER`
+    /// each, but only while nothing slow is spoken for; slow work itself
+    /// never goes past the workers, quick work ahead of it or not.
+    #[test]
+    fn quick_work_queues_past_the_workers_only_behind_quick_work() {
+        let capacity = Capacity::new(2);
+        let quick_limit = 2 * QUICK_JOBS_PER_WORKER;
+        assert_eq!(capacity.reserve(usize::MAX, true), quick_limit);
+        assert_eq!(capacity.reserve(1, true), 0, "the quick queue is full");
+        assert_eq!(
+            capacity.reserve(1, false),
+            0,
+            "slow work: only free workers"
+        );
+        capacity.release(quick_limit, 0);
+
+        capacity.queued(false);
+        assert_eq!(
+            capacity.reserve(usize::MAX, true),
+            1,
+            "behind slow work: free workers only"
+        );
+        capacity.release(1, 1);
+        assert_eq!(
+            capacity.reserve(1, false),
+            1,
+            "the slow job's worker is free again"
+        );
+        capacity.release(2, 1);
+        assert_eq!(
+            capacity.reserve(usize::MAX, true),
+            quick_limit,
+            "nothing slow left"
+        );
     }
 }

@@ -1,13 +1,15 @@
 //! A call created already claimed (`CallStore::create_claimed`): on a node
 //! with a worker free, a POST writes the call `running` with its `created`
 //! and `claimed` rows in one writer operation and hands the lease to that
-//! worker; on a busy node it falls back to `pending` and a worker's claim;
+//! worker; behind only quick work it still does, queued; behind a slow tool
+//! it falls back to `pending` and a worker's claim;
 //! and a process killed while such a call runs leaves it to the next
 //! process, which finishes it once.
 
 use crate::support::downstream::audit_rows;
 use crate::support::{charge, eventually, Http, Local, Server, TempDb};
-use serde_json::json;
+use serde_json::{json, Value};
+use std::sync::Barrier;
 
 /// The audit rows of `call_id`: (ts, event, detail), oldest first.
 fn timeline(db: &TempDb, call_id: &str) -> Vec<(f64, String, String)> {
@@ -89,6 +91,54 @@ fn a_busy_node_falls_back_to_create_then_claim() {
         server.wait_terminal(call_id);
     }
     assert_eq!(server.stats()["effects"], after.len() + 1);
+}
+
+/// With nothing slow ahead, quick calls are created claimed even while every
+/// worker is spoken for: a burst of charges on a one-worker node is answered
+/// `running`, attempt 1, each claimed by the API in its creating write (no
+/// worker's claim of its own), and each runs once. Eight fit the quick queue
+/// of one worker (`QUICK_JOBS_PER_WORKER`), so none may fall back to pending.
+#[test]
+fn quick_calls_are_created_claimed_behind_quick_work() {
+    const CALLS: usize = 8;
+    let db = TempDb::new("created-claimed-quick-queue");
+    let server = Local::start(&db, &["--workers", "1"]);
+    let barrier = Barrier::new(CALLS);
+    let calls: Vec<Value> = std::thread::scope(|scope| {
+        let posts: Vec<_> = (0..CALLS)
+            .map(|i| {
+                let (server, barrier) = (&server, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    server.post(&format!("quick-queue-{i}"), &charge(1)).1
+                })
+            })
+            .collect();
+        posts.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    for call in &calls {
+        assert_eq!(
+            (call["status"].as_str(), call["attempt"].as_i64()),
+            (Some("running"), Some(1)),
+            "created claimed: {call}"
+        );
+        let call_id = call["call_id"].as_str().unwrap();
+        let done = server.wait_terminal(call_id);
+        assert_eq!(
+            (done["status"].as_str(), done["attempt"].as_i64()),
+            (Some("succeeded"), Some(1)),
+            "{done}"
+        );
+        let rows = timeline(&db, call_id);
+        let events: Vec<&str> = rows.iter().map(|(_, e, _)| e.as_str()).collect();
+        assert_eq!(events, ["created", "claimed", "succeeded"]);
+        assert!(
+            rows[1].2.contains(":api@"),
+            "claimed by the API: {:?}",
+            rows[1]
+        );
+    }
+    assert_eq!(server.stats()["effects"], CALLS);
 }
 
 /// `kill -9` right after the `202` of a call created claimed, while its
