@@ -16,6 +16,37 @@ fn timeline(db: &TempDb, call_id: &str) -> Vec<(f64, String, String)> {
     audit_rows(&db.path, call_id)
 }
 
+/// `call`, as its `202` showed it, was created claimed: `running`, attempt
+/// 1; it then succeeds on that attempt, with exactly `created`, `claimed`
+/// (by the API) and `succeeded` audited. Returns those rows.
+fn assert_created_claimed_and_run_once(
+    server: &Local,
+    db: &TempDb,
+    call: &Value,
+) -> Vec<(f64, String, String)> {
+    assert_eq!(
+        (call["status"].as_str(), call["attempt"].as_i64()),
+        (Some("running"), Some(1)),
+        "created claimed: {call}"
+    );
+    let call_id = call["call_id"].as_str().unwrap();
+    let done = server.wait_terminal(call_id);
+    assert_eq!(
+        (done["status"].as_str(), done["attempt"].as_i64()),
+        (Some("succeeded"), Some(1)),
+        "{done}"
+    );
+    let rows = timeline(db, call_id);
+    let events: Vec<&str> = rows.iter().map(|(_, e, _)| e.as_str()).collect();
+    assert_eq!(events, ["created", "claimed", "succeeded"]);
+    assert!(
+        rows[1].2.contains(":api@"),
+        "claimed by the API: {:?}",
+        rows[1]
+    );
+    rows
+}
+
 /// An idle node answers a new key `running`, attempt 1; the audit's
 /// `created` and `claimed` rows carry one timestamp (one writer operation
 /// computes it once; a separate claim would be a later operation) and the
@@ -26,23 +57,8 @@ fn an_idle_node_creates_the_call_claimed_in_one_write() {
     let server = Local::start(&db, &[]);
     let (status, call) = server.post("idle-1", &charge(3));
     assert_eq!(status, 202, "{call}");
-    assert_eq!(
-        (call["status"].as_str(), call["attempt"].as_i64()),
-        (Some("running"), Some(1)),
-        "{call}"
-    );
-    let call_id = call["call_id"].as_str().unwrap();
-    let done = server.wait_terminal(call_id);
-    assert_eq!(
-        (done["status"].as_str(), done["attempt"].as_i64()),
-        (Some("succeeded"), Some(1)),
-        "{done}"
-    );
-    let rows = timeline(&db, call_id);
-    let events: Vec<&str> = rows.iter().map(|(_, e, _)| e.as_str()).collect();
-    assert_eq!(events, ["created", "claimed", "succeeded"]);
+    let rows = assert_created_claimed_and_run_once(&server, &db, &call);
     assert_eq!(rows[0].0, rows[1].0, "created and claimed in one write");
-    assert!(rows[1].2.contains(":api@"), "{:?}", rows[1]);
     assert!(rows[1].2.ends_with(" attempt=1"), "{:?}", rows[1]);
     assert_eq!(server.stats()["effects"], 1);
 }
@@ -117,26 +133,7 @@ fn quick_calls_are_created_claimed_behind_quick_work() {
         posts.into_iter().map(|p| p.join().unwrap()).collect()
     });
     for call in &calls {
-        assert_eq!(
-            (call["status"].as_str(), call["attempt"].as_i64()),
-            (Some("running"), Some(1)),
-            "created claimed: {call}"
-        );
-        let call_id = call["call_id"].as_str().unwrap();
-        let done = server.wait_terminal(call_id);
-        assert_eq!(
-            (done["status"].as_str(), done["attempt"].as_i64()),
-            (Some("succeeded"), Some(1)),
-            "{done}"
-        );
-        let rows = timeline(&db, call_id);
-        let events: Vec<&str> = rows.iter().map(|(_, e, _)| e.as_str()).collect();
-        assert_eq!(events, ["created", "claimed", "succeeded"]);
-        assert!(
-            rows[1].2.contains(":api@"),
-            "claimed by the API: {:?}",
-            rows[1]
-        );
+        assert_created_claimed_and_run_once(&server, &db, call);
     }
     assert_eq!(server.stats()["effects"], CALLS);
 }
