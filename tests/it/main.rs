@@ -40,6 +40,7 @@ mod memory;
 mod observability;
 mod openapi;
 mod openapi_live;
+mod paused_process;
 mod pg_bench;
 mod pg_claim;
 mod pg_contract;
