@@ -89,15 +89,22 @@ impl Drop for Ticker {
     }
 }
 
-/// The jobs and their intervals.
+/// The jobs and their intervals, in the order a tick runs the due ones.
+///
+/// Lease extension comes before recovery. When the writer stalls past a
+/// lease (a slow disk, another process holding the write lock), this
+/// thread's next write waits with it; once the writer moves again, the
+/// extension of a tool still running here must commit before this
+/// process's own recovery reads that lease, or recovery would take the
+/// call from its live executor and run it a second time.
 fn jobs(runner: &Runner) -> [Job; 4] {
     [
-        Job::new(runner.options.recover_interval, false, |r| r.recover_once()),
-        Job::new(HEARTBEAT_EVERY, true, write_instance_heartbeat),
         Job::new(extension_interval(runner.options.lease), true, |r| {
             let horizon = Instant::now() + extension_interval(r.options.lease);
             extend_due_leases(&r.tasks, &r.store, r.options.lease, horizon)
         }),
+        Job::new(HEARTBEAT_EVERY, true, write_instance_heartbeat),
+        Job::new(runner.options.recover_interval, false, |r| r.recover_once()),
         Job::new(super::retention::PURGE_EVERY, false, |r| r.purge_expired()),
     ]
 }

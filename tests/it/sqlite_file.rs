@@ -1,8 +1,9 @@
 //! What the service does with its SQLite file, by the service in this
 //! process: the seed's constraints and indexes (and query plans that use
 //! them), a database made by the seed's exact DDL used as it is, a database
-//! locked past the busy timeout answered with 503 and then retried, and a
-//! retry of a call in progress answered without the writer.
+//! locked past the busy timeout answered with 503 and then retried, a
+//! retry of a call in progress answered without the writer, and a writer
+//! stalled by that lock for longer than a lease keeping its running call.
 
 use crate::support;
 use crate::support::Counts;
@@ -204,4 +205,51 @@ fn retry_of_a_call_in_progress_does_not_need_the_writer() {
     assert_eq!(retry["call_id"], first["call_id"]);
     assert_eq!(new_status, 503, "{new_key}");
     assert_eq!(new_key["error"]["code"], "unavailable");
+}
+
+/// Another connection holds the write lock for longer than a whole lease while
+/// a tool runs: the lease's extension waits in the write queue ahead of
+/// recovery (one maintenance thread runs both) and takes its new expiry when
+/// it commits, so the call keeps its attempt and finishes once. Were the
+/// expiry fixed when the extension was queued, or recovery able to overtake
+/// it, the call would run again as attempt 2.
+#[test]
+fn a_writer_stalled_past_the_lease_keeps_its_running_call() {
+    let db = TempDb::new("stalled-writer");
+    let flags = [
+        "--lease-secs",
+        "1",
+        "--recover-interval-ms",
+        "50",
+        "--busy-timeout-ms",
+        "30000",
+    ];
+    let server = Local::start(&db, &flags);
+    let sleep = json!({"tool": "sleep", "args": {"seconds": 2}});
+    let (status, call) = server.post("k-stalled", &sleep);
+    assert_eq!(status, 202, "{call}");
+    let call_id = call["call_id"].as_str().unwrap().to_string();
+    let blocker = server.sql();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let lease_until: f64 = open_db(&db.path)
+        .query_row(
+            "SELECT lease_until FROM calls WHERE call_id = ?1",
+            [&call_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    support::eventually("the lease to be half a second past its expiry", || {
+        idempotent_tool::store::now() > lease_until + 0.5
+    });
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let done = server.wait_terminal(&call_id);
+    assert_eq!(
+        support::status_and_attempt(&done),
+        (Some("succeeded"), Some(1)),
+        "{done}"
+    );
+    assert_eq!(
+        audit_events(&db.path, &call_id),
+        ["created", "claimed", "succeeded"]
+    );
 }
