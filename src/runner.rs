@@ -300,12 +300,12 @@ impl Runner {
         }
     }
 
-    /// One pass of recovery: expired leases back to `pending`, then as many
-    /// due calls (no retry scheduled for later) as there are free workers
-    /// claimed in one operation and run (`claim_due_work`). Also what runs
-    /// at start-up.
+    /// One pass of recovery: expired leases back to `pending` (but never one
+    /// this process's workers still run and extend), then as many due calls
+    /// (no retry scheduled for later) as there are free workers claimed in
+    /// one operation and run (`claim_due_work`). Also what runs at start-up.
     pub fn recover_once(&self) {
-        match self.store.recover() {
+        match self.store.recover(&self.tasks.extended_leases()) {
             Ok(recovered) => {
                 self.metrics.recoveries.inc_by(recovered.len() as u64);
                 for call_id in &recovered {

@@ -91,12 +91,12 @@ impl Drop for Ticker {
 
 /// The jobs and their intervals, in the order a tick runs the due ones.
 ///
-/// Lease extension comes before recovery. When the writer stalls past a
-/// lease (a slow disk, another process holding the write lock), this
-/// thread's next write waits with it; once the writer moves again, the
-/// extension of a tool still running here must commit before this
-/// process's own recovery reads that lease, or recovery would take the
-/// call from its live executor and run it a second time.
+/// Lease extension comes first: when the writer stalls past a lease (a slow
+/// disk, another process holding the write lock), the first write this
+/// thread makes once it moves again renews the leases of the tools still
+/// running here, shortening the time other processes can see them lapsed.
+/// (This process's own recovery never takes them back: it is told which
+/// leases its workers still hold, `TaskTable::extended_leases`.)
 fn jobs(runner: &Runner) -> [Job; 4] {
     [
         Job::new(extension_interval(runner.options.lease), true, |r| {

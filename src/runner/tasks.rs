@@ -337,6 +337,23 @@ impl<H: Clone> TaskTable<H> {
         due
     }
 
+    /// The leases of tools running now that this process goes on extending:
+    /// their executors are alive, so recovery must not take them back even
+    /// when a stalled write let them lapse (`CallStore::recover`).
+    pub(super) fn extended_leases(&self) -> Vec<Lease> {
+        lock(&self.table)
+            .entries
+            .values()
+            .filter_map(|entry| match &entry.state {
+                State::Running {
+                    lease,
+                    next_heartbeat: Some(_),
+                } => Some(lease.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The store reported the lease lost: never extend it again. `true` if
     /// it was still being extended (so the loss is news).
     pub(super) fn lost(&self, lease: &Lease, generation: u64) -> bool {

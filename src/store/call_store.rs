@@ -239,8 +239,11 @@ impl CallStore {
     /// Return `running` calls whose lease has expired, or whose owner's process
     /// is gone, to `pending`, and name them. A live owner's leases are left
     /// alone: it may still be executing, and the effect would then run twice.
-    pub fn recover(&self) -> Result<Vec<String>, StoreError> {
-        each!(self, b => b.recover())
+    /// So are `running_here`: the leases this process's own workers hold on
+    /// tools running now, even once lapsed (a write stall let them lapse; the
+    /// next extension renews them).
+    pub fn recover(&self, running_here: &[Lease]) -> Result<Vec<String>, StoreError> {
+        each!(self, b => b.recover(running_here))
     }
 
     /// Up to `limit` `pending` calls that may be claimed now (none whose

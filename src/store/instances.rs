@@ -16,6 +16,7 @@
 //! when a lease expires.
 
 use super::ids::now;
+use super::model::Lease;
 use rusqlite::{params, Connection};
 use std::time::Duration;
 
@@ -135,6 +136,28 @@ pub(super) const RECLAIMABLE: &str = "c.status = 'running' AND (
 /// `calls c LEFT JOIN instances i` on the owner's instance id.
 pub(super) const CALLS_WITH_OWNER_INSTANCE: &str = "calls c LEFT JOIN instances i
         ON c.owner LIKE '%@%' AND i.instance_id = substr(c.owner, instr(c.owner, '@') + 1)";
+
+/// Whether the lease `owner` holds on attempt `attempt` of `call_id` is one
+/// of `running_here`: the leases this process's own workers hold on tools
+/// running now, which it goes on extending. Recovery leaves such a call alone
+/// even once its lease has lapsed: its executor is known to be alive, and
+/// what let the lease lapse was a write that could not commit in time (a
+/// stalled disk, another process holding the write lock), which the next
+/// extension makes good. Taking it back would run the call a second time.
+pub(super) fn held_by_a_worker_here(
+    me: &Instance,
+    running_here: &[Lease],
+    call_id: &str,
+    attempt: i64,
+    owner: Option<&str>,
+) -> bool {
+    owner.is_some_and(|o| {
+        o.strip_suffix(me.id.as_str())
+            .is_some_and(|rest| rest.ends_with('@'))
+    }) && running_here
+        .iter()
+        .any(|lease| lease.call_id == call_id && lease.attempt == attempt)
+}
 
 /// `?2` for `RECLAIMABLE`.
 pub(super) fn heartbeat_cutoff(now: f64) -> f64 {

@@ -8,7 +8,8 @@
 
 use super::ids::{effect_id_for, new_call_id, now};
 use super::instances::{
-    heartbeat_cutoff, pid_is_alive, Instance, CALLS_WITH_OWNER_INSTANCE, RECLAIMABLE,
+    heartbeat_cutoff, held_by_a_worker_here, pid_is_alive, Instance, CALLS_WITH_OWNER_INSTANCE,
+    RECLAIMABLE,
 };
 use super::model::{
     Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
@@ -528,10 +529,15 @@ pub(super) fn release_op(
 
 /// Return to `pending` every `running` call whose lease has expired or whose
 /// owner's process is gone (see `instances`), naming each with the owner it
-/// was taken from and why. The owners are read first, inside the same write
-/// transaction; each row is then moved by its own conditional `UPDATE` on the
-/// attempt that was read, whose row count decides.
-pub(super) fn recover_expired(conn: &Connection, me: &Instance) -> rusqlite::Result<Vec<String>> {
+/// was taken from and why — except those whose lease is one of
+/// `running_here` (`held_by_a_worker_here`). The owners are read first,
+/// inside the same write transaction; each row is then moved by its own
+/// conditional `UPDATE` on the attempt that was read, whose row count decides.
+pub(super) fn recover_expired(
+    conn: &Connection,
+    me: &Instance,
+    running_here: &[Lease],
+) -> rusqlite::Result<Vec<String>> {
     let now = now();
     let candidates: Vec<Reclaimable> = conn
         .prepare_cached(&format!(
@@ -554,7 +560,15 @@ pub(super) fn recover_expired(conn: &Connection, me: &Instance) -> rusqlite::Res
         .collect::<rusqlite::Result<_>>()?;
     let mut recovered = Vec::with_capacity(candidates.len());
     for call in candidates {
-        if call.owner_is_alive_here(me, now) {
+        if call.owner_is_alive_here(me, now)
+            || held_by_a_worker_here(
+                me,
+                running_here,
+                &call.call_id,
+                call.attempt,
+                call.owner.as_deref(),
+            )
+        {
             continue;
         }
         let changed = conn

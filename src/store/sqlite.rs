@@ -275,13 +275,15 @@ impl SqliteStore {
     /// Return `running` calls whose lease has expired, or whose owner's process
     /// is gone, to `pending`, and name them. A live owner's leases are left
     /// alone: it may still be executing (another process on the same file),
-    /// and the effect would then run twice.
-    pub fn recover(&self) -> Result<Vec<String>, StoreError> {
+    /// and the effect would then run twice; so are `running_here`, the
+    /// leases this process's workers hold now, even lapsed.
+    pub fn recover(&self, running_here: &[Lease]) -> Result<Vec<String>, StoreError> {
         if !self.read(sql::has_reclaimable)? {
             return Ok(Vec::new());
         }
         let me = self.instance.clone();
-        self.write(move |conn| sql::recover_expired(conn, &me))
+        let running_here = running_here.to_vec();
+        self.write(move |conn| sql::recover_expired(conn, &me, &running_here))
     }
 
     /// Up to `limit` `pending` calls that may be claimed now (none whose

@@ -52,6 +52,18 @@ fn write_lock_is_held(db: &Path) -> bool {
     }
 }
 
+/// Whether the write lock stays `held` (or free) over five probes 50 ms
+/// apart. The other process takes the lock too, for the milliseconds a
+/// batch lasts; only the paused one can hold it through every probe.
+fn lock_state_lasts(db: &Path, held: bool) -> bool {
+    (0..5).all(|i| {
+        if i > 0 {
+            thread::sleep(Duration::from_millis(50));
+        }
+        write_lock_is_held(db) == held
+    })
+}
+
 /// Pause `server` at a moment when it holds the write lock (`holding`) or
 /// does not; returns with every one of its threads stopped.
 fn pause_where(server: &Server, holding: bool) {
@@ -62,7 +74,7 @@ fn pause_where(server: &Server, holding: bool) {
         eventually("every thread of the server to stop", || {
             all_threads_stopped(pid)
         });
-        if write_lock_is_held(&server.db) == holding {
+        if lock_state_lasts(&server.db, holding) {
             return;
         }
         signal(&server.proc.child, "CONT");

@@ -10,7 +10,7 @@ use crate::support::Counts;
 use crate::support::Http;
 use crate::support::{audit_events, charge, count, open_db, Local, TempDb};
 use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The schema carries the seed's constraints, and the seed's duplicate-effects
 /// query finds nothing after a mixed workload.
@@ -207,25 +207,23 @@ fn retry_of_a_call_in_progress_does_not_need_the_writer() {
     assert_eq!(new_key["error"]["code"], "unavailable");
 }
 
-/// Another connection holds the write lock for longer than a whole lease while
-/// a tool runs: the lease's extension waits in the write queue ahead of
-/// recovery (one maintenance thread runs both) and takes its new expiry when
-/// it commits, so the call keeps its attempt and finishes once. Were the
-/// expiry fixed when the extension was queued, or recovery able to overtake
-/// it, the call would run again as attempt 2.
-#[test]
-fn a_writer_stalled_past_the_lease_keeps_its_running_call() {
-    let db = TempDb::new("stalled-writer");
+/// Another connection holds the write lock for longer than a whole lease
+/// while a `sleep` runs, with `busy_timeout_ms` for the service's own writes;
+/// returns the call once finished.
+fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) -> (TempDb, Value) {
+    let db = TempDb::new(name);
     let flags = [
         "--lease-secs",
         "1",
         "--recover-interval-ms",
         "50",
         "--busy-timeout-ms",
-        "30000",
+        busy_timeout_ms,
     ];
     let server = Local::start(&db, &flags);
-    let sleep = json!({"tool": "sleep", "args": {"seconds": 2}});
+    // Still running when the stall ends, with a second to spare: a completion
+    // the stall refuses is left to recovery, which runs the call again.
+    let sleep = json!({"tool": "sleep", "args": {"seconds": 4}});
     let (status, call) = server.post("k-stalled", &sleep);
     assert_eq!(status, 202, "{call}");
     let call_id = call["call_id"].as_str().unwrap().to_string();
@@ -238,18 +236,49 @@ fn a_writer_stalled_past_the_lease_keeps_its_running_call() {
             |r| r.get(0),
         )
         .unwrap();
-    support::eventually("the lease to be half a second past its expiry", || {
-        idempotent_tool::store::now() > lease_until + 0.5
+    support::eventually("the lease to be a second past its expiry", || {
+        idempotent_tool::store::now() > lease_until + 1.0
     });
     blocker.execute_batch("ROLLBACK").unwrap();
     let done = server.wait_terminal(&call_id);
+    (db, done)
+}
+
+/// The service's writes wait out the stall (a busy timeout longer than it):
+/// the lease's extension, queued before the lease lapsed, commits first and
+/// takes its expiry when it commits. The call keeps its attempt and finishes
+/// once.
+#[test]
+fn a_writer_stalled_past_the_lease_keeps_its_running_call() {
+    let (db, done) = stall_the_writer_past_the_lease("stalled-writer", "30000");
     assert_eq!(
         support::status_and_attempt(&done),
         (Some("succeeded"), Some(1)),
         "{done}"
     );
+    let call_id = done["call_id"].as_str().unwrap();
     assert_eq!(
-        audit_events(&db.path, &call_id),
+        audit_events(&db.path, call_id),
+        ["created", "claimed", "succeeded"]
+    );
+}
+
+/// The service's writes give up again and again during the stall (a busy
+/// timeout far shorter than it): extensions, heartbeats and recovery passes
+/// all fail, and whichever comes first once the lock is free must still not
+/// take the call from its live worker. Recovery leaves alone the leases this
+/// process's workers still hold and extend, so the call keeps its attempt.
+#[test]
+fn a_writer_failing_past_the_lease_keeps_its_running_call() {
+    let (db, done) = stall_the_writer_past_the_lease("failing-writer", "20");
+    assert_eq!(
+        support::status_and_attempt(&done),
+        (Some("succeeded"), Some(1)),
+        "{done}"
+    );
+    let call_id = done["call_id"].as_str().unwrap();
+    assert_eq!(
+        audit_events(&db.path, call_id),
         ["created", "claimed", "succeeded"]
     );
 }

@@ -10,7 +10,8 @@
 //! another host (a node paused past `DEAD_AFTER`) is safe: its completion is
 //! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
 
-use super::super::instances::{pid_is_alive, Instance, DEAD_AFTER};
+use super::super::instances::{held_by_a_worker_here, pid_is_alive, Instance, DEAD_AFTER};
+use super::super::model::Lease;
 use super::sql::now;
 use ::postgres::GenericClient;
 
@@ -124,6 +125,7 @@ const TAKE_BACK: &str = concat!(
 pub(super) fn recover(
     client: &mut impl GenericClient,
     me: &Instance,
+    running_here: &[Lease],
 ) -> Result<Vec<String>, ::postgres::Error> {
     let dead_after = DEAD_AFTER.as_secs_f64();
     let candidates: Vec<Reclaimable> = client
@@ -140,7 +142,16 @@ pub(super) fn recover(
             pid: r.get(7),
             now: r.get(8),
         })
-        .filter(|c| !c.owner_is_alive_here(me))
+        .filter(|c| {
+            !c.owner_is_alive_here(me)
+                && !held_by_a_worker_here(
+                    me,
+                    running_here,
+                    &c.call_id,
+                    c.attempt,
+                    c.owner.as_deref(),
+                )
+        })
         .collect();
     if candidates.is_empty() {
         return Ok(Vec::new());

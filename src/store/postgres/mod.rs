@@ -304,8 +304,8 @@ impl PgStore {
         })
     }
 
-    pub(super) fn recover(&self) -> Result<Vec<String>, StoreError> {
-        let recovered = self.run(|c| instances::recover(c, &self.instance))?;
+    pub(super) fn recover(&self, running_here: &[Lease]) -> Result<Vec<String>, StoreError> {
+        let recovered = self.run(|c| instances::recover(c, &self.instance, running_here))?;
         self.announce_work_if(!recovered.is_empty());
         Ok(recovered)
     }

@@ -147,7 +147,10 @@ fn a_lease_won_at_creation_is_fenced_like_any(db: &TestDb) -> Result<(), StoreEr
         store.claim(&call.call_id, "1:b", Duration::from_secs(30))?,
         None
     );
-    assert!(store.recover()?.is_empty(), "a live lease of this process");
+    assert!(
+        store.recover(&[])?.is_empty(),
+        "a live lease of this process"
+    );
     assert_eq!(
         succeed(&store, &lease, &json!({"ok": true}), charged(1))?,
         Completion::Applied
@@ -170,7 +173,7 @@ fn an_expired_lease_won_at_creation_is_recovered(db: &TestDb) -> Result<(), Stor
     let CreatedClaimed { created, lease } = create_claimed(&store, "k", Duration::ZERO);
     let call = created_call(created);
     let first = lease.unwrap();
-    assert_eq!(store.recover()?, vec![call.call_id.clone()]);
+    assert_eq!(store.recover(&[])?, vec![call.call_id.clone()]);
     assert_eq!(store.get(&call.call_id)?.unwrap().status, Status::Pending);
     let second = store
         .claim(&call.call_id, "1:w", Duration::from_secs(30))?

@@ -8,6 +8,7 @@ on_both_backends!(
     recover_resets_only_expired_running_calls,
     recovery_names_the_owner_whose_lease_expired,
     a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch,
+    a_lapsed_lease_a_worker_here_still_runs_is_left_alone,
 );
 
 /// `recover` returns only running calls whose lease expired to `pending`
@@ -26,7 +27,7 @@ fn recover_resets_only_expired_running_calls(db: &TestDb) -> Result<(), StoreErr
     let lease = store.claim(&done.call_id, "1:z", Duration::ZERO)?.unwrap();
     succeed(&store, &lease, &json!({}), None)?;
 
-    assert_eq!(store.recover()?, vec![expired.call_id.clone()]);
+    assert_eq!(store.recover(&[])?, vec![expired.call_id.clone()]);
     assert_eq!(
         store.get(&expired.call_id)?.unwrap().status,
         Status::Pending
@@ -39,7 +40,7 @@ fn recover_resets_only_expired_running_calls(db: &TestDb) -> Result<(), StoreErr
         .map(|d| d.call_id)
         .collect();
     assert_eq!(due, vec![expired.call_id]);
-    assert!(store.recover()?.is_empty());
+    assert!(store.recover(&[])?.is_empty());
     Ok(())
 }
 
@@ -51,7 +52,7 @@ fn recovery_names_the_owner_whose_lease_expired(db: &TestDb) -> Result<(), Store
     store
         .claim(&call.call_id, "4242:worker-7", Duration::ZERO)?
         .expect("claimed");
-    assert_eq!(store.recover()?, vec![call.call_id.clone()]);
+    assert_eq!(store.recover(&[])?, vec![call.call_id.clone()]);
     let events = store
         .audit_for(crate::auth::ANONYMOUS, &call.call_id)?
         .unwrap();
@@ -89,8 +90,44 @@ fn a_silent_heartbeat_reclaims_only_where_the_kernel_cannot_vouch(
             .expect("claimed");
         owners.push(call.call_id);
     }
-    assert_eq!(store.recover()?, vec![owners[0].clone()]);
+    assert_eq!(store.recover(&[])?, vec![owners[0].clone()]);
     let near = store.get(&owners[1])?.unwrap();
     assert_eq!(near.status, Status::Running);
+    Ok(())
+}
+
+/// A lease that lapsed while this process's own worker still runs its tool
+/// (named in `running_here`) is left alone — a stalled write let it lapse,
+/// and the next extension renews it — while the same lapse is recovered
+/// when no worker here holds it, when the lease named is of another attempt,
+/// or when the call's owner is another instance.
+fn a_lapsed_lease_a_worker_here_still_runs_is_left_alone(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
+    let mine = crate::store::owner_name(store.instance(), "worker-0");
+    let lapse = |key: &str, owner: &str| -> Result<Lease, StoreError> {
+        let call = created_call(store.create_or_get(new_call(key, "fp"))?);
+        Ok(store
+            .claim(&call.call_id, owner, Duration::ZERO)?
+            .expect("claimed"))
+    };
+    let running = lapse("running-here", &mine)?;
+    let other_attempt = lapse("other-attempt", &mine)?;
+    let elsewhere = lapse("elsewhere", "1:worker-0@i_elsewhere")?;
+    let stale = Lease {
+        attempt: other_attempt.attempt + 1,
+        ..other_attempt.clone()
+    };
+    let running_here = [running.clone(), stale, elsewhere.clone()];
+
+    let mut recovered = store.recover(&running_here)?;
+    recovered.sort();
+    let mut expected = vec![other_attempt.call_id, elsewhere.call_id];
+    expected.sort();
+    assert_eq!(recovered, expected);
+    assert_eq!(
+        store.get(&running.call_id)?.unwrap().status,
+        Status::Running
+    );
+    assert_eq!(store.recover(&[])?, vec![running.call_id]);
     Ok(())
 }
