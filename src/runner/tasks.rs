@@ -22,7 +22,7 @@
 //! every completion already handed over is answered, the completion thread
 //! ends.
 
-use crate::store::Lease;
+use crate::store::{Lease, LeaseHeld};
 use crate::sync::lock;
 use crate::tools::ToolRegistry;
 use std::collections::{HashMap, VecDeque};
@@ -340,7 +340,7 @@ impl<H: Clone> TaskTable<H> {
     /// The leases of tools running now that this process goes on extending:
     /// their executors are alive, so recovery must not take them back even
     /// when a stalled write let them lapse (`CallStore::recover`).
-    pub(super) fn extended_leases(&self) -> Vec<Lease> {
+    pub(super) fn extended_leases(&self) -> Vec<LeaseHeld> {
         lock(&self.table)
             .entries
             .values()
@@ -348,7 +348,7 @@ impl<H: Clone> TaskTable<H> {
                 State::Running {
                     lease,
                     next_heartbeat: Some(_),
-                } => Some(lease.clone()),
+                } => Some(LeaseHeld::from(lease)),
                 _ => None,
             })
             .collect()

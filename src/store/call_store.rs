@@ -10,7 +10,7 @@ use super::error::StoreError;
 use super::instances::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    NewCall, NewEffect, Purged, Retention, Scope, Stats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::postgres::listen::Handler as WakeHandler;
@@ -242,7 +242,7 @@ impl CallStore {
     /// So are `running_here`: the leases this process's own workers hold on
     /// tools running now, even once lapsed (a write stall let them lapse; the
     /// next extension renews them).
-    pub fn recover(&self, running_here: &[Lease]) -> Result<Vec<String>, StoreError> {
+    pub fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
         each!(self, b => b.recover(running_here))
     }
 

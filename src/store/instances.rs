@@ -16,7 +16,7 @@
 //! when a lease expires.
 
 use super::ids::now;
-use super::model::Lease;
+use super::model::LeaseHeld;
 use rusqlite::{params, Connection};
 use std::time::Duration;
 
@@ -146,7 +146,7 @@ pub(super) const CALLS_WITH_OWNER_INSTANCE: &str = "calls c LEFT JOIN instances 
 /// extension makes good. Taking it back would run the call a second time.
 pub(super) fn held_by_a_worker_here(
     me: &Instance,
-    running_here: &[Lease],
+    running_here: &[LeaseHeld],
     call_id: &str,
     attempt: i64,
     owner: Option<&str>,

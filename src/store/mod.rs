@@ -81,7 +81,7 @@ pub use ids::{effect_id_for, now};
 pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
 };
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
 pub use postgres::listen::{Handler as WakeHandler, Wake};

@@ -247,6 +247,24 @@ pub struct Lease {
     pub lease_until: f64,
 }
 
+/// Which attempt of which call a lease is on: all recovery needs to know of
+/// the leases this process's workers hold (`CallStore::recover`), without
+/// copying their arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHeld {
+    pub call_id: String,
+    pub attempt: i64,
+}
+
+impl From<&Lease> for LeaseHeld {
+    fn from(lease: &Lease) -> LeaseHeld {
+        LeaseHeld {
+            call_id: lease.call_id.clone(),
+            attempt: lease.attempt,
+        }
+    }
+}
+
 /// A `pending` call that may be claimed now: its tool decides which
 /// concurrency cap it waits under before a worker takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]

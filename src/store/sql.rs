@@ -12,7 +12,8 @@ use super::instances::{
     RECLAIMABLE,
 };
 use super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, LeaseHeld, NewCall, NewEffect,
+    Status,
 };
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
@@ -536,7 +537,7 @@ pub(super) fn release_op(
 pub(super) fn recover_expired(
     conn: &Connection,
     me: &Instance,
-    running_here: &[Lease],
+    running_here: &[LeaseHeld],
 ) -> rusqlite::Result<Vec<String>> {
     let now = now();
     let candidates: Vec<Reclaimable> = conn

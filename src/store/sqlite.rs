@@ -11,7 +11,7 @@ use super::ids::now;
 use super::instances::{self, Instance};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    NewCall, NewEffect, Purged, Retention, Scope, Stats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
 };
 use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
 use super::reader_pool::Readers;
@@ -277,7 +277,7 @@ impl SqliteStore {
     /// alone: it may still be executing (another process on the same file),
     /// and the effect would then run twice; so are `running_here`, the
     /// leases this process's workers hold now, even lapsed.
-    pub fn recover(&self, running_here: &[Lease]) -> Result<Vec<String>, StoreError> {
+    pub fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
         if !self.read(sql::has_reclaimable)? {
             return Ok(Vec::new());
         }

@@ -11,7 +11,7 @@
 //! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
 
 use super::super::instances::{held_by_a_worker_here, pid_is_alive, Instance, DEAD_AFTER};
-use super::super::model::Lease;
+use super::super::model::LeaseHeld;
 use super::sql::now;
 use ::postgres::GenericClient;
 
@@ -125,7 +125,7 @@ const TAKE_BACK: &str = concat!(
 pub(super) fn recover(
     client: &mut impl GenericClient,
     me: &Instance,
-    running_here: &[Lease],
+    running_here: &[LeaseHeld],
 ) -> Result<Vec<String>, ::postgres::Error> {
     let dead_after = DEAD_AFTER.as_secs_f64();
     let candidates: Vec<Reclaimable> = client

@@ -46,7 +46,7 @@ use super::error::StoreError;
 use super::instances::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::writer::Then;
@@ -304,7 +304,7 @@ impl PgStore {
         })
     }
 
-    pub(super) fn recover(&self, running_here: &[Lease]) -> Result<Vec<String>, StoreError> {
+    pub(super) fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
         let recovered = self.run(|c| instances::recover(c, &self.instance, running_here))?;
         self.announce_work_if(!recovered.is_empty());
         Ok(recovered)

@@ -117,7 +117,7 @@ fn a_lapsed_lease_a_worker_here_still_runs_is_left_alone(db: &TestDb) -> Result<
         attempt: other_attempt.attempt + 1,
         ..other_attempt.clone()
     };
-    let running_here = [running.clone(), stale, elsewhere.clone()];
+    let running_here = [&running, &stale, &elsewhere].map(LeaseHeld::from);
 
     let mut recovered = store.recover(&running_here)?;
     recovered.sort();
