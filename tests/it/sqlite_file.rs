@@ -10,7 +10,7 @@ use crate::support::Counts;
 use crate::support::Http;
 use crate::support::{audit_events, charge, count, open_db, Local, TempDb};
 use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// The schema carries the seed's constraints, and the seed's duplicate-effects
 /// query finds nothing after a mixed workload.
@@ -207,10 +207,10 @@ fn retry_of_a_call_in_progress_does_not_need_the_writer() {
     assert_eq!(new_key["error"]["code"], "unavailable");
 }
 
-/// Another connection holds the write lock for longer than a whole lease
+/// Another connection holds the write lock for a second past a whole lease
 /// while a `sleep` runs, with `busy_timeout_ms` for the service's own writes;
-/// returns the call once finished.
-fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) -> (TempDb, Value) {
+/// then the call must finish once, on attempt 1, never recovered.
+fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) {
     let db = TempDb::new(name);
     let flags = [
         "--lease-secs",
@@ -241,7 +241,15 @@ fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) -> (TempDb
     });
     blocker.execute_batch("ROLLBACK").unwrap();
     let done = server.wait_terminal(&call_id);
-    (db, done)
+    assert_eq!(
+        support::status_and_attempt(&done),
+        (Some("succeeded"), Some(1)),
+        "{done}"
+    );
+    assert_eq!(
+        audit_events(&db.path, &call_id),
+        ["created", "claimed", "succeeded"]
+    );
 }
 
 /// The service's writes wait out the stall (a busy timeout longer than it):
@@ -250,17 +258,7 @@ fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) -> (TempDb
 /// once.
 #[test]
 fn a_writer_stalled_past_the_lease_keeps_its_running_call() {
-    let (db, done) = stall_the_writer_past_the_lease("stalled-writer", "30000");
-    assert_eq!(
-        support::status_and_attempt(&done),
-        (Some("succeeded"), Some(1)),
-        "{done}"
-    );
-    let call_id = done["call_id"].as_str().unwrap();
-    assert_eq!(
-        audit_events(&db.path, call_id),
-        ["created", "claimed", "succeeded"]
-    );
+    stall_the_writer_past_the_lease("stalled-writer", "30000");
 }
 
 /// The service's writes give up again and again during the stall (a busy
@@ -270,15 +268,5 @@ fn a_writer_stalled_past_the_lease_keeps_its_running_call() {
 /// process's workers still hold and extend, so the call keeps its attempt.
 #[test]
 fn a_writer_failing_past_the_lease_keeps_its_running_call() {
-    let (db, done) = stall_the_writer_past_the_lease("failing-writer", "20");
-    assert_eq!(
-        support::status_and_attempt(&done),
-        (Some("succeeded"), Some(1)),
-        "{done}"
-    );
-    let call_id = done["call_id"].as_str().unwrap();
-    assert_eq!(
-        audit_events(&db.path, call_id),
-        ["created", "claimed", "succeeded"]
-    );
+    stall_the_writer_past_the_lease("failing-writer", "20");
 }
