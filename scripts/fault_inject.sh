@@ -17,6 +17,9 @@
 #                      loses re-sends with the same key -> one effect; the same with a new key
 #                      per attempt and a tool with a business key -> one effect and a
 #                      duplicate_intent (the second layer, chapter 12.15.4)
+#   pause              a server paused (SIGSTOP) while an http tool's downstream works; a
+#                      second server on the same db takes the call over after the lease and
+#                      runs it under the same key; resumed (SIGCONT), the first is fenced off
 #   postgres           three servers on one PostgreSQL database under load spread over them;
 #                      one server killed, then PostgreSQL restarted (immediate) mid-load
 #                      (issue 16); part of --all where PostgreSQL is installed
@@ -26,7 +29,7 @@
 #
 # Usage: scripts/fault_inject.sh [--all | --dry-run | --drop-response | --crash |
 #                                 --concurrent | --duplicate-request | --new-key |
-#                                 --downstream | --mcp | --postgres]...
+#                                 --downstream | --mcp | --pause | --postgres]...
 # Env:   IDEM_BIN_DIR        folder that already holds idempotent-tool, client, chaos_proxy,
 #                            inspect and downstream (skips the release build; the cargo
 #                            test uses it)
@@ -42,7 +45,7 @@ set -uo pipefail # no -e: several steps are expected to fail (a crashed server, 
                  # client that gives up), and each check reports instead of aborting.
 
 readonly ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-readonly ALL_SCENARIOS=(drop-response crash concurrent duplicate-request new-key downstream mcp)
+readonly ALL_SCENARIOS=(drop-response crash concurrent duplicate-request new-key downstream mcp pause)
 readonly STARTUP_SECONDS=60 # generous: the CI box is small and noisy
 readonly SETTLE_SECONDS=30  # deadline for background work to show up in the db
 readonly MAIN_PID=$BASHPID
@@ -273,6 +276,8 @@ source "$ROOT/scripts/faults/same_key.sh"
 source "$ROOT/scripts/faults/crash.sh"
 # shellcheck source=faults/mcp.sh
 source "$ROOT/scripts/faults/mcp.sh"
+# shellcheck source=faults/pause.sh
+source "$ROOT/scripts/faults/pause.sh"
 # shellcheck source=faults/postgres.sh
 source "$ROOT/scripts/faults/postgres.sh"
 
@@ -307,7 +312,7 @@ main() {
     case "$arg" in
       --dry-run) dry_run=1 ;;
       --all) selected+=($(all_scenarios)) ;;
-      --drop-response | --crash | --concurrent | --duplicate-request | --new-key | --downstream | --mcp | --postgres)
+      --drop-response | --crash | --concurrent | --duplicate-request | --new-key | --downstream | --mcp | --pause | --postgres)
         selected+=("${arg#--}") ;;
       -h | --help) usage; return 0 ;;
       *) log "unknown argument $arg"; usage; return 2 ;;

@@ -47,6 +47,7 @@ fn every_fault_injection_scenario_passes() {
         "new-key",
         "downstream",
         "mcp",
+        "pause",
         // PostgreSQL is installed wherever the tests run (.ci/run installs it).
         "postgres",
     ] {
