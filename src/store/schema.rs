@@ -223,7 +223,9 @@ fn configure(conn: &Connection, options: &StoreOptions) -> Result<(), StoreError
     conn.busy_timeout(options.busy_timeout)?;
     // Every statement this module runs stays prepared.
     conn.set_prepared_statement_cache_capacity(64);
-    // FULL: a commit returns only after the WAL is synced, so "accepted" means on disk.
+    // FULL unless said otherwise: a commit returns only after the WAL is synced. The
+    // writer alone may switch to NORMAL, while its syncer covers every answer and
+    // read (`sync_mode`).
     conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
     // A small page cache (2 MiB, SQLite's default, said out loud). A B-tree
     // split briefly parks a page under the lock-byte page's number, and the
