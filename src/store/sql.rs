@@ -1,4 +1,7 @@
-//! Every statement the store runs, each beside the rule it implements. The
+//! The statements of a call's path (creation, claims, completions and the
+//! reads beside them), each beside the rule it implements; the process
+//! registry and recovery are in `instances`, key retention in `retention`,
+//! business keys in `business_key`, the reports in `report_reads`. The
 //! functions here run on a connection they are given, inside a transaction
 //! the caller owns (the writer's batch, or a reader's snapshot); they never
 //! begin, commit or roll back one themselves, and never run a tool.
@@ -7,13 +10,8 @@
 //! before them is only ever a shortcut, never the decision.
 
 use super::ids::{effect_id_for, new_call_id, now};
-use super::instances::{
-    heartbeat_cutoff, held_by_a_worker_here, pid_is_alive, Instance, CALLS_WITH_OWNER_INSTANCE,
-    RECLAIMABLE,
-};
 use super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, LeaseHeld, NewCall, NewEffect,
-    Status,
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
 };
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
@@ -526,120 +524,6 @@ pub(super) fn release_op(
         audit(conn, now, &lease.call_id, attempt, "released", &detail)?;
         Ok(Completion::Applied)
     }
-}
-
-/// Return to `pending` every `running` call whose lease has expired or whose
-/// owner's process is gone (see `instances`), naming each with the owner it
-/// was taken from and why — except those whose lease is one of
-/// `running_here` (`held_by_a_worker_here`). The owners are read first,
-/// inside the same write transaction; each row is then moved by its own
-/// conditional `UPDATE` on the attempt that was read, whose row count decides.
-pub(super) fn recover_expired(
-    conn: &Connection,
-    me: &Instance,
-    running_here: &[LeaseHeld],
-) -> rusqlite::Result<Vec<String>> {
-    let now = now();
-    let candidates: Vec<Reclaimable> = conn
-        .prepare_cached(&format!(
-            "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at,
-                    i.host, i.pid
-               FROM {CALLS_WITH_OWNER_INSTANCE} WHERE {RECLAIMABLE}"
-        ))?
-        .query_map(params![now, heartbeat_cutoff(now)], |r| {
-            Ok(Reclaimable {
-                call_id: r.get(0)?,
-                attempt: r.get(1)?,
-                owner: r.get(2)?,
-                lease_until: r.get(3)?,
-                heartbeat_at: r.get(4)?,
-                stopped_at: r.get(5)?,
-                host: r.get(6)?,
-                pid: r.get(7)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut recovered = Vec::with_capacity(candidates.len());
-    for call in candidates {
-        if call.owner_is_alive_here(me, now)
-            || held_by_a_worker_here(
-                me,
-                running_here,
-                &call.call_id,
-                call.attempt,
-                call.owner.as_deref(),
-            )
-        {
-            continue;
-        }
-        let changed = conn
-            .prepare_cached(
-                "UPDATE calls
-                    SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
-                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
-            )?
-            .execute(params![now, call.call_id, call.attempt])?;
-        if changed == 1 {
-            audit(
-                conn,
-                now,
-                &call.call_id,
-                call.attempt,
-                "recover",
-                &call.why(now),
-            )?;
-            recovered.push(call.call_id);
-        }
-    }
-    Ok(recovered)
-}
-
-/// A `running` call recovery may take back, and what its owner left behind.
-struct Reclaimable {
-    call_id: String,
-    attempt: i64,
-    owner: Option<String>,
-    lease_until: Option<f64>,
-    heartbeat_at: Option<f64>,
-    stopped_at: Option<f64>,
-    host: Option<String>,
-    pid: Option<u32>,
-}
-
-impl Reclaimable {
-    /// A silent heartbeat only suggests the owner is gone (it may be starved of
-    /// CPU or stuck behind a slow disk). On this host the kernel knows: a live
-    /// pid keeps its calls until its lease expires.
-    fn owner_is_alive_here(&self, me: &Instance, now: f64) -> bool {
-        let lease_valid = self.lease_until.is_some_and(|until| until > now);
-        lease_valid
-            && self.stopped_at.is_none()
-            && self.host.as_deref() == Some(me.host.as_str())
-            && self.pid.is_some_and(pid_is_alive)
-    }
-
-    /// The audit detail: whose lease, and why it was taken.
-    fn why(&self, now: f64) -> String {
-        let owner = self.owner.as_deref().unwrap_or("-");
-        if self.lease_until.is_none_or(|until| until <= now) {
-            format!("lease expired (owner {owner})")
-        } else if self.stopped_at.is_some() {
-            format!("owner {owner} is gone (its process stopped or died)")
-        } else {
-            let silent = now - self.heartbeat_at.unwrap_or(now);
-            format!("owner {owner} is gone (no heartbeat for {silent:.1} s)")
-        }
-    }
-}
-
-/// Whether any `running` call could be recovered: a cheap read that spares
-/// the writer a transaction when there is nothing to recover.
-pub(super) fn has_reclaimable(conn: &Connection) -> rusqlite::Result<bool> {
-    let now = now();
-    conn.prepare_cached(&format!(
-        "SELECT EXISTS (SELECT 1 FROM {CALLS_WITH_OWNER_INSTANCE} WHERE {RECLAIMABLE})"
-    ))?
-    .query_row(params![now, heartbeat_cutoff(now)], |r| r.get(0))
 }
 
 /// Up to `limit` `pending` calls that are due at `now`, oldest first.

@@ -278,12 +278,12 @@ impl SqliteStore {
     /// and the effect would then run twice; so are `running_here`, the
     /// leases this process's workers hold now, even lapsed.
     pub fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
-        if !self.read(sql::has_reclaimable)? {
+        if !self.read(instances::has_reclaimable)? {
             return Ok(Vec::new());
         }
         let me = self.instance.clone();
         let running_here = running_here.to_vec();
-        self.write(move |conn| sql::recover_expired(conn, &me, &running_here))
+        self.write(move |conn| instances::recover_expired(conn, &me, &running_here))
     }
 
     /// Up to `limit` `pending` calls that may be claimed now (none whose

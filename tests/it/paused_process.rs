@@ -196,7 +196,9 @@ fn load(server: &Server, stop: &Arc<AtomicBool>) -> Vec<thread::JoinHandle<Vec<(
 #[test]
 fn a_process_paused_holding_the_write_lock_stalls_writes_not_reads() {
     let db = TempDb::new("paused-lock");
-    let flags = ["--busy-timeout-ms", "200"];
+    // Long enough that no write of a busy but running process is refused, short
+    // enough that the refusal during the pause comes quickly.
+    let flags = ["--busy-timeout-ms", "1000"];
     let paused = Server::start(&db, &flags);
     let other = Server::start(&db, &flags);
     let (status, before) = other.post("k-before", &charge(2));
