@@ -141,28 +141,6 @@ pub(super) const RECLAIMABLE: &str = "c.status = 'running' AND (
 pub(super) const CALLS_WITH_OWNER_INSTANCE: &str = "calls c LEFT JOIN instances i
         ON c.owner LIKE '%@%' AND i.instance_id = substr(c.owner, instr(c.owner, '@') + 1)";
 
-/// Whether the lease `owner` holds on attempt `attempt` of `call_id` is one
-/// of `running_here`: the leases this process's own workers hold on tools
-/// running now, which it goes on extending. Recovery leaves such a call alone
-/// even once its lease has lapsed: its executor is known to be alive, and
-/// what let the lease lapse was a write that could not commit in time (a
-/// stalled disk, another process holding the write lock), which the next
-/// extension makes good. Taking it back would run the call a second time.
-pub(super) fn held_by_a_worker_here(
-    me: &Instance,
-    running_here: &[LeaseHeld],
-    call_id: &str,
-    attempt: i64,
-    owner: Option<&str>,
-) -> bool {
-    owner.is_some_and(|o| {
-        o.strip_suffix(me.id.as_str())
-            .is_some_and(|rest| rest.ends_with('@'))
-    }) && running_here
-        .iter()
-        .any(|lease| lease.call_id == call_id && lease.attempt == attempt)
-}
-
 /// `?2` for `RECLAIMABLE`.
 pub(super) fn heartbeat_cutoff(now: f64) -> f64 {
     now - DEAD_AFTER.as_secs_f64()
@@ -170,8 +148,8 @@ pub(super) fn heartbeat_cutoff(now: f64) -> f64 {
 
 /// Return to `pending` every `running` call whose lease has expired or whose
 /// owner's process is gone (`RECLAIMABLE`), naming each with the owner it
-/// was taken from and why — except those whose lease is one of
-/// `running_here` (`held_by_a_worker_here`). The owners are read first,
+/// was taken from and why — except those that must stay
+/// (`Reclaimable::must_stay`). The owners are read first,
 /// inside the same write transaction; each row is then moved by its own
 /// conditional `UPDATE` on the attempt that was read, whose row count decides.
 pub(super) fn recover_expired(
@@ -196,20 +174,13 @@ pub(super) fn recover_expired(
                 stopped_at: r.get(5)?,
                 host: r.get(6)?,
                 pid: r.get(7)?,
+                now,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
     let mut recovered = Vec::with_capacity(candidates.len());
     for call in candidates {
-        if call.owner_is_alive_here(me, now)
-            || held_by_a_worker_here(
-                me,
-                running_here,
-                &call.call_id,
-                call.attempt,
-                call.owner.as_deref(),
-            )
-        {
+        if call.must_stay(me, running_here) {
             continue;
         }
         let changed = conn
@@ -226,7 +197,7 @@ pub(super) fn recover_expired(
                 &call.call_id,
                 call.attempt,
                 "recover",
-                &call.why(now),
+                &call.why(),
             )?;
             recovered.push(call.call_id);
         }
@@ -234,39 +205,67 @@ pub(super) fn recover_expired(
     Ok(recovered)
 }
 
-/// A `running` call recovery may take back, and what its owner left behind.
-struct Reclaimable {
-    call_id: String,
-    attempt: i64,
-    owner: Option<String>,
-    lease_until: Option<f64>,
-    heartbeat_at: Option<f64>,
-    stopped_at: Option<f64>,
-    host: Option<String>,
-    pid: Option<u32>,
+/// A `running` call recovery may take back, and what its owner left behind:
+/// what both backends read before they decide.
+pub(super) struct Reclaimable {
+    pub(super) call_id: String,
+    pub(super) attempt: i64,
+    pub(super) owner: Option<String>,
+    pub(super) lease_until: Option<f64>,
+    pub(super) heartbeat_at: Option<f64>,
+    pub(super) stopped_at: Option<f64>,
+    pub(super) host: Option<String>,
+    pub(super) pid: Option<u32>,
+    /// The clock the lease is judged by, when this was read.
+    pub(super) now: f64,
 }
 
 impl Reclaimable {
+    /// Whether recovery must leave this call where it is after all: its owner
+    /// is alive on this host and its lease valid, or its lease is one this
+    /// process's own workers still hold and extend.
+    pub(super) fn must_stay(&self, me: &Instance, running_here: &[LeaseHeld]) -> bool {
+        self.owner_is_alive_here(me) || self.held_by_a_worker_here(me, running_here)
+    }
+
     /// A silent heartbeat only suggests the owner is gone (it may be starved of
     /// CPU or stuck behind a slow disk). On this host the kernel knows: a live
     /// pid keeps its calls until its lease expires.
-    fn owner_is_alive_here(&self, me: &Instance, now: f64) -> bool {
-        let lease_valid = self.lease_until.is_some_and(|until| until > now);
+    fn owner_is_alive_here(&self, me: &Instance) -> bool {
+        let lease_valid = self.lease_until.is_some_and(|until| until > self.now);
         lease_valid
             && self.stopped_at.is_none()
             && self.host.as_deref() == Some(me.host.as_str())
             && self.pid.is_some_and(pid_is_alive)
     }
 
+    /// Whether this lease is one of `running_here`: the leases this process's
+    /// own workers hold on tools running now, which it goes on extending.
+    /// Such a call stays even once its lease has lapsed: its executor is known
+    /// to be alive, and what let the lease lapse was a write that could not
+    /// commit in time (a stalled disk, another process holding the write
+    /// lock), which the next extension makes good. Taking it back would run
+    /// the call a second time.
+    fn held_by_a_worker_here(&self, me: &Instance, running_here: &[LeaseHeld]) -> bool {
+        let mine = self.owner.as_deref().is_some_and(|owner| {
+            owner
+                .strip_suffix(me.id.as_str())
+                .is_some_and(|rest| rest.ends_with('@'))
+        });
+        mine && running_here
+            .iter()
+            .any(|lease| lease.call_id == self.call_id && lease.attempt == self.attempt)
+    }
+
     /// The audit detail: whose lease, and why it was taken.
-    fn why(&self, now: f64) -> String {
+    pub(super) fn why(&self) -> String {
         let owner = self.owner.as_deref().unwrap_or("-");
-        if self.lease_until.is_none_or(|until| until <= now) {
+        if self.lease_until.is_none_or(|until| until <= self.now) {
             format!("lease expired (owner {owner})")
         } else if self.stopped_at.is_some() {
             format!("owner {owner} is gone (its process stopped or died)")
         } else {
-            let silent = now - self.heartbeat_at.unwrap_or(now);
+            let silent = self.now - self.heartbeat_at.unwrap_or(self.now);
             format!("owner {owner} is gone (no heartbeat for {silent:.1} s)")
         }
     }

@@ -1,6 +1,6 @@
 //! Nodes and their heartbeats on PostgreSQL, and recovery: which `running`
 //! calls may be taken back, and taking them. The rules are SQLite's (see
-//! `store::instances`): a call whose owner's instance stopped, or has not
+//! `store::instances`, and the same `Reclaimable` decides): a call whose owner's instance stopped, or has not
 //! heart-beaten for `DEAD_AFTER` by the database's clock, or whose lease
 //! expired, is reclaimed at once; the pid check applies only to an owner on
 //! this host, where the kernel can answer. Heartbeat times come from the
@@ -10,7 +10,7 @@
 //! another host (a node paused past `DEAD_AFTER`) is safe: its completion is
 //! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
 
-use super::super::instances::{held_by_a_worker_here, pid_is_alive, Instance, DEAD_AFTER};
+use super::super::instances::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
 use super::super::model::LeaseHeld;
 use super::sql::now;
 use ::postgres::GenericClient;
@@ -139,19 +139,12 @@ pub(super) fn recover(
             heartbeat_at: r.get(4),
             stopped_at: r.get(5),
             host: r.get(6),
-            pid: r.get(7),
+            pid: r
+                .get::<_, Option<i64>>(7)
+                .and_then(|p| u32::try_from(p).ok()),
             now: r.get(8),
         })
-        .filter(|c| {
-            !c.owner_is_alive_here(me)
-                && !held_by_a_worker_here(
-                    me,
-                    running_here,
-                    &c.call_id,
-                    c.attempt,
-                    c.owner.as_deref(),
-                )
-        })
+        .filter(|c| !c.must_stay(me, running_here))
         .collect();
     if candidates.is_empty() {
         return Ok(Vec::new());
@@ -161,46 +154,4 @@ pub(super) fn recover(
     let whys: Vec<String> = candidates.iter().map(Reclaimable::why).collect();
     let rows = client.query(TAKE_BACK, &[&ids, &attempts, &whys])?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
-}
-
-/// A `running` call recovery may take back, and what its owner left behind.
-struct Reclaimable {
-    call_id: String,
-    attempt: i64,
-    owner: Option<String>,
-    lease_until: Option<f64>,
-    heartbeat_at: Option<f64>,
-    stopped_at: Option<f64>,
-    host: Option<String>,
-    pid: Option<i64>,
-    /// The database's time when this was read.
-    now: f64,
-}
-
-impl Reclaimable {
-    /// On this host the kernel knows: a live pid keeps its calls until its
-    /// lease expires, however late its heartbeat.
-    fn owner_is_alive_here(&self, me: &Instance) -> bool {
-        let lease_valid = self.lease_until.is_some_and(|until| until > self.now);
-        lease_valid
-            && self.stopped_at.is_none()
-            && self.host.as_deref() == Some(me.host.as_str())
-            && self
-                .pid
-                .and_then(|p| u32::try_from(p).ok())
-                .is_some_and(pid_is_alive)
-    }
-
-    /// The audit detail: whose lease, and why it was taken.
-    fn why(&self) -> String {
-        let owner = self.owner.as_deref().unwrap_or("-");
-        if self.lease_until.is_none_or(|until| until <= self.now) {
-            format!("lease expired (owner {owner})")
-        } else if self.stopped_at.is_some() {
-            format!("owner {owner} is gone (its process stopped or died)")
-        } else {
-            let silent = self.now - self.heartbeat_at.unwrap_or(self.now);
-            format!("owner {owner} is gone (no heartbeat for {silent:.1} s)")
-        }
-    }
 }
