@@ -9,10 +9,10 @@
 //! PostgreSQL's is in `postgres::instances`, under the same rules.
 //!
 //! What this module must never do: declare a live process dead, or take a
-//! call from a worker of this process that still holds and extends its lease. On this host
-//! the kernel decides: a process whose pid is alive keeps its calls until
-//! their leases expire, however late its heartbeat (a starved process, a slow
-//! disk). For a process on another host the heartbeat decides, with a margin
+//! call from a worker of this process that still holds and extends its
+//! lease. On this host the kernel decides: a process whose pid is alive keeps
+//! its calls until their leases expire, however late its heartbeat (a
+//! starved process, a slow disk). For a process on another host the heartbeat decides, with a margin
 //! of several beats; and even a wrong verdict there (a process paused longer
 //! than that) is safe: its completion is fenced by the attempt and discarded,
 //! and `effects.call_id UNIQUE` still allows one effect per call — exactly as
@@ -127,6 +127,13 @@ pub(super) fn mark_stopped(conn: &Connection, instance_id: &str, now: f64) -> ru
 /// instance to check.
 pub fn owner_name(me: &Instance, thread: &str) -> String {
     format!("{}:{thread}@{}", me.pid, me.id)
+}
+
+/// The instance an owner string names: what follows its `@`, as the SQL
+/// joins read it (`CALLS_WITH_OWNER_INSTANCE`). `None` for an owner written by
+/// a release before instances.
+fn instance_of(owner: &str) -> Option<&str> {
+    owner.split_once('@').map(|(_, instance)| instance)
 }
 
 /// The `WHERE` condition for a `running` call `c` that recovery may take back,
@@ -247,11 +254,7 @@ impl Reclaimable {
     /// lock), which the next extension makes good. Taking it back would run
     /// the call a second time.
     fn held_by_a_worker_here(&self, me: &Instance, running_here: &[LeaseHeld]) -> bool {
-        let mine = self.owner.as_deref().is_some_and(|owner| {
-            owner
-                .strip_suffix(me.id.as_str())
-                .is_some_and(|rest| rest.ends_with('@'))
-        });
+        let mine = self.owner.as_deref().and_then(instance_of) == Some(me.id.as_str());
         mine && running_here
             .iter()
             .any(|lease| lease.call_id == self.call_id && lease.attempt == self.attempt)

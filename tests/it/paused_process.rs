@@ -98,18 +98,6 @@ fn status_attempt_owner(db: &Path, call_id: &str) -> (String, i64, Option<String
         .expect("the call's row")
 }
 
-/// The call's audit timeline: each event with the attempt it belongs to.
-fn events_and_attempts(db: &Path, call_id: &str) -> Vec<(String, i64)> {
-    let conn = open_db(db);
-    let mut rows = conn
-        .prepare("SELECT event, attempt FROM audit WHERE call_id = ?1 ORDER BY id")
-        .unwrap();
-    rows.query_map([call_id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
-}
-
 /// Paused while its tool ran, a process keeps its call only until its lease
 /// runs out: the other process takes it as attempt 2 and finishes it, and the
 /// woken process's completion of attempt 1 is fenced off and audited as
@@ -140,11 +128,11 @@ fn a_paused_process_loses_its_call_when_its_lease_ends_and_its_completion_is_fen
 
     let stale = ("stale_completion".to_string(), 1);
     eventually("the woken process's attempt 1 to be fenced off", || {
-        events_and_attempts(&db.path, &call_id).contains(&stale)
+        audit_events_and_attempts(&db.path, &call_id).contains(&stale)
     });
     let done = other.wait_terminal(&call_id);
     assert_eq!(status_and_attempt(&done), (Some("succeeded"), Some(2)));
-    let events = events_and_attempts(&db.path, &call_id);
+    let events = audit_events_and_attempts(&db.path, &call_id);
     let finished: Vec<_> = events.iter().filter(|(e, _)| e == "succeeded").collect();
     assert_eq!(finished, [&("succeeded".to_string(), 2)], "{events:?}");
     assert!(events.contains(&("recover".to_string(), 1)), "{events:?}");

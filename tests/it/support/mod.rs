@@ -315,6 +315,18 @@ pub fn audit_events(db: &Path, call_id: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// The audit events of one call, in order, each with the attempt it belongs to.
+pub fn audit_events_and_attempts(db: &Path, call_id: &str) -> Vec<(String, i64)> {
+    let conn = open_db(db);
+    let mut stmt = conn
+        .prepare("SELECT event, attempt FROM audit WHERE call_id = ?1 ORDER BY id")
+        .unwrap();
+    stmt.query_map([call_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
 pub fn charge(amount: i64) -> Value {
     serde_json::json!({"tool": "charge", "args": {"amount": amount}})
 }
