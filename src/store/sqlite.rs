@@ -350,9 +350,15 @@ impl SqliteStore {
     }
 
     /// What `/healthz` reports: whether a new connection can read the file
-    /// now, and whether the writer is stuck with work queued.
+    /// now, and whether the writer can still write: never again after a
+    /// failed sync (an orchestrator should restart the process), and not
+    /// while it is stuck with work queued.
     pub fn health(&self) -> Health {
         let database = report_reads::fresh_read(&self.path).map_err(|e| e.to_string());
+        if let Some(failed) = self.writer.failure() {
+            let writer = Err(format!("{failed}; restart the process to write again"));
+            return Health { database, writer };
+        }
         let writer = match self.writer.stuck_for() {
             Some((stuck, queued)) if stuck > WRITER_STUCK_AFTER => Err(format!(
                 "stuck for {:.1} s with {queued} operations queued",

@@ -70,7 +70,7 @@ pub(super) struct Durability {
 struct Synced {
     synced: u64,
     /// Set once a sync failed: nothing from then on is durable.
-    failed: Option<String>,
+    failed: Option<StoreError>,
 }
 
 impl Durability {
@@ -81,10 +81,7 @@ impl Durability {
 
     /// Why nothing may be written any more, if a sync failed.
     pub(super) fn failure(&self) -> Option<StoreError> {
-        lock(&self.state)
-            .failed
-            .clone()
-            .map(StoreError::unavailable)
+        lock(&self.state).failed.clone()
     }
 
     /// Call after a read has run: wait until every batch whose `COMMIT` began
@@ -99,7 +96,7 @@ impl Durability {
         let mut state = lock(&self.state);
         loop {
             if let Some(why) = &state.failed {
-                return Err(StoreError::unavailable(why.clone()));
+                return Err(why.clone());
             }
             if state.synced >= target {
                 return Ok(());
@@ -125,7 +122,7 @@ impl Durability {
         self.advanced.notify_all();
     }
 
-    fn fail(&self, why: String) {
+    fn fail(&self, why: StoreError) {
         lock(&self.state).failed.get_or_insert(why);
         self.advanced.notify_all();
     }
@@ -204,7 +201,7 @@ fn run(
         };
         match &synced {
             Ok(()) => durability.synced_through(through),
-            Err(e) => durability.fail(e.to_string()),
+            Err(e) => durability.fail(e.clone()),
         }
         let mut answered = 0;
         for committed in group {
@@ -340,6 +337,7 @@ mod tests {
         let dir = TempDir::new("idem-sync-fails").unwrap();
         let path = dir.join("t.db");
         let writer = writer_with(&path, Box::new(|| Err(std::io::Error::other("EIO"))));
+        assert!(writer.failure().is_none(), "nothing has failed yet");
         let first = insert_a_row(&writer).recv_timeout(Duration::from_secs(30));
         assert!(
             matches!(first, Ok(Err(StoreError::Unavailable(_)))),
@@ -352,6 +350,12 @@ mod tests {
         );
         let gated = readers(&path, Some(writer.durability()));
         assert!(matches!(rows(&gated), Err(StoreError::Unavailable(_))));
+        // What `/healthz` reports, said once: the cause is kept, not re-wrapped.
+        let failure = writer.failure().map(|e| e.to_string());
+        assert_eq!(
+            failure.as_deref(),
+            Some("database unavailable: syncing the WAL failed: EIO")
+        );
         writer.stop();
     }
 }

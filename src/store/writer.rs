@@ -349,6 +349,11 @@ impl Writer {
         self.counters.stuck_for()
     }
 
+    /// Why nothing can be written until the process restarts: a sync failed.
+    pub(super) fn failure(&self) -> Option<StoreError> {
+        self.durability.failure()
+    }
+
     /// Report every batch from now on to `metrics` (set once).
     pub(super) fn report_to(&self, metrics: Arc<Metrics>) {
         let _ = self.counters.metrics.set(metrics);

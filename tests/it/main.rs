@@ -29,6 +29,7 @@ mod client;
 mod crash;
 mod created_claimed;
 mod descriptors;
+mod disk_error;
 mod disk_full;
 mod docs;
 mod fault_inject;

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod downstream;
 pub mod exposition;
 pub mod in_process;
+pub mod loop_ext4;
 pub mod openapi;
 pub mod own_process;
 pub mod procfs;

@@ -1,0 +1,177 @@
+//! A file system that fails under the running server, as ext4 does on a real
+//! I/O error with `errors=remount-ro` (the default of many distributions):
+//! it turns read-only at once, open files and all, so every write and every
+//! `fdatasync` fails from then on. Clients keep posting new keys throughout.
+//! The invariant: no call answered `202` is lost — each is on file, once,
+//! after the file system is checked and mounted again and the service
+//! restarted, and `verify` passes; what could not be made durable is answered
+//! `503 unavailable`, never `500`; and `/healthz` stops answering `ok` (the
+//! process cannot write again until it restarts, so an orchestrator should
+//! restart it).
+//!
+//! Needs root for the loop device (CI runs as root).
+
+use crate::support::loop_ext4::LoopExt4;
+use crate::support::tmpfs::is_root;
+use crate::support::{count, eventually, Http, Server, TempDb, DEADLINE, SERVER_BIN};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Outcomes {
+    /// (key, call_id) of every answer `202`.
+    accepted: Vec<(String, String)>,
+    /// Every other answer: status and error code.
+    refused: Vec<(u16, String)>,
+}
+
+impl Outcomes {
+    fn unavailable(&self) -> usize {
+        self.refused.iter().filter(|(s, _)| *s == 503).count()
+    }
+}
+
+/// Eight clients posting new keys until `stop`.
+fn post_until(server: &Server, outcomes: &Mutex<Outcomes>, stop: &AtomicBool) {
+    thread::scope(|scope| {
+        for client in 0..8 {
+            scope.spawn(move || {
+                for n in 0.. {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let key = format!("fs-{client}-{n}");
+                    let (status, reply) =
+                        server.post(&key, &json!({"tool": "charge", "args": {"amount": 1}}));
+                    let mut o = outcomes.lock().unwrap();
+                    if status == 202 {
+                        let call_id = reply["call_id"].as_str().unwrap().to_string();
+                        o.accepted.push((key, call_id));
+                    } else {
+                        let code = reply["error"]["code"].as_str().unwrap_or("").to_string();
+                        o.refused.push((status, code));
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Wait until `enough` holds of the outcomes so far.
+fn wait_for(outcomes: &Mutex<Outcomes>, what: &str, enough: impl Fn(&Outcomes) -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !enough(&outcomes.lock().unwrap()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_file_system_turned_read_only_loses_no_accepted_call() {
+    if !is_root() {
+        eprintln!(
+            "disk_error: not root, so no loop device; this test needs root (CI runs as root)"
+        );
+        return;
+    }
+    let mut fs = LoopExt4::mount(64);
+    let db = TempDb::at(fs.dir.join("idem.db"));
+    let lease = ["--lease-secs", "2"];
+    let mut server = Server::start(&db, &lease);
+    assert_eq!(server.get("/healthz").0, 200);
+
+    let (outcomes, stop) = (Mutex::new(Outcomes::default()), AtomicBool::new(false));
+    thread::scope(|scope| {
+        scope.spawn(|| post_until(&server, &outcomes, &stop));
+        wait_for(&outcomes, "calls accepted before the error", |o| {
+            o.accepted.len() >= 200
+        });
+        fs.fail_now();
+        wait_for(&outcomes, "refusals after the error", |o| {
+            o.unavailable() >= 40
+        });
+        stop.store(true, Ordering::SeqCst);
+    });
+    let outcomes = outcomes.into_inner().unwrap();
+    let others: Vec<_> = outcomes
+        .refused
+        .iter()
+        .filter(|(status, code)| (*status, code.as_str()) != (503, "unavailable"))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "refused other than 503 unavailable: {others:?}"
+    );
+
+    // The process cannot write again, and says so where an orchestrator looks.
+    let (status, new_key) = server.post(
+        "after-the-error",
+        &json!({"tool": "charge", "args": {"amount": 1}}),
+    );
+    assert_eq!(
+        (status, new_key["error"]["code"].as_str()),
+        (503, Some("unavailable")),
+        "{new_key}"
+    );
+    let mut health = Value::Null;
+    eventually("/healthz to report the writer", || {
+        let (status, body) = server.get("/healthz");
+        health = body;
+        status == 503
+    });
+    let writer = &health["checks"]["writer"];
+    assert_eq!(writer["ok"], false, "{health}");
+    let detail = writer["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("syncing the WAL failed") && detail.contains("restart the process"),
+        "{health}"
+    );
+
+    server.kill();
+    fs.repair_and_mount_again();
+    let restarted = Server::start(&db, &lease);
+    assert_eq!(restarted.get("/healthz").0, 200);
+    let conn = restarted.sql();
+    for (key, call_id) in &outcomes.accepted {
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT call_id FROM calls WHERE idem_key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .ok();
+        assert_eq!(
+            found.as_deref(),
+            Some(call_id.as_str()),
+            "{key} was answered 202, then lost"
+        );
+    }
+    eventually("the restarted service to finish every call", || {
+        count(
+            &db.path,
+            "SELECT count(*) FROM calls WHERE status <> 'succeeded'",
+        ) == 0
+    });
+    let verify = std::process::Command::new(SERVER_BIN)
+        .args(["verify", "--db", db.path_str()])
+        .output()
+        .expect("run verify");
+    assert!(
+        verify.status.success(),
+        "verify: {}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    eprintln!(
+        "disk_error: {} accepted and all kept, {} answered 503",
+        outcomes.accepted.len(),
+        outcomes.unavailable()
+    );
+    drop(conn);
+    drop(restarted);
+    drop(db);
+    drop(fs);
+}
