@@ -31,11 +31,17 @@
 //!
 //! A checkpoint syncs the WAL before it copies frames into the database file,
 //! so it never makes a commit durable that was not already (see `syncer`),
-//! and never loses one. This module never writes a row and never answers a
-//! caller.
+//! and never loses one. After a failed sync (see `syncer`) the thread runs no
+//! pass again and ends: a later sync can report success although the failed
+//! write-back lost frames, and a pass would copy them into the database file.
+//!
+//! This module never writes a row and never answers a caller.
 
+use super::error::StoreError;
+use super::schema;
+use super::syncer::Durability;
 use crate::sync::lock;
-use rusqlite::Connection;
+use rusqlite::{ffi, Connection};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -85,8 +91,13 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Open a connection of its own on `path` and start the thread.
-    pub(super) fn start(path: &Path, bound: u32) -> rusqlite::Result<Checkpointer> {
+    /// Open a connection of its own on `path` and start the thread, which
+    /// ends for good once `durability` says a sync failed.
+    pub(super) fn start(
+        path: &Path,
+        bound: u32,
+        durability: Arc<Durability>,
+    ) -> rusqlite::Result<Checkpointer> {
         let conn = Connection::open(path)?;
         // Long enough to outlast a batch; the `RESTART` of a stuck WAL waits
         // this long at most for readers before it gives up until the next nudge.
@@ -96,7 +107,12 @@ impl Checkpointer {
         let (thread_signal, thread_rewind) = (Arc::clone(&signal), Arc::clone(&rewind));
         let thread = std::thread::Builder::new()
             .name("store-checkpointer".into())
-            .spawn(move || run(&conn, &thread_signal, &thread_rewind, bound))
+            .spawn(move || {
+                run(&conn, &thread_signal, &thread_rewind, bound, &durability);
+                if durability.failure().is_some() {
+                    schema::no_checkpoint_on_close(&conn);
+                }
+            })
             .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
         Ok(Checkpointer {
             signal,
@@ -127,6 +143,12 @@ impl Checkpointer {
         lock(&self.signal.0).runs
     }
 
+    /// Whether the thread has ended by itself.
+    #[cfg(test)]
+    fn ended(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     /// End the thread and join it; the writer then runs its final checkpoint
     /// alone.
     pub(super) fn stop(&mut self) {
@@ -145,7 +167,14 @@ impl Drop for Checkpointer {
     }
 }
 
-fn run(conn: &Connection, signal: &(Mutex<Signal>, Condvar), rewind: &AtomicBool, bound: u32) {
+/// Checkpoint after each nudge until told to stop, or until a sync has failed.
+fn run(
+    conn: &Connection,
+    signal: &(Mutex<Signal>, Condvar),
+    rewind: &AtomicBool,
+    bound: u32,
+    durability: &Durability,
+) {
     let (state, wake) = signal;
     loop {
         {
@@ -161,10 +190,15 @@ fn run(conn: &Connection, signal: &(Mutex<Signal>, Condvar), rewind: &AtomicBool
             }
             guard.committed = false;
         }
+        if durability.failure().is_some() {
+            return crate::log::warn("checkpoints stopped: a sync of the WAL failed")
+                .event("checkpoints_stopped")
+                .emit();
+        }
         match checkpoint(conn, bound) {
             Ok(pass) if pass.rewind_due(bound) => rewind.store(true, Ordering::Relaxed),
             Ok(_) => {}
-            Err(e) => warn_failed(&e),
+            Err(e) => judge_failed(&e, durability),
         }
         lock(state).runs += 1;
         std::thread::sleep(PAUSE);
@@ -208,13 +242,34 @@ pub(super) fn finish_rewind(writer: &Connection) -> rusqlite::Result<Checkpointe
     run_checkpoint(writer, "PASSIVE")
 }
 
-/// A checkpoint that failed changed nothing; the next commit's nudge tries
-/// again.
-pub(super) fn warn_failed(e: &rusqlite::Error) {
-    crate::log::warn("checkpoint failed; the next commit retries it")
-        .event("checkpoint_failed")
-        .cause(e)
-        .emit();
+/// A checkpoint that failed changed nothing, and the next commit's nudge
+/// tries again — unless its sync failed. A checkpoint syncs the WAL before it
+/// copies and the database file after; Linux reports a failed write-back to
+/// each open descriptor once, so the syncer may never hear of this one, and
+/// the next pass's sync would succeed over lost pages. So a failed sync here
+/// fails the store as the syncer's would: nothing is checkpointed after it.
+pub(super) fn judge_failed(e: &rusqlite::Error, durability: &Durability) {
+    if !is_a_failed_sync(e) {
+        return crate::log::warn("checkpoint failed; the next commit retries it")
+            .event("checkpoint_failed")
+            .cause(e)
+            .emit();
+    }
+    crate::log::error(
+        "a checkpoint's sync failed; nothing more is written or read until the process is restarted",
+    )
+    .event("wal_sync_failed")
+    .cause(e)
+    .emit();
+    durability.fail(StoreError::unavailable(format!(
+        "a checkpoint's sync failed: {e}"
+    )));
+}
+
+fn is_a_failed_sync(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(failure, _)
+        if failure.extended_code == ffi::SQLITE_IOERR_FSYNC
+            || failure.extended_code == ffi::SQLITE_IOERR_DIR_FSYNC)
 }
 
 fn run_checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<Checkpointed> {
@@ -320,7 +375,7 @@ mod tests {
         );
         let path = dir.join("checked.db");
         drop(writer(&path));
-        let mut checkpointer = Checkpointer::start(&path, BOUND).unwrap();
+        let mut checkpointer = Checkpointer::start(&path, BOUND, Arc::default()).unwrap();
         let peak = long_write_load(&path, Some(&checkpointer));
         checkpointer.stop();
         // The bound, plus what a few intervals between checks append: on a
@@ -368,5 +423,66 @@ mod tests {
             peak < 2 * u64::from(BOUND) * PAGE,
             "the WAL reached {peak} bytes"
         );
+    }
+
+    /// Once a sync has failed, a nudge ends the thread without a pass: the
+    /// row committed after the last good sync stays in the WAL only.
+    #[test]
+    fn no_pass_runs_once_a_sync_has_failed() {
+        let dir = TempDir::new("idem-checkpointer").unwrap();
+        let path = dir.join("failed.db");
+        let conn = writer(&path);
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+        conn.execute("INSERT INTO t (body) VALUES ('not synced')", [])
+            .unwrap();
+        let durability = Arc::new(Durability::default());
+        durability.fail(super::super::StoreError::unavailable("EIO"));
+        let mut checkpointer = Checkpointer::start(&path, BOUND, durability).unwrap();
+        checkpointer.nudge();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !checkpointer.ended() {
+            assert!(Instant::now() < deadline, "the thread did not end");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(checkpointer.runs(), 0);
+        checkpointer.stop();
+        assert_eq!(
+            rows_in_the_file_alone(&path),
+            0,
+            "a pass copied the unsynced row"
+        );
+    }
+
+    /// A checkpoint whose own sync failed fails the store like the syncer's
+    /// would; any other failure (a lock held elsewhere) is retried.
+    #[test]
+    fn a_checkpoint_whose_sync_failed_fails_the_store() {
+        let failure = |code| rusqlite::Error::SqliteFailure(ffi::Error::new(code), None);
+        let durability = Durability::default();
+        judge_failed(&failure(ffi::SQLITE_BUSY), &durability);
+        judge_failed(&failure(ffi::SQLITE_IOERR_WRITE), &durability);
+        assert!(durability.failure().is_none());
+        judge_failed(&failure(ffi::SQLITE_IOERR_FSYNC), &durability);
+        let failed = durability.failure().map(|e| e.to_string());
+        assert!(
+            failed
+                .as_deref()
+                .is_some_and(|e| e.contains("a checkpoint's sync failed")),
+            "{failed:?}"
+        );
+    }
+
+    /// The rows of `t` in the database file without its WAL, read from a copy.
+    /// Meaningful here because nothing holds a checkpoint back: a pass that
+    /// runs copies the whole WAL (a pass held back by a reader can leave the
+    /// file alone inconsistent, which is fine for SQLite while the WAL exists).
+    fn rows_in_the_file_alone(path: &Path) -> i64 {
+        let dir = TempDir::new("idem-file-alone").unwrap();
+        let copy = dir.join("copy.db");
+        std::fs::copy(path, &copy).unwrap();
+        let conn = Connection::open(&copy).unwrap();
+        conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap()
     }
 }

@@ -83,12 +83,27 @@ impl Readers {
         Ok(value)
     }
 
-    /// Close every idle connection (the store is stopping).
+    /// Close every idle connection (the store is stopping). After a failed
+    /// sync none of them may checkpoint as it closes, though one of them is
+    /// likely the process's last connection to the file.
     pub(super) fn close_idle(&self) {
         let mut state = lock(&self.state);
         state.open -= state.idle.len();
-        state.idle.clear();
+        let idle = std::mem::take(&mut state.idle);
+        drop(state);
+        self.close(idle);
         self.returned.notify_all();
+    }
+
+    fn close(&self, connections: Vec<Connection>) {
+        if self
+            .gate
+            .as_ref()
+            .is_some_and(|gate| gate.failure().is_some())
+        {
+            connections.iter().for_each(schema::no_checkpoint_on_close);
+        }
+        drop(connections);
     }
 
     /// An idle connection, or a new one while fewer than `MAX_READERS`
@@ -133,6 +148,14 @@ impl Readers {
     #[cfg(test)]
     pub(super) fn open(&self) -> usize {
         lock(&self.state).open
+    }
+}
+
+impl Drop for Readers {
+    /// Connections given back after `close_idle` close here.
+    fn drop(&mut self) {
+        let idle = std::mem::take(&mut lock(&self.state).idle);
+        self.close(idle);
     }
 }
 

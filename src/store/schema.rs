@@ -15,6 +15,7 @@
 
 use super::error::StoreError;
 use super::options::StoreOptions;
+use rusqlite::config::DbConfig;
 use rusqlite::Connection;
 use std::path::Path;
 
@@ -235,6 +236,21 @@ fn configure(conn: &Connection, options: &StoreOptions) -> Result<(), StoreError
     // database changed since their last read, so a bigger one buys them nothing.
     conn.execute_batch("PRAGMA cache_size=-2048")?;
     Ok(())
+}
+
+/// From now on SQLite must not checkpoint when `conn` closes. After a failed
+/// sync the WAL may hold frames that never reached the disk (Linux may drop
+/// pages whose write-back failed, and reports the error to each descriptor
+/// only once); a checkpoint would copy them into the database file, where
+/// the next start's recovery, which keeps only the WAL's whole frames, could
+/// no longer take them back.
+pub(super) fn no_checkpoint_on_close(conn: &Connection) {
+    if let Err(e) = conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true) {
+        crate::log::error("could not turn off the checkpoint on close")
+            .event("checkpoint_on_close_not_disabled")
+            .cause(&e)
+            .emit();
+    }
 }
 
 /// Bring the database up to `SCHEMA_VERSION`; returns the names of the

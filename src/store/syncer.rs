@@ -33,7 +33,10 @@
 //! later frames chain onto them. Every waiting answer becomes `Unavailable`,
 //! every later write and gated read is refused, and the process must be
 //! restarted (SQLite's recovery then keeps exactly the frames that reached
-//! the disk whole).
+//! the disk whole). Nothing in the process checkpoints after that, not even
+//! as its last connection closes: a checkpoint would copy frames the failed
+//! write-back may have lost into the database file, beyond recovery's reach
+//! (`schema::no_checkpoint_on_close`).
 //!
 //! This module never runs SQL; it only syncs a file and releases answers.
 
@@ -122,7 +125,7 @@ impl Durability {
         self.advanced.notify_all();
     }
 
-    fn fail(&self, why: StoreError) {
+    pub(super) fn fail(&self, why: StoreError) {
         lock(&self.state).failed.get_or_insert(why);
         self.advanced.notify_all();
     }
@@ -357,5 +360,71 @@ mod tests {
             Some("database unavailable: syncing the WAL failed: EIO")
         );
         writer.stop();
+    }
+
+    /// After a failed sync nothing is copied from the WAL into the database
+    /// file: not by the writer's final checkpoint, not by SQLite as the last
+    /// connection closes, be it the writer's or a reader's. The failed
+    /// write-back is modelled as Linux may leave it: the new bytes are gone,
+    /// and reading the WAL back gives what the disk had. A checkpoint would
+    /// copy that into the database file and drop the WAL; without one, the
+    /// next open recovers the synced row, intact.
+    #[test]
+    fn nothing_is_checkpointed_after_a_failed_sync() {
+        for readers_close_first in [false, true] {
+            stop_after_a_failed_sync(readers_close_first);
+        }
+    }
+
+    fn stop_after_a_failed_sync(readers_close_first: bool) {
+        let dir = TempDir::new("idem-sync-fails-once").unwrap();
+        let path = dir.join("t.db");
+        let mut syncs = 0;
+        let writer = writer_with(
+            &path,
+            Box::new(move || {
+                syncs += 1;
+                match syncs {
+                    1 => Ok(()),
+                    _ => Err(std::io::Error::other("EIO")),
+                }
+            }),
+        );
+        let synced = insert_a_row(&writer).recv_timeout(Duration::from_secs(30));
+        assert_eq!(synced, Ok(Ok(1)));
+        let wal = dir.join("t.db-wal");
+        let on_disk = std::fs::read(&wal).unwrap();
+        let failed = insert_a_row(&writer).recv_timeout(Duration::from_secs(30));
+        assert!(matches!(failed, Ok(Err(StoreError::Unavailable(_)))));
+        lose_the_unsynced_writes(&wal, &on_disk);
+        let gated = readers(&path, Some(writer.durability()));
+        assert!(rows(&gated).is_err(), "a read after the failure");
+        if readers_close_first {
+            gated.close_idle();
+        }
+        writer.stop();
+        drop(gated);
+
+        let _ = std::fs::remove_file(dir.join("t.db-shm"));
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok", "a checkpoint copied lost frames");
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+    }
+
+    /// The file reads back as `on_disk`, its length kept: whatever was
+    /// written since reads as what the disk had there (zeros past its end).
+    fn lose_the_unsynced_writes(file: &Path, on_disk: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let handle = std::fs::OpenOptions::new().write(true).open(file).unwrap();
+        let len = handle.metadata().unwrap().len() as usize;
+        let mut bytes = on_disk.to_vec();
+        bytes.resize(len.max(on_disk.len()), 0);
+        handle.write_all_at(&bytes, 0).unwrap();
     }
 }

@@ -73,6 +73,7 @@
 use super::checkpointer::{self, Checkpointer, WAL_BOUND_PAGES, WAL_FILE_LIMIT_PAGES};
 use super::error::StoreError;
 use super::model::WriterStats;
+use super::schema;
 use super::sync_mode::SyncMode;
 use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
 pub(super) use super::write_queue::Lane;
@@ -257,14 +258,17 @@ impl Writer {
     /// `start`, with what makes the WAL durable given (a test's power cut).
     pub(super) fn start_with(conn: Connection, sync: SyncWal) -> std::io::Result<Writer> {
         let path = conn.path().filter(|p| !p.is_empty()).map(PathBuf::from);
+        let durability = Arc::new(Durability::default());
         let checkpointer = match &path {
-            Some(path) => Some(start_checkpointer(&conn, path).map_err(std::io::Error::other)?),
+            Some(path) => Some(
+                start_checkpointer(&conn, path, Arc::clone(&durability))
+                    .map_err(std::io::Error::other)?,
+            ),
             None => None,
         };
         let queue = Arc::new(WriteQueue::new());
         let messages = Arc::clone(&queue);
         let counters = Arc::new(WriterCounters::default());
-        let durability = Arc::new(Durability::default());
         let released_counters = Arc::clone(&counters);
         let syncer = Syncer::start(
             sync,
@@ -397,8 +401,23 @@ impl WriterThread {
             checkpointer.stop();
         }
         // A job offered after the stop is refused and dropped, which answers
-        // its caller. A stopped process leaves the WAL folded into the
-        // database file, so the file alone is the whole state.
+        // its caller.
+        self.final_checkpoint();
+    }
+
+    /// A stopped process leaves the WAL folded into the database file, so
+    /// the file alone is the whole state — unless a sync failed: then the
+    /// WAL stays as it is, for the next start's recovery to judge (see
+    /// `schema::no_checkpoint_on_close`).
+    fn final_checkpoint(&self) {
+        if self.durability.failure().is_some() {
+            schema::no_checkpoint_on_close(&self.conn);
+            return crate::log::warn(
+                "final checkpoint skipped: a sync of the WAL failed; the next start recovers the WAL",
+            )
+            .event("checkpoints_stopped")
+            .emit();
+        }
         if let Err(e) = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
             crate::log::warn("final checkpoint failed")
                 .event("checkpoint_failed")
@@ -410,8 +429,12 @@ impl WriterThread {
     /// Between two batches, when the checkpointer asks: copy the frames it
     /// has not, so the next batch starts the WAL over (see `checkpointer`).
     fn finish_rewind(&self) {
+        // Never after a failed sync: see `schema::no_checkpoint_on_close`.
+        if self.durability.failure().is_some() {
+            return;
+        }
         if let Err(e) = checkpointer::finish_rewind(&self.conn) {
-            checkpointer::warn_failed(&e);
+            checkpointer::judge_failed(&e, &self.durability);
         }
     }
 
@@ -496,8 +519,12 @@ impl WriterThread {
 
 /// Turn off SQLite's automatic checkpoint on the writer's connection and
 /// start the thread that does it instead.
-fn start_checkpointer(conn: &Connection, path: &Path) -> rusqlite::Result<Checkpointer> {
-    let checkpointer = Checkpointer::start(path, WAL_BOUND_PAGES)?;
+fn start_checkpointer(
+    conn: &Connection,
+    path: &Path,
+    durability: Arc<Durability>,
+) -> rusqlite::Result<Checkpointer> {
+    let checkpointer = Checkpointer::start(path, WAL_BOUND_PAGES, durability)?;
     // A restarted WAL that grew far past the bound is cut back on disk.
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
     let limit = i64::from(WAL_FILE_LIMIT_PAGES) * page_size;

@@ -5,15 +5,15 @@
 //! The invariant: no call answered `202` is lost — each is on file, once,
 //! after the file system is checked and mounted again and the service
 //! restarted, and `verify` passes; what could not be made durable is answered
-//! `503 unavailable`, never `500`; and `/healthz` stops answering `ok` (the
+//! `503 unavailable`, never `500`; `/healthz` stops answering `ok` (the
 //! process cannot write again until it restarts, so an orchestrator should
-//! restart it).
+//! restart it); and a `SIGTERM` still stops it, leaving the WAL alone.
 //!
 //! Needs root for the loop device (CI runs as root).
 
 use crate::support::loop_ext4::LoopExt4;
 use crate::support::tmpfs::is_root;
-use crate::support::{count, eventually, Http, Server, TempDb, DEADLINE, SERVER_BIN};
+use crate::support::{self, count, eventually, Http, Server, TempDb, DEADLINE, SERVER_BIN};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -130,7 +130,14 @@ fn a_file_system_turned_read_only_loses_no_accepted_call() {
         "{health}"
     );
 
-    server.kill();
+    // A stop on the failed file system ends, and leaves the WAL alone.
+    support::signal(&server.proc.child, "TERM");
+    server.wait_exit();
+    assert!(
+        server.stderr().contains("final checkpoint skipped"),
+        "{}",
+        server.stderr()
+    );
     fs.repair_and_mount_again();
     let restarted = Server::start(&db, &lease);
     assert_eq!(restarted.get("/healthz").0, 200);
