@@ -13,7 +13,7 @@
 
 use crate::support::loop_ext4::LoopExt4;
 use crate::support::tmpfs::is_root;
-use crate::support::{self, count, eventually, Http, Server, TempDb, DEADLINE, SERVER_BIN};
+use crate::support::{self, count, eventually, Http, Server, TempDb, DEADLINE};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -142,36 +142,14 @@ fn a_file_system_turned_read_only_loses_no_accepted_call() {
     let restarted = Server::start(&db, &lease);
     assert_eq!(restarted.get("/healthz").0, 200);
     let conn = restarted.sql();
-    for (key, call_id) in &outcomes.accepted {
-        let found: Option<String> = conn
-            .query_row(
-                "SELECT call_id FROM calls WHERE idem_key = ?1",
-                [key],
-                |r| r.get(0),
-            )
-            .ok();
-        assert_eq!(
-            found.as_deref(),
-            Some(call_id.as_str()),
-            "{key} was answered 202, then lost"
-        );
-    }
+    support::assert_each_accepted_call_kept(&conn, &outcomes.accepted);
     eventually("the restarted service to finish every call", || {
         count(
             &db.path,
             "SELECT count(*) FROM calls WHERE status <> 'succeeded'",
         ) == 0
     });
-    let verify = std::process::Command::new(SERVER_BIN)
-        .args(["verify", "--db", db.path_str()])
-        .output()
-        .expect("run verify");
-    assert!(
-        verify.status.success(),
-        "verify: {}{}",
-        String::from_utf8_lossy(&verify.stdout),
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    support::assert_verify_passes(&db);
     eprintln!(
         "disk_error: {} accepted and all kept, {} answered 503",
         outcomes.accepted.len(),

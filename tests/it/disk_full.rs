@@ -147,16 +147,7 @@ fn a_full_disk_during_large_batches_loses_no_accepted_call() {
     server.kill();
     let restarted = Server::start(&db, &[]);
     let conn = restarted.sql();
-    for (key, call_id) in &outcomes.accepted {
-        let found: Option<String> = conn
-            .query_row(
-                "SELECT call_id FROM calls WHERE idem_key = ?1",
-                [key],
-                |r| r.get(0),
-            )
-            .ok();
-        assert_eq!(found.as_deref(), Some(call_id.as_str()), "{key} lost");
-    }
+    support::assert_each_accepted_call_kept(&conn, &outcomes.accepted);
     eprintln!(
         "disk_full: {} answers, {} accepted and all kept, {unavailable} answered 503",
         outcomes.statuses.len(),

@@ -259,14 +259,5 @@ fn a_process_paused_holding_the_write_lock_stalls_writes_not_reads() {
             "SELECT count(*) FROM calls WHERE status <> 'succeeded'",
         ) == 0
     });
-    let verify = std::process::Command::new(SERVER_BIN)
-        .args(["verify", "--db", db.path_str()])
-        .output()
-        .expect("run verify");
-    assert!(
-        verify.status.success(),
-        "verify: {}{}",
-        String::from_utf8_lossy(&verify.stdout),
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    assert_verify_passes(&db);
 }

@@ -79,15 +79,7 @@ impl LoopExt4 {
         if !self.mounted {
             return;
         }
-        let unmounted = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !unmounted {
-            // Something still holds a file open: detach now, freed when it closes.
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
+        super::tmpfs::unmount(&self.dir);
         self.mounted = false;
     }
 }

@@ -581,3 +581,36 @@ pub fn status_and_attempt(call: &Value) -> (Option<&str>, Option<i64>) {
 pub fn code_and_retryable(error: &Value) -> (Option<&str>, Option<bool>) {
     (error["code"].as_str(), error["retryable"].as_bool())
 }
+
+/// `idempotent-tool verify` on `db` passes: every invariant holds.
+pub fn assert_verify_passes(db: &TempDb) {
+    let verify = std::process::Command::new(SERVER_BIN)
+        .args(["verify", "--db", db.path_str()])
+        .output()
+        .expect("run verify");
+    assert!(
+        verify.status.success(),
+        "verify: {}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+}
+
+/// Every `(key, call_id)` answered `202` is on file under its key, with that
+/// call id.
+pub fn assert_each_accepted_call_kept(conn: &rusqlite::Connection, accepted: &[(String, String)]) {
+    for (key, call_id) in accepted {
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT call_id FROM calls WHERE idem_key = ?1",
+                [key],
+                |r| r.get(0),
+            )
+            .ok();
+        assert_eq!(
+            found.as_deref(),
+            Some(call_id.as_str()),
+            "{key} was answered 202, then lost"
+        );
+    }
+}

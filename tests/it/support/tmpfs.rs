@@ -49,16 +49,21 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let unmounted = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !unmounted {
-            // Something still holds a file open: detach now, freed when it closes.
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
+        unmount(&self.dir);
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Unmount `dir`; if something still holds a file open there, detach it
+/// now, to be freed when that closes.
+pub fn unmount(dir: &std::path::Path) {
+    let unmounted = Command::new("umount")
+        .arg(dir)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !unmounted {
+        let _ = Command::new("umount").arg("-l").arg(dir).status();
     }
 }
 
