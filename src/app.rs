@@ -90,6 +90,9 @@ pub struct StopReport {
     /// Calls whose tools were still running when the grace period ended:
     /// their leases were given back, so the next process runs them at once.
     pub released: Vec<String>,
+    /// Why the store could not write any more while the process ran (a
+    /// failed sync of the WAL), if it could not: the process then exits 1.
+    pub write_failure: Option<StoreError>,
 }
 
 impl Service {
@@ -283,7 +286,10 @@ impl Service {
         self.server.stop();
         let released = self.runner.stop(grace);
         self.store.stop();
-        let report = StopReport { released };
+        let report = StopReport {
+            released,
+            write_failure: self.store.write_failure(),
+        };
         *stopped = Some(report.clone());
         report
     }

@@ -16,9 +16,11 @@
 //! nowhere to go. The access record's fields are exactly the documented ones.
 
 mod access_writer;
+mod repeats;
 mod settings;
 
 pub use access_writer::AccessWriter;
+pub use repeats::{Repeats, BACKGROUND_FAILURE_EVERY};
 pub use settings::{parse_access_log, Level, SettingError};
 use std::cell::RefCell;
 use std::fmt::Write as _;
@@ -313,6 +315,14 @@ impl Event<'_> {
     pub fn emit(self) {
         if let Some(line) = self.line {
             self.logger.write_line(line);
+        }
+    }
+
+    /// Write the line unless `repeats` wrote one less than its interval ago;
+    /// a line written says how many it held back (`suppressed`).
+    pub fn emit_or_count(self, repeats: &Repeats) {
+        if let Some(suppressed) = repeats.admit() {
+            self.number("suppressed", suppressed).emit();
         }
     }
 }

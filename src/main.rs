@@ -9,7 +9,7 @@
 //! `Failure::exit_status` is the one place that picks the exit status.
 #![forbid(unsafe_code)]
 
-use idempotent_tool::app::{Service, StartError};
+use idempotent_tool::app::{Service, StartError, StopReport};
 use idempotent_tool::config::{Command, Config, ConfigError, USAGE};
 use idempotent_tool::flag::{FlagError, Flags};
 use idempotent_tool::log::{self, Logger};
@@ -76,6 +76,9 @@ enum Failure {
     Signals(std::io::Error),
     /// The service did not start.
     Start(StartError),
+    /// The service stopped after its store had failed to write (a failed
+    /// sync of the WAL); its last log line says why.
+    WritesFailed,
     /// `verify` found violations; its report on stdout names each.
     Violations,
     /// `verify` could not read the file as a service database.
@@ -90,7 +93,10 @@ impl Failure {
         match self {
             Failure::Usage { .. } | Failure::ToolsFile { .. } | Failure::NeedsToolsFile(_) => 2,
             Failure::Start(StartError::Auth(_)) => 2,
-            Failure::Signals(_) | Failure::Start(_) | Failure::Violations => 1,
+            Failure::Signals(_)
+            | Failure::Start(_)
+            | Failure::WritesFailed
+            | Failure::Violations => 1,
             Failure::Unverifiable(_) => 3,
         }
     }
@@ -107,7 +113,7 @@ impl Failure {
             Failure::ToolsFile { command, error } => eprintln!("{command}: {error}"),
             Failure::Signals(e) => eprintln!("{SERVE}: cannot install signal handlers: {e}"),
             Failure::Start(e) => eprintln!("{SERVE}: {e}"),
-            Failure::Violations => {}
+            Failure::WritesFailed | Failure::Violations => {}
             Failure::Unverifiable(e) => eprintln!("{VERIFY}: {e}"),
             Failure::NeedsToolsFile(tools) => eprintln!(
                 "{VERIFY}: calls name tools that are not built in ({}); which of them write \
@@ -159,13 +165,16 @@ fn run(args: Vec<String>) -> Result<(), Failure> {
     // Tests and scripts read this line to learn the port; do not leave it buffered.
     let _ = std::io::stdout().flush();
     service.log_start();
-    serve_until_signalled(service, signals, grace);
-    Ok(())
+    let report = serve_until_signalled(service, signals, grace);
+    match report.write_failure {
+        None => Ok(()),
+        Some(_) => Err(Failure::WritesFailed),
+    }
 }
 
 /// Block until SIGTERM or SIGINT, then stop gracefully; a second signal
 /// exits at once (status 1), without waiting for the grace period.
-fn serve_until_signalled(service: Service, mut signals: Signals, grace: Duration) {
+fn serve_until_signalled(service: Service, mut signals: Signals, grace: Duration) -> StopReport {
     let first = signals.forever().next().unwrap_or(SIGTERM);
     log::info("signal received; stopping (running tools get the grace period; a second signal exits at once)")
         .event("stopping")
@@ -184,10 +193,22 @@ fn serve_until_signalled(service: Service, mut signals: Signals, grace: Duration
     let report = service.stop(grace);
     // The access lines still buffered go out before the last line.
     log::global().flush(std::time::Duration::from_secs(1));
-    log::info("stopped cleanly; running calls released for the next process")
-        .event("stopped")
+    match &report.write_failure {
+        // A supervisor reads the exit status: this stop was not clean.
+        Some(failure) => log::error(
+            "stopped after a failed sync of the WAL (exit status 1); check the disk, then start \
+             again: the next start recovers from what reached it",
+        )
+        .event("stopped_after_write_failure")
         .number("released", report.released.len() as u64)
-        .emit();
+        .cause(failure)
+        .emit(),
+        None => log::info("stopped cleanly; running calls released for the next process")
+            .event("stopped")
+            .number("released", report.released.len() as u64)
+            .emit(),
+    }
+    report
 }
 
 fn signal_name(signal: i32) -> &'static str {

@@ -60,7 +60,7 @@ pub use notifier::Notifier;
 pub use retention::OnPurged;
 
 use crate::chaos;
-use crate::log;
+use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::metrics::{Metrics, ToolOutcome};
 use crate::store::{owner_name, CallStore, Completion, Lease, NewEffect};
 use crate::sync::lock;
@@ -77,6 +77,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stored_args::parse_stored_args;
 use tasks::{Task, TaskTable};
+
+/// Fails again on every pass while the fault lasts: one line per interval.
+static RECOVERY_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY);
 
 /// How the runner behaves; filled from the command line.
 #[derive(Debug, Clone)]
@@ -323,7 +326,7 @@ impl Runner {
             Err(e) => log::error("recovery failed")
                 .event("recovery_failed")
                 .cause(&e)
-                .emit(),
+                .emit_or_count(&RECOVERY_FAILED),
         }
         self.claim_due_work();
     }

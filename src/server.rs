@@ -23,6 +23,7 @@ pub use limits::Limits;
 pub use observer::{Handler, Observer};
 
 use crate::http::{ErrorCode, Response};
+use crate::log::Repeats;
 use crate::sync::lock;
 use connection::{closing_response_bytes, ServedConnection};
 use observer::Unobserved;
@@ -33,7 +34,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running server: its accept thread and every connection thread, and what
 /// stopping needs to reach them.
@@ -157,8 +158,8 @@ fn accept_until_stopped(
 ) {
     let open = Arc::new(AtomicUsize::new(0));
     let limits = Arc::new(limits);
-    let mut accept_errors = RateLimitedLog::default();
-    let mut busy_log = RateLimitedLog::default();
+    let accept_errors = Repeats::every(Duration::from_secs(1));
+    let busy_log = Repeats::every(Duration::from_secs(1));
     let mut next_id: u64 = 0;
     for incoming in listener.incoming() {
         if shared.stopping.load(Ordering::SeqCst) {
@@ -167,13 +168,10 @@ fn accept_until_stopped(
         let stream = match incoming {
             Ok(stream) => stream,
             Err(e) => {
-                accept_errors.log(|suppressed| {
-                    crate::log::error("accept failed")
-                        .event("accept_failed")
-                        .number("suppressed", suppressed)
-                        .cause(&e)
-                        .emit()
-                });
+                crate::log::error("accept failed")
+                    .event("accept_failed")
+                    .cause(&e)
+                    .emit_or_count(&accept_errors);
                 // Out of descriptors or memory: give the system a moment instead of spinning.
                 thread::sleep(Duration::from_millis(5));
                 continue;
@@ -182,13 +180,10 @@ fn accept_until_stopped(
         join_finished(&shared.connections);
         // Only this thread increments `open`, so checking then claiming cannot overshoot.
         if open.load(Ordering::Acquire) >= limits.max_connections {
-            busy_log.log(|suppressed| {
-                crate::log::warn("connection limit reached; answering 503")
-                    .event("connection_limit")
-                    .number("max_connections", limits.max_connections as u64)
-                    .number("suppressed", suppressed)
-                    .emit()
-            });
+            crate::log::warn("connection limit reached; answering 503")
+                .event("connection_limit")
+                .number("max_connections", limits.max_connections as u64)
+                .emit_or_count(&busy_log);
             reject_busy(stream, &*observer);
             continue;
         }
@@ -301,30 +296,6 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
         self.observer.connection_closed();
-    }
-}
-
-/// Logs at most one line a second, so a flood cannot flood stderr too.
-#[derive(Default)]
-struct RateLimitedLog {
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-impl RateLimitedLog {
-    /// Call `message` with how many calls since the last one were suppressed.
-    fn log(&mut self, message: impl FnOnce(u64)) {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
-        {
-            self.suppressed += 1;
-            return;
-        }
-        message(self.suppressed);
-        self.last = Some(now);
-        self.suppressed = 0;
     }
 }
 

@@ -15,12 +15,15 @@
 
 use super::tasks::Task;
 use super::{log_claimed, Runner};
-use crate::log;
+use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::store::{owner_name, DueLimits, Lease};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::PoisonError;
 use std::time::Duration;
+
+/// Fails again on every pass while the fault lasts: one line per interval.
+static CLAIM_DUE_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY);
 
 /// What a worker is handed.
 pub(super) enum Job {
@@ -222,7 +225,7 @@ impl Runner {
                 log::error("could not claim due calls")
                     .event("recovery_failed")
                     .cause(&e)
-                    .emit();
+                    .emit_or_count(&CLAIM_DUE_FAILED);
                 Vec::new()
             }
         };

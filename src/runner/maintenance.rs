@@ -18,11 +18,17 @@
 
 use super::tasks::TaskTable;
 use super::Runner;
-use crate::log;
+use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::store::{CallStore, Lease, HEARTBEAT_EVERY};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Fails again on every pass while the fault lasts: one line per interval.
+static HEARTBEAT_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY);
+
+/// Fails again on every pass while the fault lasts: one line per interval.
+static LEASE_EXTENSION_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY);
 
 /// No job runs more often than this: a lease of a few milliseconds (tests)
 /// must not spin the thread.
@@ -143,7 +149,7 @@ fn write_instance_heartbeat(runner: &Runner) {
         log::warn("heartbeat not written")
             .event("heartbeat_failed")
             .cause(&e)
-            .emit();
+            .emit_or_count(&HEARTBEAT_FAILED);
     }
 }
 
@@ -168,7 +174,7 @@ fn extend_due_leases<H: Clone>(
             return log::warn("leases not extended")
                 .event("lease_extension_failed")
                 .cause(&e)
-                .emit()
+                .emit_or_count(&LEASE_EXTENSION_FAILED)
         }
     };
     for ((lease, generation), held) in leases.iter().zip(generations).zip(held) {

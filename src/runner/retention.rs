@@ -8,9 +8,12 @@
 //! and it never deletes a `pending` or `running` call or an effect.
 
 use super::Runner;
-use crate::log;
+use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::store::Purged;
 use std::time::Duration;
+
+/// Fails again on every pass while the fault lasts: one line per interval.
+static PURGE_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY);
 
 /// How often the maintenance ticker looks for expired keys.
 pub(super) const PURGE_EVERY: Duration = Duration::from_secs(1);
@@ -40,7 +43,7 @@ impl Runner {
                     log::error("purge failed")
                         .event("purge_failed")
                         .cause(&e)
-                        .emit();
+                        .emit_or_count(&PURGE_FAILED);
                     break;
                 }
             }

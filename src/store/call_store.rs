@@ -292,6 +292,16 @@ impl CallStore {
         each!(self, b => b.health())
     }
 
+    /// Why this process can never write again, if it cannot: a sync of
+    /// SQLite's WAL failed (see `syncer`). PostgreSQL has no such state: a
+    /// failed connection is replaced.
+    pub fn write_failure(&self) -> Option<StoreError> {
+        match &self.backend {
+            Backend::Sqlite(b) => b.write_failure(),
+            Backend::Postgres(_) => None,
+        }
+    }
+
     /// Calls by status and the oldest pending call, in one read (a scrape).
     pub fn backlog(&self) -> Result<Backlog, StoreError> {
         each!(self, b => b.backlog())

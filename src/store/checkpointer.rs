@@ -40,6 +40,7 @@
 use super::error::StoreError;
 use super::schema;
 use super::syncer::Durability;
+use crate::log::{Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::sync::lock;
 use rusqlite::{ffi, Connection};
 use std::path::Path;
@@ -47,6 +48,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// Fails again on every pass while the fault lasts: one line per interval.
+static CHECKPOINT_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY);
 
 /// WAL pages past which a passive checkpoint that could not finish is
 /// followed by a blocking one: 4 MiB of 1 KiB pages, about four seconds of
@@ -253,7 +257,7 @@ pub(super) fn judge_failed(e: &rusqlite::Error, durability: &Durability) {
         return crate::log::warn("checkpoint failed; the next commit retries it")
             .event("checkpoint_failed")
             .cause(e)
-            .emit();
+            .emit_or_count(&CHECKPOINT_FAILED);
     }
     crate::log::error(
         "a checkpoint's sync failed; nothing more is written or read until the process is restarted",

@@ -369,6 +369,11 @@ impl SqliteStore {
         Health { database, writer }
     }
 
+    /// Set once a sync of the WAL failed; never cleared.
+    pub fn write_failure(&self) -> Option<StoreError> {
+        self.writer.failure()
+    }
+
     /// Calls by status and the oldest pending call, in one read (a scrape).
     pub fn backlog(&self) -> Result<Backlog, StoreError> {
         self.read(|conn| {
