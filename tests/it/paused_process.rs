@@ -14,6 +14,7 @@
 //! the write lock from outside, and resumes and pauses again until the pause
 //! fell where the test needs it.
 
+use crate::support::procfs;
 use crate::support::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -21,21 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// Whether every thread of `pid` is stopped: `SIGSTOP` is delivered
-/// asynchronously, and a thread still running could take the lock after the
-/// probe looked.
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|task| {
-        std::fs::read_to_string(task.path().join("stat"))
-            .ok()
-            .and_then(|stat| Some(stat.rsplit_once(')')?.1.trim_start().starts_with('T')))
-            .unwrap_or(false)
-    })
-}
 
 /// Whether some connection holds the file's write lock now: `BEGIN
 /// IMMEDIATE` without waiting, rolled back at once if it was granted.
@@ -72,7 +58,7 @@ fn pause_where(server: &Server, holding: bool) {
     loop {
         signal(&server.proc.child, "STOP");
         eventually("every thread of the server to stop", || {
-            all_threads_stopped(pid)
+            procfs::all_threads_stopped(pid)
         });
         if lock_state_lasts(&server.db, holding) {
             return;

@@ -32,7 +32,8 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 /// - `idle_in_transaction_session_timeout`: a session of ours that somehow
 ///   stays in a transaction must not hold back vacuum (the queue's dead
 ///   tuples) or keep its row locks; no transaction of ours waits on anything
-///   but SQL.
+///   but SQL, so one idle in a transaction is a node paused or wedged
+///   mid-way (`tests/it/pg_paused_node.rs`).
 /// - `statement_timeout`, `lock_timeout`: a statement that cannot finish is
 ///   answered `503`, not held for ever.
 fn session_settings(lock_timeout: Duration) -> String {

@@ -56,3 +56,18 @@ pub fn connection_threads(pid: u32) -> (usize, usize) {
     }
     (all, waiting)
 }
+
+/// Whether every thread of `pid` is stopped: `SIGSTOP` is delivered
+/// asynchronously, and a thread still running could take the lock after the
+/// probe looked.
+pub fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| Some(stat.rsplit_once(')')?.1.trim_start().starts_with('T')))
+            .unwrap_or(false)
+    })
+}
