@@ -492,21 +492,49 @@ impl Runner {
             transition,
             writes_effect,
             crash_after_commit,
+            finish: Arc::new(Finish {
+                lease,
+                outcome,
+                retry,
+            }),
+            tries: 1,
         };
+        self.hand_to_store(handed, completions);
+    }
+
+    /// Submit a completion to the store's writer, its outcome to be sent
+    /// through `completions`: the first time, and again when a commit
+    /// failed for a reason that may pass (`completion`).
+    fn hand_to_store(&self, handed: Handed, completions: Completions) {
+        let finish = Arc::clone(&handed.finish);
+        let Finish {
+            lease,
+            outcome,
+            retry,
+        } = &*finish;
         let then = completion::hand_back(completions, handed);
-        match &outcome {
+        match outcome {
             Outcome::Succeeded { result, effect } => {
                 self.store
-                    .succeed_then(&lease, result, effect.as_ref().map(effect_record), then)
+                    .succeed_then(lease, result, effect.as_ref().map(effect_record), then)
             }
             Outcome::Failed { error, .. } => match retry {
                 Some(delay) => self
                     .store
-                    .retry_later_then(&lease, &error.to_json(), delay, then),
-                None => self.store.fail_then(&lease, &error.to_json(), then),
+                    .retry_later_then(lease, &error.to_json(), *delay, then),
+                None => self.store.fail_then(lease, &error.to_json(), then),
             },
         }
     }
+}
+
+/// What a worker asks the store to record when its tool returns: kept with
+/// the completion until it is committed or fenced off, so that a commit
+/// that failed can be asked for again.
+struct Finish {
+    lease: Lease,
+    outcome: Outcome,
+    retry: Option<Duration>,
 }
 
 /// The metrics label of a tool run's outcome.

@@ -22,6 +22,7 @@ pub const RETRY_RESETS: &str = "idempotent_tool_retry_resets_total";
 pub const CLAIMS: &str = "idempotent_tool_claims_total";
 pub const RECOVERIES: &str = "idempotent_tool_recoveries_total";
 pub const STALE_COMPLETIONS: &str = "idempotent_tool_stale_completions_total";
+pub const COMPLETIONS_RETRIED: &str = "idempotent_tool_completions_retried_total";
 pub const PURGES: &str = "idempotent_tool_calls_purged_total";
 pub const EFFECTS_WRITTEN: &str = "idempotent_tool_effects_written_total";
 pub const TOOL_RUNS: &str = "idempotent_tool_tool_runs_total";
@@ -207,6 +208,7 @@ pub struct Metrics {
     pub claims: Arc<Counter>,
     pub recoveries: Arc<Counter>,
     pub stale_completions: Arc<Counter>,
+    pub completions_retried: Arc<Counter>,
     pub purges: Arc<Counter>,
     pub effects_written: Arc<Counter>,
     pub retries_scheduled: Arc<Counter>,
@@ -280,6 +282,10 @@ impl Metrics {
             stale_completions: r.counter(
                 STALE_COMPLETIONS,
                 "Completions discarded because their lease was lost.",
+            ),
+            completions_retried: r.counter(
+                COMPLETIONS_RETRIED,
+                "Completions the store could not commit (locked, full, failing), handed to it again.",
             ),
             purges: r.counter(PURGES, "Terminal calls purged after the key TTL."),
             effects_written: r.counter(EFFECTS_WRITTEN, "Rows written to the effects ledger."),

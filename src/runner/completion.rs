@@ -7,18 +7,40 @@
 //! wakes the waiters of the batch's calls with one notification, and asks
 //! the maintenance thread to poll at once when the last poll left calls due.
 //!
+//! A completion whose commit failed for a reason that may pass (the file
+//! locked past the busy timeout by another process, a full disk, a database
+//! restarting) is held here and handed to the store again, after 50 ms, then
+//! twice as long each time up to a second, until it commits or is fenced
+//! off: left to recovery instead, its lease would expire and the call would
+//! run again. Not after a failed WAL sync (nothing commits until a restart)
+//! nor an internal error; a stop gives each held completion one last try.
+//! A held completion's lease is no longer extended (its tool has returned):
+//! a fault that outlasts the lease ends as before — recovery takes the call
+//! back, and the fence refuses the held completion.
+//!
 //! Nothing here runs on the writer thread but the send: a slow log sink or a
 //! crash hook never holds up a commit. It never decides a transition — the
-//! store's fence already did — and never writes to the store.
+//! store's fence already did — and never writes to the store but through
+//! the runner's `hand_to_store`.
 
 use super::tasks::Task;
-use super::Runner;
+use super::{Finish, Runner};
 use crate::chaos;
-use crate::log;
+use crate::log::{self, Repeats};
 use crate::store::{Completion, StoreError, Then};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The first wait before a failed completion is handed to the store again;
+/// it doubles with each failure up to `RETRY_AT_MOST`.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_AT_MOST: Duration = Duration::from_secs(1);
+
+/// Every held completion fails again while the fault lasts: one line per
+/// second, with a count, however many calls are waiting.
+static COMPLETION_HELD: Repeats = Repeats::every(Duration::from_secs(1));
 
 /// The most completions taken off the channel before their waiters are
 /// woken, so a flood of completions still wakes waiters in good time.
@@ -39,6 +61,23 @@ pub(super) struct Handed {
     pub(super) writes_effect: bool,
     /// The `_crash_after_commit` chaos hook is armed.
     pub(super) crash_after_commit: bool,
+    /// What was asked of the store, to ask again if the commit failed.
+    pub(super) finish: Arc<Finish>,
+    /// How many times it has been handed to the store.
+    pub(super) tries: u32,
+}
+
+/// A completion whose commit failed, and when to hand it to the store again.
+struct Held {
+    due: Instant,
+    handed: Handed,
+}
+
+/// How long a completion that has been handed to the store `tries` times,
+/// the last time in vain, waits before the next.
+fn retry_delay(tries: u32) -> Duration {
+    let doublings = tries.saturating_sub(1).min(5);
+    (RETRY_FIRST * 2u32.pow(doublings)).min(RETRY_AT_MOST)
 }
 
 /// The transition a completion asked for.
@@ -87,20 +126,47 @@ pub(super) fn start(
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("completer".into())
-        .spawn(move || {
-            while let Ok(first) = handoffs.recv() {
+        .spawn(move || record_until_closed(&runner, &handoffs))
+}
+
+/// Take completions off the channel a batch at a time, handing the held
+/// ones to the store again as they come due.
+fn record_until_closed(runner: &Runner, handoffs: &mpsc::Receiver<Handoff>) {
+    let mut held: Vec<Held> = Vec::new();
+    loop {
+        let next = match held.iter().map(|h| h.due).min() {
+            None => handoffs
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            Some(due) => handoffs.recv_timeout(due.saturating_duration_since(Instant::now())),
+        };
+        match next {
+            Ok(first) => {
                 let batch: Vec<Handoff> = std::iter::once(first)
                     .chain(handoffs.try_iter().take(MAX_BATCH - 1))
                     .collect();
-                record_batch(&runner, batch);
+                record_batch(runner, batch, &mut held);
             }
-        })
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        hand_due_ones_again(runner, &mut held);
+    }
+    last_try(runner, held.into_iter().map(|h| h.handed).collect());
 }
 
 /// Record each completion, finish its task, then wake the batch's waiters.
-fn record_batch(runner: &Runner, batch: Vec<Handoff>) {
+/// A completion whose commit failed for a reason that may pass is held
+/// instead: its task stays, holding its slot, and nobody is woken.
+fn record_batch(runner: &Runner, batch: Vec<Handoff>, held: &mut Vec<Held>) {
     let mut finished = Vec::with_capacity(batch.len());
     for (handed, committed) in batch {
+        if let Err(e) = &committed {
+            if worth_another_try(runner, e) {
+                hold(runner, handed, e, held);
+                continue;
+            }
+        }
         record(runner, &handed, committed);
         runner.pass_slot_on(&handed.task);
         finished.push(handed.task.call_id);
@@ -110,6 +176,68 @@ fn record_batch(runner: &Runner, batch: Vec<Handoff>) {
     // and slots, so more due calls may be claimed now.
     if runner.more_due.swap(false, Ordering::SeqCst) {
         runner.poll_soon();
+    }
+}
+
+/// Whether a failed commit may succeed if asked again: the store is
+/// unavailable for now, not failed for good (a failed WAL sync refuses
+/// every write until a restart) and not broken (an internal error).
+fn worth_another_try(runner: &Runner, e: &StoreError) -> bool {
+    e.is_unavailable() && runner.store.write_failure().is_none()
+}
+
+fn hold(runner: &Runner, handed: Handed, e: &StoreError, held: &mut Vec<Held>) {
+    runner.metrics.completions_retried.inc();
+    log::warn("completion not committed; handing it to the store again")
+        .event("completion_held")
+        .call_id(&handed.task.call_id)
+        .attempt(handed.attempt)
+        .number("tries", u64::from(handed.tries))
+        .cause(e)
+        .emit_or_count(&COMPLETION_HELD);
+    held.push(Held {
+        due: Instant::now() + retry_delay(handed.tries),
+        handed,
+    });
+}
+
+/// Hand each held completion that is due to the store again; once a stop
+/// has closed the task table, give it its last try instead.
+fn hand_due_ones_again(runner: &Runner, held: &mut Vec<Held>) {
+    let now = Instant::now();
+    if held.iter().all(|h| h.due > now) {
+        return;
+    }
+    let (due, waiting): (Vec<Held>, Vec<Held>) = held.drain(..).partition(|h| h.due <= now);
+    *held = waiting;
+    let mut closed = Vec::new();
+    for Held { mut handed, .. } in due {
+        match runner.tasks.completing(&handed.task) {
+            Some(completions) => {
+                handed.tries += 1;
+                runner.hand_to_store(handed, completions);
+            }
+            None => closed.push(handed),
+        }
+    }
+    last_try(runner, closed);
+}
+
+/// Hand held completions to the store once more, together, and wait for
+/// their commit: the runner is stopping, and whatever this try leaves
+/// uncommitted is left to recovery (the lease expires, or the next process
+/// finds this one stopped), as a completion whose fate is unknown always is.
+fn last_try(runner: &Runner, held: Vec<Handed>) {
+    let (completions, answers) = mpsc::channel();
+    for mut handed in held {
+        handed.tries += 1;
+        runner.hand_to_store(handed, completions.clone());
+    }
+    drop(completions);
+    for (handed, committed) in answers {
+        record(runner, &handed, committed);
+        runner.pass_slot_on(&handed.task);
+        runner.notifier.notify([handed.task.call_id.as_str()]);
     }
 }
 
@@ -150,5 +278,19 @@ fn record(runner: &Runner, handed: &Handed, committed: Result<Completion, StoreE
             .attempt(attempt)
             .cause(&e)
             .emit(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_completion_waits_twice_as_long_each_time_up_to_a_second() {
+        let waits: Vec<u128> = (1..=8)
+            .map(|tries| retry_delay(tries).as_millis())
+            .collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(retry_delay(u32::MAX), RETRY_AT_MOST);
     }
 }

@@ -2,8 +2,9 @@
 //! process: the seed's constraints and indexes (and query plans that use
 //! them), a database made by the seed's exact DDL used as it is, a database
 //! locked past the busy timeout answered with 503 and then retried, a
-//! retry of a call in progress answered without the writer, and a writer
-//! stalled by that lock for longer than a lease keeping its running call.
+//! retry of a call in progress answered without the writer, a writer
+//! stalled by that lock for longer than a lease keeping its running call,
+//! and a completion that lock refused committed later, not run again.
 
 use crate::support;
 use crate::support::Counts;
@@ -221,8 +222,8 @@ fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) {
         busy_timeout_ms,
     ];
     let server = Local::start(&db, &flags);
-    // Still running when the stall ends, with a second to spare: a completion
-    // the stall refuses is left to recovery, which runs the call again.
+    // Still running when the stall ends, with a second to spare: this test is
+    // about the lease; a completion the stall refuses is the next test's.
     let sleep = json!({"tool": "sleep", "args": {"seconds": 4}});
     let (status, call) = server.post("k-stalled", &sleep);
     assert_eq!(status, 202, "{call}");
@@ -280,4 +281,37 @@ fn a_writer_stalled_past_the_lease_keeps_its_running_call() {
 #[test]
 fn a_writer_failing_past_the_lease_keeps_its_running_call() {
     stall_the_writer_past_the_lease("failing-writer", "20");
+}
+
+/// A completion the locked file refuses (a busy timeout of 20 ms, the lock
+/// held from outside from before the tool returns until the completion has
+/// been refused twice) is handed to the store again once the lock is free:
+/// the call finishes on attempt 1, its tool run once. Left to recovery, as
+/// before, it would have waited for its lease to lapse and run again.
+#[test]
+fn a_completion_refused_by_a_locked_file_is_committed_later_not_run_again() {
+    let db = TempDb::new("held-completion");
+    let flags = ["--lease-secs", "5", "--busy-timeout-ms", "20"];
+    let server = Local::start(&db, &flags);
+    let sleep = json!({"tool": "sleep", "args": {"seconds": 1}});
+    let (status, call) = server.post("k-held", &sleep);
+    assert_eq!(status, 202, "{call}");
+    let call_id = call["call_id"].as_str().unwrap().to_string();
+    assert_eq!(call["status"], "running", "created claimed: {call}");
+    let blocker = server.sql();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    support::eventually("the completion to be refused twice", || {
+        server.counter("idempotent_tool_completions_retried_total") >= 2.0
+    });
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let done = server.wait_terminal(&call_id);
+    assert_eq!(
+        support::status_and_attempt(&done),
+        (Some("succeeded"), Some(1)),
+        "{done}"
+    );
+    assert_eq!(
+        audit_events(&db.path, &call_id),
+        ["created", "claimed", "succeeded"]
+    );
 }
