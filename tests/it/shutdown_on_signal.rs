@@ -1,7 +1,7 @@
 //! Graceful shutdown with real signals: SIGTERM under load exits 0 with no call
 //! left `running`; a tool still running after the grace period has its lease
 //! given back; a `?wait` request is answered with the call as it is; a second
-//! signal exits at once.
+//! signal exits at once; a completion held at the stop gets a last try.
 
 use crate::support;
 
@@ -182,5 +182,43 @@ fn a_second_signal_exits_at_once() {
         server.stderr().contains("exiting now"),
         "{}",
         server.stderr()
+    );
+}
+
+/// A stop while a completion is held (its commit refused by a lock held from
+/// outside, and it is waiting to be handed to the store again) gives it a
+/// last try: the lock is let go as the signal is sent, after five refusals,
+/// when the next retry is most of a second away, so the stop's last try is
+/// what commits it. The call ends `succeeded` on attempt 1 before the process
+/// exits; the tool ran once.
+#[test]
+fn a_completion_held_at_the_stop_gets_a_last_try() {
+    let db = TempDb::new("sigterm-held");
+    let flags = ["--lease-secs", "600", "--busy-timeout-ms", "20"];
+    let mut server = Server::start(&db, &flags);
+    let (status, call) = server.post("held-1", &sleep_call(0.5));
+    assert_eq!(status, 202, "{call}");
+    let call_id = call["call_id"].as_str().unwrap().to_string();
+    wait_running(&server, &call_id);
+    let blocker = server.sql();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    support::eventually("the completion to be refused five times", || {
+        server.counter("idempotent_tool_completions_retried_total") >= 5.0
+    });
+    signal(&server.proc.child, "TERM");
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(exit_code(&mut server), Some(0), "{}", server.stderr());
+    let (status, attempt): (String, i64) = server
+        .sql()
+        .query_row(
+            "SELECT status, attempt FROM calls WHERE call_id = ?1",
+            [&call_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((status.as_str(), attempt), ("succeeded", 1));
+    assert_eq!(
+        audit_events(&db.path, &call_id),
+        ["created", "claimed", "succeeded"]
     );
 }
