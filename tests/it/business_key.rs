@@ -353,20 +353,7 @@ fn two_nodes_on_postgres_let_one_call_per_intent_through() {
     let over_mcp = mcp_call(&nodes[1], "grant", intent("pg-racer"));
     assert_eq!(over_mcp["isError"], true, "{over_mcp}");
     assert_eq!(nodes[1].stats()["calls"], 1);
-    let report = Command::new(SERVER_BIN)
-        .args(["verify", "--db", &url, "--tools", tools.path_str()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
-    assert!(
-        report.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    assert!(
-        text.contains("share a business key"),
-        "the check ran: {text}"
-    );
+    crate::support::assert_verify_passes_with_business_keys(&url, &tools);
 }
 
 /// Of racing answers, exactly one created the call (`200` or `202`): its

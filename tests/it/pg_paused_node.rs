@@ -308,18 +308,5 @@ fn a_node_paused_inside_a_transaction_blocks_no_one_for_long_and_loses_nothing()
         );
         thread::sleep(Duration::from_millis(50));
     }
-    let report = Command::new(SERVER_BIN)
-        .args(["verify", "--db", &url, "--tools", tools.path_str()])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&report.stdout);
-    assert!(
-        report.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    assert!(
-        text.contains("share a business key"),
-        "the check ran: {text}"
-    );
+    crate::support::assert_verify_passes_with_business_keys(&url, &tools);
 }

@@ -9,7 +9,7 @@ use crate::support;
 use crate::support::{procfs, signal};
 
 use crate::support::Http;
-use crate::support::{audit_events_and_attempts, count, open_db, Server, TempDb, DEADLINE};
+use crate::support::{audit_events_and_attempts, count, Server, TempDb, DEADLINE};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -121,14 +121,7 @@ fn stall_past_the_lease_beside_a_second_process(
     hold_back_the_owner: bool,
 ) -> StallOutcome {
     let db = TempDb::new(name);
-    let flags = [
-        "--lease-secs",
-        "1",
-        "--recover-interval-ms",
-        "50",
-        "--busy-timeout-ms",
-        "30000",
-    ];
+    let flags = support::one_second_lease_flags("30000");
     let a = Server::start(&db, &flags);
     let b = Server::start(&db, &flags);
     let (status, call) = a.post("stalled-beside-b", &sleep_call(4.0));
@@ -139,18 +132,7 @@ fn stall_past_the_lease_beside_a_second_process(
     // Both processes' writers wait out the stall in SQLite's busy handler;
     // whichever polls first once it ends decides whether A's extension or
     // B's recovery commits first.
-    let blocker = open_db(&db.path);
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let lease_until: f64 = blocker
-        .query_row(
-            "SELECT lease_until FROM calls WHERE call_id = ?1",
-            [&call_id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    support::eventually("the lease to be a second past its expiry", || {
-        idempotent_tool::store::now() > lease_until + 1.0
-    });
+    let blocker = support::hold_the_write_lock_past_the_lease(&db.path, &call_id);
     if hold_back_the_owner {
         // A is stopped before the lock is freed, so B's recovery writes
         // first; A resumes with its extension for attempt 1 still queued.

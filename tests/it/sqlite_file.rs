@@ -208,19 +208,26 @@ fn retry_of_a_call_in_progress_does_not_need_the_writer() {
     assert_eq!(new_key["error"]["code"], "unavailable");
 }
 
+/// The call `done` finished once, on its first attempt: `succeeded`, audited
+/// `created`, `claimed`, `succeeded` and nothing else.
+fn assert_finished_once_on_attempt_1(db: &TempDb, call_id: &str, done: &serde_json::Value) {
+    assert_eq!(
+        support::status_and_attempt(done),
+        (Some("succeeded"), Some(1)),
+        "{done}"
+    );
+    assert_eq!(
+        audit_events(&db.path, call_id),
+        ["created", "claimed", "succeeded"]
+    );
+}
+
 /// Another connection holds the write lock for a second past a whole lease
 /// while a `sleep` runs, with `busy_timeout_ms` for the service's own writes;
 /// then the call must finish once, on attempt 1, never recovered.
 fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) {
     let db = TempDb::new(name);
-    let flags = [
-        "--lease-secs",
-        "1",
-        "--recover-interval-ms",
-        "50",
-        "--busy-timeout-ms",
-        busy_timeout_ms,
-    ];
+    let flags = support::one_second_lease_flags(busy_timeout_ms);
     let server = Local::start(&db, &flags);
     // Still running when the stall ends, with a second to spare: this test is
     // about the lease; a completion the stall refuses is the next test's.
@@ -228,18 +235,7 @@ fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) {
     let (status, call) = server.post("k-stalled", &sleep);
     assert_eq!(status, 202, "{call}");
     let call_id = call["call_id"].as_str().unwrap().to_string();
-    let blocker = server.sql();
-    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let lease_until: f64 = open_db(&db.path)
-        .query_row(
-            "SELECT lease_until FROM calls WHERE call_id = ?1",
-            [&call_id],
-            |r| r.get(0),
-        )
-        .unwrap();
-    support::eventually("the lease to be a second past its expiry", || {
-        idempotent_tool::store::now() > lease_until + 1.0
-    });
+    let blocker = support::hold_the_write_lock_past_the_lease(&db.path, &call_id);
     blocker.execute_batch("ROLLBACK").unwrap();
     // With a 20 ms busy timeout a read may be answered 503 while the writer
     // catches up; a client asks again, and so does this loop.
@@ -253,15 +249,7 @@ fn stall_the_writer_past_the_lease(name: &str, busy_timeout_ms: &str) {
         }
         finished
     });
-    assert_eq!(
-        support::status_and_attempt(&done),
-        (Some("succeeded"), Some(1)),
-        "{done}"
-    );
-    assert_eq!(
-        audit_events(&db.path, &call_id),
-        ["created", "claimed", "succeeded"]
-    );
+    assert_finished_once_on_attempt_1(&db, &call_id, &done);
 }
 
 /// The service's writes wait out the stall (a busy timeout longer than it):
@@ -305,13 +293,5 @@ fn a_completion_refused_by_a_locked_file_is_committed_later_not_run_again() {
     });
     blocker.execute_batch("ROLLBACK").unwrap();
     let done = server.wait_terminal(&call_id);
-    assert_eq!(
-        support::status_and_attempt(&done),
-        (Some("succeeded"), Some(1)),
-        "{done}"
-    );
-    assert_eq!(
-        audit_events(&db.path, &call_id),
-        ["created", "claimed", "succeeded"]
-    );
+    assert_finished_once_on_attempt_1(&db, &call_id, &done);
 }

@@ -596,6 +596,58 @@ pub fn assert_verify_passes(db: &TempDb) {
     );
 }
 
+/// `idempotent-tool verify --tools` on `db` (a path or a PostgreSQL URL)
+/// passes, and its business-key check ran.
+pub fn assert_verify_passes_with_business_keys(db: &str, tools: &downstream::ToolsFile) {
+    let report = Command::new(SERVER_BIN)
+        .args(["verify", "--db", db, "--tools", tools.path_str()])
+        .output()
+        .expect("run verify");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    assert!(
+        text.contains("share a business key"),
+        "the check ran: {text}"
+    );
+}
+
+/// Flags for a stall test: a one-second lease, recovery every 50 ms, and the
+/// given busy timeout for the service's own writes.
+pub fn one_second_lease_flags(busy_timeout_ms: &str) -> [&str; 6] {
+    [
+        "--lease-secs",
+        "1",
+        "--recover-interval-ms",
+        "50",
+        "--busy-timeout-ms",
+        busy_timeout_ms,
+    ]
+}
+
+/// Take the write lock of `db` from outside and hold it until a second past
+/// the lease of `call_id` (read inside the lock, so no extension moves it);
+/// returns the connection, still inside its transaction, for the caller to
+/// roll back.
+pub fn hold_the_write_lock_past_the_lease(db: &Path, call_id: &str) -> rusqlite::Connection {
+    let blocker = open_db(db);
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let lease_until: f64 = blocker
+        .query_row(
+            "SELECT lease_until FROM calls WHERE call_id = ?1",
+            [call_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    eventually("the lease to be a second past its expiry", || {
+        idempotent_tool::store::now() > lease_until + 1.0
+    });
+    blocker
+}
+
 /// Every `(key, call_id)` answered `202` is on file under its key, with that
 /// call id.
 pub fn assert_each_accepted_call_kept(conn: &rusqlite::Connection, accepted: &[(String, String)]) {
