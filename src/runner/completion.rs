@@ -14,9 +14,12 @@
 //! off: left to recovery instead, its lease would expire and the call would
 //! run again. Not after a failed WAL sync (nothing commits until a restart)
 //! nor an internal error; a stop gives each held completion one last try.
-//! A held completion's lease is no longer extended (its tool has returned):
-//! a fault that outlasts the lease ends as before — recovery takes the call
-//! back, and the fence refuses the held completion.
+//! A held completion's lease is no longer extended (its tool has returned),
+//! but this process's recovery leaves it alone, lapsed or not, as it does a
+//! running tool's (`TaskTable::held`): its executor is alive and will
+//! commit once the fault passes. Another process on the same database may
+//! still take a lapsed lease; the fence then refuses the held completion
+//! and the call runs again there, with the same `effect_id`.
 //!
 //! Nothing here runs on the writer thread but the send: a slow log sink or a
 //! crash hook never holds up a commit. It never decides a transition — the
@@ -27,7 +30,7 @@ use super::tasks::Task;
 use super::{Finish, Runner};
 use crate::chaos;
 use crate::log::{self, Repeats};
-use crate::store::{Completion, StoreError, Then};
+use crate::store::{Completion, LeaseHeld, StoreError, Then};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -188,6 +191,9 @@ fn worth_another_try(runner: &Runner, e: &StoreError) -> bool {
 
 fn hold(runner: &Runner, handed: Handed, e: &StoreError, held: &mut Vec<Held>) {
     runner.metrics.completions_retried.inc();
+    runner
+        .tasks
+        .held(&handed.task, LeaseHeld::from(&handed.finish.lease));
     log::warn("completion not committed; handing it to the store again")
         .event("completion_held")
         .call_id(&handed.task.call_id)

@@ -2,7 +2,8 @@
 //! is submitted until its completion is answered, in one entry under one
 //! lock — whether it is queued for a worker, waiting for a slot of its tool
 //! (`max_concurrency`), being claimed, running under a lease (and when that
-//! lease is next extended), or handing its completion to the store. The
+//! lease is next extended), handing its completion to the store, or holding
+//! a completion the store refused until it is handed over again. The
 //! per-tool slots live under the same lock, so a slot and the entry that
 //! holds it never disagree.
 //!
@@ -62,6 +63,11 @@ pub(super) enum State {
     Returned { lease: Lease },
     /// The fenced completion is with the store's writer.
     Completing,
+    /// Its completion could not be committed and the completer hands it to
+    /// the store again (`completion`): the tool has returned, its executor
+    /// is alive, so this process's recovery leaves the lease alone, lapsed
+    /// or not, as it does a running tool's (`extended_leases`).
+    Held { lease: LeaseHeld },
 }
 
 struct Entry {
@@ -292,9 +298,21 @@ impl<H: Clone> TaskTable<H> {
         let mut table = lock(&self.table);
         let handle = table.completions.clone()?;
         if let Some(entry) = table.own_entry(task) {
-            entry.state = State::Completing;
+            if !matches!(entry.state, State::Held { .. }) {
+                entry.state = State::Completing;
+            }
         }
         Some(handle)
+    }
+
+    /// The completion's commit failed and it will be handed to the store
+    /// again: from now until it is finished, recovery here leaves its lease
+    /// alone.
+    pub(super) fn held(&self, task: &Task, lease: LeaseHeld) {
+        let mut table = lock(&self.table);
+        if let Some(entry) = table.own_entry(task) {
+            entry.state = State::Held { lease };
+        }
     }
 
     /// The call has left its worker (completion answered, claim not won, or
@@ -337,9 +355,10 @@ impl<H: Clone> TaskTable<H> {
         due
     }
 
-    /// The leases of tools running now that this process goes on extending:
-    /// their executors are alive, so recovery must not take them back even
-    /// when a stalled write let them lapse (`CallStore::recover`).
+    /// The leases of tools running now that this process goes on extending,
+    /// and of completions it is handing to the store again (`Held`): their
+    /// executors are alive, so recovery must not take them back even when a
+    /// stalled or refused write let them lapse (`CallStore::recover`).
     pub(super) fn extended_leases(&self) -> Vec<LeaseHeld> {
         lock(&self.table)
             .entries
@@ -349,6 +368,7 @@ impl<H: Clone> TaskTable<H> {
                     lease,
                     next_heartbeat: Some(_),
                 } => Some(LeaseHeld::from(lease)),
+                State::Held { lease } => Some(lease.clone()),
                 _ => None,
             })
             .collect()

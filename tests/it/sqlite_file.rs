@@ -295,3 +295,26 @@ fn a_completion_refused_by_a_locked_file_is_committed_later_not_run_again() {
     let done = server.wait_terminal(&call_id);
     assert_finished_once_on_attempt_1(&db, &call_id, &done);
 }
+
+/// The same refusal lasting a second past the call's lease, with recovery
+/// every 50 ms: this process's recovery leaves the held completion's lapsed
+/// lease alone (its executor is alive), so once the lock is free the
+/// completion commits and the call still finishes on attempt 1.
+#[test]
+fn a_completion_refused_past_its_lease_is_committed_later_not_run_again() {
+    let db = TempDb::new("held-past-lease");
+    let server = Local::start(&db, &support::one_second_lease_flags("20"));
+    let sleep = json!({"tool": "sleep", "args": {"seconds": 0.5}});
+    let (status, call) = server.post("k-held-long", &sleep);
+    assert_eq!(status, 202, "{call}");
+    assert_eq!(call["status"], "running", "created claimed: {call}");
+    let call_id = call["call_id"].as_str().unwrap().to_string();
+    let blocker = support::hold_the_write_lock_past_the_lease(&db.path, &call_id);
+    assert!(
+        server.counter("idempotent_tool_completions_retried_total") >= 2.0,
+        "the tool returned during the stall and its completion was refused"
+    );
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let done = server.wait_terminal(&call_id);
+    assert_finished_once_on_attempt_1(&db, &call_id, &done);
+}

@@ -223,3 +223,27 @@ fn a_call_arriving_claimed_runs_under_its_lease_in_a_reserved_slot() {
     assert!(!tasks.reserve_slot("charge"), "closed");
     assert!(tasks.reserve_free_slots(5).is_empty(), "closed");
 }
+
+/// A completion held for another try keeps its lease out of recovery's
+/// reach, as a running tool's is, through every later hand-over to the
+/// store, until the call is finished; a stop's close keeps it for the last
+/// try rather than releasing it.
+#[test]
+fn a_held_completion_keeps_its_lease_from_recovery_until_finished() {
+    let tasks = table();
+    let task = tasks.submit("c1", "charge", true).expect("admitted");
+    assert!(tasks.take(&task));
+    assert!(tasks.claimed(&task, &lease("c1", 1)));
+    tasks.returned(&task);
+    assert_eq!(tasks.completing(&task), Some("handle"));
+    assert_eq!(tasks.extended_leases(), vec![]);
+    let held = LeaseHeld::from(&lease("c1", 1));
+    tasks.held(&task, held.clone());
+    assert_eq!(tasks.extended_leases(), vec![held.clone()]);
+    assert_eq!(tasks.completing(&task), Some("handle"), "handed again");
+    assert_eq!(tasks.extended_leases(), vec![held.clone()]);
+    assert_eq!(tasks.close(), vec![], "not released at a stop");
+    assert_eq!(tasks.extended_leases(), vec![held]);
+    tasks.finish(&task);
+    assert_eq!(tasks.extended_leases(), vec![]);
+}
