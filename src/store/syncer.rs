@@ -44,7 +44,7 @@ use super::error::StoreError;
 use crate::sync::lock;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -65,6 +65,8 @@ pub(super) struct Durability {
     /// Every batch up to this number is synced (a copy of `state.synced`
     /// that readers check without the lock).
     synced_fast: AtomicU64,
+    /// A sync has failed (`state.failed` is set), for the same readers.
+    failed_fast: AtomicBool,
     state: Mutex<Synced>,
     advanced: Condvar,
 }
@@ -89,10 +91,14 @@ impl Durability {
 
     /// Call after a read has run: wait until every batch whose `COMMIT` began
     /// before now is synced, so the read shows nothing a power cut could take
-    /// back. `Unavailable` after `timeout`, or if a sync failed.
+    /// back. `Unavailable` after `timeout`, or if a sync failed — even with
+    /// every batch synced: the failed sync may be a checkpoint's, and the
+    /// pages it could not write back are still what a read of the file sees.
     pub(super) fn wait_until_visible_is_synced(&self, timeout: Duration) -> Result<(), StoreError> {
         let target = self.committing.load(Ordering::SeqCst);
-        if self.synced_fast.load(Ordering::SeqCst) >= target {
+        if !self.failed_fast.load(Ordering::SeqCst)
+            && self.synced_fast.load(Ordering::SeqCst) >= target
+        {
             return Ok(());
         }
         let deadline = Instant::now() + timeout;
@@ -127,6 +133,7 @@ impl Durability {
 
     pub(super) fn fail(&self, why: StoreError) {
         lock(&self.state).failed.get_or_insert(why);
+        self.failed_fast.store(true, Ordering::SeqCst);
         self.advanced.notify_all();
     }
 }
@@ -335,6 +342,23 @@ mod tests {
     /// A sync that fails may have lost what it was to make durable: the
     /// batch's caller is told `Unavailable`, and from then on every write and
     /// every gated read is refused instead of building on lost frames.
+    /// A checkpoint's failed sync, with every batch already synced: reads
+    /// are refused all the same (the fast path used to let them through).
+    #[test]
+    fn a_read_is_refused_after_a_failed_sync_with_nothing_in_flight() {
+        let durability = Durability::default();
+        let batch = durability.begin_commit();
+        durability.synced_through(batch);
+        assert!(durability
+            .wait_until_visible_is_synced(Duration::ZERO)
+            .is_ok());
+        durability.fail(StoreError::unavailable("a checkpoint's sync failed"));
+        assert!(matches!(
+            durability.wait_until_visible_is_synced(Duration::ZERO),
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+
     #[test]
     fn a_failed_sync_refuses_everything_after_it() {
         let dir = TempDir::new("idem-sync-fails").unwrap();
