@@ -2,9 +2,11 @@
 //! I/O error with `errors=remount-ro` (the default of many distributions):
 //! it turns read-only at once, open files and all, so every write and every
 //! `fdatasync` fails from then on. Clients keep posting new keys throughout.
-//! The invariant: no call answered `202` is lost — each is on file, once,
-//! after the file system is checked and mounted again and the service
-//! restarted, and `verify` passes; what could not be made durable is answered
+//! The invariant: no call answered `202` before the error is lost — each is
+//! on file, once, after the file system is checked and mounted again and the
+//! service restarted, and `verify` passes (a `202` answered as the error
+//! strikes rests on an `fdatasync` ext4 may acknowledge and then lose; see
+//! `Outcomes::failed_at`); what could not be made durable is answered
 //! `503 unavailable`, never `500`; `/healthz` stops answering `ok` (the
 //! process cannot write again until it restarts, so an orchestrator should
 //! restart it); and a `SIGTERM` still stops it, leaving the WAL alone.
@@ -22,8 +24,22 @@ use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct Outcomes {
-    /// (key, call_id) of every answer `202`.
+    /// (key, call_id) of every answer `202` received before the file system
+    /// was failed.
     accepted: Vec<(String, String)>,
+    /// The same for the answers received after: see `failed_at`.
+    accepted_during_the_failure: Vec<(String, String)>,
+    /// When the test started failing the file system. ext4's error path can
+    /// acknowledge an `fdatasync` that races the error and then lose its
+    /// data at the next mount: a 40-line program appending and syncing beside
+    /// `trigger_fs_error` lost the last acknowledged sync in 4 trials of 67
+    /// (the one timed had returned 9.5 ms after the trigger), 2 of 30 of them
+    /// with a check after each sync that the file system had not turned
+    /// read-only; held to every `202`, this test failed about 1 run in 8. A
+    /// disk that acknowledges what it has not made durable is beyond any
+    /// service, so the answers received after this instant are counted, not
+    /// held to; every one received before it must be kept.
+    failed_at: Option<Instant>,
     /// Every other answer: status and error code.
     refused: Vec<(u16, String)>,
 }
@@ -49,7 +65,10 @@ fn post_until(server: &Server, outcomes: &Mutex<Outcomes>, stop: &AtomicBool) {
                     let mut o = outcomes.lock().unwrap();
                     if status == 202 {
                         let call_id = reply["call_id"].as_str().unwrap().to_string();
-                        o.accepted.push((key, call_id));
+                        match o.failed_at {
+                            None => o.accepted.push((key, call_id)),
+                            Some(_) => o.accepted_during_the_failure.push((key, call_id)),
+                        }
                     } else {
                         let code = reply["error"]["code"].as_str().unwrap_or("").to_string();
                         o.refused.push((status, code));
@@ -112,6 +131,7 @@ fn a_file_system_turned_read_only_loses_no_accepted_call() {
         wait_for(&outcomes, "calls accepted before the error", |o| {
             o.accepted.len() >= 200
         });
+        outcomes.lock().unwrap().failed_at = Some(Instant::now());
         fs.fail_now();
         wait_for(&outcomes, "refusals after the error", |o| {
             o.unavailable() >= 40
@@ -174,6 +194,16 @@ fn a_file_system_turned_read_only_loses_no_accepted_call() {
     assert_eq!(restarted.get("/healthz").0, 200);
     let conn = restarted.sql();
     support::assert_each_accepted_call_kept(&conn, &outcomes.accepted);
+    let kept_of_those_during = outcomes
+        .accepted_during_the_failure
+        .iter()
+        .filter(|(key, _)| {
+            count(
+                &db.path,
+                &format!("SELECT count(*) FROM calls WHERE idem_key = '{key}'"),
+            ) == 1
+        })
+        .count();
     eventually("the restarted service to finish every call", || {
         count(
             &db.path,
@@ -182,8 +212,10 @@ fn a_file_system_turned_read_only_loses_no_accepted_call() {
     });
     support::assert_verify_passes(&db);
     eprintln!(
-        "disk_error: {} accepted and all kept, {} answered 503",
+        "disk_error: {} accepted before the error and all kept; {} of {} accepted as it struck kept; {} answered 503",
         outcomes.accepted.len(),
+        kept_of_those_during,
+        outcomes.accepted_during_the_failure.len(),
         outcomes.unavailable()
     );
     drop(conn);
