@@ -170,9 +170,7 @@ fn record_batch(runner: &Runner, batch: Vec<Handoff>, held: &mut Vec<Held>) {
                 continue;
             }
         }
-        record(runner, &handed, committed);
-        runner.pass_slot_on(&handed.task);
-        finished.push(handed.task.call_id);
+        finished.push(settle(runner, handed, committed));
     }
     runner.notifier.notify(finished.iter().map(String::as_str));
     // The last poll claimed all it could; these completions freed workers
@@ -211,22 +209,19 @@ fn hold(runner: &Runner, handed: Handed, e: &StoreError, held: &mut Vec<Held>) {
 /// has closed the task table, give it its last try instead.
 fn hand_due_ones_again(runner: &Runner, held: &mut Vec<Held>) {
     let now = Instant::now();
-    if held.iter().all(|h| h.due > now) {
-        return;
-    }
-    let (due, waiting): (Vec<Held>, Vec<Held>) = held.drain(..).partition(|h| h.due <= now);
-    *held = waiting;
-    let mut closed = Vec::new();
-    for Held { mut handed, .. } in due {
-        match runner.tasks.completing(&handed.task) {
-            Some(completions) => {
+    let due: Vec<Handed> = held
+        .extract_if(.., |h| h.due <= now)
+        .map(|h| h.handed)
+        .collect();
+    match runner.tasks.completions() {
+        Some(completions) => {
+            for mut handed in due {
                 handed.tries += 1;
-                runner.hand_to_store(handed, completions);
+                runner.hand_to_store(handed, completions.clone());
             }
-            None => closed.push(handed),
         }
+        None => last_try(runner, due),
     }
-    last_try(runner, closed);
 }
 
 /// Hand held completions to the store once more, together, and wait for
@@ -241,10 +236,17 @@ fn last_try(runner: &Runner, held: Vec<Handed>) {
     }
     drop(completions);
     for (handed, committed) in answers {
-        record(runner, &handed, committed);
-        runner.pass_slot_on(&handed.task);
-        runner.notifier.notify([handed.task.call_id.as_str()]);
+        let call_id = settle(runner, handed, committed);
+        runner.notifier.notify([call_id.as_str()]);
     }
+}
+
+/// A completion whose fate is final here: record it and finish its task;
+/// returns its call id, for the waiters to be woken.
+fn settle(runner: &Runner, handed: Handed, committed: Result<Completion, StoreError>) -> String {
+    record(runner, &handed, committed);
+    runner.pass_slot_on(&handed.task);
+    handed.task.call_id
 }
 
 /// The metrics, the log line and the chaos hook of one answered completion.

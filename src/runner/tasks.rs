@@ -298,11 +298,16 @@ impl<H: Clone> TaskTable<H> {
         let mut table = lock(&self.table);
         let handle = table.completions.clone()?;
         if let Some(entry) = table.own_entry(task) {
-            if !matches!(entry.state, State::Held { .. }) {
-                entry.state = State::Completing;
-            }
+            entry.state = State::Completing;
         }
         Some(handle)
+    }
+
+    /// The handle to send a held completion's outcome back through when it
+    /// is handed to the store again (its entry stays `Held`); `None` once a
+    /// stop has closed the table.
+    pub(super) fn completions(&self) -> Option<H> {
+        lock(&self.table).completions.clone()
     }
 
     /// The completion's commit failed and it will be handed to the store

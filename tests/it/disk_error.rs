@@ -198,10 +198,13 @@ fn a_file_system_turned_read_only_loses_no_accepted_call() {
         .accepted_during_the_failure
         .iter()
         .filter(|(key, _)| {
-            count(
-                &db.path,
-                &format!("SELECT count(*) FROM calls WHERE idem_key = '{key}'"),
-            ) == 1
+            conn.query_row(
+                "SELECT count(*) FROM calls WHERE idem_key = ?1",
+                [key],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+                == 1
         })
         .count();
     eventually("the restarted service to finish every call", || {

@@ -240,7 +240,7 @@ fn a_held_completion_keeps_its_lease_from_recovery_until_finished() {
     let held = LeaseHeld::from(&lease("c1", 1));
     tasks.held(&task, held.clone());
     assert_eq!(tasks.extended_leases(), vec![held.clone()]);
-    assert_eq!(tasks.completing(&task), Some("handle"), "handed again");
+    assert_eq!(tasks.completions(), Some("handle"), "handed again");
     assert_eq!(tasks.extended_leases(), vec![held.clone()]);
     assert_eq!(tasks.close(), vec![], "not released at a stop");
     assert_eq!(tasks.extended_leases(), vec![held]);
