@@ -213,6 +213,11 @@ fn hand_due_ones_again(runner: &Runner, held: &mut Vec<Held>) {
         .extract_if(.., |h| h.due <= now)
         .map(|h| h.handed)
         .collect();
+    // This runs after every batch of completions: with none due, it must not
+    // take the task table's lock that every worker and request shares.
+    if due.is_empty() {
+        return;
+    }
     match runner.tasks.completions() {
         Some(completions) => {
             for mut handed in due {
