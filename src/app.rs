@@ -165,6 +165,7 @@ impl Service {
             request_ids: RequestIds::new(),
             health: Default::default(),
             mcp_wait: config.mcp_wait,
+            mcp_origins: config.mcp_origins.clone(),
             max_pending: config.max_pending,
         });
         let handler: Handler = {

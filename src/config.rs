@@ -5,6 +5,7 @@
 
 use crate::flag::{FlagError, Flags};
 use crate::log::{Level, SettingError};
+use crate::mcp::origin::{BadName, OriginPolicy};
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Database, DatabaseUrlError, Retention, StoreOptions};
@@ -55,6 +56,11 @@ usage: idempotent-tool [options]
                               settle before answering \"running\" with its call_id
                               (default 50, below the 60 s MCP clients time out
                               at; 0 answers at once; fractions allowed)
+  --public-host NAME          a name (no port) clients reach /mcp by, besides loopback
+                              ones; repeatable (a DNS-rebinding guard: any other
+                              Host is refused 403)
+  --allowed-origin ORIGIN     a web page origin (http[s]://host[:port]) allowed to
+                              call /mcp across origins; repeatable
   --key-ttl SECS              keep terminal calls this long after their last
                               update, then purge them (default 86400; fractions
                               allowed; 0 keeps them forever)
@@ -107,6 +113,9 @@ pub struct Config {
     pub tools: Arc<ToolRegistry>,
     /// How long an MCP `tools/call` waits for its call to settle.
     pub mcp_wait: Duration,
+    /// The `Host` names and `Origin`s `/mcp` trusts beyond loopback
+    /// (`--public-host`, `--allowed-origin`).
+    pub mcp_origins: OriginPolicy,
 }
 
 impl Default for Config {
@@ -138,6 +147,7 @@ impl Default for Config {
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
             mcp_wait: DEFAULT_MCP_WAIT,
+            mcp_origins: OriginPolicy::default(),
         }
     }
 }
@@ -167,6 +177,8 @@ pub enum ConfigError {
     Setting(SettingError),
     /// `--db` names no usable database.
     Database(DatabaseUrlError),
+    /// A `--public-host` or `--allowed-origin` that could never match.
+    Origin(BadName),
     /// A non-loopback `--host` without `--auth-file` or `--insecure-no-auth`
     /// (the host as given, at most 64 characters).
     ExposedWithoutAuth { host: String },
@@ -187,6 +199,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::Setting(e) => e.fmt(f),
             ConfigError::Database(e) => e.fmt(f),
+            ConfigError::Origin(e) => e.fmt(f),
             ConfigError::ExposedWithoutAuth { host } => write!(
                 f,
                 "--host {host:?} is not a loopback address: anyone who can reach it could read \
@@ -202,6 +215,7 @@ impl std::error::Error for ConfigError {
             ConfigError::Flag(e) => Some(e),
             ConfigError::Setting(e) => Some(e),
             ConfigError::Database(e) => Some(e),
+            ConfigError::Origin(e) => Some(e),
             _ => None,
         }
     }
@@ -261,6 +275,14 @@ impl Config {
                 }
                 "--idle-timeout-ms" => config.limits.idle_timeout = millis(&flag, &value()?, 1)?,
                 "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(&flag, &value()?)?,
+                "--public-host" => config
+                    .mcp_origins
+                    .add_public_host(&value()?)
+                    .map_err(ConfigError::Origin)?,
+                "--allowed-origin" => config
+                    .mcp_origins
+                    .add_allowed_origin(&value()?)
+                    .map_err(ConfigError::Origin)?,
                 "--shutdown-grace-secs" => config.shutdown_grace = seconds(&flag, &value()?)?,
                 "--max-connections" => {
                     config.limits.max_connections =

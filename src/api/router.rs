@@ -67,6 +67,8 @@ pub struct Api {
     /// How long an MCP `tools/call` waits for its call to settle
     /// (`--mcp-wait-secs`) before answering `running` with the call's id.
     pub mcp_wait: Duration,
+    /// The `Host` names and `Origin`s `/mcp` serves (DNS-rebinding guard).
+    pub mcp_origins: crate::mcp::origin::OriginPolicy,
     /// Calls queued for a worker past which a new call is refused
     /// `503 overloaded` (`--max-pending`).
     pub max_pending: usize,

@@ -14,14 +14,16 @@
 //! (errors included, as JSON-RPC over HTTP is usually spoken); `400` for a
 //! body that is not JSON-RPC, a batch the revision forbids, an unsupported
 //! version or a header mismatch; 2026-07-28's unknown method is `404`, as
-//! that revision requires. `403` for a browser `Origin` that is not this
-//! server's own or a loopback one (DNS rebinding).
+//! that revision requires. `403` (`host_not_allowed`, `origin_not_allowed`)
+//! for a `Host` or `Origin` this server does not trust (`origin`: DNS
+//! rebinding).
 //!
 //! This module never runs a tool, keeps no session, and never puts a token,
 //! a header value or a call's arguments in a log line.
 
 pub mod handshake;
 pub mod jsonrpc;
+pub mod origin;
 pub mod tools_call;
 pub mod tools_list;
 
@@ -34,11 +36,11 @@ use serde_json::{json, Map, Value};
 
 /// Answer one `POST /mcp`.
 pub fn handle(api: &Api, req: &Request, tenant: &Tenant, exchange: &mut Exchange) -> Response {
-    if let Some(origin) = req.header("origin") {
-        if !origin_allowed(origin, req.header("host")) {
-            let body = jsonrpc::error(None, INVALID_REQUEST, "Origin not allowed", None);
-            return Response::json(403, &body);
-        }
+    if let Err(refusal) = api
+        .mcp_origins
+        .check(req.header("host"), req.header("origin"))
+    {
+        return refusal.into();
     }
     let value = match crate::input::parse_strict(&req.body) {
         Ok(value) => value,
@@ -109,7 +111,15 @@ fn answer_one(
 ) -> Option<(u16, Value)> {
     let (id, method, params) = match jsonrpc::classify(value) {
         Ok(Message::Request { id, method, params }) => (id, method, params),
-        Ok(Message::Notification { method }) => {
+        Ok(Message::Notification { method, params }) => {
+            // A notification is not answered, but one in a version this
+            // server does not speak is refused like a request (400).
+            if let Err(refused) =
+                handshake::revision_of(&params, req.header("mcp-protocol-version"))
+            {
+                let body = jsonrpc::error(None, refused.code, refused.message, refused.data);
+                return Some((400, body));
+            }
             notified(&method);
             return None;
         }
@@ -190,42 +200,5 @@ fn notified(method: &str) {
             .event("mcp_cancelled")
             .label("transport", "mcp")
             .emit();
-    }
-}
-
-/// A browser's `Origin` must be this server's own (`Host`) or a loopback
-/// one; a missing `Origin` (not a browser) is fine.
-fn origin_allowed(origin: &str, host: Option<&str>) -> bool {
-    let Some(authority) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let hostname = match authority.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => authority,
-    };
-    let loopback = matches!(hostname, "localhost" | "127.0.0.1" | "[::1]");
-    loopback || host.is_some_and(|h| h.eq_ignore_ascii_case(authority))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_loopback_or_own_origin_is_allowed() {
-        assert!(origin_allowed("http://localhost:3000", Some("x:1")));
-        assert!(origin_allowed("http://127.0.0.1", None));
-        assert!(origin_allowed(
-            "https://svc.example:8081",
-            Some("svc.example:8081")
-        ));
-        assert!(!origin_allowed(
-            "https://evil.example",
-            Some("127.0.0.1:8081")
-        ));
-        assert!(!origin_allowed("null", None));
     }
 }

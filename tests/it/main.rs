@@ -37,6 +37,7 @@ mod headers;
 mod http_hostile;
 mod mcp;
 mod mcp_crash;
+mod mcp_origin;
 mod memory;
 mod observability;
 mod openapi;
