@@ -158,7 +158,7 @@ start_proxy() {
   local name="$1" upstream="$2" mode="$3"
   PROXY_LOG="$WORK/$1.err"
   shift 3
-  start_listening "proxy $name did not start" "$WORK/$name.out" "$PROXY_LOG" 'listening on ' \
+  start_listening "proxy $name did not start" "$WORK/$name.out" "$PROXY_LOG" 'listening on http://' \
     "$BIN/chaos_proxy" --listen 127.0.0.1:0 --upstream "$upstream" --mode "$mode" "$@" || return 1
   PROXY_PID=$STARTED_PID
   PROXY_BASE="http://$STARTED_ADDR"
@@ -344,7 +344,11 @@ main() {
     log "FAILED: ${failed[*]} (of ${#selected[@]})"
     return 1
   fi
-  log "all ${#selected[@]} scenarios passed"
+  if ((${#selected[@]} == 1)); then
+    log "scenario ${selected[0]} passed"
+  else
+    log "all ${#selected[@]} scenarios passed"
+  fi
 }
 
 main "$@"

@@ -351,8 +351,8 @@ impl Proxy {
             mode,
         ];
         args.extend_from_slice(extra);
-        let (proc, line) = Proc::start("chaos_proxy", PROXY_BIN, &args, "listening on ");
-        let base = format!("http://{}", address_after(&line, "listening on "));
+        let (proc, line) = Proc::start("chaos_proxy", PROXY_BIN, &args, "listening on http://");
+        let base = format!("http://{}", address_after(&line, "listening on http://"));
         Proxy { proc, base }
     }
 
