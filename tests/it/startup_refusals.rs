@@ -128,3 +128,28 @@ fn a_database_it_cannot_write_exits_1() {
     drop(db);
     drop(fs);
 }
+
+/// A misspelled scheme (`postgress://`) is a usage error naming the
+/// schemes, never a SQLite file created under that name, and never printed
+/// with its password.
+#[test]
+fn a_url_of_another_scheme_is_refused_not_taken_for_a_file() {
+    let dir = idempotent_tool::temp::TempDir::new("odd-scheme").unwrap();
+    let out = Command::new(SERVER_BIN)
+        .args([
+            "--port",
+            "0",
+            "--db",
+            "postgress://idem:s3cret@db.example/calls",
+        ])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the server binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("postgres://"), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "start-up created {left:?}");
+}
