@@ -395,8 +395,15 @@ impl ClientRun {
 }
 
 pub fn run_client(args: &[&str]) -> ClientRun {
+    run_client_with_env(args, &[])
+}
+
+/// `run_client` with variables set (and no `IDEMPOTENT_TOOL_TOKEN` but theirs).
+pub fn run_client_with_env(args: &[&str], env: &[(&str, &str)]) -> ClientRun {
     let output = Command::new(CLIENT_BIN)
         .args(args)
+        .env_remove("IDEMPOTENT_TOOL_TOKEN")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run the client binary");
