@@ -80,6 +80,6 @@ fn dry_run_prints_the_plan_and_runs_nothing() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", describe(&output));
     assert!(stdout.contains("nothing is built or started"));
-    assert!(stdout.contains("new-key (12.15)"));
+    assert!(stdout.contains("new-key: two fresh servers"));
     assert!(!stdout.contains("listening on"), "{stdout}");
 }

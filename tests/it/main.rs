@@ -32,6 +32,7 @@ mod descriptors;
 mod disk_error;
 mod disk_full;
 mod docs;
+mod docs_commands;
 mod fault_inject;
 mod headers;
 mod http_hostile;
