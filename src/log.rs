@@ -16,10 +16,12 @@
 //! nowhere to go. The access record's fields are exactly the documented ones.
 
 mod access_writer;
+mod exchange;
 mod repeats;
 mod settings;
 
 pub use access_writer::AccessWriter;
+pub use exchange::Exchange;
 pub use repeats::{Repeats, BACKGROUND_FAILURE_EVERY};
 pub use settings::{parse_access_log, Level, SettingError};
 use std::cell::RefCell;

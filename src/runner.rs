@@ -14,7 +14,7 @@
 //! (a crash's, a retry's, another node's) arrive already claimed: the poll
 //! (`claim`) claims as many as there are free workers in one store operation
 //! and a worker runs each lease as it comes, with no second claim. A new
-//! call whose worker the API reserved arrives claimed too (created `running`);
+//! call whose worker a request reserved arrives claimed too (created `running`);
 //! a quick one may be reserved past the free workers while only quick work is
 //! ahead of it (`claim::Capacity`), so under load most quick calls need no
 //! claim of their own.
@@ -576,7 +576,7 @@ fn effect_record(effect: &Effect) -> NewEffect {
 
 /// The debug line of a claim, whoever made it (a worker's by id, the poll's).
 /// A won claim, at `debug`: by a worker, the poll, or a request that
-/// created its call already claimed (`api::submit`).
+/// created its call already claimed (`Calls::submit`).
 pub(crate) fn log_claimed(call_id: &str, attempt: i64, owner: &str) {
     log::debug("call claimed")
         .event("claimed")

@@ -2,7 +2,7 @@
 //! terminal calls older than `--key-ttl` in small write batches (at most
 //! `PURGE_BATCH` calls each, so the writer is never held long), count them in
 //! the process's purge counter, log the pass, and hand the purged keys to
-//! `on_purged` so the API forgets them.
+//! `on_purged` so the key cache (`calls`) forgets them.
 //!
 //! It never chooses what to delete: the store's conditional `DELETE` does,
 //! and it never deletes a `pending` or `running` call or an effect.
@@ -23,7 +23,7 @@ const PURGE_BATCH: usize = 100;
 /// instead of holding the maintenance ticker.
 const PURGE_BATCHES_PER_PASS: usize = 50;
 
-/// Told which calls a purge removed (the API forgets their keys).
+/// Told which calls a purge removed (the key cache forgets their keys).
 pub type OnPurged = Box<dyn Fn(&[Purged]) + Send + Sync>;
 
 impl Runner {
