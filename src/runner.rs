@@ -24,7 +24,10 @@
 //! completing — is one entry of the task table (`tasks`), under one lock. The
 //! table only stops the same call being taken on twice in this process; it is
 //! an optimisation, never a guarantee — the claim's conditional `UPDATE` is
-//! what keeps two executors apart, in one process or several.
+//! what keeps two executors apart, in one process or several. Each
+//! transition asserts the state it leaves, in a debug build, as `Capacity`
+//! asserts it never goes below zero and a lease or completion that its
+//! attempt is at least 1.
 //!
 //! Three rules keep real tools from hurting each other or the guarantees:
 //! - a retryable failure with attempts left goes back to `pending` with a

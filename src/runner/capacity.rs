@@ -4,7 +4,9 @@
 //! before it claims, and gives back what the claim did not use).
 //!
 //! It only counts: it never decides who executes a call (the claim's
-//! conditional `UPDATE` does) and never blocks.
+//! conditional `UPDATE` does) and never blocks. Every release matches a
+//! reservation or a queued job; one that would take the count below zero is
+//! a bug in that accounting, caught by a debug build's assertion.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -71,11 +73,18 @@ impl Capacity {
     }
 
     /// `n` jobs were worked off, or `n` reservations given back; `slow` of
-    /// them were not quick.
+    /// them were not quick. Never more than are spoken for: that would be a
+    /// job or reservation given back twice, asserted in a debug build (a
+    /// release build floors the count at zero rather than wrap it).
     pub(super) fn release(&self, n: usize, slow: usize) {
         for (counter, by) in [(&self.spoken_for, n), (&self.slow, slow)] {
             let _ = counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |taken| {
-                Some(taken.saturating_sub(by))
+                let left = taken.checked_sub(by);
+                debug_assert!(
+                    left.is_some(),
+                    "capacity released below zero: {by} of {taken} spoken for"
+                );
+                Some(left.unwrap_or(0))
             });
         }
     }
@@ -101,8 +110,19 @@ mod tests {
             2,
             "the queued job still holds one"
         );
-        capacity.release(10, 10);
-        assert_eq!(capacity.reserve(5, false), 3, "never below zero");
+        capacity.release(3, 3);
+        assert_eq!(capacity.reserve(5, false), 3, "all free again");
+    }
+
+    /// Giving back more than is spoken for is a bug in the accounting, and a
+    /// debug build stops there.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "capacity released below zero")]
+    fn releasing_more_than_is_spoken_for_is_caught() {
+        let capacity = Capacity::new(3);
+        assert_eq!(capacity.reserve(2, false), 2);
+        capacity.release(3, 3);
     }
 
     /// Quick work may queue past the workers, up to `QUICK_JOBS_PER_WORKER`

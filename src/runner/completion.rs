@@ -87,8 +87,15 @@ pub(super) struct Handed {
 }
 
 impl Handed {
-    /// The completion of `task`'s attempt, not yet handed to the store.
+    /// The completion of `task`'s attempt, not yet handed to the store. A
+    /// completion belongs to an attempt the store claimed, so its attempt
+    /// is at least 1.
     pub(super) fn new(task: Task, finish: Finish, crash_after_commit: bool) -> Handed {
+        debug_assert!(
+            finish.lease.attempt >= 1,
+            "a completion of attempt {}: no claim makes one",
+            finish.lease.attempt
+        );
         let (transition, writes_effect) = match (&finish.outcome, finish.retry) {
             (Outcome::Succeeded { effect, .. }, _) => (Transition::Succeeded, effect.is_some()),
             (Outcome::Failed { .. }, Some(_)) => (Transition::RetryScheduled, false),
@@ -451,5 +458,14 @@ mod tests {
         let failed = Handed::new(task(), finish(1, failed(), None), false);
         assert_eq!(failed.transition, Transition::Failed);
         assert!(!failed.writes_effect);
+    }
+
+    /// A completion of attempt 0 names no claim: a debug build stops there.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a completion of attempt 0")]
+    fn a_completion_of_no_attempt_is_caught() {
+        let failed = Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, "no"));
+        let _ = Handed::new(task(), finish(0, failed, None), false);
     }
 }
