@@ -8,6 +8,8 @@
 //! Access lines go through `access_writer` instead: appended whole to a
 //! bounded buffer, written out by their own thread, dropped and counted
 //! (never waited for) when the buffer is full.
+//! `Exchange` holds what a request turned out to be (its tenant, key, call),
+//! filled in by whichever route answers it (REST or MCP), for its access line.
 //!
 //! This module must make it impossible to log a secret by accident: an event
 //! takes a `&'static str` message and typed fields named for what they hold

@@ -23,6 +23,7 @@ use crate::metrics::{SubmitOutcome, Transport};
 use crate::runner::{log_claimed, Reservation};
 use crate::store::{owner_name, BusinessKey, Call, Created, CreatedClaimed, Guarded, NewCall};
 use crate::tools::OnDuplicate;
+use std::time::Duration;
 
 impl Calls {
     /// Check the request, then create-or-get under its key (and its
@@ -52,6 +53,20 @@ impl Calls {
                 }
             }
         };
+        self.answer(created, adopted, quick, delay_response, transport)
+    }
+
+    /// What create-or-get did, as the request's answer: a new call started
+    /// (its answer held by `_delay_response_ms`), a failure reset to run
+    /// again, the key's existing call, or a conflict.
+    fn answer(
+        &self,
+        created: Created,
+        adopted: Adopted,
+        quick: bool,
+        delay_response: Option<Duration>,
+        transport: Transport,
+    ) -> Result<Submitted, CallError> {
         let (call, replayed) = match created {
             Created::New(call) => {
                 self.started(&call, adopted, quick, transport);
