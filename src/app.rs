@@ -166,6 +166,7 @@ impl Service {
             health: Default::default(),
             mcp_wait: config.mcp_wait,
             max_pending: config.max_pending,
+            trusted_proxies: config.trusted_proxies.clone(),
         });
         let handler: Handler = {
             let api = Arc::clone(&api);

@@ -70,6 +70,8 @@ pub struct Api {
     /// Calls queued for a worker past which a new call is refused
     /// `503 overloaded` (`--max-pending`).
     pub max_pending: usize,
+    /// Whose `X-Forwarded-For` names the client in the access log.
+    pub trusted_proxies: crate::http::TrustedProxies,
 }
 
 impl Api {
