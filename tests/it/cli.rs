@@ -123,3 +123,54 @@ fn every_binary_refuses_a_bad_flag_with_exit_2() {
         }
     }
 }
+
+/// `--version` and `-V`: the release and the schema version written to each
+/// backend, one line on stdout, exit 0.
+#[test]
+fn version_names_the_release_and_the_schema_versions() {
+    use idempotent_tool::store::{PG_SCHEMA_VERSION, SCHEMA_VERSION};
+    let expected = format!(
+        "idempotent-tool {} (writes SQLite schema {SCHEMA_VERSION}, PostgreSQL schema {PG_SCHEMA_VERSION})\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for flag in ["--version", "-V"] {
+        let out = Command::new(SERVER_BIN).arg(flag).output().unwrap();
+        assert!(out.status.success(), "{flag}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{flag}");
+    }
+}
+
+/// `--help` names every subcommand (each one's own `--help` works) before
+/// the options.
+#[test]
+fn help_lists_the_subcommands() {
+    let out = Command::new(SERVER_BIN).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let commands = text
+        .split("commands:\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\noptions:").next())
+        .expect("a commands section");
+    let names: Vec<&str> = commands
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    let known: Vec<&str> = idempotent_tool::cli::SUBCOMMANDS
+        .iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, known);
+    assert!(names.contains(&"verify"), "{text}");
+    for name in names {
+        let out = Command::new(SERVER_BIN)
+            .args([name, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name} --help");
+        let usage = format!("usage: idempotent-tool {name}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with(&usage),
+            "{name}"
+        );
+    }
+}
