@@ -5,7 +5,9 @@
 //! refused; and no `command` tool inherits the variables.
 
 use crate::support::downstream::ToolsFile;
-use crate::support::{address_after, unique_name, Http, Proc, Server, TempDb, SERVER_BIN};
+use crate::support::{
+    address_after, print_config, unique_name, Http, Proc, Server, TempDb, SERVER_BIN,
+};
 use idempotent_tool::temp::TempDir;
 use serde_json::json;
 use std::process::Command;
@@ -68,17 +70,12 @@ fn print_config_names_each_origin_and_masks_the_password() {
         "postgres://idem:pg-s3cret@db.example:5433/idem\n",
     )
     .unwrap();
-    let out = Command::new(SERVER_BIN)
-        .args(["--print-config", "--trusted-proxy", "127.0.0.1"])
-        .env("IDEMPOTENT_TOOL_DB_FILE", &url_file)
-        .env("IDEMPOTENT_TOOL_LOG_LEVEL", "debug")
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let printed = print_config(
+        &["--trusted-proxy", "127.0.0.1"],
+        &[
+            ("IDEMPOTENT_TOOL_DB_FILE", url_file.as_os_str()),
+            ("IDEMPOTENT_TOOL_LOG_LEVEL", "debug".as_ref()),
+        ],
     );
     assert!(!printed.contains("pg-s3cret"), "{printed}");
     let row = |flag: &str| -> Vec<String> {

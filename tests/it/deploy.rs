@@ -6,7 +6,7 @@
 //! sandbox.
 
 use crate::support::openapi::ROOT;
-use crate::support::SERVER_BIN;
+use crate::support::{print_config, SERVER_BIN};
 use idempotent_tool::temp::TempDir;
 use std::process::Command;
 
@@ -48,17 +48,7 @@ fn the_unit_runs_a_command_line_the_binary_accepts_and_stops_it_in_time() {
     let text = unit();
     let exec = setting(&text, "ExecStart").expect("ExecStart");
     let args: Vec<&str> = exec.split_whitespace().skip(1).collect();
-    let out = Command::new(SERVER_BIN)
-        .args(&args)
-        .arg("--print-config")
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let printed = print_config(&args, &[]);
     let grace: f64 = printed
         .lines()
         .find_map(|l| l.strip_prefix("--shutdown-grace-secs"))
