@@ -232,3 +232,31 @@ fn secrets_come_from_files_and_never_print() {
         "{error}"
     );
 }
+
+/// Every option `--help` lists is a configuring flag (and so has a
+/// variable) or one of the three actions, and every configuring flag is
+/// listed.
+#[test]
+fn every_option_in_the_help_has_a_variable() {
+    let listed: Vec<&str> = OPTIONS
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|word| word.starts_with("--"))
+        .collect();
+    let actions = ["--print-config", "--version", "--help"];
+    for option in &listed {
+        assert!(
+            actions.contains(option) || FLAGS.iter().any(|f| f.name == *option),
+            "{option} is in --help but has no variable"
+        );
+    }
+    for flag in FLAGS {
+        assert!(
+            listed.contains(&flag.name),
+            "{} is not in --help",
+            flag.name
+        );
+        assert!(variable_of(flag).starts_with(PREFIX));
+    }
+    assert_eq!(listed.len(), FLAGS.len() + actions.len());
+}
