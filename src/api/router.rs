@@ -17,7 +17,7 @@ use super::validate::{
 };
 use crate::auth::{Auth, Tenant};
 use crate::calls::{CallError, CallRequest, Calls, Submitted};
-use crate::http::{ClientProbe, Request, Response};
+use crate::http::{ClientProbe, Request, Response, TrustedProxies};
 use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::{Metrics, Transport};
@@ -65,6 +65,8 @@ pub struct Api {
     pub(super) metrics: Arc<Metrics>,
     pub(super) request_ids: RequestIds,
     pub(super) health: HealthCache,
+    /// Whose `X-Forwarded-For` names the client in the access log.
+    pub(super) trusted_proxies: TrustedProxies,
 }
 
 impl Api {
@@ -75,6 +77,7 @@ impl Api {
         auth: Auth,
         metrics: Arc<Metrics>,
         mcp: Endpoint,
+        trusted_proxies: TrustedProxies,
     ) -> Api {
         Api {
             calls,
@@ -84,6 +87,7 @@ impl Api {
             metrics,
             request_ids: RequestIds::new(),
             health: HealthCache::default(),
+            trusted_proxies,
         }
     }
 
