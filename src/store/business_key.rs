@@ -20,8 +20,8 @@ use super::call_store::{Backend, CallStore};
 use super::error::StoreError;
 use super::ids::{new_call_id, now};
 use super::model::{Call, Created, NewCall};
-use super::sql;
-use super::writer::Lane;
+use super::sqlite::sql;
+use super::sqlite::writer::Lane;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 /// A call's business key, computed by the API from the tool's rule.

@@ -7,7 +7,7 @@
 
 use super::database::{Database, DatabaseRef};
 use super::error::StoreError;
-use super::instances::Instance;
+use super::instance::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
@@ -15,8 +15,8 @@ use super::model::{
 use super::options::{DueLimits, StoreOptions};
 use super::postgres::listen::Handler as WakeHandler;
 use super::postgres::PgStore;
+use super::sqlite::writer::Then;
 use super::sqlite::SqliteStore;
-use super::writer::Then;
 use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;

@@ -48,37 +48,26 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
-pub mod bulk;
 mod business_key;
 mod call_store;
-mod checkpointer;
 mod database;
 mod error;
 mod ids;
-mod instances;
+mod instance;
 mod model;
 mod options;
 mod postgres;
-mod reader_pool;
-mod report_reads;
-mod retention;
-mod schema;
-mod sql;
 mod sqlite;
-mod sync_mode;
-mod syncer;
 #[cfg(test)]
 mod tests;
 pub mod verify;
-mod write_queue;
-mod writer;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger, LEDGER_SQL};
 pub use call_store::CallStore;
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
 pub use ids::{effect_id_for, now};
-pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
+pub use instance::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
@@ -86,7 +75,8 @@ pub use model::{
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
 pub use postgres::listen::{Handler as WakeHandler, Wake};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use reader_pool::MAX_READERS;
-pub use schema::SCHEMA_VERSION;
-pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
-pub use writer::Then;
+pub use sqlite::bulk;
+pub use sqlite::reader_pool::MAX_READERS;
+pub use sqlite::schema::SCHEMA_VERSION;
+pub use sqlite::sql::COUNT_CALLS_IN_STATUS_INDEX;
+pub use sqlite::writer::Then;

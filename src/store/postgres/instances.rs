@@ -10,7 +10,7 @@
 //! another host (a node paused past `DEAD_AFTER`) is safe: its completion is
 //! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
 
-use super::super::instances::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
+use super::super::instance::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
 use super::super::model::LeaseHeld;
 use super::sql::now;
 use ::postgres::GenericClient;

@@ -43,13 +43,13 @@ pub use schema::PG_SCHEMA_VERSION;
 
 use super::database::PgTarget;
 use super::error::StoreError;
-use super::instances::Instance;
+use super::instance::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
-use super::writer::Then;
+use super::sqlite::writer::Then;
 use crate::metrics::Metrics;
 use ::postgres::IsolationLevel;
 use pool::Pool;
@@ -94,7 +94,7 @@ impl PgStore {
         store.pool.with(|c| Ok(schema::migrate(c)))??;
         let me = store.instance.clone();
         let gone = store.run(|c| instances::register(c, &me))?;
-        super::instances::log_gone(gone);
+        super::instance::log_gone(gone);
         Ok(store)
     }
 

@@ -43,14 +43,13 @@
 
 mod invariants;
 mod report;
-mod sqlite;
 
 use super::Database;
 
+pub use super::sqlite::verify::{tools_outside, verify};
 pub(in crate::store) use invariants::{business_key_check, invariant_checks, Spec};
 pub(in crate::store) use report::MAX_EXAMPLES;
 pub use report::{Check, Report, VerifyError};
-pub use sqlite::{tools_outside, verify};
 
 /// Check every invariant on `db` (a SQLite file or a PostgreSQL database),
 /// read-only, in one snapshot.

@@ -6,7 +6,7 @@
 //! This module never writes, and never reads another tenant's rows for a
 //! tenant's answer.
 
-use super::model::{AuditEvent, Backlog};
+use super::super::model::{AuditEvent, Backlog};
 use super::sql::CallCounts;
 use rusqlite::{params, Connection, OpenFlags};
 use std::collections::BTreeMap;

@@ -70,13 +70,13 @@
 //! in order, and reports what `COMMIT` said. It never holds a transaction open
 //! across anything but SQL.
 
+use super::super::error::StoreError;
+use super::super::model::WriterStats;
 use super::checkpointer::{self, Checkpointer, WAL_BOUND_PAGES, WAL_FILE_LIMIT_PAGES};
-use super::error::StoreError;
-use super::model::WriterStats;
 use super::schema;
 use super::sync_mode::SyncMode;
 use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
-pub(super) use super::write_queue::Lane;
+pub(in crate::store) use super::write_queue::Lane;
 use super::write_queue::WriteQueue;
 use crate::metrics::Metrics;
 use rusqlite::Connection;

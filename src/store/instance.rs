@@ -20,7 +20,7 @@
 
 use super::ids::now;
 use super::model::LeaseHeld;
-use super::sql::audit;
+use super::sqlite::sql::audit;
 use rusqlite::{params, Connection};
 use std::time::Duration;
 

@@ -6,18 +6,31 @@
 //! It owns nothing the facade does not ask for, and must never hand a
 //! `rusqlite` type across the facade.
 
+pub mod bulk;
+mod checkpointer;
+pub(super) mod reader_pool;
+mod report_reads;
+mod retention;
+pub(super) mod schema;
+pub(super) mod sql;
+mod sync_mode;
+mod syncer;
+#[cfg(test)]
+mod tests;
+pub(super) mod verify;
+mod write_queue;
+pub(super) mod writer;
+
 use super::error::StoreError;
 use super::ids::now;
-use super::instances::{self, Instance};
+use super::instance::{self as instances, Instance};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
 };
 use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
-use super::reader_pool::Readers;
-use super::writer::{Lane, Then, Writer};
-use super::{report_reads, retention, schema, sql};
 use crate::metrics::Metrics;
+use reader_pool::Readers;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -25,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
+use writer::{Lane, Then, Writer};
 
 /// How many due calls `claim_due_within` reads past those of a tool with no
 /// slot left, looking for calls it may claim.
@@ -36,12 +50,12 @@ pub(super) struct SqliteStore {
     path: PathBuf,
     options: StoreOptions,
     /// The writer thread; every write goes through it.
-    pub(super) writer: Writer,
+    writer: Writer,
     /// At most `MAX_READERS` read connections, shared by every reader.
     readers: Readers,
     /// Whether `idx_calls_status` holds `attempt` (not in databases made by
     /// the seed's DDL or an earlier version), which decides how `stats` counts.
-    pub(super) status_index_has_attempt: bool,
+    status_index_has_attempt: bool,
     /// This process in `instances`; its workers' owner strings name it.
     instance: Instance,
     stopped: std::sync::atomic::AtomicBool,

@@ -2,8 +2,8 @@
 //! read transaction, `PRAGMA integrity_check` first. It never writes, creates
 //! or checkpoints the file.
 
-use super::invariants::{business_key_check, invariant_checks, Spec};
-use super::report::{Check, Report, VerifyError, MAX_EXAMPLES};
+use super::super::verify::{business_key_check, invariant_checks, Spec};
+use super::super::verify::{Check, Report, VerifyError, MAX_EXAMPLES};
 use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
 use std::time::Duration;

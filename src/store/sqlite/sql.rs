@@ -9,8 +9,8 @@
 //! Transitions are conditional `UPDATE`s whose row count decides: a `SELECT`
 //! before them is only ever a shortcut, never the decision.
 
-use super::ids::{effect_id_for, new_call_id, now};
-use super::model::{
+use super::super::ids::{effect_id_for, new_call_id, now};
+use super::super::model::{
     Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
 };
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
@@ -306,7 +306,11 @@ pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCo
 /// Insert a `pending` call under a fresh id and return the row as written;
 /// another process may have drawn the same id, so a primary-key collision
 /// draws again.
-pub(super) fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Call> {
+pub(in crate::store) fn insert_call(
+    conn: &Connection,
+    new: NewCall,
+    now: f64,
+) -> rusqlite::Result<Call> {
     insert_call_as(conn, new, now, None)
 }
 
@@ -363,7 +367,7 @@ fn insert_call_as(
     }
 }
 
-pub(super) fn resolve_existing(
+pub(in crate::store) fn resolve_existing(
     conn: &Connection,
     existing: Call,
     fingerprint: &str,
@@ -421,7 +425,7 @@ fn discard_stale(
 
 /// One audit row; `attempt` is the call's attempt when it happened, so the
 /// timeline answers "which try was this" without parsing `detail`.
-pub(super) fn audit(
+pub(in crate::store) fn audit(
     conn: &Connection,
     now: f64,
     call_id: &str,
@@ -436,7 +440,10 @@ pub(super) fn audit(
     Ok(())
 }
 
-pub(super) fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Call>> {
+pub(in crate::store) fn select_call(
+    conn: &Connection,
+    call_id: &str,
+) -> rusqlite::Result<Option<Call>> {
     conn.prepare_cached(&format!(
         "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1"
     ))?
@@ -459,7 +466,7 @@ pub(super) fn select_tenant_call(
 }
 
 /// The key's call within its tenant (`UNIQUE (tenant, idem_key)`'s index).
-pub(super) fn select_call_by_key(
+pub(in crate::store) fn select_call_by_key(
     conn: &Connection,
     tenant: &str,
     idem_key: &str,

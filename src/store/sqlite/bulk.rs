@@ -7,8 +7,8 @@
 //! rows — so it must never be used to record real calls, and only on a file
 //! no service is writing to at the same moment.
 
-use super::error::StoreError;
-use super::ids::{effect_id_for, now};
+use super::super::error::StoreError;
+use super::super::ids::{effect_id_for, now};
 use rusqlite::{params, Connection};
 use serde_json::json;
 use std::path::Path;
