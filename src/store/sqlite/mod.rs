@@ -8,6 +8,7 @@
 
 pub mod bulk;
 mod checkpointer;
+mod instances;
 pub(super) mod reader_pool;
 mod report_reads;
 mod retention;
@@ -23,7 +24,7 @@ pub(super) mod writer;
 
 use super::error::StoreError;
 use super::ids::now;
-use super::instance::{self as instances, Instance};
+use super::instance::{log_gone, Instance};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
@@ -86,7 +87,7 @@ impl SqliteStore {
         };
         let me = store.instance.clone();
         let gone = store.write(move |conn| instances::register(conn, &me))?;
-        instances::log_gone(gone);
+        log_gone(gone);
         Ok(store)
     }
 
