@@ -62,7 +62,7 @@ mod sqlite;
 mod tests;
 pub mod verify;
 
-pub use business_key::{BusinessKey, Guarded, IntentLedger, LEDGER_SQL};
+pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
@@ -76,6 +76,7 @@ pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER
 pub use postgres::listen::{Handler as WakeHandler, Wake};
 pub use postgres::PG_SCHEMA_VERSION;
 pub use sqlite::bulk;
+pub use sqlite::business_key::LEDGER_SQL;
 pub use sqlite::reader_pool::MAX_READERS;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use sqlite::sql::COUNT_CALLS_IN_STATUS_INDEX;

@@ -7,6 +7,7 @@
 //! `rusqlite` type across the facade.
 
 pub mod bulk;
+pub(super) mod business_key;
 mod checkpointer;
 mod instances;
 pub(super) mod reader_pool;
@@ -430,7 +431,7 @@ impl SqliteStore {
 
     /// Queue `op` for the writer in the first lane (see `write_queue`) and
     /// wait until its batch has committed.
-    pub(super) fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -440,7 +441,7 @@ impl SqliteStore {
 
     /// `write`, in `lane`: creations go `Behind`, so completions are never
     /// queued behind new work.
-    pub(super) fn write_in<T, F>(&self, lane: Lane, op: F) -> Result<T, StoreError>
+    fn write_in<T, F>(&self, lane: Lane, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -460,7 +461,7 @@ impl SqliteStore {
     }
 
     /// Run `op` on a pooled read connection (see `readers`).
-    pub(super) fn read<T>(
+    fn read<T>(
         &self,
         op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {

@@ -93,7 +93,7 @@ const MIGRATIONS: &[Migration] = &[
         name: "business_keys: one live call per business key",
         // Written only for tools with a `business_key` rule; see
         // `business_key` for how the partial unique index decides.
-        apply: |conn| conn.execute_batch(super::super::business_key::BUSINESS_KEYS_TABLE),
+        apply: |conn| conn.execute_batch(super::business_key::BUSINESS_KEYS_TABLE),
     },
 ];
 

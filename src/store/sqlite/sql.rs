@@ -306,11 +306,7 @@ pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCo
 /// Insert a `pending` call under a fresh id and return the row as written;
 /// another process may have drawn the same id, so a primary-key collision
 /// draws again.
-pub(in crate::store) fn insert_call(
-    conn: &Connection,
-    new: NewCall,
-    now: f64,
-) -> rusqlite::Result<Call> {
+pub(super) fn insert_call(conn: &Connection, new: NewCall, now: f64) -> rusqlite::Result<Call> {
     insert_call_as(conn, new, now, None)
 }
 
@@ -367,7 +363,7 @@ fn insert_call_as(
     }
 }
 
-pub(in crate::store) fn resolve_existing(
+pub(super) fn resolve_existing(
     conn: &Connection,
     existing: Call,
     fingerprint: &str,
@@ -425,7 +421,7 @@ fn discard_stale(
 
 /// One audit row; `attempt` is the call's attempt when it happened, so the
 /// timeline answers "which try was this" without parsing `detail`.
-pub(in crate::store) fn audit(
+pub(super) fn audit(
     conn: &Connection,
     now: f64,
     call_id: &str,
@@ -440,10 +436,7 @@ pub(in crate::store) fn audit(
     Ok(())
 }
 
-pub(in crate::store) fn select_call(
-    conn: &Connection,
-    call_id: &str,
-) -> rusqlite::Result<Option<Call>> {
+pub(super) fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Call>> {
     conn.prepare_cached(&format!(
         "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1"
     ))?
@@ -466,7 +459,7 @@ pub(super) fn select_tenant_call(
 }
 
 /// The key's call within its tenant (`UNIQUE (tenant, idem_key)`'s index).
-pub(in crate::store) fn select_call_by_key(
+pub(super) fn select_call_by_key(
     conn: &Connection,
     tenant: &str,
     idem_key: &str,

@@ -18,7 +18,7 @@ use std::sync::{Condvar, Mutex};
 
 /// Which line a write waits in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::store) enum Lane {
+pub(super) enum Lane {
     /// Claims, completions, lease extensions, recovery, heartbeats: what
     /// moves an accepted call towards its end.
     First,

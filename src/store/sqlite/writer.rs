@@ -76,7 +76,7 @@ use super::checkpointer::{self, Checkpointer, WAL_BOUND_PAGES, WAL_FILE_LIMIT_PA
 use super::schema;
 use super::sync_mode::SyncMode;
 use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
-pub(in crate::store) use super::write_queue::Lane;
+pub(super) use super::write_queue::Lane;
 use super::write_queue::WriteQueue;
 use crate::metrics::Metrics;
 use rusqlite::Connection;
