@@ -10,13 +10,12 @@ use super::error::StoreError;
 use super::instance::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
 };
 use super::options::{DueLimits, StoreOptions};
-use super::postgres::listen::Handler as WakeHandler;
 use super::postgres::PgStore;
-use super::sqlite::writer::Then;
 use super::sqlite::SqliteStore;
+use super::wake::WakeHandler;
 use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;

@@ -61,6 +61,7 @@ mod sqlite;
 #[cfg(test)]
 mod tests;
 pub mod verify;
+mod wake;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
@@ -70,14 +71,13 @@ pub use ids::{effect_id_for, now};
 pub use instance::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
 };
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
-pub use postgres::listen::{Handler as WakeHandler, Wake};
 pub use postgres::PG_SCHEMA_VERSION;
 pub use sqlite::bulk;
 pub use sqlite::business_key::LEDGER_SQL;
 pub use sqlite::reader_pool::MAX_READERS;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use sqlite::sql::COUNT_CALLS_IN_STATUS_INDEX;
-pub use sqlite::writer::Then;
+pub use wake::{Wake, WakeHandler};

@@ -3,6 +3,7 @@
 //! produce the same values — and they decide nothing: every transition is
 //! decided by the store's conditional statements.
 
+use super::error::StoreError;
 use super::ids::effect_id_for;
 use serde_json::{json, Map, Value};
 
@@ -281,6 +282,12 @@ pub enum Completion {
     /// the completion was discarded and audited as `stale_completion`.
     Stale,
 }
+
+/// What to do with a write's outcome once it is durable (a completion's,
+/// above all). Called exactly once, on whichever thread learns the outcome —
+/// on SQLite the syncer's, after the fsync that covers the commit; on
+/// PostgreSQL the caller's own — so it must be quick.
+pub type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
 /// How long terminal calls are kept: `key_ttl` after their last update, or
 /// forever (`None`). The store purges by it and stamps `expires_at` with it.

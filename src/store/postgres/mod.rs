@@ -24,7 +24,7 @@
 mod business_key;
 mod error;
 mod instances;
-pub mod listen;
+mod listen;
 mod pool;
 mod report_reads;
 mod retention;
@@ -46,10 +46,10 @@ use super::error::StoreError;
 use super::instance::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
-use super::sqlite::writer::Then;
+use super::wake::WakeHandler;
 use crate::metrics::Metrics;
 use ::postgres::IsolationLevel;
 use pool::Pool;
@@ -132,7 +132,7 @@ impl PgStore {
     }
 
     /// What a wake-up from another node does here.
-    pub(super) fn on_wake(&self, handler: listen::Handler) {
+    pub(super) fn on_wake(&self, handler: WakeHandler) {
         self.wake.set_handler(handler);
     }
 

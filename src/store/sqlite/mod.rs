@@ -28,7 +28,7 @@ use super::ids::now;
 use super::instance::{log_gone, Instance};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
 };
 use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
 use crate::metrics::Metrics;
@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use writer::{Lane, Then, Writer};
+use writer::{Lane, Writer};
 
 /// How many due calls `claim_due_within` reads past those of a tool with no
 /// slot left, looking for calls it may claim.

@@ -256,9 +256,10 @@ pub(super) fn fdatasync_wal(database: &Path) -> SyncWal {
 mod tests {
     use super::super::reader_pool::Readers;
     use super::super::schema;
-    use super::super::writer::{Then, Writer};
+    use super::super::writer::Writer;
     use super::*;
     use crate::store::StoreOptions;
+    use crate::store::Then;
     use crate::temp::TempDir;
 
     type Answers = mpsc::Receiver<Result<usize, StoreError>>;

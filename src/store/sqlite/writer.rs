@@ -71,7 +71,7 @@
 //! across anything but SQL.
 
 use super::super::error::StoreError;
-use super::super::model::WriterStats;
+use super::super::model::{Then, WriterStats};
 use super::checkpointer::{self, Checkpointer, WAL_BOUND_PAGES, WAL_FILE_LIMIT_PAGES};
 use super::schema;
 use super::sync_mode::SyncMode;
@@ -180,10 +180,6 @@ enum Step {
     /// not be managed: every job of the batch is answered with this error.
     Broken(Reply, StoreError),
 }
-
-/// What to do with a write's outcome once its commit is known. Runs on the
-/// writer thread, so it must be quick.
-pub type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
 /// A write operation and what to do with its outcome; both are taken when it
 /// runs or is abandoned, and whatever is left is answered on drop.
