@@ -13,9 +13,7 @@
 //! tool and never decides what the API answers (reject or return); the store
 //! only says which call holds the key.
 
-use super::call_store::{Backend, CallStore};
-use super::error::StoreError;
-use super::model::{Call, Created, NewCall};
+use super::model::{Call, Created};
 
 /// A call's business key, computed by the API from the tool's rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,41 +48,13 @@ pub struct IntentLedger {
     pub amount: Option<i64>,
 }
 
-impl CallStore {
-    /// `create_or_get`, guarded by `key` when the tool has one. On either
-    /// backend the business key's row is written in the same transaction as
-    /// the call, so both exist or neither, and the unique index decides.
-    pub fn create_or_get_guarded(
-        &self,
-        new: NewCall,
-        key: Option<BusinessKey>,
-    ) -> Result<Guarded, StoreError> {
-        let Some(key) = key else {
-            return self.create_or_get(new).map(Guarded::Created);
-        };
-        let retention = self.retention();
-        let guarded = match &self.backend {
-            Backend::Sqlite(b) => b.create_or_get_guarded(new, key)?,
-            Backend::Postgres(b) => b.create_or_get_guarded(&new, &key)?,
-        };
-        Ok(match guarded {
-            Guarded::Created(created) => Guarded::Created(match created {
-                Created::New(c) => Created::New(retention.stamp(c)),
-                Created::Existing(c) => Created::Existing(retention.stamp(c)),
-                Created::RetryReset(c) => Created::RetryReset(retention.stamp(c)),
-                Created::Conflict(c) => Created::Conflict(retention.stamp(c)),
-            }),
-            Guarded::Duplicate(c) => Guarded::Duplicate(retention.stamp(c)),
-        })
-    }
-
-    /// Every business key's calls and effects, grouped (the chapter's
-    /// reconciliation by business key rather than by request), largest
-    /// number of calls first.
-    pub fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(b) => b.intent_ledger(limit),
-            Backend::Postgres(b) => b.intent_ledger(limit),
+impl Guarded {
+    /// The same outcome with `f` applied to its call (the facade stamps
+    /// `expires_at` this way).
+    pub(super) fn map(self, f: impl FnOnce(Call) -> Call) -> Guarded {
+        match self {
+            Guarded::Created(created) => Guarded::Created(created.map(f)),
+            Guarded::Duplicate(call) => Guarded::Duplicate(f(call)),
         }
     }
 }
@@ -93,7 +63,7 @@ impl CallStore {
 mod tests {
     use super::*;
     use crate::store::tests::backends::{on_both_backends, TestDb};
-    use crate::store::{Scope, Status};
+    use crate::store::{NewCall, Scope, Status, StoreError};
     use std::sync::{Arc, Barrier};
 
     on_both_backends!(

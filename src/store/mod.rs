@@ -48,6 +48,7 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
+mod backend;
 mod business_key;
 mod call_store;
 mod database;
@@ -81,3 +82,34 @@ pub use sqlite::reader_pool::MAX_READERS;
 pub use sqlite::schema::SCHEMA_VERSION;
 pub use sqlite::sql::COUNT_CALLS_IN_STATUS_INDEX;
 pub use wake::{Wake, WakeHandler};
+
+use backend::Backend;
+use verify::{Report, VerifyError};
+
+// The one place the root names a wing: which backend a database is. Every
+// operation that starts from a `Database` goes through one of these three.
+
+/// The backend `db` names, opened: its schema brought up to date and this
+/// process registered.
+fn open_backend(db: &Database, options: StoreOptions) -> Result<Box<dyn Backend>, StoreError> {
+    match db {
+        Database::Sqlite(path) => sqlite::open(path, options),
+        Database::Postgres(target) => postgres::open(target, options),
+    }
+}
+
+/// `verify` on the backend `db` names.
+fn verify_backend(db: &Database, effect_tools: &[&str]) -> Result<Report, VerifyError> {
+    match db {
+        Database::Sqlite(path) => sqlite::verify::verify(path, effect_tools),
+        Database::Postgres(target) => postgres::verify(target, effect_tools),
+    }
+}
+
+/// `tools_outside` on the backend `db` names.
+fn tools_outside_backend(db: &Database, known: &[&str]) -> Result<Vec<String>, VerifyError> {
+    match db {
+        Database::Sqlite(path) => sqlite::verify::tools_outside(path, known),
+        Database::Postgres(target) => postgres::tools_outside(target, known),
+    }
+}

@@ -10,38 +10,16 @@
 //! Never runs a tool; never holds the transaction across anything but SQL.
 
 use super::super::business_key::{BusinessKey, Guarded, IntentLedger};
-use super::super::error::StoreError;
 use super::super::ids::{new_call_id, now};
 use super::super::model::{Created, NewCall};
 use super::sql;
-use super::writer::Lane;
-use super::SqliteStore;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
-
-impl SqliteStore {
-    /// `create_or_get` under a business key, in the writer's `Behind` lane
-    /// like every create.
-    pub(in crate::store) fn create_or_get_guarded(
-        &self,
-        new: NewCall,
-        key: BusinessKey,
-    ) -> Result<Guarded, StoreError> {
-        self.write_in(Lane::Behind, create_or_get_op(new, key))
-    }
-
-    pub(in crate::store) fn intent_ledger(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<IntentLedger>, StoreError> {
-        self.read(|conn| ledger(conn, limit))
-    }
-}
 
 /// The idempotency key first: a known key is answered as always (a replay
 /// never consults the business key), except that a retryable failure about
 /// to run again must hold the business key first. An unknown key takes the
 /// business key, then writes its call.
-fn create_or_get_op(
+pub(super) fn create_or_get_op(
     new: NewCall,
     key: BusinessKey,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Guarded> + Send + 'static {
@@ -155,7 +133,7 @@ pub const LEDGER_SQL: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
   GROUP BY b.tenant, b.tool, b.bkey
   ORDER BY count(*) DESC, b.tenant, b.tool, b.bkey";
 
-fn ledger(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<IntentLedger>> {
+pub(super) fn ledger(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<IntentLedger>> {
     conn.prepare(&format!("{LEDGER_SQL} LIMIT ?1"))?
         .query_map(params![limit as i64], |r| {
             Ok(IntentLedger {

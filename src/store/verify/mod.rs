@@ -46,7 +46,6 @@ mod report;
 
 use super::Database;
 
-pub use super::sqlite::verify::{tools_outside, verify};
 pub(in crate::store) use invariants::{business_key_check, invariant_checks, Spec};
 pub(in crate::store) use report::MAX_EXAMPLES;
 pub use report::{Check, Report, VerifyError};
@@ -54,16 +53,13 @@ pub use report::{Check, Report, VerifyError};
 /// Check every invariant on `db` (a SQLite file or a PostgreSQL database),
 /// read-only, in one snapshot.
 pub fn verify_database(db: &Database, effect_tools: &[&str]) -> Result<Report, VerifyError> {
-    match db {
-        Database::Sqlite(path) => verify(path, effect_tools),
-        Database::Postgres(target) => super::postgres::verify(target, effect_tools),
-    }
+    super::verify_backend(db, effect_tools)
 }
 
-/// `tools_outside` on either backend.
+/// The tools the database's calls name that are not in `known`, sorted: a
+/// caller that only knows the built-ins asks this first, because which of
+/// those tools write effects is in the tools file the server ran with, and
+/// without it every effect of theirs would look like a violation.
 pub fn tools_outside_database(db: &Database, known: &[&str]) -> Result<Vec<String>, VerifyError> {
-    match db {
-        Database::Sqlite(path) => tools_outside(path, known),
-        Database::Postgres(target) => super::postgres::tools_outside(target, known),
-    }
+    super::tools_outside_backend(db, known)
 }
