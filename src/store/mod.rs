@@ -48,6 +48,7 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
+mod audit;
 mod backend;
 mod business_key;
 mod call_store;

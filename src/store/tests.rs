@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod audit;
 pub(super) mod backends;
 mod claim_due;
 mod claims;

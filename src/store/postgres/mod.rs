@@ -41,6 +41,7 @@ pub(super) use verify::{tools_outside, verify};
 
 pub use schema::PG_SCHEMA_VERSION;
 
+use super::audit::{self, Event};
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::database::PgTarget;
@@ -108,17 +109,12 @@ impl PgStore {
 
     /// A fenced completion; a lost lease leaves only a `stale_completion`
     /// audit row.
-    fn finish(
-        &self,
-        lease: &Lease,
-        finish: &Finish<'_>,
-        outcome: &str,
-    ) -> Result<Completion, StoreError> {
+    fn finish(&self, lease: &Lease, finish: &Finish<'_>) -> Result<Completion, StoreError> {
         let done = self.run(|c| {
             if sql::finish_fenced(c, lease, finish)? {
                 return Ok(Completion::Applied);
             }
-            sql::audit_stale(c, lease, outcome)?;
+            sql::audit_stale(c, lease, finish.event)?;
             Ok(Completion::Stale)
         })?;
         if done == Completion::Applied {
@@ -273,10 +269,10 @@ impl Backend for PgStore {
             result_json: Some(&result),
             error_json: None,
             effect: effect.map(|e| (e.amount, e.detail.map(|d| d.to_string()))),
-            event: "succeeded",
+            event: Event::Succeeded,
             detail: &lease.effect_id,
         };
-        then(self.finish(lease, &finish, "succeeded"))
+        then(self.finish(lease, &finish))
     }
 
     fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
@@ -286,10 +282,10 @@ impl Backend for PgStore {
             result_json: None,
             error_json: Some(&error),
             effect: None,
-            event: "failed",
+            event: Event::Failed,
             detail: &error,
         };
-        then(self.finish(lease, &finish, "failed"))
+        then(self.finish(lease, &finish))
     }
 
     fn retry_later_then(
@@ -300,19 +296,14 @@ impl Backend for PgStore {
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default();
-        let detail = format!(
-            "attempt {} failed ({code}); attempt {} in {:.3} s",
-            lease.attempt,
-            lease.attempt + 1,
-            delay.as_secs_f64()
-        );
+        let detail = audit::retry_scheduled(lease.attempt, code, delay);
         let error = error.to_string();
         then(
             self.run(|c| {
                 if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
                     return Ok(Completion::Applied);
                 }
-                sql::audit_stale(c, lease, "been retried")?;
+                sql::audit_stale(c, lease, Event::RetryScheduled)?;
                 Ok(Completion::Stale)
             })
             .inspect(|done| self.announce_work_if(*done == Completion::Applied)),

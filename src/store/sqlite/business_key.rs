@@ -9,6 +9,7 @@
 //!
 //! Never runs a tool; never holds the transaction across anything but SQL.
 
+use super::super::audit::Event;
 use super::super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::super::ids::{new_call_id, now};
 use super::super::model::{Created, NewCall};
@@ -48,7 +49,7 @@ pub(super) fn create_or_get_op(
             conn.prepare_cached("UPDATE business_keys SET call_id = ?1 WHERE call_id = ?2")?
                 .execute(params![call.call_id, draft])?;
         }
-        sql::audit(conn, now, &call.call_id, 0, "created", &call.tool)?;
+        sql::audit(conn, now, &call.call_id, 0, Event::Created, &call.tool)?;
         Ok(Guarded::Created(Created::New(call)))
     }
 }

@@ -7,6 +7,7 @@
 //! Never declares a live process dead: every candidate read here is judged
 //! by `Reclaimable::must_stay` before it is moved.
 
+use super::super::audit::Event;
 use super::super::ids::now;
 use super::super::instance::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
 use super::super::model::LeaseHeld;
@@ -115,14 +116,8 @@ pub(super) fn recover_expired(
             )?
             .execute(params![now, call.call_id, call.attempt])?;
         if changed == 1 {
-            audit(
-                conn,
-                now,
-                &call.call_id,
-                call.attempt,
-                "recover",
-                &call.why(),
-            )?;
+            let why = call.why();
+            audit(conn, now, &call.call_id, call.attempt, Event::Recover, &why)?;
             recovered.push(call.call_id);
         }
     }

@@ -9,6 +9,7 @@
 //! Transitions are conditional `UPDATE`s whose row count decides: a `SELECT`
 //! before them is only ever a shortcut, never the decision.
 
+use super::super::audit::{self, Event};
 use super::super::ids::{effect_id_for, new_call_id, now};
 use super::super::model::{
     Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
@@ -57,7 +58,7 @@ fn create_or_get(
     }
     let first_claim = first_claim.map(|(owner, lease)| (owner, now + lease.as_secs_f64()));
     let call = insert_call_as(conn, new, now, first_claim)?;
-    audit(conn, now, &call.call_id, 0, "created", &call.tool)?;
+    audit(conn, now, &call.call_id, 0, Event::Created, &call.tool)?;
     if let Some((owner, _)) = first_claim {
         audit_claimed(conn, now, &call.call_id, owner, call.attempt)?;
     }
@@ -111,8 +112,8 @@ fn audit_claimed(
     owner: &str,
     attempt: i64,
 ) -> rusqlite::Result<()> {
-    let detail = format!("{owner} attempt={attempt}");
-    audit(conn, now, call_id, attempt, "claimed", &detail)
+    let detail = audit::claimed(owner, attempt);
+    audit(conn, now, call_id, attempt, Event::Claimed, &detail)
 }
 
 pub(super) fn succeed_op(
@@ -123,7 +124,7 @@ pub(super) fn succeed_op(
     move |conn| {
         let now = now();
         if !finish_fenced(conn, now, &lease, Status::Succeeded, Some(&result), None)? {
-            return discard_stale(conn, now, &lease, "succeeded");
+            return discard_stale(conn, now, &lease, Event::Succeeded);
         }
         if let Some(effect) = effect {
             let detail = effect.detail.map(|d| d.to_string());
@@ -145,7 +146,7 @@ pub(super) fn succeed_op(
             now,
             &lease.call_id,
             lease.attempt,
-            "succeeded",
+            Event::Succeeded,
             &lease.effect_id,
         )?;
         Ok(Completion::Applied)
@@ -159,9 +160,16 @@ pub(super) fn fail_op(
     move |conn| {
         let now = now();
         if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
-            return discard_stale(conn, now, &lease, "failed");
+            return discard_stale(conn, now, &lease, Event::Failed);
         }
-        audit(conn, now, &lease.call_id, lease.attempt, "failed", &error)?;
+        audit(
+            conn,
+            now,
+            &lease.call_id,
+            lease.attempt,
+            Event::Failed,
+            &error,
+        )?;
         Ok(Completion::Applied)
     }
 }
@@ -193,20 +201,16 @@ pub(super) fn retry_later_op(
                 lease.attempt
             ])?;
         if changed == 0 {
-            return discard_stale(conn, now, &lease, "been retried");
+            return discard_stale(conn, now, &lease, Event::RetryScheduled);
         }
-        let detail = format!(
-            "attempt {} failed ({code}); attempt {} in {:.3} s",
-            lease.attempt,
-            lease.attempt + 1,
-            delay.as_secs_f64()
-        );
+        let detail = audit::retry_scheduled(lease.attempt, &code, delay);
+        let attempt = lease.attempt;
         audit(
             conn,
             now,
             &lease.call_id,
-            lease.attempt,
-            "retry_scheduled",
+            attempt,
+            Event::RetryScheduled,
             &detail,
         )?;
         Ok(Completion::Applied)
@@ -386,14 +390,14 @@ pub(super) fn resolve_existing(
     if changed == 0 {
         return Ok(Created::Existing(existing));
     }
-    let detail = format!("after attempt {}", existing.attempt);
+    let detail = audit::retry_reset(existing.attempt);
     let attempt = existing.attempt;
     audit(
         conn,
         now,
         &existing.call_id,
         attempt,
-        "retry_reset",
+        Event::RetryReset,
         &detail,
     )?;
     let call = select_call(conn, &existing.call_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
@@ -404,16 +408,16 @@ fn discard_stale(
     conn: &Connection,
     now: f64,
     lease: &Lease,
-    outcome: &str,
+    would_have: Event,
 ) -> rusqlite::Result<Completion> {
-    let detail = format!("attempt {} would have {outcome}; discarded", lease.attempt);
+    let detail = audit::stale_completion(lease.attempt, would_have);
     let attempt = lease.attempt;
     audit(
         conn,
         now,
         &lease.call_id,
         attempt,
-        "stale_completion",
+        Event::StaleCompletion,
         &detail,
     )?;
     Ok(Completion::Stale)
@@ -426,13 +430,13 @@ pub(super) fn audit(
     now: f64,
     call_id: &str,
     attempt: i64,
-    event: &str,
+    event: Event,
     detail: &str,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO audit (ts, call_id, attempt, event, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![now, call_id, attempt, event, detail])?;
+    .execute(params![now, call_id, attempt, event.as_str(), detail])?;
     Ok(())
 }
 
@@ -519,9 +523,9 @@ pub(super) fn release_op(
         if changed == 0 {
             return Ok(Completion::Stale);
         }
-        let detail = format!("attempt {} released by a stopping process", lease.attempt);
+        let detail = audit::released(lease.attempt);
         let attempt = lease.attempt;
-        audit(conn, now, &lease.call_id, attempt, "released", &detail)?;
+        audit(conn, now, &lease.call_id, attempt, Event::Released, &detail)?;
         Ok(Completion::Applied)
     }
 }
