@@ -391,14 +391,8 @@ impl Backend for PgStore {
     }
 
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        let counts = self.snapshot(|tx| report_reads::counts(tx, scope))?;
-        Ok(Stats {
-            calls: counts.calls,
-            effects: counts.effects,
-            by_status: counts.by_status,
-            attempts: counts.attempts,
-            writer: WriterStats::default(),
-        })
+        let (counts, effects) = self.snapshot(|tx| report_reads::counts(tx, scope))?;
+        Ok(counts.into_stats(effects, WriterStats::default()))
     }
 
     fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {

@@ -413,7 +413,7 @@ impl Backend for SqliteStore {
             // the writer commits between the queries (each would otherwise see
             // its own snapshot, and the statuses could outnumber the calls).
             let snapshot = conn.unchecked_transaction()?;
-            let (calls, by_status, attempts) = match scope {
+            let counts = match scope {
                 Scope::Tenant(tenant) => report_reads::count_tenant_calls(conn, tenant)?,
                 Scope::All if self.status_index_has_attempt => {
                     sql::count_calls_in_status_index(conn)?
@@ -425,13 +425,7 @@ impl Backend for SqliteStore {
                 Scope::All => sql::count_effects(conn)?,
             };
             snapshot.commit()?;
-            Ok(Stats {
-                calls,
-                effects,
-                by_status,
-                attempts,
-                writer: self.writer.stats(),
-            })
+            Ok(counts.into_stats(effects, self.writer.stats()))
         })
     }
 

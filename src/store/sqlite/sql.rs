@@ -12,11 +12,11 @@
 use super::super::audit::{self, Event};
 use super::super::ids::{effect_id_for, new_call_id, now};
 use super::super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
+    Call, CallCounts, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
+    Status,
 };
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
@@ -265,9 +265,6 @@ fn finish_fenced(
     Ok(changed == 1)
 }
 
-/// Calls in all, by status, and by attempt.
-pub(super) type CallCounts = (i64, Vec<(String, i64)>, Vec<(i64, i64)>);
-
 /// The query behind `count_calls_in_status_index` (public for the test that
 /// checks its plan).
 pub const COUNT_CALLS_IN_STATUS_INDEX: &str =
@@ -277,20 +274,9 @@ pub const COUNT_CALLS_IN_STATUS_INDEX: &str =
 /// sort is needed: one row per (status, lease_until, attempt), which is a
 /// handful of rows plus one per running call, summed here.
 pub(super) fn count_calls_in_status_index(conn: &Connection) -> rusqlite::Result<CallCounts> {
-    let (mut calls, mut by_status, mut attempts) = (0, BTreeMap::new(), BTreeMap::new());
-    let mut stmt = conn.prepare_cached(COUNT_CALLS_IN_STATUS_INDEX)?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        let (status, attempt, n): (String, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        calls += n;
-        *by_status.entry(status).or_insert(0) += n;
-        *attempts.entry(attempt).or_insert(0) += n;
-    }
-    Ok((
-        calls,
-        by_status.into_iter().collect(),
-        attempts.into_iter().collect(),
-    ))
+    conn.prepare_cached(COUNT_CALLS_IN_STATUS_INDEX)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect()
 }
 
 /// The same counts where `idx_calls_status` lacks `attempt`: the table is scanned.
@@ -304,7 +290,11 @@ pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCo
         .prepare_cached("SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    Ok((calls, by_status, attempts))
+    Ok(CallCounts {
+        calls,
+        by_status,
+        attempts,
+    })
 }
 
 /// Insert a `pending` call under a fresh id and return the row as written;
@@ -441,11 +431,7 @@ pub(super) fn audit(
 }
 
 pub(super) fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Call>> {
-    conn.prepare_cached(&format!(
-        "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1"
-    ))?
-    .query_row(params![call_id], call_from_row)
-    .optional()
+    one_call(conn, "call_id = ?1", params![call_id])
 }
 
 /// A call by id, only if it is `tenant`'s: another tenant's call reads as
@@ -455,11 +441,11 @@ pub(super) fn select_tenant_call(
     tenant: &str,
     call_id: &str,
 ) -> rusqlite::Result<Option<Call>> {
-    conn.prepare_cached(&format!(
-        "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1 AND tenant = ?2"
-    ))?
-    .query_row(params![call_id, tenant], call_from_row)
-    .optional()
+    one_call(
+        conn,
+        "call_id = ?1 AND tenant = ?2",
+        params![call_id, tenant],
+    )
 }
 
 /// The key's call within its tenant (`UNIQUE (tenant, idem_key)`'s index).
@@ -468,10 +454,23 @@ pub(super) fn select_call_by_key(
     tenant: &str,
     idem_key: &str,
 ) -> rusqlite::Result<Option<Call>> {
+    one_call(
+        conn,
+        "tenant = ?1 AND idem_key = ?2",
+        params![tenant, idem_key],
+    )
+}
+
+/// The call `condition` (on a unique column or columns) finds, if any.
+fn one_call(
+    conn: &Connection,
+    condition: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<Option<Call>> {
     conn.prepare_cached(&format!(
-        "SELECT {CALL_COLUMNS} FROM calls WHERE tenant = ?1 AND idem_key = ?2"
+        "SELECT {CALL_COLUMNS} FROM calls WHERE {condition}"
     ))?
-    .query_row(params![tenant, idem_key], call_from_row)
+    .query_row(params, call_from_row)
     .optional()
 }
 
