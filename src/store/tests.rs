@@ -5,7 +5,6 @@
 //! thread, migrations) say so in their file.
 
 use super::*;
-use crate::temp::TempDb;
 use rusqlite::Connection;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -21,6 +20,7 @@ mod create_claimed;
 mod recovery;
 mod retry;
 mod tenants;
+mod wings;
 
 use backends::{on_both_backends, TestDb};
 

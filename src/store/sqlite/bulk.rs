@@ -72,3 +72,36 @@ pub fn insert_succeeded_charges(
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::new_call;
+    use crate::store::{CallStore, Created, Scope, Status, StoreOptions};
+    use crate::temp::TempDb;
+
+    /// The bulk loader writes settled calls the store reads like any other.
+    #[test]
+    fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
+        let db = TempDb::new("bulk_loaded_charges_read_like_served_ones");
+        let store = CallStore::open(db.path(), StoreOptions::default())?;
+        let charge = BulkCharge {
+            fingerprint: "fp",
+            args_json: r#"{"amount":1}"#,
+            amount: 1,
+            key_prefix: "bulk",
+        };
+        insert_succeeded_charges(db.path(), &charge, 1_000)?;
+        let stats = store.stats(Scope::All)?;
+        assert_eq!((stats.calls, stats.effects), (1_000, 1_000));
+        let call = store
+            .find_by_key(crate::auth::ANONYMOUS, "bulk-999")?
+            .expect("loaded");
+        assert_eq!(call.status, Status::Succeeded);
+        assert!(matches!(
+            store.create_or_get(new_call("bulk-999", "fp"))?,
+            Created::Existing(_)
+        ));
+        Ok(())
+    }
+}
