@@ -9,30 +9,35 @@
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
-//! Files. Shared by both backends: `model` (the types of the API), `error`
-//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call and
-//! effect ids, the local clock), `options` (`StoreOptions`, `DueLimits`), and
-//! `call_store`: the facade, which hands each operation to the backend the
-//! database names; this file is the map. SQLite (`sqlite`, the
-//! embedded default): `sql` (every statement of the state machine),
-//! `retention` (the purge of expired keys), `report_reads` (the reads of the
-//! operations endpoints), `writer` (the group-commit thread and what it does
-//! with each SQLite error), `write_queue` (its two lanes: completions first),
-//! `syncer` (fdatasync off the writer: answers and reads wait for the sync
-//! that covers them), `sync_mode`, `checkpointer` (WAL checkpoints on their
-//! own thread), `reader_pool` (at most `MAX_READERS` read
-//! connections; WAL lets them run beside the writer), `schema` (DDL, pragmas,
-//! migrations), `instances` (processes and heartbeats), `bulk` (the bench's
-//! loader), `verify` (the offline checker), `business_key` (the second
-//! layer: one live call per business key, enforced by a unique index). PostgreSQL (`postgres/`, for
-//! several nodes on one database): see its own map.
+//! Files. The root holds what both backends share, and names neither
+//! wing but here: `backend` (`Backend`, the one contract both implement,
+//! each rule in its method's doc), `call_store` (the facade: it holds a
+//! backend behind that contract and stamps each call's `expires_at`),
+//! `model` (the types of the API, `Then`, `CallCounts`), `error`
+//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call
+//! and effect ids, the local clock), `options` (`StoreOptions`,
+//! `DueLimits`), `instance` (instance identity and the liveness rules of
+//! recovery: `Reclaimable`), `audit` (the audit events and their detail
+//! texts), `wake` (another node's news), `business_key` (the second layer's
+//! types) and `verify` (the offline checker's invariants and report); this
+//! file is the map, and the one dispatch from a database to its wing
+//! (`open_backend`, `verify_backend`, `tools_outside_backend`).
+//!
+//! The wings, each with its own map and one `open`, neither importing the
+//! other (`tests/wings.rs` holds that): `sqlite/` (the embedded default: a
+//! group-commit writer thread, its syncer and checkpointer, a read pool)
+//! and `postgres/` (for several nodes on one database: a connection pool,
+//! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
+//! `schema`, `instances`, `business_key`, `retention`, `report_reads` and
+//! `verify`, in its own SQL.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
 //! the tenant, and another tenant's call reads as absent.
 //!
 //! **The boundary.** The public API takes and returns the types in `model`,
 //! never a `rusqlite` or `postgres` type, so the rest of the crate does not
-//! know which backend it talks to. What any backend must guarantee:
+//! know which backend it talks to. What any backend must guarantee (and
+//! `Backend` says method by method):
 //! - `calls (tenant, idem_key)` and `effects.call_id` are unique constraints,
 //!   enforced by the database, not by a prior read;
 //! - every transition is one conditional update whose affected-row count

@@ -1,7 +1,8 @@
-//! Business keys on PostgreSQL (schema step 2): the same rule as on SQLite
-//! (`store::business_key`) — at most one holding row per `(tenant, tool,
-//! bkey)`, enforced by the partial unique index `business_keys_live`, written
-//! in the call's own transaction — for several nodes on one database.
+//! Business keys on PostgreSQL (schema step 2): the rule of
+//! `store::business_key`, as on SQLite — at most one holding row per
+//! `(tenant, tool, bkey)`, enforced by the partial unique index
+//! `business_keys_live`, written in the call's own transaction — for
+//! several nodes on one database.
 //!
 //! One READ COMMITTED transaction per guarded create: a conditional `UPDATE`
 //! lets go of a holder whose window ended or whose call failed, then the new

@@ -10,16 +10,18 @@
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
 //! business key, schema step 2), `listen` (`LISTEN`/`NOTIFY` wake-ups
-//! between the nodes).
+//! between the nodes). `open` is the wing's one entry point; `PgStore`
+//! implements `Backend`.
 //!
-//! Guarantees as on SQLite (see the store's map), with these differences:
+//! The guarantees are `Backend`'s, as on SQLite, with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
 //! itself), so `succeed_then` and friends commit before they return; lease
 //! and heartbeat times are the database's; `claim_due` takes calls with
 //! `FOR UPDATE SKIP LOCKED`, so nodes never queue on each other's rows.
 //!
-//! This module never holds a transaction open across anything but SQL, and
-//! never lets a `postgres` type out.
+//! This module never holds a transaction open across anything but SQL,
+//! imports nothing from the SQLite wing, and never lets a `postgres` type
+//! out.
 
 mod business_key;
 mod error;

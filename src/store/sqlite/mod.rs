@@ -135,7 +135,7 @@ impl SqliteStore {
             .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
     }
 
-    /// Run `op` on a pooled read connection (see `readers`).
+    /// Run `op` on a pooled read connection (see `reader_pool`).
     fn read<T>(
         &self,
         op: impl FnOnce(&Connection) -> rusqlite::Result<T>,

@@ -24,7 +24,7 @@
 //! `fdatasync`s the WAL and only then answers them. So: no caller is
 //! answered before a sync that covers its batch has returned; no read —
 //! whoever asks — returns before every batch it could have seen is synced
-//! (the read gate in `readers`, and `FULL` commits while another process
+//! (the read gate in `reader_pool`, and `FULL` commits while another process
 //! shares the file); and an error answer means "retry with the same key".
 //! A busy server pays one fsync per group of batches, and the writer's next
 //! batch runs while the disk flushes. Semantics are unchanged: operations

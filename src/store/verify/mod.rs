@@ -27,19 +27,16 @@
 //! `running` call whose lease has expired is not a violation: it is what a
 //! crash leaves, and recovery takes it back.
 //!
-//! It opens the file read-only (`SQLITE_OPEN_READ_ONLY`: it cannot create,
-//! write or checkpoint it) and reads everything in one read transaction, so
-//! the report is one consistent snapshot. That makes it safe beside a running
-//! server: in WAL mode a reader never blocks the writer, and the writer never
-//! changes what the reader sees. The one cost is that the server cannot
-//! checkpoint the WAL past that snapshot until `verify` ends.
+//! Each backend reads everything read-only, in one snapshot, so the report
+//! is consistent and safe to take beside running servers: `sqlite/verify.rs`
+//! on a file, `postgres/verify.rs` on a database; `store/mod.rs` picks the
+//! one the database names.
 //!
 //! This module only reads; it never repairs.
 //!
 //! Its files: `report.rs` (what a run found, and why a database could not
 //! be read at all), `invariants.rs` (each invariant as a query, shared by
-//! both backends), `sqlite.rs` (the run on a SQLite file);
-//! `store/postgres/verify.rs` runs the same queries on PostgreSQL.
+//! both backends).
 
 mod invariants;
 mod report;
