@@ -141,14 +141,7 @@ pub(super) fn succeed_op(
                 now
             ])?;
         }
-        audit(
-            conn,
-            now,
-            &lease.call_id,
-            lease.attempt,
-            Event::Succeeded,
-            &lease.effect_id,
-        )?;
+        audit_lease(conn, now, &lease, Event::Succeeded, &lease.effect_id)?;
         Ok(Completion::Applied)
     }
 }
@@ -162,14 +155,7 @@ pub(super) fn fail_op(
         if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
             return discard_stale(conn, now, &lease, Event::Failed);
         }
-        audit(
-            conn,
-            now,
-            &lease.call_id,
-            lease.attempt,
-            Event::Failed,
-            &error,
-        )?;
+        audit_lease(conn, now, &lease, Event::Failed, &error)?;
         Ok(Completion::Applied)
     }
 }
@@ -204,15 +190,7 @@ pub(super) fn retry_later_op(
             return discard_stale(conn, now, &lease, Event::RetryScheduled);
         }
         let detail = audit::retry_scheduled(lease.attempt, &code, delay);
-        let attempt = lease.attempt;
-        audit(
-            conn,
-            now,
-            &lease.call_id,
-            attempt,
-            Event::RetryScheduled,
-            &detail,
-        )?;
+        audit_lease(conn, now, &lease, Event::RetryScheduled, &detail)?;
         Ok(Completion::Applied)
     }
 }
@@ -401,16 +379,19 @@ fn discard_stale(
     would_have: Event,
 ) -> rusqlite::Result<Completion> {
     let detail = audit::stale_completion(lease.attempt, would_have);
-    let attempt = lease.attempt;
-    audit(
-        conn,
-        now,
-        &lease.call_id,
-        attempt,
-        Event::StaleCompletion,
-        &detail,
-    )?;
+    audit_lease(conn, now, lease, Event::StaleCompletion, &detail)?;
     Ok(Completion::Stale)
+}
+
+/// An audit row for `lease`'s call, under the lease's attempt.
+fn audit_lease(
+    conn: &Connection,
+    now: f64,
+    lease: &Lease,
+    event: Event,
+    detail: &str,
+) -> rusqlite::Result<()> {
+    audit(conn, now, &lease.call_id, lease.attempt, event, detail)
 }
 
 /// One audit row; `attempt` is the call's attempt when it happened, so the
@@ -523,8 +504,7 @@ pub(super) fn release_op(
             return Ok(Completion::Stale);
         }
         let detail = audit::released(lease.attempt);
-        let attempt = lease.attempt;
-        audit(conn, now, &lease.call_id, attempt, Event::Released, &detail)?;
+        audit_lease(conn, now, &lease, Event::Released, &detail)?;
         Ok(Completion::Applied)
     }
 }
