@@ -1,12 +1,12 @@
 //! `Backend`: the one contract both backends implement, method by method.
 //! Each method's doc is the rule every backend keeps, whatever SQL it speaks;
-//! `sqlite::SqliteStore` and `postgres::PgStore` implement it, and the facade
+//! each wing's store (`sqlite/`, `postgres/`) implements it, and the facade
 //! (`CallStore`) holds one of them behind it and adds only what is the same
 //! on both (retention's `expires_at`, the conveniences built on these).
 //!
 //! The boundary it draws: every method takes and returns the store's own
 //! types (`model`), never a `rusqlite` or `postgres` one. This file never
-//! speaks SQL and names neither backend.
+//! speaks SQL and imports neither wing.
 
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::error::StoreError;

@@ -27,7 +27,7 @@ mod syncer;
 mod tests;
 pub(super) mod verify;
 mod write_queue;
-pub(super) mod writer;
+mod writer;
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
