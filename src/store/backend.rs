@@ -24,7 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What a backend must do. The calls it returns carry no `expires_at`: the
-/// facade stamps it.
+/// facade stamps it. (`Any` lets a wing's own tests reach its store behind
+/// a `CallStore`.)
 pub(in crate::store) trait Backend: Any + Send + Sync {
     /// `sqlite` or `postgres`, for logs and the bench.
     fn name(&self) -> &'static str;
