@@ -82,18 +82,15 @@ pub use model::{
 };
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::bulk;
-pub use sqlite::business_key::LEDGER_SQL;
-pub use sqlite::reader_pool::MAX_READERS;
-pub use sqlite::schema::SCHEMA_VERSION;
-pub use sqlite::sql::COUNT_CALLS_IN_STATUS_INDEX;
+pub use sqlite::{bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 pub use wake::{Wake, WakeHandler};
 
 use backend::Backend;
 use verify::{Report, VerifyError};
 
-// The one place the root names a wing: which backend a database is. Every
-// operation that starts from a `Database` goes through one of these three.
+// Besides the `mod` lines and the re-exports above, the one place the root
+// names a wing: which backend a database is. Every operation that starts
+// from a `Database` goes through one of these three.
 
 /// The backend `db` names, opened: its schema brought up to date and this
 /// process registered.
@@ -107,7 +104,7 @@ fn open_backend(db: &Database, options: StoreOptions) -> Result<Box<dyn Backend>
 /// `verify` on the backend `db` names.
 fn verify_backend(db: &Database, effect_tools: &[&str]) -> Result<Report, VerifyError> {
     match db {
-        Database::Sqlite(path) => sqlite::verify::verify(path, effect_tools),
+        Database::Sqlite(path) => sqlite::verify(path, effect_tools),
         Database::Postgres(target) => postgres::verify(target, effect_tools),
     }
 }
@@ -115,7 +112,7 @@ fn verify_backend(db: &Database, effect_tools: &[&str]) -> Result<Report, Verify
 /// `tools_outside` on the backend `db` names.
 fn tools_outside_backend(db: &Database, known: &[&str]) -> Result<Vec<String>, VerifyError> {
     match db {
-        Database::Sqlite(path) => sqlite::verify::tools_outside(path, known),
+        Database::Sqlite(path) => sqlite::tools_outside(path, known),
         Database::Postgres(target) => postgres::tools_outside(target, known),
     }
 }

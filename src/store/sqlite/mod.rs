@@ -13,21 +13,27 @@
 //! PostgreSQL wing, and must never hand a `rusqlite` type across the facade.
 
 pub mod bulk;
-pub(super) mod business_key;
+mod business_key;
 mod checkpointer;
 mod instances;
-pub(super) mod reader_pool;
+mod reader_pool;
 mod report_reads;
 mod retention;
-pub(super) mod schema;
-pub(super) mod sql;
+mod schema;
+mod sql;
 mod sync_mode;
 mod syncer;
 #[cfg(test)]
 mod tests;
-pub(super) mod verify;
+mod verify;
 mod write_queue;
 mod writer;
+
+pub use business_key::LEDGER_SQL;
+pub use reader_pool::MAX_READERS;
+pub use schema::SCHEMA_VERSION;
+pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
+pub(super) use verify::{tools_outside, verify};
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
