@@ -129,7 +129,7 @@ impl Default for Config {
             },
             limits: Limits::default(),
             shutdown_grace: Duration::from_secs(10),
-            answer_cache_bytes: crate::api::DEFAULT_ANSWER_CACHE_BYTES,
+            answer_cache_bytes: crate::calls::DEFAULT_ANSWER_CACHE_BYTES,
             max_pending: DEFAULT_MAX_PENDING,
             auth_file: None,
             insecure_no_auth: false,

@@ -13,11 +13,16 @@
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
 //! - [`descriptors`]: the open-file limit, raised at start-up, and the
 //!   connection cap it allows.
-//! - [`api`]: routes, validation, and the mapping from its errors to codes.
+//! - [`calls`]: the `Calls` service both transports hold — submit (checks,
+//!   key cache, pushback, create-or-get), get by id or key, the audit
+//!   timeline, and the wait until a call settles.
+//! - [`api`]: the REST routes, validation, and the mapping from its errors
+//!   to codes.
 //! - [`mcp`]: `POST /mcp`, the Model Context Protocol (JSON-RPC over
-//!   Streamable HTTP) whose `tools/call` goes through the API's one submit
-//!   path, so agents get the same exactly-once guarantee.
-//! - [`store`]: the only module that speaks SQL — the `calls` state machine,
+//!   Streamable HTTP) whose `tools/call` goes through the same `Calls`, so
+//!   agents get the same exactly-once guarantee. `api` and `mcp` do not
+//!   know each other: `app` mounts MCP on the router as an `Endpoint`.
+//! - [`store`]: the only module that speaks SQL — the state machine of a call,
 //!   leases, fencing, unique constraints, recovery, and group commit; and
 //!   [`store::verify`], `idempotent-tool verify`, every invariant checked
 //!   read-only on a database file.
@@ -47,6 +52,7 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod calls;
 pub mod chaos;
 pub mod client;
 pub mod config;

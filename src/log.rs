@@ -8,6 +8,8 @@
 //! Access lines go through `access_writer` instead: appended whole to a
 //! bounded buffer, written out by their own thread, dropped and counted
 //! (never waited for) when the buffer is full.
+//! `Exchange` holds what a request turned out to be (its tenant, key, call),
+//! filled in by whichever route answers it (REST or MCP), for its access line.
 //!
 //! This module must make it impossible to log a secret by accident: an event
 //! takes a `&'static str` message and typed fields named for what they hold
@@ -16,10 +18,12 @@
 //! nowhere to go. The access record's fields are exactly the documented ones.
 
 mod access_writer;
+mod exchange;
 mod repeats;
 mod settings;
 
 pub use access_writer::AccessWriter;
+pub use exchange::Exchange;
 pub use repeats::{Repeats, BACKGROUND_FAILURE_EVERY};
 pub use settings::{parse_access_log, Level, SettingError};
 use std::cell::RefCell;

@@ -1,6 +1,7 @@
 //! One request's exchange, around the routes: the request id it is answered
-//! and logged under, the tenant it turned out to be, the headers a call
-//! answer carries, and — once the response exists — its access-log line and
+//! and logged under, the `log::Exchange` the routes fill in (the tenant it
+//! turned out to be, its key and call), the headers a REST call answer
+//! carries, and — once the response exists — its access-log line and
 //! its metrics. The same stamping and recording is applied to the answers
 //! the server gives on its own (`server::Observer`).
 //!
@@ -10,37 +11,27 @@
 use super::error::ApiError;
 use super::router::Api;
 use crate::http::{Request, Response};
-use crate::log::{self, AccessRecord};
+use crate::log::{self, AccessRecord, Exchange};
 use crate::metrics::Route;
 use crate::request_id;
 use crate::server::Observer;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// What a request turned out to be, for its access-log line.
-#[derive(Debug, Default)]
-pub struct Exchange {
-    /// The authenticated tenant; `None` when refused before that.
-    pub tenant: Option<Arc<str>>,
-    pub idem_key: Option<String>,
-    /// The call the answer is about, when there is one.
-    pub call_id: Option<String>,
-    /// The answer is a call that already existed.
-    pub replayed: bool,
-}
-
-impl Exchange {
-    /// A POST's answer that returns a call: its `Location`, and
-    /// `Idempotent-Replayed: true` when the call already existed.
-    pub fn returned_call(&mut self, response: Response, call_id: &str, replayed: bool) -> Response {
-        self.call_id = Some(call_id.to_string());
-        self.replayed = replayed;
-        let response = response.with_header("Location", &format!("/v1/tool-calls/{call_id}"));
-        if replayed {
-            response.with_header("Idempotent-Replayed", "true")
-        } else {
-            response
-        }
+/// A POST's answer that returns a call: its `Location`, and
+/// `Idempotent-Replayed: true` when the call already existed.
+pub(super) fn returned_call(
+    exchange: &mut Exchange,
+    response: Response,
+    call_id: &str,
+    replayed: bool,
+) -> Response {
+    exchange.call_id = Some(call_id.to_string());
+    exchange.replayed = replayed;
+    let response = response.with_header("Location", &format!("/v1/tool-calls/{call_id}"));
+    if replayed {
+        response.with_header("Idempotent-Replayed", "true")
+    } else {
+        response
     }
 }
 
