@@ -1,19 +1,21 @@
-//! Start-up: wires the store, the runner, the API and the HTTP server together,
-//! in the order that makes a restart safe — the auth file is read before
-//! anything else, the port is bound before the database is touched, and
-//! recovery runs before the first request is accepted. It also wires what
-//! observes them: one `Metrics` fed by the store's writer, the runner and the
-//! API, and the purge hook that makes the API forget purged keys.
+//! Start-up: wires the store, the runner, the `Calls` service, the REST routes
+//! with MCP mounted on them, and the HTTP server together, in the order that
+//! makes a restart safe — the auth file is read before anything else, the
+//! port is bound before the database is touched, and recovery runs before
+//! the first request is accepted. It also wires what observes them: one
+//! `Metrics` fed by the store's writer, the runner and the call path, and
+//! the purge hook that makes the key cache forget purged keys.
 //!
 //! It never sets up logging: the binary (or the bench) installs the process's
 //! logger before starting a service.
 
-use crate::api::{scoped_key, Api, KeyCache};
+use crate::api::{Api, Endpoint};
 use crate::auth::{Auth, AuthFileError};
+use crate::calls::{scoped_key, Calls, CallsOptions, KeyCache};
 use crate::config::Config;
 use crate::descriptors::{self, Budget};
+use crate::mcp::Mcp;
 use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError};
-use crate::request_id::RequestIds;
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
 use crate::store::{now, CallStore, StoreError, Wake, WakeHandler};
@@ -153,21 +155,33 @@ impl Service {
             Arc::downgrade(&notifier),
         ));
         let tenants = auth.tenants().map(|t| t.name.to_string()).collect();
-        let api = Arc::new(Api {
-            store: Arc::clone(&store),
-            runner: Arc::clone(&runner),
-            notifier: Arc::clone(&notifier),
-            tools: Arc::clone(&config.tools),
-            chaos: config.runner.chaos,
+        let calls = Arc::new(Calls::new(
+            Arc::clone(&store),
+            Arc::clone(&runner),
+            Arc::clone(&notifier),
+            Arc::clone(&config.tools),
             keys,
+            Arc::clone(&metrics),
+            CallsOptions {
+                chaos: config.runner.chaos,
+                max_pending: config.max_pending,
+            },
+        ));
+        let mcp = Mcp::new(
+            Arc::clone(&calls),
+            config.mcp_wait,
+            config.mcp_origins.clone(),
+        );
+        let mcp: Endpoint =
+            Box::new(move |req, tenant, exchange| mcp.handle(req, tenant, exchange));
+        let api = Arc::new(Api::new(
+            calls,
+            Arc::clone(&store),
             auth,
-            metrics: Arc::clone(&metrics),
-            request_ids: RequestIds::new(),
-            health: Default::default(),
-            mcp_wait: config.mcp_wait,
-            mcp_origins: config.mcp_origins.clone(),
-            max_pending: config.max_pending,
-        });
+            Arc::clone(&metrics),
+            mcp,
+            config.trusted_proxies.clone(),
+        ));
         let handler: Handler = {
             let api = Arc::clone(&api);
             Arc::new(move |req| api.handle(req))

@@ -3,7 +3,8 @@
 //!
 //! Module map (each owns one concern):
 //!
-//! - [`config`]: the server's command-line flags and their defaults; [`flag`]:
+//! - [`config`]: the server's flags, their defaults, their environment
+//!   variables and secret files; [`flag`]:
 //!   the flag splitting every binary shares.
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
 //!   `ErrorCode`, the one table of error codes and their statuses;
@@ -13,11 +14,16 @@
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
 //! - [`descriptors`]: the open-file limit, raised at start-up, and the
 //!   connection cap it allows.
-//! - [`api`]: routes, validation, and the mapping from its errors to codes.
+//! - [`calls`]: the `Calls` service both transports hold — submit (checks,
+//!   key cache, pushback, create-or-get), get by id or key, the audit
+//!   timeline, and the wait until a call settles.
+//! - [`api`]: the REST routes, validation, and the mapping from its errors
+//!   to codes.
 //! - [`mcp`]: `POST /mcp`, the Model Context Protocol (JSON-RPC over
-//!   Streamable HTTP) whose `tools/call` goes through the API's one submit
-//!   path, so agents get the same exactly-once guarantee.
-//! - [`store`]: the only module that speaks SQL — the `calls` state machine,
+//!   Streamable HTTP) whose `tools/call` goes through the same `Calls`, so
+//!   agents get the same exactly-once guarantee. `api` and `mcp` do not
+//!   know each other: `app` mounts MCP on the router as an `Endpoint`.
+//! - [`store`]: the only module that speaks SQL — the state machine of a call,
 //!   leases, fencing, unique constraints, recovery, and group commit; and
 //!   [`store::verify`], `idempotent-tool verify`, every invariant checked
 //!   read-only on a database file.
@@ -37,6 +43,10 @@
 //! - [`request_id`]: the `X-Request-Id` kept or made for each request.
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
+//! - [`cli`]: the `idempotent-tool` command line — the service's run (flags,
+//!   signals, systemd notification), its subcommands (`verify`), `--version`,
+//!   exit statuses — and [`cli::console`], the printing every binary uses so
+//!   that a closed stdout or stderr never panics.
 //!
 //! Architecture invariant: only `store` writes to the database, and only its
 //! writer thread holds a write transaction; tools never run inside one.
@@ -47,7 +57,9 @@
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod calls;
 pub mod chaos;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod descriptors;

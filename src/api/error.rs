@@ -1,11 +1,14 @@
 //! `ApiError`: every way a request can fail, and the one place such a
 //! failure becomes a response (`into_response`).
 //!
-//! This file owns the mapping from a failure to its `ErrorCode` and message.
-//! It must never send an internal cause to the client: a store failure is
-//! logged here and answered with a fixed message.
+//! This file owns the mapping from a failure to its `ErrorCode` and message:
+//! the REST route's own refusals, and what the call path refused
+//! (`CallError`), said the REST way. It must never send an internal cause to
+//! the client: a store failure is logged here and answered with a fixed
+//! message.
 
 use crate::auth::AuthError;
+use crate::calls::CallError;
 use crate::http::{ErrorCode, Response};
 use crate::store::StoreError;
 
@@ -18,34 +21,22 @@ pub enum ApiError {
     Forbidden(&'static str),
     MissingKey,
     BadRequest(String),
-    /// Canonical `args` over the limit: its size and the limit, in bytes.
-    ArgsTooLarge {
-        size: usize,
-        limit: usize,
-    },
-    /// The key is taken by another request: the key and its call's id.
-    Conflict {
-        key: String,
-        call_id: String,
-    },
-    /// A new key for an intent a live call already has (its business key).
-    DuplicateIntent {
-        call_id: String,
-    },
     NotFound(String),
     MethodNotAllowed(&'static str),
-    /// A new call refused: this many calls wait for a worker, and the
-    /// bound (`--max-pending`) allows no more.
-    Overloaded {
-        pending: usize,
-        max: usize,
-    },
+    /// The call path refused the request (`Calls`).
+    Call(CallError),
     Store(StoreError),
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         ApiError::Store(e)
+    }
+}
+
+impl From<CallError> for ApiError {
+    fn from(e: CallError) -> ApiError {
+        ApiError::Call(e)
     }
 }
 
@@ -64,12 +55,14 @@ impl ApiError {
                 ErrorCode::MissingIdempotencyKey,
                 "the Idempotency-Key header is required",
             ),
-            ApiError::BadRequest(message) => Response::from_error(ErrorCode::BadRequest, message),
-            ApiError::ArgsTooLarge { size, limit } => Response::from_error(
+            ApiError::BadRequest(message) | ApiError::Call(CallError::Invalid(message)) => {
+                Response::from_error(ErrorCode::BadRequest, message)
+            }
+            ApiError::Call(CallError::ArgsTooLarge { size, limit }) => Response::from_error(
                 ErrorCode::PayloadTooLarge,
                 format!("args is {size} bytes; the limit is {limit}"),
             ),
-            ApiError::Conflict { key, call_id } => Response::from_error_naming(
+            ApiError::Call(CallError::Conflict { key, call_id }) => Response::from_error_naming(
                 ErrorCode::IdempotencyConflict,
                 format!(
                     "same key, different fingerprint: key {:?} belongs to call {} with other tool or args",
@@ -77,7 +70,7 @@ impl ApiError {
                 ),
                 Some(&call_id),
             ),
-            ApiError::DuplicateIntent { call_id } => Response::from_error_naming(
+            ApiError::Call(CallError::DuplicateIntent { call_id }) => Response::from_error_naming(
                 ErrorCode::DuplicateIntent,
                 format!(
                     "call {call_id} has the same business key within its window; \
@@ -90,30 +83,38 @@ impl ApiError {
                 Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
             }
             ApiError::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
-            ApiError::Overloaded { pending, max } => Response::from_error(
+            ApiError::Call(CallError::Overloaded { pending, max }) => Response::from_error(
                 ErrorCode::Overloaded,
                 format_args!(
                     "{pending} calls are pending (--max-pending {max}); \
                      retry with the same key after Retry-After"
                 ),
             ),
-            ApiError::Store(e @ StoreError::Unavailable(_)) => {
-                crate::log::warn("database unavailable; answered 503")
-                    .event("unavailable")
-                    .cause(&e)
-                    .emit();
-                Response::from_error(
-                    ErrorCode::Unavailable,
-                    "the database is busy or unavailable; retry with the same key",
-                )
-            }
-            ApiError::Store(e @ StoreError::Internal(_)) => {
-                crate::log::error("internal error; answered 500")
-                    .event("internal_error")
-                    .cause(&e)
-                    .emit();
-                Response::from_error(ErrorCode::InternalError, "internal error")
-            }
+            ApiError::Store(e) | ApiError::Call(CallError::Store(e)) => store_failure(e),
+        }
+    }
+}
+
+/// A store failure: `503 unavailable` (nothing changed; retry with the same
+/// key) or `500 internal_error`, its cause logged.
+fn store_failure(e: StoreError) -> Response {
+    match e {
+        StoreError::Unavailable(_) => {
+            crate::log::warn("database unavailable; answered 503")
+                .event("unavailable")
+                .cause(&e)
+                .emit();
+            Response::from_error(
+                ErrorCode::Unavailable,
+                "the database is busy or unavailable; retry with the same key",
+            )
+        }
+        StoreError::Internal(_) => {
+            crate::log::error("internal error; answered 500")
+                .event("internal_error")
+                .cause(&e)
+                .emit();
+            Response::from_error(ErrorCode::InternalError, "internal error")
         }
     }
 }

@@ -1,6 +1,7 @@
 //! One request's exchange, around the routes: the request id it is answered
-//! and logged under, the tenant it turned out to be, the headers a call
-//! answer carries, and — once the response exists — its access-log line and
+//! and logged under, the `log::Exchange` the routes fill in (the tenant it
+//! turned out to be, its key and call), the headers a REST call answer
+//! carries, and — once the response exists — its access-log line and
 //! its metrics. The same stamping and recording is applied to the answers
 //! the server gives on its own (`server::Observer`).
 //!
@@ -10,37 +11,28 @@
 use super::error::ApiError;
 use super::router::Api;
 use crate::http::{Request, Response};
-use crate::log::{self, AccessRecord};
+use crate::log::{self, AccessRecord, Exchange};
 use crate::metrics::Route;
 use crate::request_id;
 use crate::server::Observer;
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// What a request turned out to be, for its access-log line.
-#[derive(Debug, Default)]
-pub struct Exchange {
-    /// The authenticated tenant; `None` when refused before that.
-    pub tenant: Option<Arc<str>>,
-    pub idem_key: Option<String>,
-    /// The call the answer is about, when there is one.
-    pub call_id: Option<String>,
-    /// The answer is a call that already existed.
-    pub replayed: bool,
-}
-
-impl Exchange {
-    /// A POST's answer that returns a call: its `Location`, and
-    /// `Idempotent-Replayed: true` when the call already existed.
-    pub fn returned_call(&mut self, response: Response, call_id: &str, replayed: bool) -> Response {
-        self.call_id = Some(call_id.to_string());
-        self.replayed = replayed;
-        let response = response.with_header("Location", &format!("/v1/tool-calls/{call_id}"));
-        if replayed {
-            response.with_header("Idempotent-Replayed", "true")
-        } else {
-            response
-        }
+/// A POST's answer that returns a call: its `Location`, and
+/// `Idempotent-Replayed: true` when the call already existed.
+pub(super) fn returned_call(
+    exchange: &mut Exchange,
+    response: Response,
+    call_id: &str,
+    replayed: bool,
+) -> Response {
+    exchange.call_id = Some(call_id.to_string());
+    exchange.replayed = replayed;
+    let response = response.with_header("Location", &format!("/v1/tool-calls/{call_id}"));
+    if replayed {
+        response.with_header("Idempotent-Replayed", "true")
+    } else {
+        response
     }
 }
 
@@ -79,7 +71,14 @@ impl Api {
             .route(req, &mut exchange)
             .unwrap_or_else(ApiError::into_response);
         let elapsed = started.elapsed();
-        self.record(&request_id, Some(req), &exchange, &response, elapsed);
+        self.record(
+            &request_id,
+            Some(req),
+            req.peer,
+            &exchange,
+            &response,
+            elapsed,
+        );
         response
             .headers
             .push((request_id::HEADER.to_string(), request_id));
@@ -91,15 +90,23 @@ impl Api {
         &self,
         request_id: &str,
         req: Option<&Request>,
+        peer: Option<SocketAddr>,
         exchange: &Exchange,
         response: &Response,
         elapsed: Duration,
     ) {
         let (method, path) = req.map_or(("-", "-"), |r| (r.method.as_str(), r.path.as_str()));
+        let client = peer.map(|peer| match req {
+            Some(r) => self
+                .trusted_proxies
+                .client_address(peer.ip(), r.header_values("x-forwarded-for")),
+            None => peer.ip().to_canonical(),
+        });
         self.metrics
             .observe_request(route_of(path), response.status, elapsed);
         log::access(&AccessRecord {
             request_id,
+            client,
             tenant: exchange.tenant.as_deref(),
             method,
             path,
@@ -124,7 +131,13 @@ impl Observer for Api {
         self.metrics.open_connections.dec();
     }
 
-    fn own_answer(&self, request: Option<&Request>, response: &mut Response, elapsed: Duration) {
+    fn own_answer(
+        &self,
+        request: Option<&Request>,
+        peer: Option<SocketAddr>,
+        response: &mut Response,
+        elapsed: Duration,
+    ) {
         let client_id = request.and_then(|r| r.header(request_id::HEADER));
         let request_id = self.request_ids.accept_or_generate(client_id);
         response
@@ -133,6 +146,7 @@ impl Observer for Api {
         self.record(
             &request_id,
             request,
+            peer,
             &Exchange::default(),
             response,
             elapsed,

@@ -8,11 +8,11 @@
 //! counts across tenants or the process metrics.
 
 use super::error::ApiError;
-use super::exchange::Exchange;
 use super::router::Api;
 use crate::auth::Tenant;
 use crate::http::{ErrorCode, Request, Response};
 use crate::input::quote;
+use crate::log::Exchange;
 use crate::store::{Health, Scope};
 use crate::sync::lock;
 use serde_json::{json, Map};
@@ -174,8 +174,8 @@ impl Api {
         exchange: &mut Exchange,
     ) -> Result<Response, ApiError> {
         let events = self
-            .store
-            .audit_for(&tenant.name, call_id)?
+            .calls
+            .audit(&tenant.name, call_id)?
             .ok_or_else(|| ApiError::NotFound(format!("call {}", quote(call_id))))?;
         exchange.call_id = Some(call_id.to_string());
         let events: Vec<_> = events.iter().map(|e| e.to_json()).collect();

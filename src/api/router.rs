@@ -1,31 +1,30 @@
-//! `Api`: the routes over one store and one runner — which handler answers
+//! `Api`: the REST routes over one `Calls` service — which handler answers
 //! each method and path, `POST /v1/tool-calls`, and the answer with a call
 //! (`200` once it is terminal, `202` while it is not, and the `?wait=` that
-//! holds the request until it is).
+//! holds the request until it is). `POST /mcp` is answered by the endpoint
+//! it was built with, after the same authentication.
 //!
 //! It must never answer with a call before that call is committed, and never
 //! tell an unauthenticated client anything about the routes: `401` comes
 //! before any path is told apart.
 
 use super::error::ApiError;
-use super::exchange::Exchange;
-use super::key_cache::{scoped_key, KeyCache};
+use super::exchange::returned_call;
 use super::operations::{self, HealthCache};
-use super::submit::{Submission, Submitted};
 use super::validate::{
     idempotency_key, optional_integer, optional_string, parse_body, percent_decode, tool_and_args,
     wait_param,
 };
 use crate::auth::{Auth, Tenant};
-use crate::http::{ClientProbe, Request, Response};
+use crate::calls::{CallError, CallRequest, Calls, Submitted};
+use crate::http::{ClientProbe, Request, Response, TrustedProxies};
 use crate::input::quote;
+use crate::log::Exchange;
 use crate::metrics::{Metrics, Transport};
 use crate::request_id::RequestIds;
-use crate::runner::{Notifier, Runner};
 use crate::store::{Call, CallStore};
-use crate::tools::ToolRegistry;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Every route the router answers, as (method, path template): what
 /// `openapi.yaml` must describe. A test holds the live router to this list
@@ -47,34 +46,51 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
 pub const POLL_AFTER_SECS: &str = "1";
 
-/// The routes, over one store and one runner.
+/// An endpoint mounted on a path the router authenticates but does not
+/// answer itself (`POST /mcp`): the request, its tenant, and the exchange to
+/// note its key and call in. The router knows it only by this shape, so the
+/// protocol behind it and the REST routes need not know each other.
+pub type Endpoint = Box<dyn Fn(&Request, &Tenant, &mut Exchange) -> Response + Send + Sync>;
+
+/// The REST routes, over one `Calls` service.
 pub struct Api {
-    pub store: Arc<CallStore>,
-    pub runner: Arc<Runner>,
-    pub notifier: Arc<Notifier>,
-    /// The tools calls may name, with their argument rules.
-    pub tools: Arc<ToolRegistry>,
-    /// Whether chaos hooks are accepted in `args`.
-    pub chaos: bool,
-    /// What this process knows about idempotency keys, within a byte budget
-    /// (shared with the purge, which makes it forget purged keys).
-    pub keys: Arc<KeyCache>,
+    pub(super) calls: Arc<Calls>,
+    /// For the operations endpoints only (`/healthz`, `/stats`); calls are
+    /// read through `calls`.
+    pub(super) store: Arc<CallStore>,
+    /// `POST /mcp`.
+    mcp: Endpoint,
     /// Who each request is: the tenants of `--auth-file`, or anonymous.
-    pub auth: Auth,
-    pub metrics: Arc<Metrics>,
-    pub request_ids: RequestIds,
-    pub health: HealthCache,
-    /// How long an MCP `tools/call` waits for its call to settle
-    /// (`--mcp-wait-secs`) before answering `running` with the call's id.
-    pub mcp_wait: Duration,
-    /// The `Host` names and `Origin`s `/mcp` serves (DNS-rebinding guard).
-    pub mcp_origins: crate::mcp::origin::OriginPolicy,
-    /// Calls queued for a worker past which a new call is refused
-    /// `503 overloaded` (`--max-pending`).
-    pub max_pending: usize,
+    pub(super) auth: Auth,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) request_ids: RequestIds,
+    pub(super) health: HealthCache,
+    /// Whose `X-Forwarded-For` names the client in the access log.
+    pub(super) trusted_proxies: TrustedProxies,
 }
 
 impl Api {
+    /// The routes over `calls`, answering `POST /mcp` with `mcp`.
+    pub fn new(
+        calls: Arc<Calls>,
+        store: Arc<CallStore>,
+        auth: Auth,
+        metrics: Arc<Metrics>,
+        mcp: Endpoint,
+        trusted_proxies: TrustedProxies,
+    ) -> Api {
+        Api {
+            calls,
+            store,
+            mcp,
+            auth,
+            metrics,
+            request_ids: RequestIds::new(),
+            health: HealthCache::default(),
+            trusted_proxies,
+        }
+    }
+
     /// The routes. `/healthz` needs no token; every other path is answered
     /// for the authenticated tenant (`401` first, before any path is told
     /// apart, so an unauthenticated client learns nothing of the routes).
@@ -120,11 +136,11 @@ impl Api {
             }
             "/v1/tools" => {
                 allow("GET")?;
-                Ok(Response::json(200, &self.tools.public_view()))
+                Ok(Response::json(200, &self.calls.tools().public_view()))
             }
             "/mcp" => {
                 allow("POST")?;
-                Ok(crate::mcp::handle(self, req, &tenant, exchange))
+                Ok((self.mcp)(req, &tenant, exchange))
             }
             _ => {
                 if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {
@@ -134,7 +150,7 @@ impl Api {
                             "the key in the path is not valid percent-encoded UTF-8".into(),
                         )
                     })?;
-                    let call = self.store.find_by_key(&tenant.name, &key)?;
+                    let call = self.calls.get_by_key(&tenant.name, &key)?;
                     let call = call.ok_or_else(|| {
                         ApiError::NotFound(format!("call with key {}", quote(&key)))
                     })?;
@@ -145,7 +161,7 @@ impl Api {
                     if let Some(call_id) = rest.strip_suffix("/audit") {
                         return self.audit(&tenant, call_id, exchange);
                     }
-                    let call = self.store.get_for(&tenant.name, rest)?;
+                    let call = self.calls.get(&tenant.name, rest)?;
                     let call =
                         call.ok_or_else(|| ApiError::NotFound(format!("call {}", quote(rest))))?;
                     exchange.call_id = Some(call.call_id.clone());
@@ -158,11 +174,12 @@ impl Api {
     }
 
     /// `POST /v1/tool-calls`: validate, then create-or-get under the key,
-    /// within the tenant (`submit`). Every answer that returns a call carries
-    /// its `Location`; one that returns a call that already existed (not one
-    /// it reset to run again) carries `Idempotent-Replayed: true`, and one
-    /// that is another key's call holding the same business key also says
-    /// `"duplicate_intent": true`.
+    /// within the tenant (`Calls::submit`). Every answer that returns a call
+    /// carries its `Location`; one that returns a call that already existed
+    /// (not one it reset to run again) carries `Idempotent-Replayed: true`,
+    /// and one that is another key's call holding the same business key also
+    /// says `"duplicate_intent": true`. A settled replay's answer is kept
+    /// for the key's next retry.
     fn post_call(
         &self,
         req: &Request,
@@ -172,13 +189,13 @@ impl Api {
         let key = idempotency_key(req)?;
         exchange.idem_key = Some(key.to_string());
         let wait = wait_param(req)?;
-        if let Some((call_id, answer)) = self.replay_same_bytes(tenant, key, &req.body) {
+        if let Some((call_id, answer)) = self.calls.replay_same_bytes(tenant, key, &req.body) {
             let response = Response::json_bytes(200, answer);
-            return Ok(exchange.returned_call(response, &call_id, true));
+            return Ok(returned_call(exchange, response, &call_id, true));
         }
         let body = parse_body(&req.body)?;
         let (tool, args) = tool_and_args(&body)?;
-        let submission = Submission {
+        let request = CallRequest {
             tenant,
             key,
             tool,
@@ -187,103 +204,79 @@ impl Api {
             seq: optional_integer(&body, "seq")?,
             transport: Transport::Http,
         };
-        let (call, replayed, duplicate_intent) = match self.submit(submission, true) {
+        let (call, replayed, duplicate_intent) = match self.calls.submit(request) {
             Ok(Submitted::Cached { call_id, body }) => {
                 let response = Response::json_bytes(200, body);
-                return Ok(exchange.returned_call(response, &call_id, true));
+                return Ok(returned_call(exchange, response, &call_id, true));
             }
             Ok(Submitted::Call {
                 call,
                 replayed,
                 duplicate_intent,
             }) => (*call, replayed, duplicate_intent),
-            Err(ApiError::Conflict { key, call_id }) => {
-                exchange.call_id = Some(call_id.clone());
-                return Err(ApiError::Conflict { key, call_id });
-            }
-            Err(e) => return Err(e),
+            Err(e) => return Err(refused(e, exchange)),
         };
         let call_id = call.call_id.clone();
-        if duplicate_intent {
-            let mut response = self.respond_with_call(call, wait, &req.client)?;
-            let mut json: serde_json::Value =
-                serde_json::from_slice(&response.body).unwrap_or_default();
-            json["duplicate_intent"] = true.into();
-            response.body = json.to_string().into_bytes();
-            return Ok(exchange.returned_call(response, &call_id, true));
+        if replayed && call.is_settled() && !duplicate_intent {
+            let response = render(&call, false);
+            self.calls
+                .keep_answer(tenant, key, call, &response.body, &req.body);
+            return Ok(returned_call(exchange, response, &call_id, true));
         }
-        if replayed && call.is_settled() {
-            let (fingerprint, expires_at) = (call.fingerprint.clone(), call.expires_at);
-            let response = self.respond_with_call(call, None, &req.client)?;
-            let cache_key = scoped_key(&tenant.name, key);
-            self.keys.insert_settled(
-                &cache_key,
-                fingerprint,
-                (&call_id, expires_at),
-                &response.body,
-                &req.body,
-            );
-            return Ok(exchange.returned_call(response, &call_id, true));
-        }
-        let response = self.respond_with_call(call, wait, &req.client)?;
-        Ok(exchange.returned_call(response, &call_id, replayed))
+        let call = self.waited(call, wait, &req.client)?;
+        let response = render(&call, duplicate_intent);
+        Ok(returned_call(exchange, response, &call_id, replayed))
     }
 
-    /// `200` with a terminal call, `202` (with `Retry-After`, a poll
-    /// interval) while it is pending or running; with a wait, first hold
-    /// until it is terminal, the wait is over, or the client has gone.
+    /// The call as REST answers it, after the wait the request asked for.
     fn respond_with_call(
         &self,
         call: Call,
         wait: Option<Duration>,
         client: &ClientProbe,
     ) -> Result<Response, ApiError> {
-        let call = match wait {
-            Some(wait) if !call.status.is_terminal() => self.wait_terminal(call, wait, client)?,
-            _ => call,
-        };
-        if call.status.is_terminal() {
-            Ok(Response::json(200, &call.to_json()))
-        } else {
-            Ok(Response::json(202, &call.to_json()).with_header("Retry-After", POLL_AFTER_SECS))
-        }
+        let call = self.waited(call, wait, client)?;
+        Ok(render(&call, false))
     }
 
-    /// Re-read the call after every completion in this process and at least
-    /// every 100 ms (another process may finish it) until it is terminal. A
-    /// read borrows a pooled connection only while it runs, so a waiting
-    /// request holds none. A client that has hung up ends the wait at once:
-    /// its thread and connection slot are freed instead of idling up to 30 s.
-    pub(crate) fn wait_terminal(
+    /// With a wait, the call once it is terminal, the wait is over, or the
+    /// client has gone (`Calls::wait`); without one, the call as it is.
+    fn waited(
         &self,
         call: Call,
-        wait: Duration,
+        wait: Option<Duration>,
         client: &ClientProbe,
     ) -> Result<Call, ApiError> {
-        let deadline = Instant::now() + wait;
-        let call_id = call.call_id.clone();
-        let mut latest = call;
-        let mut failure = None;
-        self.notifier.wait_for(&call_id, deadline, || {
-            if client.gone() {
-                return Some(());
+        match wait {
+            Some(wait) if !call.status.is_terminal() => {
+                Ok(self.calls.wait(call, wait, || client.gone())?)
             }
-            match self.store.get(&latest.call_id) {
-                Ok(Some(now)) => {
-                    let done = now.status.is_terminal();
-                    latest = now;
-                    done.then_some(())
-                }
-                Ok(None) => None,
-                Err(e) => {
-                    failure = Some(e);
-                    Some(())
-                }
-            }
-        });
-        match failure {
-            Some(e) => Err(e.into()),
-            None => Ok(latest),
+            _ => Ok(call),
         }
     }
+}
+
+/// A call as REST answers it: `200` once it is terminal, `202` (with
+/// `Retry-After`, a poll interval) while it is pending or running; marked
+/// `"duplicate_intent": true` when it is another key's call that holds the
+/// request's business key.
+fn render(call: &Call, duplicate_intent: bool) -> Response {
+    let mut json = call.to_json();
+    if duplicate_intent {
+        json["duplicate_intent"] = true.into();
+    }
+    if call.status.is_terminal() {
+        Response::json(200, &json)
+    } else {
+        Response::json(202, &json).with_header("Retry-After", POLL_AFTER_SECS)
+    }
+}
+
+/// What the call path refused, as REST says it; a conflict's access line
+/// names the call that holds the key.
+fn refused(e: CallError, exchange: &mut Exchange) -> ApiError {
+    if let CallError::Conflict { call_id, .. } = &e {
+        exchange.call_id = Some(call_id.clone());
+    }
+    e.into()
 }

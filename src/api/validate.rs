@@ -7,16 +7,13 @@
 //! Nothing here touches the store or decides anything about a call.
 
 use super::error::ApiError;
+use crate::calls::{MAX_KEY_LEN, MAX_WAIT_SECS};
 use crate::fingerprint::as_integer;
 use crate::http::Request;
 use crate::input::{parse_strict, quote};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
-/// The longest `?wait=` a request may ask for (MCP's `wait_secs` too).
-pub(crate) const MAX_WAIT_SECS: f64 = 30.0;
-/// Longest `Idempotency-Key`, in bytes (MCP's `idempotency_key` too).
-pub(crate) const MAX_KEY_LEN: usize = 255;
 /// Deepest JSON nesting accepted in a body.
 const MAX_JSON_DEPTH: usize = 32;
 

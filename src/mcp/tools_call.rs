@@ -1,5 +1,5 @@
 //! `tools/call`: an MCP tool call submitted through the same pipeline as
-//! `POST /v1/tool-calls` (`Api::submit`: the store, the fingerprint, the
+//! `POST /v1/tool-calls` (`Calls::submit`: the store, the fingerprint, the
 //! workers, the retries, the audit), under an idempotency key taken from
 //! `_meta` (`META_IDEMPOTENCY_KEY`), from `params.idempotencyKey` (SEP-3182's
 //! spelling), or — when the client sends neither — made fresh for this
@@ -12,14 +12,16 @@
 //! and never lets `notifications/cancelled` (or a client hanging up) abort a
 //! call: the wait ends, the call goes on.
 
+use super::endpoint::Mcp;
 use super::handshake::Revision;
 use super::jsonrpc::{IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
 use super::tools_list::GET_TOOL_CALL;
-// The key and wait bounds are the REST API's own, so both transports agree.
-use crate::api::{Api, ApiError, Exchange, Submission, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
 use crate::auth::Tenant;
+// The key and wait bounds are the call path's, so both transports agree.
+use crate::calls::{CallError, CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
 use crate::http::{ErrorCode, Request};
 use crate::input::quote;
+use crate::log::Exchange;
 use crate::metrics::Transport;
 use crate::store::{Call, Status, StoreError};
 use serde_json::{json, Map, Value};
@@ -38,7 +40,7 @@ fn invalid(message: impl Into<String>) -> RpcError {
 
 /// `tools/call`'s result (possibly a tool execution error), or a protocol error.
 pub fn call(
-    api: &Api,
+    mcp: &Mcp,
     req: &Request,
     tenant: &Tenant,
     exchange: &mut Exchange,
@@ -55,10 +57,10 @@ pub fn call(
         Some(_) => return Err(invalid("params.arguments must be an object")),
     };
     if name == GET_TOOL_CALL {
-        return get_tool_call(api, req, tenant, exchange, revision, &arguments);
+        return get_tool_call(mcp, req, tenant, exchange, revision, &arguments);
     }
-    let Some(spec) = api.tools.get(name) else {
-        let known = super::tools_list::names(&api.tools);
+    let Some(spec) = mcp.calls.tools().get(name) else {
+        let known = super::tools_list::names(mcp.calls.tools());
         return Err((
             INVALID_PARAMS,
             format!("Unknown tool: {}", quote(name)),
@@ -73,7 +75,7 @@ pub fn call(
         spec.check_args(&tool_args)
             .map_err(|e| invalid(e.to_string()))?;
     }
-    let submission = Submission {
+    let request = CallRequest {
         tenant,
         key: &key,
         tool: name,
@@ -82,7 +84,7 @@ pub fn call(
         seq: None,
         transport: Transport::Mcp,
     };
-    let (call, replayed, duplicate_intent) = match api.submit(submission, false) {
+    let (call, replayed, duplicate_intent) = match mcp.calls.submit(request) {
         Ok(Submitted::Call {
             call,
             replayed,
@@ -95,22 +97,22 @@ pub fn call(
     };
     exchange.call_id = Some(call.call_id.clone());
     exchange.replayed = replayed;
-    let call = settle(api, req, call, api.mcp_wait)?;
+    let call = settle(mcp, req, call, mcp.wait)?;
     log_answer(&call, replayed, duplicate_intent);
     Ok(outcome(&call, replayed, duplicate_intent, revision))
 }
 
 /// What `submit` refused, as MCP says it: a tool execution error the model
 /// can read (bad arguments, a duplicate intent), or a protocol error.
-fn refusal(e: ApiError, exchange: &mut Exchange) -> Result<Value, RpcError> {
+fn refusal(e: CallError, exchange: &mut Exchange) -> Result<Value, RpcError> {
     match e {
-        ApiError::BadRequest(message) => Ok(tool_error(ErrorCode::BadRequest, &message, None)),
-        ApiError::ArgsTooLarge { size, .. } => Ok(tool_error(
+        CallError::Invalid(message) => Ok(tool_error(ErrorCode::BadRequest, &message, None)),
+        CallError::ArgsTooLarge { size, .. } => Ok(tool_error(
             ErrorCode::PayloadTooLarge,
             &format!("arguments are {size} bytes canonical; the limit is 65536"),
             None,
         )),
-        ApiError::DuplicateIntent { call_id } => {
+        CallError::DuplicateIntent { call_id } => {
             exchange.call_id = Some(call_id.clone());
             let message = format!(
                 "call {call_id} has the same business key within its window; nothing was created. \
@@ -122,7 +124,7 @@ fn refusal(e: ApiError, exchange: &mut Exchange) -> Result<Value, RpcError> {
                 Some(&call_id),
             ))
         }
-        ApiError::Conflict { key, call_id } => {
+        CallError::Conflict { key, call_id } => {
             exchange.call_id = Some(call_id.clone());
             Err((
                 IDEMPOTENCY_CONFLICT,
@@ -135,8 +137,8 @@ fn refusal(e: ApiError, exchange: &mut Exchange) -> Result<Value, RpcError> {
                 })),
             ))
         }
-        ApiError::Store(e) => Err(store_failure(e)),
-        _ => Err((INTERNAL_ERROR, "internal error".into(), None)),
+        CallError::Store(e) => Err(store_failure(e)),
+        CallError::Overloaded { .. } => Err((INTERNAL_ERROR, "internal error".into(), None)),
     }
 }
 
@@ -212,15 +214,13 @@ fn fresh_key() -> String {
 
 /// Wait up to `wait` for the call to settle (a client that hangs up ends
 /// the wait, never the call).
-fn settle(api: &Api, req: &Request, call: Call, wait: Duration) -> Result<Call, RpcError> {
+fn settle(mcp: &Mcp, req: &Request, call: Call, wait: Duration) -> Result<Call, RpcError> {
     if call.status.is_terminal() || wait.is_zero() {
         return Ok(call);
     }
-    api.wait_terminal(call, wait, &req.client)
-        .map_err(|e| match e {
-            ApiError::Store(e) => store_failure(e),
-            _ => (INTERNAL_ERROR, "internal error".into(), None),
-        })
+    mcp.calls
+        .wait(call, wait, || req.client.gone())
+        .map_err(store_failure)
 }
 
 /// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
@@ -268,7 +268,7 @@ fn tool_error(code: ErrorCode, message: &str, call_id: Option<&str>) -> Value {
 /// `get_tool_call {call_id, wait_secs?}`: the call's current state, within
 /// the tenant (another tenant's call is not found).
 fn get_tool_call(
-    api: &Api,
+    mcp: &Mcp,
     req: &Request,
     tenant: &Tenant,
     exchange: &mut Exchange,
@@ -292,7 +292,7 @@ fn get_tool_call(
         .map_or(Duration::ZERO, |s| {
             Duration::from_secs_f64(s.clamp(0.0, MAX_WAIT_SECS))
         });
-    let call = match api.store.get_for(&tenant.name, call_id) {
+    let call = match mcp.calls.get(&tenant.name, call_id) {
         Ok(Some(call)) => call,
         Ok(None) => {
             let message = format!("call {} not found", quote(call_id));
@@ -301,7 +301,7 @@ fn get_tool_call(
         Err(e) => return Err(store_failure(e)),
     };
     exchange.call_id = Some(call.call_id.clone());
-    let call = settle(api, req, call, wait)?;
+    let call = settle(mcp, req, call, wait)?;
     Ok(outcome(&call, false, false, revision))
 }
 

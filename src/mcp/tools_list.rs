@@ -9,7 +9,7 @@
 //! `GET /v1/tools` shows), and never runs anything.
 
 use super::handshake::Revision;
-use crate::api::MAX_WAIT_SECS;
+use crate::calls::MAX_WAIT_SECS;
 use crate::tools::schema::Schema;
 use crate::tools::{ArgsError, ToolRegistry, ToolSpec};
 use serde_json::{json, Map, Value};

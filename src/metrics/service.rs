@@ -136,27 +136,27 @@ impl Transport {
 
 /// What a submitted call turned out to be, for `SUBMISSIONS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Submission {
+pub enum SubmitOutcome {
     Created,
     Replayed,
     Conflict,
     DuplicateIntent,
 }
 
-impl Submission {
-    const ALL: [Submission; 4] = [
-        Submission::Created,
-        Submission::Replayed,
-        Submission::Conflict,
-        Submission::DuplicateIntent,
+impl SubmitOutcome {
+    const ALL: [SubmitOutcome; 4] = [
+        SubmitOutcome::Created,
+        SubmitOutcome::Replayed,
+        SubmitOutcome::Conflict,
+        SubmitOutcome::DuplicateIntent,
     ];
 
     pub fn label(self) -> &'static str {
         match self {
-            Submission::Created => "created",
-            Submission::Replayed => "replayed",
-            Submission::Conflict => "conflict",
-            Submission::DuplicateIntent => "duplicate_intent",
+            SubmitOutcome::Created => "created",
+            SubmitOutcome::Replayed => "replayed",
+            SubmitOutcome::Conflict => "conflict",
+            SubmitOutcome::DuplicateIntent => "duplicate_intent",
         }
     }
 }
@@ -301,7 +301,7 @@ impl Metrics {
                     &["transport", "outcome"],
                 );
                 for transport in [Transport::Http, Transport::Mcp] {
-                    for outcome in Submission::ALL {
+                    for outcome in SubmitOutcome::ALL {
                         family.with(&[transport.label(), outcome.label()]);
                     }
                 }
@@ -423,7 +423,7 @@ impl Metrics {
     }
 
     /// One submitted call, by the transport it came in by.
-    pub fn observe_submission(&self, transport: Transport, outcome: Submission) {
+    pub fn observe_submission(&self, transport: Transport, outcome: SubmitOutcome) {
         self.submissions
             .with(&[transport.label(), outcome.label()])
             .inc();

@@ -1,11 +1,12 @@
-//! Completions handed back: a worker hands its fenced completion to the
-//! store's writer without waiting, and the writer, once the commit's fate is
-//! known, only sends it here (`hand_back`). One runner thread, the
-//! completer, takes them off the channel a batch at a time and does the rest:
-//! counts the metrics, logs the transition, fires the `_crash_after_commit`
-//! chaos hook, finishes the task (its entry goes, its tool's slot passes on),
-//! wakes the waiters of the batch's calls with one notification, and asks
-//! the maintenance thread to poll at once when the last poll left calls due.
+//! Completions handed back, and the `Completer` that records them: a worker
+//! hands its fenced completion to the store's writer without waiting
+//! (`Handed::hand_to`), and the writer, once the commit's fate is known,
+//! only sends it here (`hand_back`). One thread, the completer, takes them
+//! off the channel a batch at a time and does the rest: counts the metrics,
+//! logs the transition, fires the `_crash_after_commit` chaos hook, finishes
+//! the task (its entry goes, its tool's slot passes on), wakes the waiters
+//! of the batch's calls with one notification, and rings the maintenance
+//! thread's doorbell to poll at once when the last poll left calls due.
 //!
 //! A completion whose commit failed for a reason that may pass (the file
 //! locked past the busy timeout by another process, a full disk, a database
@@ -21,17 +22,22 @@
 //! still take a lapsed lease; the fence then refuses the held completion
 //! and the call runs again there, with the same `effect_id`.
 //!
-//! Nothing here runs on the writer thread but the send: a slow log sink or a
-//! crash hook never holds up a commit. It never decides a transition — the
-//! store's fence already did — and never writes to the store but through
-//! the runner's `hand_to_store`.
+//! The completer holds what it needs and nothing else: the dispatch (the
+//! task table and the slots), the store (to hand a held completion again),
+//! the notifier, the metrics and the doorbell. Nothing here runs on the
+//! writer thread but the send: a slow log sink or a crash hook never holds
+//! up a commit. It never decides a transition — the store's fence already
+//! did.
 
+use super::dispatch::Dispatch;
+use super::maintenance::Doorbell;
+use super::notifier::Notifier;
 use super::tasks::Task;
-use super::{Finish, Runner};
 use crate::chaos;
 use crate::log::{self, Repeats};
-use crate::store::{Completion, LeaseHeld, StoreError, Then};
-use std::sync::atomic::Ordering;
+use crate::metrics::Metrics;
+use crate::store::{CallStore, Completion, Lease, LeaseHeld, NewEffect, StoreError, Then};
+use crate::tools::{Effect, Outcome};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -55,19 +61,87 @@ pub(super) type Completions = mpsc::Sender<Handoff>;
 /// A completion and what its commit said.
 pub(super) type Handoff = (Handed, Result<Completion, StoreError>);
 
+/// What a worker asks the store to record when its tool returns: kept with
+/// the completion until it is committed or fenced off, so that a commit
+/// that failed can be asked for again.
+pub(super) struct Finish {
+    pub(super) lease: Lease,
+    pub(super) outcome: Outcome,
+    /// A retryable failure with attempts left: back to `pending` after this.
+    pub(super) retry: Option<Duration>,
+}
+
 /// What a worker handed to the store: enough to record it once committed.
 pub(super) struct Handed {
-    pub(super) task: Task,
-    pub(super) attempt: i64,
-    pub(super) transition: Transition,
+    task: Task,
+    attempt: i64,
+    transition: Transition,
     /// The tool wrote an effect row along with its success.
-    pub(super) writes_effect: bool,
+    writes_effect: bool,
     /// The `_crash_after_commit` chaos hook is armed.
-    pub(super) crash_after_commit: bool,
+    crash_after_commit: bool,
     /// What was asked of the store, to ask again if the commit failed.
-    pub(super) finish: Arc<Finish>,
+    finish: Arc<Finish>,
     /// How many times it has been handed to the store.
-    pub(super) tries: u32,
+    tries: u32,
+}
+
+impl Handed {
+    /// The completion of `task`'s attempt, not yet handed to the store. A
+    /// completion belongs to an attempt the store claimed, so its attempt
+    /// is at least 1.
+    pub(super) fn new(task: Task, finish: Finish, crash_after_commit: bool) -> Handed {
+        debug_assert!(
+            finish.lease.attempt >= 1,
+            "a completion of attempt {}: no claim makes one",
+            finish.lease.attempt
+        );
+        let (transition, writes_effect) = match (&finish.outcome, finish.retry) {
+            (Outcome::Succeeded { effect, .. }, _) => (Transition::Succeeded, effect.is_some()),
+            (Outcome::Failed { .. }, Some(_)) => (Transition::RetryScheduled, false),
+            (Outcome::Failed { .. }, None) => (Transition::Failed, false),
+        };
+        Handed {
+            task,
+            attempt: finish.lease.attempt,
+            transition,
+            writes_effect,
+            crash_after_commit,
+            finish: Arc::new(finish),
+            tries: 1,
+        }
+    }
+
+    /// Submit the completion to the store's writer, its outcome to be sent
+    /// through `completions`: the first time, and again when a commit
+    /// failed for a reason that may pass.
+    pub(super) fn hand_to(self, store: &CallStore, completions: Completions) {
+        let finish = Arc::clone(&self.finish);
+        let Finish {
+            lease,
+            outcome,
+            retry,
+        } = &*finish;
+        let then = hand_back(completions, self);
+        match outcome {
+            Outcome::Succeeded { result, effect } => {
+                store.succeed_then(lease, result, effect.as_ref().map(effect_record), then)
+            }
+            Outcome::Failed { error, .. } => match retry {
+                Some(delay) => store.retry_later_then(lease, &error.to_json(), *delay, then),
+                None => store.fail_then(lease, &error.to_json(), then),
+            },
+        }
+    }
+}
+
+/// The `effects` row the store writes for a tool's effect: the runner is
+/// where tools and the store meet, so neither depends on the other.
+fn effect_record(effect: &Effect) -> NewEffect {
+    NewEffect {
+        amount: effect.amount,
+        detail: effect.detail.clone(),
+    }
 }
 
 /// A completion whose commit failed, and when to hand it to the store again.
@@ -85,7 +159,7 @@ fn retry_delay(tries: u32) -> Duration {
 
 /// The transition a completion asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Transition {
+enum Transition {
     Succeeded,
     Failed,
     /// A retryable failure with attempts left: back to `pending` until its
@@ -112,7 +186,7 @@ impl Transition {
 }
 
 /// The writer's callback for one completion: the handoff, and nothing else.
-pub(super) fn hand_back(completions: Completions, handed: Handed) -> Then<Completion> {
+fn hand_back(completions: Completions, handed: Handed) -> Then<Completion> {
     Box::new(move |committed| {
         // The completer has gone only if it panicked; the call is then left
         // to recovery, like any completion whose fate is unknown.
@@ -120,183 +194,223 @@ pub(super) fn hand_back(completions: Completions, handed: Handed) -> Then<Comple
     })
 }
 
-/// Start the completer. It ends once every `Completions` sender is gone: the
-/// task table's (dropped when it closes) and those of the completions still
-/// with the writer.
-pub(super) fn start(
-    runner: Arc<Runner>,
-    handoffs: mpsc::Receiver<Handoff>,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("completer".into())
-        .spawn(move || record_until_closed(&runner, &handoffs))
+/// The completer's thread; it ends once every `Completions` sender is gone:
+/// the task table's (dropped when it closes) and those of the completions
+/// still with the writer.
+pub(super) struct Completer {
+    thread: JoinHandle<()>,
 }
 
-/// Take completions off the channel a batch at a time, handing the held
-/// ones to the store again as they come due.
-fn record_until_closed(runner: &Runner, handoffs: &mpsc::Receiver<Handoff>) {
-    let mut held: Vec<Held> = Vec::new();
-    loop {
-        let next = match held.iter().map(|h| h.due).min() {
-            None => handoffs
-                .recv()
-                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-            Some(due) => handoffs.recv_timeout(due.saturating_duration_since(Instant::now())),
+impl Completer {
+    /// Start the completer on `handoffs`.
+    pub(super) fn start(
+        dispatch: Arc<Dispatch>,
+        store: Arc<CallStore>,
+        notifier: Arc<Notifier>,
+        metrics: Arc<Metrics>,
+        doorbell: Arc<Doorbell>,
+        handoffs: mpsc::Receiver<Handoff>,
+    ) -> std::io::Result<Completer> {
+        let recorder = Recorder {
+            dispatch,
+            store,
+            notifier,
+            metrics,
+            doorbell,
         };
-        match next {
-            Ok(first) => {
-                let batch: Vec<Handoff> = std::iter::once(first)
-                    .chain(handoffs.try_iter().take(MAX_BATCH - 1))
-                    .collect();
-                record_batch(runner, batch, &mut held);
+        let thread = std::thread::Builder::new()
+            .name("completer".into())
+            .spawn(move || recorder.record_until_closed(&handoffs))?;
+        Ok(Completer { thread })
+    }
+
+    /// Wait until every completion handed to the store is recorded (the
+    /// task table closed, and the writer has answered the rest).
+    pub(super) fn join(self) {
+        let _ = self.thread.join();
+    }
+}
+
+/// What the completer thread records completions with.
+struct Recorder {
+    /// The task table (held completions, finished tasks) and the slots.
+    dispatch: Arc<Dispatch>,
+    /// To hand a held completion to again, and to tell a failed sync.
+    store: Arc<CallStore>,
+    notifier: Arc<Notifier>,
+    metrics: Arc<Metrics>,
+    /// Rung when a completion frees room while the last poll left calls due.
+    doorbell: Arc<Doorbell>,
+}
+
+impl Recorder {
+    /// Take completions off the channel a batch at a time, handing the held
+    /// ones to the store again as they come due.
+    fn record_until_closed(&self, handoffs: &mpsc::Receiver<Handoff>) {
+        let mut held: Vec<Held> = Vec::new();
+        loop {
+            let next = match held.iter().map(|h| h.due).min() {
+                None => handoffs
+                    .recv()
+                    .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+                Some(due) => handoffs.recv_timeout(due.saturating_duration_since(Instant::now())),
+            };
+            match next {
+                Ok(first) => {
+                    let batch: Vec<Handoff> = std::iter::once(first)
+                        .chain(handoffs.try_iter().take(MAX_BATCH - 1))
+                        .collect();
+                    self.record_batch(batch, &mut held);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            self.hand_due_ones_again(&mut held);
         }
-        hand_due_ones_again(runner, &mut held);
+        self.last_try(held.into_iter().map(|h| h.handed).collect());
     }
-    last_try(runner, held.into_iter().map(|h| h.handed).collect());
-}
 
-/// Record each completion, finish its task, then wake the batch's waiters.
-/// A completion whose commit failed for a reason that may pass is held
-/// instead: its task stays, holding its slot, and nobody is woken.
-fn record_batch(runner: &Runner, batch: Vec<Handoff>, held: &mut Vec<Held>) {
-    let mut finished = Vec::with_capacity(batch.len());
-    for (handed, committed) in batch {
-        if let Err(e) = &committed {
-            if worth_another_try(runner, e) {
-                hold(runner, handed, e, held);
-                continue;
+    /// Record each completion, finish its task, then wake the batch's waiters.
+    /// A completion whose commit failed for a reason that may pass is held
+    /// instead: its task stays, holding its slot, and nobody is woken.
+    fn record_batch(&self, batch: Vec<Handoff>, held: &mut Vec<Held>) {
+        let mut finished = Vec::with_capacity(batch.len());
+        for (handed, committed) in batch {
+            if let Err(e) = &committed {
+                if self.worth_another_try(e) {
+                    self.hold(handed, e, held);
+                    continue;
+                }
             }
+            finished.push(self.settle(handed, committed));
         }
-        finished.push(settle(runner, handed, committed));
-    }
-    runner.notifier.notify(finished.iter().map(String::as_str));
-    // The last poll claimed all it could; these completions freed workers
-    // and slots, so more due calls may be claimed now.
-    if runner.more_due.swap(false, Ordering::SeqCst) {
-        runner.poll_soon();
-    }
-}
-
-/// Whether a failed commit may succeed if asked again: the store is
-/// unavailable for now, not failed for good (a failed WAL sync refuses
-/// every write until a restart) and not broken (an internal error).
-fn worth_another_try(runner: &Runner, e: &StoreError) -> bool {
-    e.is_unavailable() && runner.store.write_failure().is_none()
-}
-
-fn hold(runner: &Runner, handed: Handed, e: &StoreError, held: &mut Vec<Held>) {
-    runner.metrics.completions_retried.inc();
-    runner
-        .tasks
-        .held(&handed.task, LeaseHeld::from(&handed.finish.lease));
-    log::warn("completion not committed; handing it to the store again")
-        .event("completion_held")
-        .call_id(&handed.task.call_id)
-        .attempt(handed.attempt)
-        .number("tries", u64::from(handed.tries))
-        .cause(e)
-        .emit_or_count(&COMPLETION_HELD);
-    held.push(Held {
-        due: Instant::now() + retry_delay(handed.tries),
-        handed,
-    });
-}
-
-/// Hand each held completion that is due to the store again; once a stop
-/// has closed the task table, give it its last try instead.
-fn hand_due_ones_again(runner: &Runner, held: &mut Vec<Held>) {
-    let now = Instant::now();
-    let due: Vec<Handed> = held
-        .extract_if(.., |h| h.due <= now)
-        .map(|h| h.handed)
-        .collect();
-    // This runs after every batch of completions: with none due, it must not
-    // take the task table's lock that every worker and request shares.
-    if due.is_empty() {
-        return;
-    }
-    match runner.tasks.completions() {
-        Some(completions) => {
-            for mut handed in due {
-                handed.tries += 1;
-                runner.hand_to_store(handed, completions.clone());
-            }
+        self.notifier.notify(finished.iter().map(String::as_str));
+        // The last poll claimed all it could; these completions freed workers
+        // and slots, so more due calls may be claimed now.
+        if self.dispatch.take_more_due() {
+            self.doorbell.ring();
         }
-        None => last_try(runner, due),
     }
-}
 
-/// Hand held completions to the store once more, together, and wait for
-/// their commit: the runner is stopping, and whatever this try leaves
-/// uncommitted is left to recovery (the lease expires, or the next process
-/// finds this one stopped), as a completion whose fate is unknown always is.
-fn last_try(runner: &Runner, held: Vec<Handed>) {
-    let (completions, answers) = mpsc::channel();
-    for mut handed in held {
-        handed.tries += 1;
-        runner.hand_to_store(handed, completions.clone());
+    /// Whether a failed commit may succeed if asked again: the store is
+    /// unavailable for now, not failed for good (a failed WAL sync refuses
+    /// every write until a restart) and not broken (an internal error).
+    fn worth_another_try(&self, e: &StoreError) -> bool {
+        e.is_unavailable() && self.store.write_failure().is_none()
     }
-    drop(completions);
-    for (handed, committed) in answers {
-        let call_id = settle(runner, handed, committed);
-        runner.notifier.notify([call_id.as_str()]);
+
+    fn hold(&self, handed: Handed, e: &StoreError, held: &mut Vec<Held>) {
+        self.metrics.completions_retried.inc();
+        self.dispatch
+            .tasks()
+            .held(&handed.task, LeaseHeld::from(&handed.finish.lease));
+        log::warn("completion not committed; handing it to the store again")
+            .event("completion_held")
+            .call_id(&handed.task.call_id)
+            .attempt(handed.attempt)
+            .number("tries", u64::from(handed.tries))
+            .cause(e)
+            .emit_or_count(&COMPLETION_HELD);
+        held.push(Held {
+            due: Instant::now() + retry_delay(handed.tries),
+            handed,
+        });
     }
-}
 
-/// A completion whose fate is final here: record it and finish its task;
-/// returns its call id, for the waiters to be woken.
-fn settle(runner: &Runner, handed: Handed, committed: Result<Completion, StoreError>) -> String {
-    record(runner, &handed, committed);
-    runner.pass_slot_on(&handed.task);
-    handed.task.call_id
-}
-
-/// The metrics, the log line and the chaos hook of one answered completion.
-fn record(runner: &Runner, handed: &Handed, committed: Result<Completion, StoreError>) {
-    let (call_id, attempt) = (&handed.task.call_id, handed.attempt);
-    match committed {
-        Ok(Completion::Applied) => {
-            if handed.writes_effect {
-                runner.metrics.effects_written.inc();
+    /// Hand each held completion that is due to the store again; once a stop
+    /// has closed the task table, give it its last try instead.
+    fn hand_due_ones_again(&self, held: &mut Vec<Held>) {
+        let now = Instant::now();
+        let due: Vec<Handed> = held
+            .extract_if(.., |h| h.due <= now)
+            .map(|h| h.handed)
+            .collect();
+        // This runs after every batch of completions: with none due, it must not
+        // take the task table's lock that every worker and request shares.
+        if due.is_empty() {
+            return;
+        }
+        match self.dispatch.tasks().completions() {
+            Some(completions) => {
+                for mut handed in due {
+                    handed.tries += 1;
+                    handed.hand_to(&self.store, completions.clone());
+                }
             }
-            if handed.transition == Transition::RetryScheduled {
-                runner.metrics.retries_scheduled.inc();
+            None => self.last_try(due),
+        }
+    }
+
+    /// Hand held completions to the store once more, together, and wait for
+    /// their commit: the runner is stopping, and whatever this try leaves
+    /// uncommitted is left to recovery (the lease expires, or the next process
+    /// finds this one stopped), as a completion whose fate is unknown always is.
+    fn last_try(&self, held: Vec<Handed>) {
+        let (completions, answers) = mpsc::channel();
+        for mut handed in held {
+            handed.tries += 1;
+            handed.hand_to(&self.store, completions.clone());
+        }
+        drop(completions);
+        for (handed, committed) in answers {
+            let call_id = self.settle(handed, committed);
+            self.notifier.notify([call_id.as_str()]);
+        }
+    }
+
+    /// A completion whose fate is final here: record it and finish its task;
+    /// returns its call id, for the waiters to be woken.
+    fn settle(&self, handed: Handed, committed: Result<Completion, StoreError>) -> String {
+        self.record(&handed, committed);
+        self.dispatch.pass_slot_on(&handed.task);
+        handed.task.call_id
+    }
+
+    /// The metrics, the log line and the chaos hook of one answered completion.
+    fn record(&self, handed: &Handed, committed: Result<Completion, StoreError>) {
+        let (call_id, attempt) = (&handed.task.call_id, handed.attempt);
+        match committed {
+            Ok(Completion::Applied) => {
+                if handed.writes_effect {
+                    self.metrics.effects_written.inc();
+                }
+                if handed.transition == Transition::RetryScheduled {
+                    self.metrics.retries_scheduled.inc();
+                }
+                log::debug("call completed")
+                    .event(handed.transition.event())
+                    .call_id(call_id)
+                    .attempt(attempt)
+                    .transition("running", handed.transition.to_status())
+                    .emit();
+                if handed.crash_after_commit {
+                    chaos::crash("after the completion committed, before any response");
+                }
             }
-            log::debug("call completed")
-                .event(handed.transition.event())
+            Ok(Completion::Stale) => {
+                self.metrics.stale_completions.inc();
+                log::warn("stale completion discarded: the lease was lost")
+                    .event("stale_completion")
+                    .call_id(call_id)
+                    .attempt(attempt)
+                    .emit()
+            }
+            // The lease will expire and recovery will run the call again with
+            // the same effect_id, which the downstream (and `effects`) deduplicate.
+            Err(e) => log::error("completion not committed; recovery will run the call again")
+                .event("complete_failed")
                 .call_id(call_id)
                 .attempt(attempt)
-                .transition("running", handed.transition.to_status())
-                .emit();
-            if handed.crash_after_commit {
-                chaos::crash("after the completion committed, before any response");
-            }
+                .cause(&e)
+                .emit(),
         }
-        Ok(Completion::Stale) => {
-            runner.metrics.stale_completions.inc();
-            log::warn("stale completion discarded: the lease was lost")
-                .event("stale_completion")
-                .call_id(call_id)
-                .attempt(attempt)
-                .emit()
-        }
-        // The lease will expire and recovery will run the call again with
-        // the same effect_id, which the downstream (and `effects`) deduplicate.
-        Err(e) => log::error("completion not committed; recovery will run the call again")
-            .event("complete_failed")
-            .call_id(call_id)
-            .attempt(attempt)
-            .cause(&e)
-            .emit(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::{ToolError, ToolErrorCode};
 
     #[test]
     fn a_held_completion_waits_twice_as_long_each_time_up_to_a_second() {
@@ -305,5 +419,53 @@ mod tests {
             .collect();
         assert_eq!(waits, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
         assert_eq!(retry_delay(u32::MAX), RETRY_AT_MOST);
+    }
+
+    fn finish(attempt: i64, outcome: Outcome, retry: Option<Duration>) -> Finish {
+        let lease = Lease {
+            call_id: "c1".into(),
+            attempt,
+            tool: "charge".into(),
+            args_json: "{}".into(),
+            effect_id: "e-c1".into(),
+            lease_until: 0.0,
+        };
+        Finish {
+            lease,
+            outcome,
+            retry,
+        }
+    }
+
+    fn task() -> Task {
+        Task {
+            call_id: "c1".into(),
+            tool: "charge".into(),
+            generation: 1,
+            quick: true,
+        }
+    }
+
+    /// What a completion asks for follows from its outcome: a success (with
+    /// or without an effect row), a failure with a retry due, or one without.
+    #[test]
+    fn a_completion_asks_for_the_transition_its_outcome_names() {
+        let failed = || Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, "no"));
+        let retry = Some(Duration::from_secs(1));
+        let retried = Handed::new(task(), finish(2, failed(), retry), false);
+        assert_eq!(retried.transition, Transition::RetryScheduled);
+        assert_eq!(retried.attempt, 2);
+        let failed = Handed::new(task(), finish(1, failed(), None), false);
+        assert_eq!(failed.transition, Transition::Failed);
+        assert!(!failed.writes_effect);
+    }
+
+    /// A completion of attempt 0 names no claim: a debug build stops there.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a completion of attempt 0")]
+    fn a_completion_of_no_attempt_is_caught() {
+        let failed = Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, "no"));
+        let _ = Handed::new(task(), finish(0, failed, None), false);
     }
 }

@@ -1,26 +1,31 @@
 //! The maintenance ticker: one thread, named `maintenance`, that runs the
-//! runner's periodic jobs, each in its own function at its own interval:
-//! - recover (`--recover-interval-ms`): expired leases back to `pending`,
-//!   then as many due calls (retries included) as there are free workers
-//!   claimed in one operation and handed to them (`claim`);
-//! - the instance heartbeat (`HEARTBEAT_EVERY`): other processes on the file
-//!   see this one alive, so its leases are held by a live owner;
-//! - lease extension (every third of the lease, per lease): the leases of
-//!   tools running now, in one fenced write;
-//! - key purge (`PURGE_EVERY`, see `retention`).
+//! runner's periodic jobs (`Chore`s), each a small struct holding what it
+//! needs, at its own interval:
+//! - lease extension (`LeaseExtension`, every third of the lease, per
+//!   lease): the leases of tools running now, in one fenced write;
+//! - the instance heartbeat (`Heartbeat`, `HEARTBEAT_EVERY`): other
+//!   processes on the file see this one alive, so its leases are held by a
+//!   live owner;
+//! - recover (`Recovery`, `--recover-interval-ms`, see `recovery`): expired
+//!   leases back to `pending`, then as many due calls (retries included) as
+//!   there are free workers claimed in one operation and handed to them;
+//! - key purge (`Purge`, `PURGE_EVERY`, see `retention`).
 //!
-//! It sleeps until the next job is due, polls at once when asked
-//! (`poll_now`: the last poll filled what it could claim, and a completion
-//! has since freed a worker or a slot), and ends at once when the runner
-//! drops its wake-up channel. During a stop's grace period only the
+//! It sleeps until the next job is due, polls at once when its `Doorbell`
+//! rings (the last poll filled what it could claim, and a completion has
+//! since freed a worker or a slot), and ends at once when the doorbell is
+//! silenced (`Ticker`'s drop). During a stop's grace period only the
 //! heartbeat and lease extension go on, so the tools still running keep
 //! their leases while they finish. It never decides who executes a call.
 
+use super::dispatch::Dispatch;
+use super::recovery::Recovery;
+use super::retention::Purge;
 use super::tasks::TaskTable;
-use super::Runner;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::store::{CallStore, Lease, HEARTBEAT_EVERY};
-use std::sync::{mpsc, Arc};
+use crate::sync::lock;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,68 +39,20 @@ static LEASE_EXTENSION_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY
 /// must not spin the thread.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
-/// The running ticker; dropping it (or `stop`) ends the thread and joins it.
-pub(super) struct Ticker {
-    /// Sent to: poll now. Dropped: wake the thread at once and end it.
-    wake: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
+/// One periodic job of the ticker.
+pub(super) trait Chore: Send {
+    /// How often it runs (never more often than `MIN_INTERVAL`).
+    fn every(&self) -> Duration;
 
-/// One periodic job.
-struct Job {
-    every: Duration,
-    next: Instant,
-    /// Runs during a stop's grace period too.
-    while_stopping: bool,
-    run: fn(&Runner),
-}
-
-impl Job {
-    fn new(every: Duration, while_stopping: bool, run: fn(&Runner)) -> Job {
-        let every = every.max(MIN_INTERVAL);
-        let next = Instant::now() + every;
-        Job {
-            every,
-            next,
-            while_stopping,
-            run,
-        }
+    /// Whether it goes on during a stop's grace period.
+    fn while_stopping(&self) -> bool {
+        false
     }
+
+    fn run(&self);
 }
 
-impl Ticker {
-    pub(super) fn start(runner: Arc<Runner>) -> std::io::Result<Ticker> {
-        let (wake, sleep) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("maintenance".into())
-            .spawn(move || tick_until_stopped(&runner, &sleep))?;
-        Ok(Ticker {
-            wake: Some(wake),
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Ticker {
-    /// Run the poll (`Runner::claim_due_work`) now rather than at its next
-    /// interval.
-    pub(super) fn poll_now(&self) {
-        if let Some(wake) = &self.wake {
-            let _ = wake.send(());
-        }
-    }
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        drop(self.wake.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// The jobs and their intervals, in the order a tick runs the due ones.
+/// The jobs, in the order a tick runs the due ones.
 ///
 /// Lease extension comes first: when the writer stalls past a lease (a slow
 /// disk, another process holding the write lock), the first write this
@@ -103,37 +60,172 @@ impl Drop for Ticker {
 /// running here, shortening the time other processes can see them lapsed.
 /// (This process's own recovery never takes them back: it is told which
 /// leases its workers still hold, `TaskTable::extended_leases`.)
-fn jobs(runner: &Runner) -> [Job; 4] {
-    [
-        Job::new(extension_interval(runner.options.lease), true, |r| {
-            let horizon = Instant::now() + extension_interval(r.options.lease);
-            extend_due_leases(&r.tasks, &r.store, r.options.lease, horizon)
-        }),
-        Job::new(HEARTBEAT_EVERY, true, write_instance_heartbeat),
-        Job::new(runner.options.recover_interval, false, |r| r.recover_once()),
-        Job::new(super::retention::PURGE_EVERY, false, |r| r.purge_expired()),
+pub(super) fn chores(
+    extension: LeaseExtension,
+    heartbeat: Heartbeat,
+    recovery: Recovery,
+    purge: Purge,
+) -> Vec<Box<dyn Chore>> {
+    vec![
+        Box::new(extension),
+        Box::new(heartbeat),
+        Box::new(recovery),
+        Box::new(purge),
     ]
 }
 
-/// Run each job when it is due until `sleep`'s sender is dropped.
-fn tick_until_stopped(runner: &Runner, sleep: &mpsc::Receiver<()>) {
-    let mut jobs = jobs(runner);
+/// How the ticker is asked to poll at once, and told to end: a channel whose
+/// sender the ticker's drop takes away.
+pub(super) struct Doorbell {
+    bell: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+impl Doorbell {
+    /// A doorbell, and the receiver the ticker listens on.
+    pub(super) fn new() -> (Doorbell, mpsc::Receiver<()>) {
+        let (bell, listener) = mpsc::channel();
+        let doorbell = Doorbell {
+            bell: Mutex::new(Some(bell)),
+        };
+        (doorbell, listener)
+    }
+
+    /// Poll now (`Dispatch::claim_due_work`) rather than at the next
+    /// interval; nothing once the ticker has ended.
+    pub(super) fn ring(&self) {
+        if let Some(bell) = lock(&self.bell).as_ref() {
+            let _ = bell.send(());
+        }
+    }
+
+    /// Take the sender away: the ticker wakes at once and ends.
+    fn silence(&self) {
+        drop(lock(&self.bell).take());
+    }
+}
+
+/// The running ticker; dropping it ends the thread and joins it.
+pub(super) struct Ticker {
+    doorbell: Arc<Doorbell>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    /// Run `chores` on their intervals, and the poll whenever `doorbell`
+    /// rings, until it is silenced.
+    pub(super) fn start(
+        dispatch: Arc<Dispatch>,
+        chores: Vec<Box<dyn Chore>>,
+        doorbell: Arc<Doorbell>,
+        listener: mpsc::Receiver<()>,
+    ) -> std::io::Result<Ticker> {
+        let mut scheduled: Vec<Scheduled> = chores.into_iter().map(Scheduled::new).collect();
+        let thread = std::thread::Builder::new()
+            .name("maintenance".into())
+            .spawn(move || tick_until_silenced(&dispatch, &mut scheduled, &listener))?;
+        Ok(Ticker {
+            doorbell,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.doorbell.silence();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A chore and when it is next due.
+struct Scheduled {
+    every: Duration,
+    next: Instant,
+    chore: Box<dyn Chore>,
+}
+
+impl Scheduled {
+    fn new(chore: Box<dyn Chore>) -> Scheduled {
+        let every = chore.every().max(MIN_INTERVAL);
+        Scheduled {
+            every,
+            next: Instant::now() + every,
+            chore,
+        }
+    }
+}
+
+/// Run each chore when it is due until the doorbell is silenced.
+fn tick_until_silenced(
+    dispatch: &Dispatch,
+    scheduled: &mut [Scheduled],
+    listener: &mpsc::Receiver<()>,
+) {
     loop {
-        let next = jobs.iter().map(|job| job.next).min().expect("four jobs");
+        let next = scheduled.iter().map(|s| s.next).min().expect("four jobs");
         let idle = next.saturating_duration_since(Instant::now());
-        match sleep.recv_timeout(idle) {
+        match listener.recv_timeout(idle) {
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            Ok(()) if !runner.is_stopping() => {
-                runner.claim_due_work();
+            Ok(()) if !dispatch.is_stopping() => {
+                dispatch.claim_due_work();
             }
             Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         let now = Instant::now();
-        for job in jobs.iter_mut().filter(|job| job.next <= now) {
-            job.next = now + job.every;
-            if job.while_stopping || !runner.is_stopping() {
-                (job.run)(runner);
+        for due in scheduled.iter_mut().filter(|s| s.next <= now) {
+            due.next = now + due.every;
+            if due.chore.while_stopping() || !dispatch.is_stopping() {
+                due.chore.run();
             }
+        }
+    }
+}
+
+/// The leases of the tools running here, extended every third of the lease.
+pub(super) struct LeaseExtension {
+    pub(super) dispatch: Arc<Dispatch>,
+    pub(super) store: Arc<CallStore>,
+    /// How long each extension lets a lease run from now.
+    pub(super) lease: Duration,
+}
+
+impl Chore for LeaseExtension {
+    fn every(&self) -> Duration {
+        extension_interval(self.lease)
+    }
+
+    fn while_stopping(&self) -> bool {
+        true
+    }
+
+    fn run(&self) {
+        let horizon = Instant::now() + extension_interval(self.lease);
+        extend_due_leases(self.dispatch.tasks(), &self.store, self.lease, horizon)
+    }
+}
+
+/// This process's instance heartbeat.
+pub(super) struct Heartbeat {
+    pub(super) store: Arc<CallStore>,
+}
+
+impl Chore for Heartbeat {
+    fn every(&self) -> Duration {
+        HEARTBEAT_EVERY
+    }
+
+    fn while_stopping(&self) -> bool {
+        true
+    }
+
+    fn run(&self) {
+        if let Err(e) = self.store.heartbeat() {
+            log::warn("heartbeat not written")
+                .event("heartbeat_failed")
+                .cause(&e)
+                .emit_or_count(&HEARTBEAT_FAILED);
         }
     }
 }
@@ -142,15 +234,6 @@ fn tick_until_stopped(runner: &Runner, sleep: &mpsc::Receiver<()>) {
 /// is extended within a third of the lease of its last extension.
 fn extension_interval(lease: Duration) -> Duration {
     lease / 6
-}
-
-fn write_instance_heartbeat(runner: &Runner) {
-    if let Err(e) = runner.store.heartbeat() {
-        log::warn("heartbeat not written")
-            .event("heartbeat_failed")
-            .cause(&e)
-            .emit_or_count(&HEARTBEAT_FAILED);
-    }
 }
 
 /// Extend, in one write, every running lease due before `horizon` to `lease`

@@ -22,6 +22,10 @@
 //! handle completions are handed back through; `close` drops it, so once
 //! every completion already handed over is answered, the completion thread
 //! ends.
+//!
+//! Each transition asserts the state it leaves (`assert_leaves`), and a lease
+//! taken on that its attempt is at least 1, in a debug build: a step out of
+//! order is a bug in the runner, and the table must not smooth it over.
 
 use crate::store::{Lease, LeaseHeld};
 use crate::sync::lock;
@@ -68,6 +72,42 @@ pub(super) enum State {
     /// is alive, so this process's recovery leaves the lease alone, lapsed
     /// or not, as it does a running tool's (`extended_leases`).
     Held { lease: LeaseHeld },
+}
+
+impl State {
+    /// The state's name alone: an assertion's message must not print a
+    /// lease (it holds the call's args).
+    fn name(&self) -> &'static str {
+        match self {
+            State::Queued => "Queued",
+            State::WaitingForSlot => "WaitingForSlot",
+            State::Claiming => "Claiming",
+            State::Running { .. } => "Running",
+            State::Returned { .. } => "Returned",
+            State::Completing => "Completing",
+            State::Held { .. } => "Held",
+        }
+    }
+}
+
+/// In a debug build, stop at a transition out of a state it may not leave:
+/// the runner's steps are out of order, which the table must not paper over.
+fn assert_leaves(transition: &str, entry: &Entry, allowed: fn(&State) -> bool) {
+    debug_assert!(
+        allowed(&entry.state),
+        "{transition} from {}",
+        entry.state.name()
+    );
+}
+
+/// In a debug build, stop at a lease of no attempt: every claim makes
+/// attempt 1 or later, so such a lease was made by no claim.
+fn assert_claimed(lease: &Lease) {
+    debug_assert!(
+        lease.attempt >= 1,
+        "a lease of attempt {}: no claim makes one",
+        lease.attempt
+    );
 }
 
 struct Entry {
@@ -219,6 +259,7 @@ impl<H: Clone> TaskTable<H> {
     /// claims nothing). `None` when the table is closed: the caller gives
     /// the lease back.
     pub(super) fn adopt(&self, lease: &Lease, quick: bool) -> Option<Task> {
+        assert_claimed(lease);
         let next_heartbeat = Some(Instant::now() + self.heartbeat_every);
         let mut table = lock(&self.table);
         table.completions.as_ref()?;
@@ -268,10 +309,14 @@ impl<H: Clone> TaskTable<H> {
     /// A submission that replaced this one while it was claiming is replaced
     /// in turn: this one holds the lease.
     pub(super) fn claimed(&self, task: &Task, lease: &Lease) -> bool {
+        assert_claimed(lease);
         let next_heartbeat = Some(Instant::now() + self.heartbeat_every);
         let mut table = lock(&self.table);
         if table.completions.is_none() {
             return false;
+        }
+        if let Some(entry) = table.own_entry(task) {
+            assert_leaves("claimed", entry, |s| *s == State::Claiming);
         }
         table.set_running(task, lease, next_heartbeat);
         true
@@ -281,6 +326,7 @@ impl<H: Clone> TaskTable<H> {
     pub(super) fn returned(&self, task: &Task) {
         let mut table = lock(&self.table);
         if let Some(entry) = table.own_entry(task) {
+            assert_leaves("returned", entry, |s| matches!(s, State::Running { .. }));
             let state = std::mem::replace(&mut entry.state, State::Completing);
             entry.state = match state {
                 State::Running { lease, .. } => State::Returned { lease },
@@ -298,6 +344,10 @@ impl<H: Clone> TaskTable<H> {
         let mut table = lock(&self.table);
         let handle = table.completions.clone()?;
         if let Some(entry) = table.own_entry(task) {
+            // Returned, or Running when its stored args failed before the tool ran.
+            assert_leaves("completing", entry, |s| {
+                matches!(s, State::Running { .. } | State::Returned { .. })
+            });
             entry.state = State::Completing;
         }
         Some(handle)
@@ -316,6 +366,9 @@ impl<H: Clone> TaskTable<H> {
     pub(super) fn held(&self, task: &Task, lease: LeaseHeld) {
         let mut table = lock(&self.table);
         if let Some(entry) = table.own_entry(task) {
+            assert_leaves("held", entry, |s| {
+                matches!(s, State::Completing | State::Held { .. })
+            });
             entry.state = State::Held { lease };
         }
     }
@@ -326,7 +379,11 @@ impl<H: Clone> TaskTable<H> {
     /// which is returned to be sent to the workers.
     pub(super) fn finish(&self, task: &Task) -> Option<Task> {
         let mut table = lock(&self.table);
-        if table.own_entry(task).is_some() {
+        if let Some(entry) = table.own_entry(task) {
+            // Never sent to a worker, or its completion never handed over.
+            assert_leaves("finished", entry, |s| {
+                !matches!(s, State::WaitingForSlot | State::Returned { .. })
+            });
             table.entries.remove(&task.call_id);
         }
         table.pass_slot_on(&task.tool)
@@ -485,6 +542,10 @@ impl<H> Table<H> {
                 return Some(next);
             }
         }
+        debug_assert!(
+            slots.taken > 0,
+            "{tool}: a slot given back that no call held"
+        );
         slots.taken = slots.taken.saturating_sub(1);
         None
     }

@@ -1,6 +1,7 @@
 //! The task table's own tests: each state a call passes through, the
 //! per-tool slots, submissions replacing each other, lease extension, a
-//! stop's close, and calls that arrive already claimed.
+//! stop's close, calls that arrive already claimed, and each illegal
+//! transition caught in a debug build.
 
 use super::*;
 use std::path::Path;
@@ -246,4 +247,67 @@ fn a_held_completion_keeps_its_lease_from_recovery_until_finished() {
     assert_eq!(tasks.extended_leases(), vec![held]);
     tasks.finish(&task);
     assert_eq!(tasks.extended_leases(), vec![]);
+}
+
+/// A call taken by a worker, being claimed.
+fn claiming(tasks: &TaskTable<&'static str>) -> Task {
+    let task = tasks.submit("c1", "charge", true).expect("admitted");
+    assert!(tasks.take(&task));
+    task
+}
+
+/// A call whose tool runs under attempt 1's lease.
+fn running(tasks: &TaskTable<&'static str>) -> Task {
+    let task = claiming(tasks);
+    assert!(tasks.claimed(&task, &lease("c1", 1)));
+    task
+}
+
+/// Each step out of order is a bug in the runner, never smoothed over: a
+/// debug build stops at it, naming the transition and the state it was
+/// asked to leave (or the slot, or the attempt).
+#[test]
+#[cfg(debug_assertions)]
+fn every_illegal_transition_is_caught_in_a_debug_build() {
+    type Steps = fn(&TaskTable<&'static str>);
+    let cases: [(&str, Steps); 8] = [
+        ("claimed from Queued", |tasks| {
+            let task = tasks.submit("c1", "charge", true).expect("admitted");
+            tasks.claimed(&task, &lease("c1", 1));
+        }),
+        ("returned from Claiming", |tasks| {
+            tasks.returned(&claiming(tasks));
+        }),
+        ("completing from Claiming", |tasks| {
+            let _ = tasks.completing(&claiming(tasks));
+        }),
+        ("held from Running", |tasks| {
+            tasks.held(&running(tasks), LeaseHeld::from(&lease("c1", 1)));
+        }),
+        ("finished from Returned", |tasks| {
+            let task = running(tasks);
+            tasks.returned(&task);
+            tasks.finish(&task);
+        }),
+        ("sleep: a slot given back that no call held", |tasks| {
+            let _ = tasks.give_back_slot("sleep");
+        }),
+        ("a lease of attempt 0", |tasks| {
+            tasks.claimed(&claiming(tasks), &lease("c1", 0));
+        }),
+        ("a lease of attempt 0", |tasks| {
+            let _ = tasks.adopt(&lease("c1", 0), false);
+        }),
+    ];
+    for (expected, steps) in cases {
+        let tasks = table();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| steps(&tasks)));
+        let payload = caught.expect_err(expected);
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        assert!(message.contains(expected), "{expected}: {message}");
+    }
 }

@@ -1,0 +1,210 @@
+//! `Mcp`: the endpoint behind `POST /mcp` — the `Host` and `Origin` checks, the JSON-RPC
+//! body parsed strictly, a batch where its revision allows one, and each
+//! message answered: `initialize` and the handshake methods, `tools/list`,
+//! and `tools/call` (`tools_call`), over the `Calls` service the REST routes
+//! share. The router mounts it as an `api::Endpoint`; it does not know the
+//! router.
+//!
+//! It never runs a tool, keeps no session, and never puts a token, a header
+//! value or a call's arguments in a log line.
+
+use super::handshake::{self, Refused, Revision};
+use super::jsonrpc::{
+    self, Message, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
+use super::origin::OriginPolicy;
+use super::{tools_call, tools_list};
+use crate::auth::Tenant;
+use crate::calls::Calls;
+use crate::http::{Request, Response};
+use crate::log::Exchange;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The MCP endpoint, over the `Calls` service the REST routes share.
+pub struct Mcp {
+    pub(super) calls: Arc<Calls>,
+    /// How long a `tools/call` waits for its call to settle
+    /// (`--mcp-wait-secs`) before answering `running` with the call's id.
+    pub(super) wait: Duration,
+    /// The `Host` names and `Origin`s served (`--public-host`,
+    /// `--allowed-origin`): the DNS-rebinding guard.
+    origins: OriginPolicy,
+}
+
+impl Mcp {
+    pub fn new(calls: Arc<Calls>, wait: Duration, origins: OriginPolicy) -> Mcp {
+        Mcp {
+            calls,
+            wait,
+            origins,
+        }
+    }
+
+    /// Answer one `POST /mcp`.
+    pub fn handle(&self, req: &Request, tenant: &Tenant, exchange: &mut Exchange) -> Response {
+        let (host, origin) = (req.header("host"), req.header("origin"));
+        if let Err(refusal) = self.origins.check(host, origin) {
+            return refusal.into();
+        }
+        let value = match crate::input::parse_strict(&req.body) {
+            Ok(value) => value,
+            Err(e) => {
+                let message = format!("Parse error: {e}");
+                return Response::json(400, &jsonrpc::error(None, PARSE_ERROR, message, None));
+            }
+        };
+        match value {
+            Value::Array(batch) => answer_batch(self, req, tenant, exchange, &batch),
+            single => match answer_one(self, req, tenant, exchange, &single) {
+                Some((status, body)) => Response::json(status, &body),
+                None => accepted(),
+            },
+        }
+    }
+}
+
+/// `202 Accepted`, no body: a notification (or a response) was taken.
+fn accepted() -> Response {
+    Response {
+        status: 202,
+        headers: Vec::new(),
+        body: Vec::new(),
+    }
+}
+
+/// A batch: only 2025-03-26 allows one (named by the header, or no header);
+/// later revisions removed batching, so the whole body is an invalid request.
+fn answer_batch(
+    mcp: &Mcp,
+    req: &Request,
+    tenant: &Tenant,
+    exchange: &mut Exchange,
+    batch: &[Value],
+) -> Response {
+    let revision = handshake::revision_of(&Map::new(), req.header("mcp-protocol-version"));
+    let refusal = match revision {
+        Ok(r) if r.allows_batches() && !batch.is_empty() => None,
+        Ok(_) if batch.is_empty() => Some("an empty batch is not a request".to_string()),
+        Ok(r) => Some(format!(
+            "JSON-RPC batches are not part of MCP revision {} (only 2025-03-26 allows them)",
+            r.as_str()
+        )),
+        Err(refused) => Some(refused.message),
+    };
+    if let Some(message) = refusal {
+        return Response::json(400, &jsonrpc::error(None, INVALID_REQUEST, message, None));
+    }
+    let answers: Vec<Value> = batch
+        .iter()
+        .filter_map(|message| answer_one(mcp, req, tenant, exchange, message))
+        .map(|(_, body)| body)
+        .collect();
+    if answers.is_empty() {
+        accepted()
+    } else {
+        Response::json(200, &Value::Array(answers))
+    }
+}
+
+/// One message: `None` for a notification or a response (nothing to say).
+fn answer_one(
+    mcp: &Mcp,
+    req: &Request,
+    tenant: &Tenant,
+    exchange: &mut Exchange,
+    value: &Value,
+) -> Option<(u16, Value)> {
+    let (id, method, params) = match jsonrpc::classify(value) {
+        Ok(Message::Request { id, method, params }) => (id, method, params),
+        Ok(Message::Notification { method, params }) => {
+            // A notification is not answered, but one in a version this
+            // server does not speak is refused like a request (400).
+            let header = req.header("mcp-protocol-version");
+            if let Err(refused) = handshake::revision_of(&params, header) {
+                let body = jsonrpc::error(None, refused.code, refused.message, refused.data);
+                return Some((400, body));
+            }
+            notified(&method);
+            return None;
+        }
+        Ok(Message::Response) => return None,
+        Err(m) => {
+            let body = jsonrpc::error(m.id.as_ref(), INVALID_REQUEST, m.message, None);
+            return Some((400, body));
+        }
+    };
+    if method == "initialize" {
+        return Some((200, jsonrpc::result(&id, handshake::initialize(&params))));
+    }
+    let revision = match revision_checked(req, &method, &params) {
+        Ok(revision) => revision,
+        Err(refused) => {
+            let body = jsonrpc::error(Some(&id), refused.code, refused.message, refused.data);
+            return Some((400, body));
+        }
+    };
+    let answer = match method.as_str() {
+        "ping" => Ok(json!({})),
+        "server/discover" => Ok(handshake::discover()),
+        "tools/list" => {
+            let cursor = params.get("cursor").and_then(Value::as_str);
+            tools_list::list(mcp.calls.tools(), revision, cursor)
+                .map_err(|e| (INVALID_PARAMS, e.to_string(), None))
+        }
+        "tools/call" => tools_call::call(mcp, req, tenant, exchange, revision, &params),
+        _ => {
+            let message = format!("Method not found: {}", crate::input::quote(&method));
+            let status = if revision.is_stateless() { 404 } else { 200 };
+            return Some((
+                status,
+                jsonrpc::error(Some(&id), METHOD_NOT_FOUND, message, None),
+            ));
+        }
+    };
+    Some(match answer {
+        Ok(result) => (200, jsonrpc::result(&id, complete(result, revision))),
+        Err((code, message, data)) => (200, jsonrpc::error(Some(&id), code, message, data)),
+    })
+}
+
+/// The request's revision, and for 2026-07-28 its mirrored headers checked.
+fn revision_checked(
+    req: &Request,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<Revision, Refused> {
+    let revision = handshake::revision_of(params, req.header("mcp-protocol-version"))?;
+    if revision.is_stateless() {
+        handshake::check_mirrored_headers(
+            method,
+            params,
+            req.header("mcp-method"),
+            req.header("mcp-name"),
+        )?;
+    }
+    Ok(revision)
+}
+
+/// A stateless revision's result names its type and the server.
+fn complete(mut result: Value, revision: Revision) -> Value {
+    if revision.is_stateless() {
+        result["resultType"] = "complete".into();
+        result["_meta"] = json!({ handshake::META_SERVER_INFO: handshake::server_info() });
+    }
+    result
+}
+
+/// Notifications change nothing here. `notifications/cancelled` in
+/// particular never aborts a call: an effect may already be under way, and
+/// the same key re-sent later attaches to the same call; the request it
+/// names stops waiting when its client goes.
+fn notified(method: &str) {
+    if method == "notifications/cancelled" {
+        crate::log::debug("MCP cancellation received; the call, if any, goes on")
+            .event("mcp_cancelled")
+            .label("transport", "mcp")
+            .emit();
+    }
+}

@@ -1,0 +1,418 @@
+//! `Dispatch`: how work reaches the workers, and the accounting that keeps
+//! it within them. It owns the task table (`tasks`: every call this process
+//! has taken on, and the per-tool slots), the workers' queue, and
+//! `Capacity` (how many workers are spoken for). Everything that hands a call
+//! to a worker, or takes one back, goes through it:
+//! - a submitted call (`submit`) is admitted by the task table (its tool's
+//!   slot taken, or it waits for one) and queued for a worker that claims it;
+//! - work that arrives already claimed: the poll (`claim_due_work`) claims as
+//!   many due calls as this process has room for in ONE store operation
+//!   (`CallStore::claim_due_within`) and hands each lease straight to a
+//!   worker, which runs it without a second claim; `reserve` + `adopt` do
+//!   the same for one call whose lease was won elsewhere in this process (a
+//!   request that created its call already claimed);
+//! - a call that has left its worker (`finish`) gives its tool's slot to
+//!   the oldest call waiting for one.
+//!
+//! Room is two things, both reserved BEFORE a claim so that a claim never
+//! takes a call this process cannot start at once: a worker not already
+//! spoken for (`Capacity`: queued, claiming or running work, or reserved),
+//! and, for a tool with `max_concurrency`, one of its slots. What the claim
+//! did not use is given back.
+//!
+//! It never decides who executes a call — the claim's conditional `UPDATE`
+//! does — never holds a lock across a store operation, and never runs a
+//! tool: the workers do (`worker`).
+
+use super::capacity::Capacity;
+use super::completion::Completions;
+use super::notifier::Notifier;
+use super::pool::WorkerPool;
+use super::tasks::{Task, TaskTable};
+use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
+use crate::metrics::Metrics;
+use crate::store::{owner_name, CallStore, Completion, DueLimits, Lease};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+/// Fails again on every pass while the fault lasts: one line per interval.
+static CLAIM_DUE_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY);
+
+/// What a worker is handed.
+pub(super) enum Assignment {
+    /// A submitted call: the worker claims it first.
+    Claim(Task),
+    /// A call already claimed under this lease: the worker runs it.
+    Run(Task, Lease),
+}
+
+impl Assignment {
+    pub(super) fn task(&self) -> &Task {
+        match self {
+            Assignment::Claim(task) | Assignment::Run(task, _) => task,
+        }
+    }
+}
+
+/// The task table, the workers' queue and the count of workers spoken for.
+pub(super) struct Dispatch {
+    /// Every call this process has taken on, and the per-tool slots; holds
+    /// the completer's channel until a stop closes it.
+    tasks: TaskTable<Completions>,
+    /// The workers' queue; taken out (closed) by a stop, after which nothing
+    /// is queued.
+    pool: RwLock<Option<WorkerPool<Assignment>>>,
+    /// How many workers are spoken for; what a poll may claim is the rest.
+    capacity: Capacity,
+    /// The last poll claimed all it was allowed (every free worker, or every
+    /// free slot of a capped tool), so more calls may be due: the completer
+    /// asks for a poll once a completion frees a worker or a slot, instead
+    /// of leaving them idle until the next interval.
+    more_due: AtomicBool,
+    /// Set once by a stop: nothing new is claimed, started or purged.
+    stopping: AtomicBool,
+    /// How long a claim lets a worker execute before others may take over.
+    lease: Duration,
+    store: Arc<CallStore>,
+    notifier: Arc<Notifier>,
+    metrics: Arc<Metrics>,
+}
+
+impl Dispatch {
+    pub(super) fn new(
+        tasks: TaskTable<Completions>,
+        workers: usize,
+        lease: Duration,
+        store: Arc<CallStore>,
+        notifier: Arc<Notifier>,
+        metrics: Arc<Metrics>,
+    ) -> Dispatch {
+        Dispatch {
+            tasks,
+            pool: RwLock::new(None),
+            capacity: Capacity::new(workers),
+            more_due: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            lease,
+            store,
+            notifier,
+            metrics,
+        }
+    }
+
+    pub(super) fn tasks(&self) -> &TaskTable<Completions> {
+        &self.tasks
+    }
+
+    /// How long a claim's lease runs (`RunnerOptions::lease`).
+    pub(super) fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Hand work to these workers from now on.
+    pub(super) fn open(&self, pool: WorkerPool<Assignment>) {
+        *self.pool.write().unwrap_or_else(PoisonError::into_inner) = Some(pool);
+    }
+
+    /// A stop: claim, start and purge nothing new, and take the workers out
+    /// (for the caller to close and wait for); nothing is queued after this.
+    pub(super) fn stop(&self) -> Option<WorkerPool<Assignment>> {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.pool
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    pub(super) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Whether the last poll left calls due (and forget it): a completion
+    /// has freed a worker or a slot since, so another poll may claim them.
+    pub(super) fn take_more_due(&self) -> bool {
+        self.more_due.swap(false, Ordering::SeqCst)
+    }
+
+    /// Queue a call of `tool` unless this process already has it queued,
+    /// waiting for a concurrency slot, or running. `quick`: its tool is known
+    /// to return at once (see `ToolSpec::is_quick`) and it carries no chaos
+    /// hook; say `false` when unsure.
+    pub(super) fn submit(&self, call_id: &str, tool: &str, quick: bool) {
+        if self.is_stopping() {
+            // The call stays `pending` in the database, the safe place for
+            // it, and the next process runs it.
+            return;
+        }
+        if let Some(task) = self.tasks.submit(call_id, tool, quick) {
+            self.enqueue(task);
+        }
+    }
+
+    /// Hand an admitted task to the workers. Once they are gone (a stop) the
+    /// task is finished unsent — the call stays `pending` — and the slot it
+    /// held passes on, to the same end.
+    fn enqueue(&self, task: Task) {
+        let mut next = Some(task);
+        while let Some(task) = next.take() {
+            let pool = self.pool.read().unwrap_or_else(PoisonError::into_inner);
+            let unsent = match pool.as_ref() {
+                Some(pool) => {
+                    // Counted before the send: a worker may finish it first.
+                    let quick = task.quick;
+                    self.capacity.queued(quick);
+                    let unsent = pool.send(Assignment::Claim(task)).err();
+                    if unsent.is_some() {
+                        self.capacity.release(1, usize::from(!quick));
+                    }
+                    unsent
+                }
+                None => Some(Assignment::Claim(task)),
+            };
+            drop(pool);
+            match unsent {
+                None => self.metrics.queued_calls.inc(),
+                Some(assignment) => next = self.tasks.finish(assignment.task()),
+            }
+        }
+    }
+
+    /// A worker has worked off `n` assignments, `slow` of them not quick.
+    pub(super) fn worked_off(&self, n: usize, slow: usize) {
+        self.capacity.release(n, slow);
+    }
+
+    /// The call has left its worker without a completion: its entry goes,
+    /// its tool's slot passes on, and its waiters re-check.
+    pub(super) fn finish(&self, task: &Task) {
+        self.pass_slot_on(task);
+        self.notifier.notify([task.call_id.as_str()]);
+    }
+
+    /// The task is done in this process: its entry goes (unless a newer
+    /// submission owns it), and its tool's slot goes to the next waiting call.
+    pub(super) fn pass_slot_on(&self, task: &Task) {
+        if let Some(next) = self.tasks.finish(task) {
+            self.enqueue(next);
+        }
+    }
+
+    /// Give one lease back; `true` if the call went back to `pending`.
+    pub(super) fn release(&self, lease: &Lease) -> bool {
+        match self.store.release(lease) {
+            Ok(Completion::Applied) => {
+                log::info("lease released by a stopping process")
+                    .event("released")
+                    .call_id(&lease.call_id)
+                    .attempt(lease.attempt)
+                    .transition("running", "pending")
+                    .emit();
+                true
+            }
+            Ok(Completion::Stale) => false,
+            Err(e) => {
+                log::error("could not release a lease")
+                    .event("release_failed")
+                    .call_id(&lease.call_id)
+                    .cause(&e)
+                    .emit();
+                false
+            }
+        }
+    }
+
+    /// Hold a free worker and a slot of `tool` for a call this process is
+    /// about to claim itself (e.g. create it already `running`). `None` when
+    /// every worker is spoken for, the tool is at its `max_concurrency`, or
+    /// a stop has begun: claim nothing then, and `submit` instead.
+    /// `quick`: as for `submit`.
+    pub(super) fn reserve(&self, tool: &str, quick: bool) -> Option<Reservation<'_>> {
+        if self.is_stopping() || self.capacity.reserve(1, quick) == 0 {
+            return None;
+        }
+        if !self.tasks.reserve_slot(tool) {
+            self.capacity.release(1, usize::from(!quick));
+            return None;
+        }
+        Some(Reservation {
+            dispatch: self,
+            tool: tool.to_string(),
+            quick,
+            held: true,
+        })
+    }
+
+    /// Run a call this process has already claimed: `lease` (for the
+    /// reserved tool) goes straight to the reserved worker, which runs the
+    /// tool with no second claim. From now on the call is running here like
+    /// any other: its lease is extended every third of the lease, its tool's
+    /// slot is held until its completion is recorded, completions are fenced
+    /// by the lease's attempt, and a stop gives the lease back. If a stop
+    /// begins before a worker starts it, the lease is given back (the call
+    /// returns to `pending` for the next process).
+    pub(super) fn adopt(&self, mut reservation: Reservation<'_>, lease: Lease) {
+        reservation.held = false;
+        debug_assert_eq!(reservation.tool, lease.tool, "reserved for its tool");
+        self.adopt_reserved(lease, reservation.quick);
+    }
+
+    /// Take on a claimed call whose worker and slot are reserved, and queue it.
+    fn adopt_reserved(&self, lease: Lease, quick: bool) {
+        self.metrics.claims.inc();
+        match self.tasks.adopt(&lease, quick) {
+            Some(task) => self.send_claimed(task, lease),
+            None => {
+                self.release(&lease);
+                self.give_back(1, usize::from(!quick), [lease.tool.as_str()]);
+            }
+        }
+    }
+
+    /// The poll: claim, in one store operation, as many due calls as this
+    /// process has free workers for — no more of a capped tool than its free
+    /// slots — and hand each lease to a worker. Returns how many were
+    /// claimed. When the claim took all it was allowed (every free worker,
+    /// or a capped tool's every free slot), more may be due: the next
+    /// completion asks for another poll (`take_more_due`).
+    pub(super) fn claim_due_work(&self) -> usize {
+        if self.is_stopping() {
+            return 0;
+        }
+        let workers = self.capacity.reserve(usize::MAX, false);
+        if workers == 0 {
+            return 0;
+        }
+        let per_tool = self.tasks.reserve_free_slots(workers);
+        let limits = DueLimits {
+            total: workers,
+            per_tool: per_tool.clone(),
+        };
+        let owner = owner_name(self.store.instance(), "poll");
+        let leases = match self.store.claim_due_within(&limits, &owner, self.lease) {
+            Ok(leases) => leases,
+            Err(e) => {
+                log::error("could not claim due calls")
+                    .event("recovery_failed")
+                    .cause(&e)
+                    .emit_or_count(&CLAIM_DUE_FAILED);
+                Vec::new()
+            }
+        };
+        let claimed = leases.len();
+        let mut filled = claimed == workers;
+        let mut slots: HashMap<String, usize> = per_tool.into_iter().collect();
+        let mut unused_workers = workers;
+        for lease in leases {
+            match slots.get_mut(&lease.tool) {
+                Some(0) => {
+                    // The statement cannot do this; should it ever, the call
+                    // goes back rather than break the tool's cap.
+                    log::error("claim exceeded a tool's free slots; lease given back")
+                        .event("claim_failed")
+                        .call_id(&lease.call_id)
+                        .emit();
+                    self.release(&lease);
+                    continue;
+                }
+                Some(free) => {
+                    *free -= 1;
+                    filled |= *free == 0;
+                }
+                None => {}
+            }
+            unused_workers -= 1;
+            log_claimed(&lease.call_id, lease.attempt, &owner);
+            self.adopt_reserved(lease, false);
+        }
+        let unused_slots = slots
+            .iter()
+            .flat_map(|(tool, free)| std::iter::repeat_n(tool.as_str(), *free));
+        self.give_back(unused_workers, unused_workers, unused_slots);
+        if filled {
+            self.more_due.store(true, Ordering::SeqCst);
+        }
+        claimed
+    }
+
+    /// Queue an adopted task on the worker its reservation holds. Once the
+    /// workers are gone (a stop) its entry goes and the lease is given back.
+    fn send_claimed(&self, task: Task, lease: Lease) {
+        let pool = self.pool.read().unwrap_or_else(PoisonError::into_inner);
+        let unsent = match pool.as_ref() {
+            Some(pool) => pool.send(Assignment::Run(task, lease)).err(),
+            None => Some(Assignment::Run(task, lease)),
+        };
+        drop(pool);
+        match unsent {
+            None => self.metrics.queued_calls.inc(),
+            Some(assignment) => {
+                self.capacity
+                    .release(1, usize::from(!assignment.task().quick));
+                self.finish(assignment.task());
+                if let Assignment::Run(_, lease) = assignment {
+                    self.release(&lease);
+                }
+            }
+        }
+    }
+
+    /// Give back `workers` reserved workers (`slow` of them reserved for work
+    /// not known to be quick) and one slot of each tool named in `slots`; a
+    /// slot a call was waiting for goes to it.
+    fn give_back<'t>(&self, workers: usize, slow: usize, slots: impl IntoIterator<Item = &'t str>) {
+        self.capacity.release(workers, slow);
+        for tool in slots {
+            if let Some(next) = self.tasks.give_back_slot(tool) {
+                self.enqueue(next);
+            }
+        }
+    }
+}
+
+/// A free worker and (for a capped tool) one of its tool's slots, held for a
+/// call this process is about to claim itself. Hand it to `Runner::adopt`
+/// with the lease once the claim is won; dropped unused, both are given back.
+#[must_use = "dropping a reservation gives its worker and slot back"]
+pub struct Reservation<'r> {
+    dispatch: &'r Dispatch,
+    tool: String,
+    quick: bool,
+    /// Cleared when `adopt` takes the worker and slot over.
+    held: bool,
+}
+
+impl Reservation<'_> {
+    /// The tool whose slot is held: the adopted lease must be for it.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// How long the lease for it should run (`RunnerOptions::lease`): the
+    /// worker extends it from there like any claim's.
+    pub fn lease(&self) -> Duration {
+        self.dispatch.lease
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            let slow = usize::from(!self.quick);
+            self.dispatch.give_back(1, slow, [self.tool.as_str()]);
+        }
+    }
+}
+
+/// A won claim, at `debug`: by a worker, the poll, or a request that
+/// created its call already claimed (`Calls::submit`).
+pub(crate) fn log_claimed(call_id: &str, attempt: i64, owner: &str) {
+    log::debug("call claimed")
+        .event("claimed")
+        .call_id(call_id)
+        .attempt(attempt)
+        .owner(owner)
+        .transition("pending", "running")
+        .emit();
+}

@@ -1,0 +1,250 @@
+//! `Runner`: the runner as the rest of the service sees it — built and
+//! started once (`start`: the completer, the workers, the maintenance
+//! ticker), stopped once (`stop`), and in between the few doors the call
+//! path and the start-up wiring use: `submit`, `reserve` + `adopt`,
+//! `recover_once`, `claim_due_work`. Each door hands straight to the part
+//! that owns the work (`Dispatch`, `Recovery`); nothing here runs a tool or
+//! records a completion.
+//!
+//! `stop` is the one order that loses nothing: no new call is taken, the
+//! workers finish their tools for up to the grace period while their leases
+//! are still extended, leases still held then are given back, and only then
+//! do the ticker and the completer end.
+
+use super::completion::Completer;
+use super::dispatch::{Assignment, Dispatch, Reservation};
+use super::maintenance::{self, Doorbell, Heartbeat, LeaseExtension, Ticker};
+use super::notifier::Notifier;
+use super::pool::WorkerPool;
+use super::recovery::Recovery;
+use super::retention::{OnPurged, Purge};
+use super::tasks::TaskTable;
+use super::worker::Worker;
+use crate::log;
+use crate::metrics::Metrics;
+use crate::store::{CallStore, Lease};
+use crate::sync::lock;
+use crate::tools::ToolRegistry;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the runner behaves; filled from the command line.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    pub workers: usize,
+    /// How long a claim lets a worker execute before others may take over;
+    /// extended every third of it while the tool runs (`maintenance`).
+    pub lease: Duration,
+    pub recover_interval: Duration,
+    /// Honour chaos hooks stored in a call's args.
+    pub chaos: bool,
+}
+
+/// The worker pool, the maintenance ticker and the completer around one store.
+pub struct Runner {
+    /// The task table, the workers' queue and the capacity they share.
+    dispatch: Arc<Dispatch>,
+    /// What `recover_once` runs (and the ticker, on its interval).
+    recovery: Recovery,
+    /// Taken and dropped (joined) by `stop`, after the grace period: the
+    /// heartbeats go on while running tools finish.
+    ticker: Mutex<Option<Ticker>>,
+    /// Joined by `stop` once every completion already handed to the store is
+    /// recorded.
+    completer: Mutex<Option<Completer>>,
+}
+
+impl Runner {
+    /// Start `options.workers` workers, the completer and the maintenance
+    /// ticker.
+    pub fn start(
+        store: Arc<CallStore>,
+        options: RunnerOptions,
+        notifier: Arc<Notifier>,
+        tools: Arc<ToolRegistry>,
+        metrics: Arc<Metrics>,
+        on_purged: OnPurged,
+    ) -> std::io::Result<Arc<Runner>> {
+        let (completions, handoffs) = mpsc::channel();
+        let dispatch = Arc::new(Dispatch::new(
+            TaskTable::new(&tools, options.lease, completions),
+            options.workers,
+            options.lease,
+            Arc::clone(&store),
+            Arc::clone(&notifier),
+            Arc::clone(&metrics),
+        ));
+        let recovery = Recovery {
+            dispatch: Arc::clone(&dispatch),
+            store: Arc::clone(&store),
+            metrics: Arc::clone(&metrics),
+            every: options.recover_interval,
+        };
+        let runner = Arc::new(Runner {
+            dispatch,
+            recovery,
+            ticker: Mutex::new(None),
+            completer: Mutex::new(None),
+        });
+        let (doorbell, listener) = Doorbell::new();
+        let doorbell = Arc::new(doorbell);
+        let completer = Completer::start(
+            Arc::clone(&runner.dispatch),
+            Arc::clone(&store),
+            notifier,
+            Arc::clone(&metrics),
+            Arc::clone(&doorbell),
+            handoffs,
+        );
+        let started = completer.and_then(|completer| {
+            *lock(&runner.completer) = Some(completer);
+            runner.start_workers(&options, &store, tools, &metrics)?;
+            runner.start_ticker(&options, store, metrics, on_purged, (doorbell, listener))
+        });
+        if let Err(e) = started {
+            runner.stop(Duration::ZERO);
+            return Err(e);
+        }
+        Ok(runner)
+    }
+
+    fn start_workers(
+        &self,
+        options: &RunnerOptions,
+        store: &Arc<CallStore>,
+        tools: Arc<ToolRegistry>,
+        metrics: &Arc<Metrics>,
+    ) -> std::io::Result<()> {
+        let worker = Worker {
+            dispatch: Arc::clone(&self.dispatch),
+            store: Arc::clone(store),
+            tools,
+            metrics: Arc::clone(metrics),
+            chaos: options.chaos,
+        };
+        let pool = WorkerPool::start(
+            options.workers,
+            "worker",
+            |assignment: &Assignment| assignment.task().quick,
+            move |taken| worker.work(taken),
+        )?;
+        self.dispatch.open(pool);
+        Ok(())
+    }
+
+    fn start_ticker(
+        &self,
+        options: &RunnerOptions,
+        store: Arc<CallStore>,
+        metrics: Arc<Metrics>,
+        on_purged: OnPurged,
+        (doorbell, listener): (Arc<Doorbell>, mpsc::Receiver<()>),
+    ) -> std::io::Result<()> {
+        let dispatch = &self.dispatch;
+        let chores = maintenance::chores(
+            LeaseExtension {
+                dispatch: Arc::clone(dispatch),
+                store: Arc::clone(&store),
+                lease: options.lease,
+            },
+            Heartbeat {
+                store: Arc::clone(&store),
+            },
+            self.recovery.clone(),
+            Purge {
+                dispatch: Arc::clone(dispatch),
+                store,
+                metrics,
+                on_purged,
+            },
+        );
+        let ticker = Ticker::start(Arc::clone(dispatch), chores, doorbell, listener)?;
+        *lock(&self.ticker) = Some(ticker);
+        Ok(())
+    }
+
+    /// Stop: no new call is taken (calls waiting for a concurrency slot stay
+    /// `pending`), recovery ends, and each worker finishes the tool it is
+    /// running and hands its completion to the store; their leases are still
+    /// extended meanwhile. Workers still running a tool after `grace` have
+    /// their leases released (the call goes back to `pending`, audited
+    /// `released`, for the next process to run) and are left to end with the
+    /// process. Returns once every completion handed to the store is
+    /// recorded, with the released call ids. Idempotent.
+    pub fn stop(&self, grace: Duration) -> Vec<String> {
+        let deadline = Instant::now() + grace;
+        let mut pool = self.dispatch.stop();
+        if let Some(pool) = &mut pool {
+            pool.close();
+            pool.wait_until_idle(deadline);
+        }
+        let released = self.release_held(self.dispatch.tasks().close());
+        self.end_threads(pool);
+        released
+    }
+
+    /// After the grace period: the ticker ends (only now: it kept the leases
+    /// of the tools that finished during the grace period alive until they
+    /// did), workers still inside a tool are let go and the others joined,
+    /// and the completer ends once the writer has answered every completion
+    /// handed to it.
+    fn end_threads(&self, pool: Option<WorkerPool<Assignment>>) {
+        let ticker = lock(&self.ticker).take();
+        drop(ticker); // joined outside the lock
+        if let Some(mut pool) = pool {
+            let busy = pool.detach_busy();
+            if busy > 0 {
+                log::warn("workers still running a tool are left to end with the process")
+                    .event("workers_detached")
+                    .number("workers", busy as u64)
+                    .emit();
+            }
+        }
+        if let Some(completer) = lock(&self.completer).take() {
+            completer.join();
+        }
+    }
+
+    /// Give back the leases of tools still running, so that another process
+    /// may run their calls at once instead of waiting for the leases to expire.
+    fn release_held(&self, leases: Vec<Lease>) -> Vec<String> {
+        leases
+            .into_iter()
+            .filter(|lease| self.dispatch.release(lease))
+            .map(|lease| lease.call_id)
+            .collect()
+    }
+
+    /// Queue a call of `tool` unless this process already has it queued,
+    /// waiting for a concurrency slot, or running. `quick`: its tool is known
+    /// to return at once (see `ToolSpec::is_quick`) and it carries no chaos
+    /// hook; say `false` when unsure.
+    pub fn submit(&self, call_id: &str, tool: &str, quick: bool) {
+        self.dispatch.submit(call_id, tool, quick);
+    }
+
+    /// Hold a free worker and a slot of `tool` for a call this process is
+    /// about to claim itself (e.g. create it already `running`): see
+    /// `Dispatch::reserve`. `None`: claim nothing, and `submit` instead.
+    pub fn reserve(&self, tool: &str, quick: bool) -> Option<Reservation<'_>> {
+        self.dispatch.reserve(tool, quick)
+    }
+
+    /// Run a call this process has already claimed on the worker
+    /// `reservation` holds (see `Dispatch::adopt`).
+    pub fn adopt(&self, reservation: Reservation<'_>, lease: Lease) {
+        self.dispatch.adopt(reservation, lease);
+    }
+
+    /// One pass of recovery (see `recovery`); also what runs at start-up.
+    pub fn recover_once(&self) {
+        self.recovery.run_once();
+    }
+
+    /// The poll: claim as many due calls as there are free workers, in one
+    /// store operation, and run them (see `Dispatch::claim_due_work`).
+    /// Returns how many were claimed.
+    pub fn claim_due_work(&self) -> usize {
+        self.dispatch.claim_due_work()
+    }
+}
