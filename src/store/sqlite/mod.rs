@@ -6,7 +6,7 @@
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
 //! (the process registry and recovery), `business_key`, `retention`,
 //! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
-//! migrations); and the offline `verify` and the bench's `bulk` loader.
+//! migrations), `ownership` (a file another program made is refused); and the offline `verify` and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
@@ -16,6 +16,7 @@ pub mod bulk;
 mod business_key;
 mod checkpointer;
 mod instances;
+mod ownership;
 mod reader_pool;
 mod report_reads;
 mod retention;
