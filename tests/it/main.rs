@@ -20,6 +20,7 @@
 mod support;
 
 mod api_input;
+mod backup;
 mod bench;
 mod business_key;
 mod chaos_proxy;
