@@ -5,10 +5,10 @@
 //! (an existing destination, another program's file, a PostgreSQL URL) with
 //! their exit statuses, leaving nothing behind.
 
-use crate::support::{charge, Counts, Http, Server, TempDb, DEADLINE, SERVER_BIN};
+use crate::support::{charge, run_bounded, Counts, Http, Server, TempDb, SERVER_BIN};
 use idempotent_tool::temp::TempDir;
 use std::collections::HashSet;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -60,25 +60,9 @@ impl Http for Remote {
     }
 }
 
-/// Run a subcommand to completion, killing it past the deadline.
+/// Run a subcommand to completion (killed past the deadline).
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(SERVER_BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the binary");
-    let deadline = Instant::now() + DEADLINE;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{args:?} did not finish in time");
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("its output")
+    run_bounded(SERVER_BIN, args)
 }
 
 fn keys_in(copy: &std::path::Path) -> HashSet<String> {

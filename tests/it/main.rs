@@ -58,6 +58,7 @@ mod postgres_harness;
 mod postgres_nodes;
 mod postgres_service;
 mod pushback;
+mod quiet_logs;
 mod reclaim;
 mod retention;
 mod routes;

@@ -202,24 +202,7 @@ fn another_programs_sqlite_file_is_refused_in_one_line_and_left_alone() {
 }
 
 /// Run the server expecting it to refuse to start: if it is still running
-/// after a generous deadline, it started, which fails the test (and the
-/// child is killed rather than left to hang the run).
+/// after a generous deadline, it started, which fails the test.
 fn refused_start(args: &[&str]) -> std::process::Output {
-    let mut child = Command::new(SERVER_BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the server binary");
-    let deadline = std::time::Instant::now() + support::DEADLINE;
-    while child.try_wait().expect("wait").is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the server started instead of refusing: {args:?}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("its output")
+    support::run_bounded(SERVER_BIN, args)
 }

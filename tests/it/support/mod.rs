@@ -549,3 +549,26 @@ pub fn print_config(args: &[&str], variables: &[(&str, &std::ffi::OsStr)]) -> St
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Run `program` to completion and return its output; past the (generous)
+/// deadline it is killed and the test fails, rather than hanging the run
+/// (e.g. a server that starts where it should have refused to).
+pub fn run_bounded(program: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+    let deadline = Instant::now() + DEADLINE;
+    while child.try_wait().expect("wait for the child").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{program} {args:?} was still running after {DEADLINE:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("the child's output")
+}
