@@ -57,6 +57,7 @@ mod audit;
 mod backend;
 mod business_key;
 mod call_store;
+mod cancel;
 mod database;
 mod error;
 mod ids;
@@ -72,6 +73,7 @@ mod wake;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
+pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
 pub use ids::{effect_id_for, now};
