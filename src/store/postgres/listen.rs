@@ -1,7 +1,8 @@
 //! Wake-ups between the nodes of one PostgreSQL database, over
 //! `LISTEN`/`NOTIFY`: how a node learns, without waiting for its next poll,
 //! that another node committed new pending work (a call created, a lease
-//! released, a retry scheduled) or a completion (a `?wait` here may be for it).
+//! released, a retry scheduled), a completion (a `?wait` here may be for it),
+//! or a running call's cancel (the node that runs it stops its tool).
 //!
 //! Sending is throttled and kept out of every call's transaction. `announce`
 //! only sets a bit; the `pg-notify` thread sends at most one `NOTIFY` per

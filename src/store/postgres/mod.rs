@@ -9,8 +9,9 @@
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
-//! business key, schema step 2), `listen` (`LISTEN`/`NOTIFY` wake-ups
-//! between the nodes). `open` is the wing's one entry point; `PgStore`
+//! business key, schema step 2), `cancel` (cancelling, schema step 3),
+//! `listen` (`LISTEN`/`NOTIFY` wake-ups between the nodes, a cancel's
+//! included). `open` is the wing's one entry point; `PgStore`
 //! implements `Backend`.
 //!
 //! The guarantees are `Backend`'s, as on SQLite, with these differences:
