@@ -31,7 +31,8 @@
 //! its call's cancel was asked (`cancel`): a cancel that finds the tool
 //! running asks its `Stop` (by the entry's generation, the run's id); one
 //! that comes before the worker has started the tool is kept, and the
-//! worker's `Stop` is asked as it attaches — so the tool never starts.
+//! worker's `Stop` is asked as it attaches — so the tool never starts
+//! (`tasks/cancel.rs`).
 
 use crate::store::{Lease, LeaseHeld};
 use crate::sync::lock;
@@ -351,41 +352,6 @@ impl<H: Clone> TaskTable<H> {
         true
     }
 
-    /// The call's cancel was asked (of `attempt`, when the asker knows
-    /// which): remember it on its entry, and if its tool runs now, the
-    /// worker's `Stop` and the run to ask it for (the caller asks, outside
-    /// this lock). `None` when this process does not run it now, or was
-    /// told already.
-    pub(super) fn cancel(&self, call_id: &str, attempt: Option<i64>) -> Option<(Stop, u64)> {
-        let mut table = lock(&self.table);
-        let entry = table.entries.get_mut(call_id)?;
-        let running = match &entry.state {
-            State::Running { lease, stop, .. } if attempt.is_none_or(|a| a == lease.attempt) => {
-                stop.clone()
-            }
-            State::Running { .. } => return None,
-            _ => None,
-        };
-        let news = !entry.cancel_asked;
-        entry.cancel_asked = true;
-        running
-            .filter(|_| news)
-            .map(|stop| (stop, entry.generation))
-    }
-
-    /// The attempts of the tools running here now: what the check for
-    /// cancels asks about (`cancels_asked`).
-    pub(super) fn running(&self) -> Vec<LeaseHeld> {
-        lock(&self.table)
-            .entries
-            .values()
-            .filter_map(|entry| match &entry.state {
-                State::Running { lease, .. } => Some(LeaseHeld::from(lease)),
-                _ => None,
-            })
-            .collect()
-    }
-
     /// The tool returned: its lease is no longer extended.
     pub(super) fn returned(&self, task: &Task) {
         let mut table = lock(&self.table);
@@ -576,20 +542,6 @@ impl<H: Clone> Drop for ToolRuns<'_, H> {
     }
 }
 
-impl Entry {
-    /// A worker's `Stop` joins a running entry; a cancel already asked asks
-    /// it now, for this entry's run.
-    fn attach(&mut self, stop: Option<&Stop>) {
-        let (Some(stop), State::Running { stop: slot, .. }) = (stop, &mut self.state) else {
-            return;
-        };
-        *slot = Some(stop.clone());
-        if self.cancel_asked {
-            stop.request(self.generation);
-        }
-    }
-}
-
 impl<H> Table<H> {
     /// `task`'s entry, now running under `lease` (its own submission's).
     fn set_running(
@@ -648,5 +600,6 @@ impl<H> Table<H> {
     }
 }
 
+mod cancel;
 #[cfg(test)]
 mod tests;

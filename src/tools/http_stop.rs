@@ -109,27 +109,29 @@ impl Stoppable {
     /// stop writes and waits for nothing more. `writing`: this I/O sends
     /// (the request goes out).
     fn watch(&mut self, writing: bool) -> Result<(), ureq::Error> {
-        let Some(stop) = WATCHED.with(|w| w.borrow().clone()) else {
-            return Ok(());
-        };
-        if stop.is_requested() {
-            return Err(stopped());
-        }
-        let run = stop.run_key();
-        if self.armed_for != Some(run) {
-            if let Some(socket) = self.socket.clone() {
-                stop.arm(Box::new(move || {
-                    if let Some(socket) = socket.upgrade() {
-                        socket.shutdown();
-                    }
-                }));
+        WATCHED.with(|watched| {
+            let Some(stop) = &*watched.borrow() else {
+                return Ok(());
+            };
+            if stop.is_requested() {
+                return Err(stopped());
             }
-            self.armed_for = Some(run);
-        }
-        if writing {
-            stop.mark_sent();
-        }
-        Ok(())
+            let run = stop.run_key();
+            if self.armed_for != Some(run) {
+                if let Some(socket) = self.socket.clone() {
+                    stop.arm(Box::new(move || {
+                        if let Some(socket) = socket.upgrade() {
+                            socket.shutdown();
+                        }
+                    }));
+                }
+                self.armed_for = Some(run);
+            }
+            if writing {
+                stop.mark_sent();
+            }
+            Ok(())
+        })
     }
 }
 

@@ -10,8 +10,8 @@
 
 use crate::support::downstream::{audit_rows, ToolsFile};
 use crate::support::{
-    address_after, charge, AuthFile, Counts, FakeUpstream, Http, Proc, Reply, Server, TempDb,
-    DEADLINE, SERVER_BIN,
+    address_after, charge, eventually, AuthFile, Counts, FakeUpstream, Http, Proc, Reply, Server,
+    TempDb, DEADLINE, SERVER_BIN,
 };
 use idempotent_tool::store::HEARTBEAT_EVERY;
 use idempotent_tool::temp::postgres::PgServer;
@@ -56,15 +56,11 @@ fn sleep(seconds: u64) -> Value {
 
 /// The call's status, read until it is `status` (with a deadline).
 fn wait_status(server: &impl Http, call_id: &str, status: &str) -> Value {
-    let start = Instant::now();
-    loop {
-        let (_, call) = server.get(&format!("/v1/tool-calls/{call_id}"));
-        if call["status"] == status {
-            return call;
-        }
-        assert!(start.elapsed() < DEADLINE, "never {status}: {call}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let read = || server.get(&format!("/v1/tool-calls/{call_id}")).1;
+    eventually(&format!("call {call_id} {status}"), || {
+        read()["status"] == status
+    });
+    read()
 }
 
 fn assert_cancelled(call: &Value, message: &str) {
@@ -75,6 +71,22 @@ fn assert_cancelled(call: &Value, message: &str) {
         "{call}"
     );
     assert!(call["cancel_requested_at"].is_number(), "{call}");
+}
+
+/// Cancel the running call `id` until it is done, well before its tool
+/// would have ended by itself (10 s at the least): `200`, `cancelled`
+/// without a reason, its last audit row saying how attempt 1 `stopped`.
+fn assert_stopped(server: &impl Http, db: &std::path::Path, id: &str, stopped: &str) {
+    let asked = Instant::now();
+    let (status, cancelled) = cancel_until_done(server, id);
+    assert_eq!(status, 200, "{cancelled}");
+    assert_cancelled(&cancelled, "cancelled on request");
+    assert!(
+        asked.elapsed() < Duration::from_secs(9),
+        "stopped, not run out"
+    );
+    let detail = last_audit(db, id, "cancelled");
+    assert_eq!(detail, format!("attempt 1 stopped, {stopped}"));
 }
 
 /// The detail of the call's last audit row, which must be `event`.
@@ -140,19 +152,7 @@ fn a_pending_call_is_cancelled_at_once_and_never_runs() {
     let detail = last_audit(&db.path, &id, "cancelled");
     assert_eq!(detail, "by anonymous: wrong amount; pending, never ran");
 
-    let started = Instant::now();
-    let (status, woken) = cancel(&server, &busy, "?wait=30", None);
-    assert_eq!(status, 200, "{woken}");
-    assert_cancelled(&woken, "cancelled on request");
-    assert!(
-        started.elapsed() < Duration::from_secs(9),
-        "woken, not slept out"
-    );
-    let stopped = last_audit(&db.path, &busy, "cancelled");
-    assert_eq!(
-        stopped,
-        "attempt 1 stopped, sent=false: its sleep was woken"
-    );
+    assert_stopped(&server, &db.path, &busy, "sent=false: its sleep was woken");
 
     let later = call_id(&post(&server, "later", &charge(8)));
     assert_eq!(server.wait_terminal(&later)["status"], "succeeded");
@@ -208,40 +208,24 @@ fn a_running_command_is_stopped_with_its_whole_process_group() {
     let server = Server::start(&db, &["--tools", tools.path_str()]);
 
     let id = call_id(&post(&server, "stubborn", &json!({"tool": "stubborn"})));
-    let start = Instant::now();
-    let pids: Vec<u32> = loop {
+    let read_pids = || -> Vec<u32> {
         let written = std::fs::read_to_string(&pids_file).unwrap_or_default();
-        let pids: Vec<u32> = written
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect();
-        if pids.len() == 2 {
-            break pids;
-        }
-        assert!(start.elapsed() < DEADLINE, "the command never started");
-        std::thread::sleep(Duration::from_millis(20));
+        let pids = written.split_whitespace().filter_map(|p| p.parse().ok());
+        pids.collect()
     };
+    eventually("the command started", || read_pids().len() == 2);
+    let pids = read_pids();
     assert!(pids.iter().all(|pid| alive(*pid)));
-    let (status, cancelled) = cancel_until_done(&server, &id);
-    assert_eq!(status, 200, "{cancelled}");
-    assert_cancelled(&cancelled, "cancelled on request");
-    let detail = last_audit(&db.path, &id, "cancelled");
-    assert_eq!(
-        detail,
-        "attempt 1 stopped, sent=true: its process group got SIGTERM, then SIGKILL after 500 ms"
-    );
-    let start = Instant::now();
-    while pids.iter().any(|pid| alive(*pid)) {
-        assert!(start.elapsed() < DEADLINE, "{pids:?} outlived the cancel");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let killed = "sent=true: its process group got SIGTERM, then SIGKILL after 500 ms";
+    assert_stopped(&server, &db.path, &id, killed);
+    eventually("no process of the group left", || {
+        !pids.iter().any(|pid| alive(*pid))
+    });
 
     let waiting = call_id(&post(&server, "tempfail", &json!({"tool": "tempfail"})));
-    let start = Instant::now();
-    while !server.get(&format!("/v1/tool-calls/{waiting}")).1["next_attempt_at"].is_number() {
-        assert!(start.elapsed() < DEADLINE, "no retry was scheduled");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually("a retry was scheduled", || {
+        server.get(&format!("/v1/tool-calls/{waiting}")).1["next_attempt_at"].is_number()
+    });
     let (status, cancelled) = cancel(&server, &waiting, "", None);
     assert_eq!(status, 200, "{cancelled}");
     assert_cancelled(&cancelled, "cancelled on request");
@@ -283,25 +267,10 @@ fn a_running_http_request_is_abandoned() {
     let db = TempDb::new("cancel-http");
     let server = Server::start(&db, &["--tools", tools.path_str()]);
     let id = call_id(&post(&server, "slow", &json!({"tool": "slow"})));
-    let start = Instant::now();
-    while upstream.seen().is_empty() {
-        assert!(start.elapsed() < DEADLINE, "the request never arrived");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let asked = Instant::now();
-    let (status, cancelled) = cancel_until_done(&server, &id);
-    assert_eq!(status, 200, "{cancelled}");
-    assert_cancelled(&cancelled, "cancelled on request");
-    assert!(
-        asked.elapsed() < Duration::from_secs(50),
-        "abandoned, not answered"
-    );
-    let detail = last_audit(&db.path, &id, "cancelled");
-    assert_eq!(
-        detail,
-        "attempt 1 stopped, sent=true: its request had gone out; \
-         its connection was shut down and any answer left unread"
-    );
+    eventually("the request arrived", || !upstream.seen().is_empty());
+    let abandoned = "sent=true: its request had gone out; \
+                     its connection was shut down and any answer left unread";
+    assert_stopped(&server, &db.path, &id, abandoned);
     assert_eq!(upstream.seen().len(), 1, "sent once, never again");
     assert_eq!(db.effects(), 0);
 }

@@ -40,6 +40,47 @@ fn lease_ids<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> Vec<&'a str> {
     ids
 }
 
+/// A cancel finds the running call's worker `Stop` and run (once: a second
+/// one is no news), ignores another attempt's, and one that comes while
+/// the call is still being claimed (or adopted, not yet started) is kept:
+/// the worker's `Stop` is asked as it attaches, so the tool never starts.
+#[test]
+fn a_cancel_reaches_the_running_tool_or_waits_for_its_worker() {
+    let tasks = table();
+    let task = tasks.submit("c1", "charge", false).expect("admitted");
+    assert!(tasks.take(&task));
+    assert_eq!(
+        tasks.cancel("c1", Some(1)),
+        None,
+        "claiming: kept for later"
+    );
+    let stop = Stop::new();
+    assert!(tasks.claimed(&task, &lease("c1", 1), Some(&stop)));
+    stop.begin(task.generation);
+    assert!(stop.is_requested(), "asked as the worker attached");
+    stop.end();
+
+    let adopted = tasks.adopt(&lease("c2", 1), false).expect("open");
+    assert_eq!(tasks.cancel("c2", Some(2)), None, "another attempt's");
+    assert_eq!(tasks.cancel("c2", Some(1)), None, "no worker yet");
+    assert!(tasks.starts(&adopted, Some(&stop)));
+    stop.begin(adopted.generation);
+    assert!(stop.is_requested());
+    stop.end();
+
+    let running = tasks.adopt(&lease("c3", 1), false).expect("open");
+    assert!(tasks.starts(&running, Some(&stop)));
+    assert_eq!(
+        tasks.cancel("c3", None),
+        Some((stop.clone(), running.generation))
+    );
+    assert_eq!(tasks.cancel("c3", None), None, "told already");
+    assert_eq!(tasks.cancel("unknown", None), None);
+    let mut running_ids: Vec<String> = tasks.running().into_iter().map(|l| l.call_id).collect();
+    running_ids.sort();
+    assert_eq!(running_ids, ["c1", "c2", "c3"]);
+}
+
 /// A call goes Queued → Claiming → Running → Returned → Completing and
 /// leaves the table when finished; a second submission meanwhile is
 /// refused, and after the finish the call may be taken on again.
