@@ -23,6 +23,7 @@ mod api_input;
 mod backup;
 mod bench;
 mod business_key;
+mod cancel;
 mod chaos_proxy;
 mod claim_batching;
 mod cli;
