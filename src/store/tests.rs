@@ -17,6 +17,7 @@ mod claim_due;
 mod claims;
 mod create;
 mod create_claimed;
+mod effect_ids;
 mod recovery;
 mod retry;
 mod tenants;

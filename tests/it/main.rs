@@ -36,6 +36,7 @@ mod descriptors;
 mod disk_error;
 mod disk_full;
 mod docs;
+mod effect_ids;
 mod fault_inject;
 mod headers;
 mod http_hostile;

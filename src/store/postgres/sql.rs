@@ -14,7 +14,7 @@
 //! statement), and never runs a tool.
 
 use super::super::audit::{self, Event};
-use super::super::ids::{effect_id_for, new_call_id};
+use super::super::ids::{new_call_id, new_effect_id, stored_effect_id};
 use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall, Status};
 use super::super::options::DueLimits;
 use super::error::violates;
@@ -123,7 +123,7 @@ fn create_or_get_with(
     let mut attempts_left = 8;
     let row = loop {
         let call_id = new_call_id();
-        let effect_id = effect_id_for(&call_id);
+        let effect_id = new_effect_id(&call_id);
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &call_id,
             &new.tenant,
@@ -325,12 +325,13 @@ pub(super) fn claim_due_within(
 }
 
 fn lease_from_row(r: &Row) -> Lease {
+    let call_id: String = r.get(0);
     Lease {
-        call_id: r.get(0),
+        effect_id: stored_effect_id(r.get(4), &call_id),
+        call_id,
         attempt: r.get(1),
         tool: r.get(2),
         args_json: r.get(3),
-        effect_id: r.get::<_, Option<String>>(4).unwrap_or_default(),
         lease_until: r.get(5),
     }
 }
@@ -350,7 +351,8 @@ pub(super) struct Finish<'a> {
 /// under this lease's attempt. The effect row (`ON CONFLICT DO NOTHING`:
 /// `effects.call_id UNIQUE` is the last gate) and the audit row are written
 /// by the same statement, so they commit with `succeeded` or not at all.
-/// Returns whether it applied.
+/// The effect row carries the lease's effect id: the one the call stores
+/// (and its tool sent downstream). Returns whether it applied.
 pub(super) fn finish_fenced(
     client: &mut impl GenericClient,
     lease: &Lease,
@@ -363,10 +365,10 @@ pub(super) fn finish_fenced(
         now!(),
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
-           RETURNING call_id, tool, effect_id, updated_at
+           RETURNING call_id, tool, updated_at
          ), effect AS (
            INSERT INTO effects (effect_id, call_id, tool, amount, detail, created_at)
-           SELECT effect_id, call_id, tool, $6::int8, $7::text, updated_at FROM done WHERE $8::bool
+           SELECT $11::text, call_id, tool, $6::int8, $7::text, updated_at FROM done WHERE $8::bool
            ON CONFLICT DO NOTHING
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -389,6 +391,7 @@ pub(super) fn finish_fenced(
             &has_effect,
             &finish.event.as_str(),
             &finish.detail,
+            &lease.effect_id,
         ],
     )?;
     Ok(row.get::<_, i64>(0) == 1)
@@ -582,8 +585,10 @@ fn call_from_row(row: &Row) -> Call {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())
     };
+    let call_id: String = row.get(0);
     Call {
-        call_id: row.get(0),
+        effect_id: stored_effect_id(row.get(14), &call_id),
+        call_id,
         tenant: row.get(1),
         idem_key: row.get(2),
         fingerprint: row.get(3),
@@ -597,7 +602,6 @@ fn call_from_row(row: &Row) -> Call {
         attempt: row.get(11),
         lease_until: row.get(12),
         owner: row.get(13),
-        effect_id: row.get::<_, Option<String>>(14).unwrap_or_default(),
         created_at: row.get(15),
         updated_at: row.get(16),
         next_attempt_at: row.get(17),
