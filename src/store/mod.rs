@@ -14,7 +14,8 @@
 //! each rule in its method's doc), `call_store` (the facade: it holds a
 //! backend behind that contract and stamps each call's `expires_at`),
 //! `model` (the types of the API, `Then`, `CallCounts`), `error`
-//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call
+//! (`StoreError`), `database` (which backend a `--db` names), `db_schema` (`--db-schema`, the
+//! PostgreSQL schema a deployment's tables live in), `ids` (call
 //! and effect ids, the local clock), `options` (`StoreOptions`,
 //! `DueLimits`), `instance` (instance identity and the liveness rules of
 //! recovery: `Reclaimable`), `audit` (the audit events and their detail
@@ -58,6 +59,7 @@ mod backend;
 mod business_key;
 mod call_store;
 mod database;
+mod db_schema;
 mod error;
 mod ids;
 mod instance;
@@ -73,6 +75,7 @@ mod wake;
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
+pub use db_schema::{DbSchema, DB_SCHEMA_RULE, DEFAULT_DB_SCHEMA};
 pub use error::{Cause, StoreError};
 pub use ids::{call_id_of_effect, effect_id_for, now};
 pub use instance::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};

@@ -52,6 +52,7 @@ mod pg_bench;
 mod pg_claim;
 mod pg_contract;
 mod pg_paused_node;
+mod pg_schema;
 mod postgres_harness;
 mod postgres_nodes;
 mod postgres_service;

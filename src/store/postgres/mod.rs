@@ -25,6 +25,7 @@
 
 mod business_key;
 mod error;
+mod home_schema;
 mod instances;
 mod listen;
 mod pool;
@@ -93,7 +94,8 @@ impl PgStore {
         )?;
         let instance = Instance::this_process();
         let connect = listen::connector(target, options.ca_file.as_deref())?;
-        let wake = listen::ClusterWake::start(connect, &instance.id)
+        let channel = target.schema().wake_channel();
+        let wake = listen::ClusterWake::start(connect, channel, &instance.id)
             .map_err(|e| StoreError::internal(format!("start the LISTEN threads: {e}")))?;
         let store = PgStore {
             pool,
@@ -102,7 +104,9 @@ impl PgStore {
             stopped: AtomicBool::new(false),
             wake,
         };
-        store.pool.with(|c| Ok(schema::migrate(c)))??;
+        store
+            .pool
+            .with(|c| Ok(schema::migrate(c, target.schema())))??;
         let me = store.instance.clone();
         let gone = store.run(|c| instances::register(c, &me))?;
         super::instance::log_gone(gone);
