@@ -267,7 +267,10 @@ impl PgTarget {
         // The URL's own options are what precedes the search path set last.
         let set_last = format!("-c search_path={}", self.schema);
         let current = self.config.get_options().unwrap_or("");
-        let own = current.strip_suffix(set_last.as_str()).unwrap_or(current).trim_end();
+        let own = current
+            .strip_suffix(set_last.as_str())
+            .unwrap_or(current)
+            .trim_end();
         let search_path = format!("-c search_path={schema}");
         let options = match own {
             "" => search_path,

@@ -18,6 +18,7 @@ mod claims;
 mod create;
 mod create_claimed;
 mod effect_ids;
+mod limits;
 mod recovery;
 mod retry;
 mod tenants;

@@ -40,6 +40,7 @@ mod effect_ids;
 mod fault_inject;
 mod headers;
 mod http_hostile;
+mod limits;
 mod log_file;
 mod mcp;
 mod mcp_crash;

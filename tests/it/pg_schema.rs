@@ -4,21 +4,14 @@
 //! its nodes still runs); a role that owns only its schema runs the service
 //! and `verify`. Real binaries on databases of the test PostgreSQL.
 
-use crate::support::{address_after, charge, signal, Http, Proc, Server, DEADLINE, SERVER_BIN};
+use crate::support::{charge, signal, Http, Server, DEADLINE, SERVER_BIN};
 use idempotent_tool::temp::postgres::{connect, PgServer};
 use idempotent_tool::temp::TempDir;
 use serde_json::Value;
 use std::process::Command;
 
-/// The binary on `url` with `extra` flags; a `Server` whose SQLite path is
-/// an unused scratch file (its rows dump has nothing to show here).
 fn start(url: &str, extra: &[&str], scratch: &TempDir) -> Server {
-    let mut args = vec!["--port", "0", "--db", url];
-    args.extend_from_slice(extra);
-    let (proc, line) = Proc::start("server", SERVER_BIN, &args, "listening on http://");
-    let base = format!("http://{}", address_after(&line, "listening on http://"));
-    let db = scratch.join("not-used.db");
-    Server { proc, base, db }
+    Server::start_on_postgres(url, extra, scratch)
 }
 
 fn count(url: &str, sql: &str) -> i64 {

@@ -39,6 +39,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "business_keys: one live call per business key (SQLite's version 8)",
         sql: super::business_key::BUSINESS_KEYS_TABLE,
     },
+    Migration {
+        version: 3,
+        name: "tool_limits: max_concurrency and rate shared by every node",
+        sql: super::limits::TOOL_LIMITS_TABLE,
+    },
 ];
 
 /// The PostgreSQL schema version this binary writes.

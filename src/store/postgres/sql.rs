@@ -204,9 +204,18 @@ fn reset_failed(
 /// The end of every claim statement: move the rows the CTE named `$chosen`
 /// picked (and locked) to `running` under a new attempt, a lease from the
 /// database's clock (`$2` seconds) and owner `$3`; audit each `claimed`; and
-/// return the leases. One text, so the two claims cannot drift apart.
+/// return the leases — or, given a tail, whatever it selects, after the CTEs it
+/// adds (`limits` spends tokens this way). One text, so the claims cannot
+/// drift apart.
 macro_rules! claim_chosen {
     ($chosen:literal) => {
+        claim_chosen!(
+            $chosen,
+            "
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+        )
+    };
+    ($chosen:literal, $($tail:tt)+) => {
         concat!(
             "u AS (
        UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
@@ -225,11 +234,12 @@ macro_rules! claim_chosen {
      ), a AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
-     )
-     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+     )",
+            $($tail)+
         )
     };
 }
+pub(super) use claim_chosen;
 
 /// `claim_many`: the named calls, each only if claimable now. The rows are
 /// locked in `call_id` order, as every statement here that takes several

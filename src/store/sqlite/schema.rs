@@ -95,6 +95,12 @@ const MIGRATIONS: &[Migration] = &[
         // `business_key` for how the partial unique index decides.
         apply: |conn| conn.execute_batch(super::business_key::BUSINESS_KEYS_TABLE),
     },
+    Migration {
+        version: 9,
+        name: "tool_limits: a tool's rate shared by every process",
+        // Written only for tools with a `rate`: their token buckets (`limits`).
+        apply: |conn| conn.execute_batch(super::limits::TOOL_LIMITS_TABLE),
+    },
 ];
 
 /// The schema version this release writes.
