@@ -97,6 +97,18 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 9,
+        name: "calls.cancel_requested_at and cancel_reason: cancelling a call",
+        // `cancelled` needs no DDL (`status` is free text here, checked by
+        // `verify`); a running call's cancel request is kept on its row, so
+        // its owner, a failure or recovery can end it `cancelled` (see
+        // `cancel`). No index: an owner reads its own calls by primary key.
+        apply: |conn| {
+            add_column(conn, "calls", "cancel_requested_at", "REAL")?;
+            add_column(conn, "calls", "cancel_reason", "TEXT")
+        },
+    },
+    Migration {
+        version: 10,
         name: "tool_limits: a tool's rate shared by every process",
         // Written only for tools with a `rate`: their token buckets (`limits`).
         apply: |conn| conn.execute_batch(super::limits::TOOL_LIMITS_TABLE),
