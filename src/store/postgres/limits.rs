@@ -1,4 +1,4 @@
-//! Limits shared by every node on PostgreSQL (schema step 3): each limited
+//! Limits shared by every node on PostgreSQL (schema step 4): each limited
 //! tool has one `tool_limits` row — its token bucket, and the lock its
 //! claims take. A claim of limited tools is one short transaction of two
 //! statements: first `SELECT … FOR UPDATE` of the tools' rows, in name
@@ -23,7 +23,7 @@ use ::postgres::{Client, GenericClient, Row};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Schema step 3: a row per limited tool, made when a node that limits it
+/// Schema step 4: a row per limited tool, made when a node that limits it
 /// starts (`declare`). `tokens` and `refilled_at` are its bucket, seconds by
 /// the database's clock.
 pub(super) const TOOL_LIMITS_TABLE: &str = "

@@ -1,5 +1,5 @@
 //! A tool's `rate` on SQLite, shared by every process on the file (schema
-//! version 9): each rated tool has one `tool_limits` row, its token bucket.
+//! version 10): each rated tool has one `tool_limits` row, its token bucket.
 //! A claim of rated tools is one writer operation, so it runs inside the
 //! writer's `BEGIN IMMEDIATE` transaction, which every process on the file
 //! takes in turn: the bucket is read, refilled by the clock, spent and
@@ -16,7 +16,7 @@ use super::sql::claim_one;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::time::Duration;
 
-/// Migration 9: a row per rated tool, made when a process that rates it
+/// Migration 10: a row per rated tool, made when a process that rates it
 /// opens the file (`declare_op`).
 pub(super) const TOOL_LIMITS_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS tool_limits (
