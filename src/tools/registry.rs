@@ -193,6 +193,7 @@ mod tests {
                 "max_attempts",
                 "max_concurrency",
                 "name",
+                "rate",
                 "timeout_ms"
             ]
         );
