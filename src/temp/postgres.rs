@@ -194,6 +194,95 @@ impl PgServer {
         self.pg_ctl(&["start", "-w", "-t", "60"])
     }
 
+    /// The postmaster's pid, from `postmaster.pid` (`None`: not running).
+    pub fn postmaster_pid(&self) -> Option<i32> {
+        let file = std::fs::read_to_string(self.data().join("postmaster.pid")).ok()?;
+        file.lines().next()?.trim().parse().ok()
+    }
+
+    /// Send `signal` to every process of the server: the postmaster and its
+    /// children (each child calls `setsid()`, so no process group holds
+    /// them all). A stop reaches the postmaster first, so it forks nothing
+    /// more, and returns once every process is stopped; a continue reaches
+    /// the children first.
+    fn signal_all(&self, signal: nix::sys::signal::Signal) -> Result<(), PgServerError> {
+        use nix::sys::signal::Signal;
+        let postmaster = self.postmaster_pid().ok_or_else(|| PgServerError::Io {
+            doing: format!("signal {signal}"),
+            source: io::Error::other("the server is not running"),
+        })?;
+        let send = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+        if signal == Signal::SIGCONT {
+            children_of(postmaster).into_iter().for_each(|c| {
+                let _ = send(c);
+            });
+        }
+        send(postmaster).map_err(|e| PgServerError::Io {
+            doing: format!("signal {signal} to the postmaster"),
+            source: io::Error::from(e),
+        })?;
+        if signal != Signal::SIGCONT {
+            children_of(postmaster).into_iter().for_each(|c| {
+                let _ = send(c);
+            });
+        }
+        if signal == Signal::SIGSTOP {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut all = children_of(postmaster);
+            all.push(postmaster);
+            while !all.iter().all(|pid| is_stopped(*pid)) {
+                if Instant::now() > deadline {
+                    return Err(PgServerError::Io {
+                        doing: "wait for the server's processes to stop".into(),
+                        source: io::Error::from(io::ErrorKind::TimedOut),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop every process of the server (`SIGSTOP`), as a hung host or a
+    /// disk that stopped answering looks to a client: the kernel still
+    /// accepts connections and acknowledges what is sent, nothing answers.
+    /// The server runs again when the guard is dropped (`SIGCONT`), so a
+    /// failing test never leaves it stopped; the reaper and `Drop` resume
+    /// it too.
+    pub fn freeze(&self) -> Result<Frozen<'_>, PgServerError> {
+        self.signal_all(nix::sys::signal::Signal::SIGSTOP)?;
+        Ok(Frozen { server: self })
+    }
+
+    /// `kill -9` of every process of the server at once: a primary that
+    /// dies with its machine. Its data stays for `Drop` to remove.
+    pub fn kill_all(&self) -> Result<(), PgServerError> {
+        self.signal_all(nix::sys::signal::Signal::SIGKILL)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if Instant::now() > deadline {
+                return Err(PgServerError::Io {
+                    doing: "wait for the killed server's port to close".into(),
+                    source: io::Error::from(io::ErrorKind::TimedOut),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(self.data().join("postmaster.pid"));
+        Ok(())
+    }
+
+    /// `ALTER SYSTEM SET name = value` and a reload: a setting that
+    /// survives restarts.
+    pub fn set(&self, name: &str, value: &str) {
+        let mut admin = self.connect_admin();
+        admin
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET {name} = '{value}'; SELECT pg_reload_conf()"
+            ))
+            .unwrap_or_else(|e| panic!("ALTER SYSTEM SET {name}: {e}"));
+    }
+
     /// Write `contents` to `name` in the server's data folder, owned by the
     /// server's user with `mode` (a test's TLS key and certificate; the
     /// server refuses a key others can read).
@@ -334,6 +423,15 @@ impl PgServer {
         let script = r#"
             while kill -0 "$1" 2>/dev/null; do sleep 1; done
             pid=$(head -n 1 "$2/data/postmaster.pid" 2>/dev/null)
+            # A frozen server (a test's SIGSTOP) must run to see the stop; its
+            # children called setsid(), so each is found by its parent pid.
+            if [ -n "$pid" ]; then
+                for stat in /proc/[0-9]*/stat; do
+                    read -r child _ _ parent _ <"$stat" 2>/dev/null || continue
+                    [ "$parent" = "$pid" ] && kill -CONT "$child" 2>/dev/null
+                done
+                kill -CONT "$pid" 2>/dev/null
+            fi
             [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null
             for _ in 1 2 3 4 5 6 7 8 9 10; do
                 [ -e "$2/data/postmaster.pid" ] || break
@@ -355,12 +453,31 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
+        // A stopped (frozen) server would never see the stop signal.
+        let _ = self.signal_all(nix::sys::signal::Signal::SIGCONT);
         let _ = self.stop_immediate();
         if let Some(mut reaper) = self.reaper.take() {
             let _ = reaper.kill();
             let _ = reaper.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server stopped by `PgServer::freeze`; dropping it (or `thaw`) lets every
+/// process of the server run again.
+pub struct Frozen<'a> {
+    server: &'a PgServer,
+}
+
+impl Frozen<'_> {
+    /// Let the server run again now.
+    pub fn thaw(self) {}
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        let _ = self.server.signal_all(nix::sys::signal::Signal::SIGCONT);
     }
 }
 
@@ -375,6 +492,31 @@ pub fn connect(url: &str) -> postgres::Client {
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
+}
+
+/// The pids whose parent is `parent`, from `/proc`.
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| stat_field(*pid, 1).and_then(|p| p.parse().ok()) == Some(parent))
+        .collect()
+}
+
+/// Whether `pid` is stopped (state `T`), or gone.
+fn is_stopped(pid: i32) -> bool {
+    stat_field(pid, 0).is_none_or(|state| state == "T")
+}
+
+/// Field `n` after the command name in `/proc/PID/stat` (0: the state,
+/// 1: the parent's pid).
+fn stat_field(pid: i32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = stat.rsplit_once(')')?.1;
+    after_name.split_whitespace().nth(n).map(str::to_string)
 }
 
 /// `/usr/lib/postgresql/<newest>/bin`, if it has `initdb`.

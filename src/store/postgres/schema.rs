@@ -13,7 +13,7 @@
 
 use super::super::error::StoreError;
 use super::error::store_error;
-use ::postgres::Client;
+use super::session::{GenericClient, Session, Transaction};
 
 /// The advisory lock every migration takes ("idem" in ASCII): one number,
 /// so a database shared with other applications is unlikely to collide.
@@ -117,7 +117,7 @@ CREATE TABLE instances (
 
 /// Bring the database up to `PG_SCHEMA_VERSION`; returns the names of the
 /// steps this call applied (each is also logged once, here).
-pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreError> {
+pub(super) fn migrate(client: &mut Session) -> Result<Vec<&'static str>, StoreError> {
     let found = locked(client, |tx| {
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS idem_schema (
@@ -161,10 +161,14 @@ pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreErr
 
 /// Run `op` in a transaction that holds the migration lock until it ends.
 fn locked<T>(
-    client: &mut Client,
-    op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, ::postgres::Error>,
+    client: &mut Session,
+    op: impl FnOnce(&mut Transaction<'_>) -> Result<T, ::postgres::Error>,
 ) -> Result<T, StoreError> {
     let mut tx = client.transaction().map_err(store_error)?;
+    // Waiting for another node's migration may take longer than an
+    // operation may: the caller's deadline (`MIGRATION_DEADLINE`) bounds it.
+    tx.batch_execute("SET LOCAL statement_timeout = 0")
+        .map_err(store_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .map_err(store_error)?;
     let out = op(&mut tx).map_err(store_error)?;
@@ -172,7 +176,7 @@ fn locked<T>(
     Ok(out)
 }
 
-fn version(tx: &mut ::postgres::Transaction<'_>) -> Result<i32, ::postgres::Error> {
+fn version(tx: &mut Transaction<'_>) -> Result<i32, ::postgres::Error> {
     tx.query_one("SELECT coalesce(max(version), 0) FROM idem_schema", &[])
         .map(|row| row.get(0))
 }
