@@ -51,6 +51,7 @@ mod pg_bench;
 mod pg_claim;
 mod pg_contract;
 mod pg_frozen;
+mod pg_outage;
 mod pg_paused_node;
 mod postgres_harness;
 mod postgres_nodes;
