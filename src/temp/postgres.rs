@@ -13,6 +13,11 @@
 //! Where PostgreSQL is not installed, starting fails with one line saying
 //! what to install: the PostgreSQL tests never skip silently.
 
+mod signals;
+mod standby;
+
+pub use signals::Frozen;
+
 use super::unique_name;
 use std::fmt;
 use std::io;
@@ -105,18 +110,28 @@ impl PgServer {
 
     /// A new server of its own (a test that restarts or stops it).
     pub fn start() -> Result<PgServer, PgServerError> {
+        let password = format!("pw-{}", unique_name("s").replace('-', ""));
+        let mut server = PgServer::in_new_folder("idem-pg", password)?;
+        server.initdb()?;
+        server.start_on_a_free_port()?;
+        Ok(server)
+    }
+
+    /// A server on a new folder of its own, with its reaper; nothing in the
+    /// folder yet, nothing started.
+    fn in_new_folder(prefix: &str, password: String) -> Result<PgServer, PgServerError> {
         let bin = find_bin_dir().ok_or(PgServerError::Missing { no_user: false })?;
         let as_postgres = running_as_root();
         // Kept by the reaper and by Drop, not by a TempDir: the folder has to
         // outlive this value when the process is killed.
-        let dir = std::env::temp_dir().join(unique_name("idem-pg"));
+        let dir = std::env::temp_dir().join(unique_name(prefix));
         std::fs::create_dir_all(&dir)
             .map_err(PgServerError::io(format!("make {}", dir.display())))?;
         let mut server = PgServer {
             bin,
             dir,
             port: 0,
-            password: format!("pw-{}", unique_name("s").replace('-', "")),
+            password,
             reaper: None,
             as_postgres,
         };
@@ -124,8 +139,6 @@ impl PgServer {
         if as_postgres {
             chown_to_postgres(&server.dir)?;
         }
-        server.initdb()?;
-        server.start_on_a_free_port()?;
         Ok(server)
     }
 
@@ -194,93 +207,19 @@ impl PgServer {
         self.pg_ctl(&["start", "-w", "-t", "60"])
     }
 
-    /// The postmaster's pid, from `postmaster.pid` (`None`: not running).
-    pub fn postmaster_pid(&self) -> Option<i32> {
-        let file = std::fs::read_to_string(self.data().join("postmaster.pid")).ok()?;
-        file.lines().next()?.trim().parse().ok()
-    }
-
-    /// Send `signal` to every process of the server: the postmaster and its
-    /// children (each child calls `setsid()`, so no process group holds
-    /// them all). A stop reaches the postmaster first, so it forks nothing
-    /// more, and returns once every process is stopped; a continue reaches
-    /// the children first.
-    fn signal_all(&self, signal: nix::sys::signal::Signal) -> Result<(), PgServerError> {
-        use nix::sys::signal::Signal;
-        let postmaster = self.postmaster_pid().ok_or_else(|| PgServerError::Io {
-            doing: format!("signal {signal}"),
-            source: io::Error::other("the server is not running"),
-        })?;
-        let send = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-        if signal == Signal::SIGCONT {
-            children_of(postmaster).into_iter().for_each(|c| {
-                let _ = send(c);
-            });
-        }
-        send(postmaster).map_err(|e| PgServerError::Io {
-            doing: format!("signal {signal} to the postmaster"),
-            source: io::Error::from(e),
-        })?;
-        if signal != Signal::SIGCONT {
-            children_of(postmaster).into_iter().for_each(|c| {
-                let _ = send(c);
-            });
-        }
-        if signal == Signal::SIGSTOP {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let mut all = children_of(postmaster);
-            all.push(postmaster);
-            while !all.iter().all(|pid| is_stopped(*pid)) {
-                if Instant::now() > deadline {
-                    return Err(PgServerError::Io {
-                        doing: "wait for the server's processes to stop".into(),
-                        source: io::Error::from(io::ErrorKind::TimedOut),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        Ok(())
-    }
-
-    /// Stop every process of the server (`SIGSTOP`), as a hung host or a
-    /// disk that stopped answering looks to a client: the kernel still
-    /// accepts connections and acknowledges what is sent, nothing answers.
-    /// The server runs again when the guard is dropped (`SIGCONT`), so a
-    /// failing test never leaves it stopped; the reaper and `Drop` resume
-    /// it too.
-    pub fn freeze(&self) -> Result<Frozen<'_>, PgServerError> {
-        self.signal_all(nix::sys::signal::Signal::SIGSTOP)?;
-        Ok(Frozen { server: self })
-    }
-
-    /// `kill -9` of every process of the server at once: a primary that
-    /// dies with its machine. Its data stays for `Drop` to remove.
-    pub fn kill_all(&self) -> Result<(), PgServerError> {
-        self.signal_all(nix::sys::signal::Signal::SIGKILL)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-            if Instant::now() > deadline {
-                return Err(PgServerError::Io {
-                    doing: "wait for the killed server's port to close".into(),
-                    source: io::Error::from(io::ErrorKind::TimedOut),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = std::fs::remove_file(self.data().join("postmaster.pid"));
-        Ok(())
-    }
-
     /// `ALTER SYSTEM SET name = value` and a reload: a setting that
     /// survives restarts.
     pub fn set(&self, name: &str, value: &str) {
         let mut admin = self.connect_admin();
-        admin
-            .batch_execute(&format!(
-                "ALTER SYSTEM SET {name} = '{value}'; SELECT pg_reload_conf()"
-            ))
-            .unwrap_or_else(|e| panic!("ALTER SYSTEM SET {name}: {e}"));
+        // Two statements: ALTER SYSTEM refuses to run in a transaction block.
+        for statement in [
+            format!("ALTER SYSTEM SET {name} = '{value}'"),
+            "SELECT pg_reload_conf()".to_string(),
+        ] {
+            admin
+                .batch_execute(&statement)
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
     }
 
     /// Write `contents` to `name` in the server's data folder, owned by the
@@ -378,6 +317,14 @@ impl PgServer {
             path_str(&self.dir)
         );
         let file = self.data().join("postgresql.auto.conf");
+        // A standby's link to its primary (`pg_basebackup -R` wrote it) stays.
+        let kept: String = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.starts_with("primary_conninfo"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let settings = settings + &kept;
         std::fs::write(&file, settings).map_err(PgServerError::io("write settings"))?;
         if self.as_postgres {
             chown_to_postgres(&file)?;
@@ -464,23 +411,6 @@ impl Drop for PgServer {
     }
 }
 
-/// A server stopped by `PgServer::freeze`; dropping it (or `thaw`) lets every
-/// process of the server run again.
-pub struct Frozen<'a> {
-    server: &'a PgServer,
-}
-
-impl Frozen<'_> {
-    /// Let the server run again now.
-    pub fn thaw(self) {}
-}
-
-impl Drop for Frozen<'_> {
-    fn drop(&mut self) {
-        let _ = self.server.signal_all(nix::sys::signal::Signal::SIGCONT);
-    }
-}
-
 /// Connect with the plain client (no TLS), retrying for a few seconds: the
 /// server may have just been restarted.
 pub fn connect(url: &str) -> postgres::Client {
@@ -492,31 +422,6 @@ pub fn connect(url: &str) -> postgres::Client {
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
-}
-
-/// The pids whose parent is `parent`, from `/proc`.
-fn children_of(parent: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| stat_field(*pid, 1).and_then(|p| p.parse().ok()) == Some(parent))
-        .collect()
-}
-
-/// Whether `pid` is stopped (state `T`), or gone.
-fn is_stopped(pid: i32) -> bool {
-    stat_field(pid, 0).is_none_or(|state| state == "T")
-}
-
-/// Field `n` after the command name in `/proc/PID/stat` (0: the state,
-/// 1: the parent's pid).
-fn stat_field(pid: i32, n: usize) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = stat.rsplit_once(')')?.1;
-    after_name.split_whitespace().nth(n).map(str::to_string)
 }
 
 /// `/usr/lib/postgresql/<newest>/bin`, if it has `initdb`.

@@ -50,6 +50,7 @@ mod paused_process;
 mod pg_bench;
 mod pg_claim;
 mod pg_contract;
+mod pg_failover;
 mod pg_frozen;
 mod pg_outage;
 mod pg_paused_node;
