@@ -53,6 +53,7 @@ mod pg_contract;
 mod pg_failover;
 mod pg_frozen;
 mod pg_outage;
+mod pg_partition;
 mod pg_paused_node;
 mod postgres_harness;
 mod postgres_nodes;

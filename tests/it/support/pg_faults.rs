@@ -270,3 +270,68 @@ pub fn print_figures(fault: &str, figures: &Figures, timings: &[(&str, Duration)
         figures.effects_not_one
     );
 }
+
+pub const TCP_PROXY_BIN: &str = env!("CARGO_BIN_EXE_tcp_proxy");
+
+/// The `tcp_proxy` binary between one node and PostgreSQL: the partition.
+pub struct TcpProxy {
+    pub proc: Proc,
+    pub port: u16,
+    /// Mode changes asked for so far (each logs one line when done).
+    switches: usize,
+}
+
+impl TcpProxy {
+    /// Relay a free port to PostgreSQL's `upstream_port` on 127.0.0.1.
+    pub fn start(upstream_port: u16) -> TcpProxy {
+        let upstream = format!("127.0.0.1:{upstream_port}");
+        let args = ["--listen", "127.0.0.1:0", "--upstream", &upstream];
+        let (proc, line) = Proc::start("tcp_proxy", TCP_PROXY_BIN, &args, "listening on ");
+        let address = address_after(&line, "listening on ");
+        let port = address.rsplit(':').next().and_then(|p| p.parse().ok());
+        TcpProxy {
+            proc,
+            port: port.unwrap_or_else(|| panic!("no port in {line:?}")),
+            switches: 0,
+        }
+    }
+
+    /// Relay nothing, answer nothing (`SIGUSR1`).
+    pub fn black_hole(&mut self) {
+        self.switch("USR1", "black-hole");
+    }
+
+    /// RST every connection, and every new one (`SIGUSR2`).
+    pub fn reset(&mut self) {
+        self.switch("USR2", "reset");
+    }
+
+    /// Relay again (`SIGHUP`).
+    pub fn heal(&mut self) {
+        self.switch("HUP", "pass");
+    }
+
+    /// Signal, and return once the proxy logged the switch.
+    fn switch(&mut self, signal: &str, mode: &str) {
+        super::signal(&self.proc.child, signal);
+        self.switches += 1;
+        let started = Instant::now();
+        while self.proc.stderr().matches("tcp_proxy: mode ").count() < self.switches {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "tcp_proxy never switched to {mode}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            self.proc
+                .stderr()
+                .lines()
+                .filter(|l| l.starts_with("tcp_proxy: mode "))
+                .nth(self.switches - 1)
+                .is_some_and(|l| l.ends_with(mode)),
+            "{}",
+            self.proc.stderr()
+        );
+    }
+}
