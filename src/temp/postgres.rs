@@ -374,7 +374,7 @@ impl PgServer {
             # children called setsid(), so each is found by its parent pid.
             if [ -n "$pid" ]; then
                 for stat in /proc/[0-9]*/stat; do
-                    read -r child _ _ parent _ <"$stat" 2>/dev/null || continue
+                    read -r child _ _ parent _ 2>/dev/null <"$stat" || continue
                     [ "$parent" = "$pid" ] && kill -CONT "$child" 2>/dev/null
                 done
                 kill -CONT "$pid" 2>/dev/null

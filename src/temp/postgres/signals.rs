@@ -18,18 +18,19 @@ impl PgServer {
         file.lines().next()?.trim().parse().ok()
     }
 
-    /// Send `signal` to every process of the server: the postmaster and its
-    /// children (each child calls `setsid()`, so no process group holds
-    /// them all). A stop reaches the postmaster first, so it forks nothing
-    /// more, and returns once every process is stopped; a continue reaches
-    /// the children first.
+    /// Send `SIGSTOP` or `SIGCONT` to every process of the server: the
+    /// postmaster and its children (each child calls `setsid()`, so no
+    /// process group holds them all). A stop reaches the postmaster first,
+    /// so it forks nothing more, and returns once every process is stopped;
+    /// a continue reaches the children first.
     pub(super) fn signal_all(&self, signal: Signal) -> Result<(), PgServerError> {
         let postmaster = self.postmaster_pid().ok_or_else(|| PgServerError::Io {
             doing: format!("signal {signal}"),
             source: io::Error::other("the server is not running"),
         })?;
         let send = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
-        if signal == Signal::SIGCONT {
+        let stopping = signal == Signal::SIGSTOP;
+        if !stopping {
             children_of(postmaster).into_iter().for_each(|c| {
                 let _ = send(c);
             });
@@ -38,24 +39,23 @@ impl PgServer {
             doing: format!("signal {signal} to the postmaster"),
             source: io::Error::from(e),
         })?;
-        if signal != Signal::SIGCONT {
-            children_of(postmaster).into_iter().for_each(|c| {
-                let _ = send(c);
-            });
+        if !stopping {
+            return Ok(());
         }
-        if signal == Signal::SIGSTOP {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let mut all = children_of(postmaster);
-            all.push(postmaster);
-            while !all.iter().all(|pid| is_stopped(*pid)) {
-                if Instant::now() > deadline {
-                    return Err(PgServerError::Io {
-                        doing: "wait for the server's processes to stop".into(),
-                        source: io::Error::from(io::ErrorKind::TimedOut),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(2));
+        let mut all = children_of(postmaster);
+        all.iter().for_each(|c| {
+            let _ = send(*c);
+        });
+        all.push(postmaster);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !all.iter().all(|pid| is_stopped(*pid)) {
+            if Instant::now() > deadline {
+                return Err(PgServerError::Io {
+                    doing: "wait for the server's processes to stop".into(),
+                    source: io::Error::from(io::ErrorKind::TimedOut),
+                });
             }
+            std::thread::sleep(Duration::from_millis(2));
         }
         Ok(())
     }
@@ -72,9 +72,16 @@ impl PgServer {
     }
 
     /// `kill -9` of every process of the server at once: a primary that
-    /// dies with its machine. Its data stays for `Drop` to remove.
+    /// dies with its machine. Its data stays for `Drop` to remove. Frozen
+    /// first, so no child is forked, or orphaned out of sight, meanwhile.
     pub fn kill_all(&self) -> Result<(), PgServerError> {
-        self.signal_all(Signal::SIGKILL)?;
+        let postmaster = self.postmaster_pid();
+        self.signal_all(Signal::SIGSTOP)?;
+        if let Some(postmaster) = postmaster {
+            for pid in children_of(postmaster).into_iter().chain([postmaster]) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
             if Instant::now() > deadline {
