@@ -103,19 +103,25 @@ plan_pg_failover() {
   echo "  again printed."
 }
 
-# pgf_load_loop LOOP OUT: new keys; request r of key i goes to server (LOOP + i + r) mod 2.
-# One line per request in OUT: key, server, HTTP status (or none), time (epoch).
+# pgf_send KEY FIRST AMOUNT OUT: POST KEY until a server answers it 2xx (bounded),
+# server FIRST mod 2 first, then the other in turn. One line per request in OUT:
+# key, server, HTTP status (or none), time (epoch).
+pgf_send() {
+  local key="$1" first="$2" amount="$3" out="$4" answer node r
+  for ((r = 0; r < 300; r++)); do
+    node=$(((first + r) % 2))
+    answer=$(pg_ha_post "${PGF_BASES[$node]}" "$key" "$amount")
+    echo "$key $node ${answer%% *} $(date +%s.%N)" >>"$out"
+    [[ "$answer" == 2??\ * ]] && return 0
+    sleep 0.1
+  done
+}
+
+# pgf_load_loop LOOP OUT: PGF_CALLS_PER_LOOP new keys, spread over both servers.
 pgf_load_loop() {
-  local loop="$1" out="$2" i r key node answer
+  local i
   for ((i = 0; i < PGF_CALLS_PER_LOOP; i++)); do
-    key="pgf-$$-$loop-$i"
-    for ((r = 0; r < 300; r++)); do
-      node=$(((loop + i + r) % 2))
-      answer=$(pg_ha_post "${PGF_BASES[$node]}" "$key" $((i + 1)))
-      echo "$key $node ${answer%% *} $(date +%s.%N)" >>"$out"
-      [[ "$answer" == 2??\ * ]] && break
-      sleep 0.1
-    done
+    pgf_send "pgf-$$-$1-$i" $(($1 + i)) $((i + 1)) "$2"
   done
 }
 

@@ -12,13 +12,9 @@
 //! succeeds — 0 acknowledged calls lost, because a commit returned only once
 //! the standby had it — with one effect per key at the downstream.
 
-use crate::support::downstream::Downstream;
-use crate::support::pg_faults::{
-    figures, pay, pay_tools, post, print_figures, start_node, wait_all_terminal, Acks,
-};
+use crate::support::pg_faults::{pay, post, Acks, PayRig};
 use crate::support::{Server, DEADLINE};
 use idempotent_tool::temp::postgres::{PgServer, USER};
-use idempotent_tool::temp::TempDir;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::thread;
@@ -87,18 +83,16 @@ fn the_nodes_follow_a_promoted_standby_and_lose_nothing_acknowledged() {
         primary.port(),
         standby.port()
     );
-    let scratch = TempDir::new("pg-failover").unwrap();
-    let downstream = Downstream::start(&[]);
-    let tools = pay_tools(&downstream);
+    let rig = PayRig::new("pg-failover", &[]);
     let flags = ["--lease-secs", "2", "--recover-interval-ms", "100"];
     let nodes = [
-        start_node("node-a", &url, &tools, &flags, &scratch),
-        start_node("node-b", &url, &tools, &flags, &scratch),
+        rig.node("node-a", &url, &flags),
+        rig.node("node-b", &url, &flags),
     ];
 
     let seen = Mutex::new(Seen::default());
     let stop = AtomicBool::new(false);
-    let (killed_after, promoted_after) = thread::scope(|s| {
+    let (killed_after, killed_at, promoted_after) = thread::scope(|s| {
         s.spawn(|| load(&nodes, &seen, &stop));
         wait_until("30 acknowledged", &seen, |s| s.acks.accepted.len() >= 30);
         primary.kill_all().unwrap_or_else(|e| panic!("{e}"));
@@ -114,7 +108,7 @@ fn the_nodes_follow_a_promoted_standby_and_lose_nothing_acknowledged() {
             s.acks.accepted.len() >= before + 20
         });
         stop.store(true, Ordering::SeqCst);
-        (before, promoted)
+        (before, killed_at, promoted)
     });
     let mut seen = seen.into_inner().unwrap();
     seen.acks.retry_refused(&nodes[0], |key| {
@@ -123,13 +117,12 @@ fn the_nodes_follow_a_promoted_standby_and_lose_nothing_acknowledged() {
         pay(t * 1_000 + n)
     });
     let new_primary = standby.url_for(&dbname);
-    wait_all_terminal(&new_primary, &seen.acks);
-
-    let found = figures(&new_primary, &seen.acks, &downstream);
     let back = |i: usize| seen.back[i].unwrap_or_default();
-    print_figures(
+    let found = rig.settle(
         "failover (synchronous)",
-        &found,
+        &new_primary,
+        &seen.acks,
+        killed_at,
         &[
             ("promoted after the kill", promoted_after),
             ("node a serving after the kill", back(0)),
@@ -137,9 +130,7 @@ fn the_nodes_follow_a_promoted_standby_and_lose_nothing_acknowledged() {
         ],
     );
     eprintln!("[failover] {killed_after} acknowledged before the kill");
-    assert_eq!(found.lost, 0, "acknowledged calls lost: {found:?}");
-    assert_eq!(found.unfinished, 0, "{found:?}");
-    assert_eq!(found.effects_not_one, 0, "{found:?}");
+    found.assert_nothing_lost();
     for (node, took) in ["a", "b"].iter().zip(&seen.back) {
         let took = took.unwrap_or_default();
         assert!(

@@ -14,13 +14,9 @@
 //! per key. The server is always resumed (the guard's drop), even when an
 //! assertion fails.
 
-use crate::support::downstream::Downstream;
-use crate::support::pg_faults::{
-    figures, pay, pay_tools, post, print_figures, start_node, timed, wait_all_terminal, Acks, Timed,
-};
+use crate::support::pg_faults::{pay, post, timed, Acks, PayRig, Timed};
 use crate::support::{charge, procfs, Server};
 use idempotent_tool::temp::postgres::PgServer;
-use idempotent_tool::temp::TempDir;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -74,13 +70,12 @@ fn assert_all_503_in_time(answers: &[(String, Timed)], node: &Server) -> Duratio
 fn a_frozen_database_is_answered_503_in_time_and_everything_accepted_completes_once() {
     let pg = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = pg.fresh_database("frozen");
-    let scratch = TempDir::new("pg-frozen").unwrap();
     // Each `pay` spends 1.5 s at the downstream: in flight when the server
     // freezes, finished while it is frozen.
-    let downstream = Downstream::start(&["--delay-ms", "1500"]);
-    let tools = pay_tools(&downstream);
+    let rig = PayRig::new("pg-frozen", &["--delay-ms", "1500"]);
+    let downstream = &rig.downstream;
     let lease = ["--lease-secs", "2", "--recover-interval-ms", "100"];
-    let node = start_node("node", &url, &tools, &lease, &scratch);
+    let node = rig.node("node", &url, &lease);
     let pid = node.proc.child.id();
 
     let mut acks = Acks::default();
@@ -133,22 +128,19 @@ fn a_frozen_database_is_answered_503_in_time_and_everything_accepted_completes_o
         thread::sleep(Duration::from_millis(50));
     };
     acks.retry_refused(&node, |_| charge(1));
-    wait_all_terminal(&url, &acks);
-
-    let found = figures(&url, &acks, &downstream);
-    print_figures(
+    let found = rig.settle(
         "frozen",
-        &found,
+        &url,
+        &acks,
+        frozen_at,
         &[
             ("503 within", to_503),
             ("503 again within", to_503_again),
             ("first 2xx after the thaw", back),
         ],
     );
-    assert_eq!(found.lost, 0, "{found:?}");
-    assert_eq!(found.unfinished, 0, "{found:?}");
+    found.assert_nothing_lost();
     assert_eq!(found.rerun_calls, 0, "{found:?}");
-    assert_eq!(found.effects_not_one, 0, "{found:?}");
     assert_eq!(found.acknowledged, 3 + 8 + 1, "{found:?}");
     crate::support::eventually("the threads of the freeze to end", || {
         procfs::thread_count(pid) <= threads_before + 2

@@ -14,12 +14,9 @@
 //! effect ids: one effect per key at the downstream.
 
 use crate::support::downstream::Downstream;
-use crate::support::pg_faults::{
-    figures, pay, pay_tools, post, print_figures, start_node, wait_all_terminal, Acks,
-};
+use crate::support::pg_faults::{pay, post, Acks, PayRig};
 use crate::support::{eventually, Server};
 use idempotent_tool::temp::postgres::{connect, PgServer};
-use idempotent_tool::temp::TempDir;
 use std::time::{Duration, Instant};
 
 /// Flags of both nodes: a lease well inside the outage, recovery often.
@@ -59,16 +56,15 @@ fn recovered(url: &str, acks: &Acks) -> i64 {
 fn a_short_outage_reruns_nothing_and_a_node_dead_in_one_is_still_taken_over() {
     let pg = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
     let url = pg.fresh_database("outage");
-    let scratch = TempDir::new("pg-outage").unwrap();
     // Each pay spends a second at the downstream: it finishes while the
     // database is down, and its completion waits on its node.
-    let downstream = Downstream::start(&["--delay-ms", "1000"]);
-    let tools = pay_tools(&downstream);
-    let a = start_node("node-a", &url, &tools, &FLAGS, &scratch);
-    let mut b = start_node("node-b", &url, &tools, &FLAGS, &scratch);
+    let rig = PayRig::new("pg-outage", &["--delay-ms", "1000"]);
+    let downstream = &rig.downstream;
+    let a = rig.node("node-a", &url, &FLAGS);
+    let mut b = rig.node("node-b", &url, &FLAGS);
 
     // A 3 s outage: past the 1.5 s lease, short of DEAD_AFTER.
-    let short = pays_in_flight(&[&a, &b], "short", 3, &downstream);
+    let short = pays_in_flight(&[&a, &b], "short", 3, downstream);
     pg.stop_immediate().unwrap_or_else(|e| panic!("{e}"));
     let down_at = Instant::now();
     eventually("the pays to return", || {
@@ -79,36 +75,27 @@ fn a_short_outage_reruns_nothing_and_a_node_dead_in_one_is_still_taken_over() {
     }
     pg.start_again().unwrap_or_else(|e| panic!("{e}"));
     let outage = down_at.elapsed();
-    wait_all_terminal(&url, &short);
-    let settled = down_at.elapsed();
-    let found = figures(&url, &short, &downstream);
-    print_figures(
-        "short outage",
-        &found,
-        &[("outage", outage), ("all settled after", settled)],
-    );
-    assert_eq!(found.lost + found.unfinished, 0, "{found:?}");
+    let found = rig.settle("short outage", &url, &short, down_at, &[("outage", outage)]);
+    found.assert_nothing_lost();
     assert_eq!(found.rerun_calls, 0, "nothing ran twice: {found:?}");
-    assert_eq!(found.effects_not_one, 0, "{found:?}");
     assert_eq!(recovered(&url, &short), 0, "no lease was taken back");
 
     // Another outage, during which node b really dies with calls in flight.
-    let dead = pays_in_flight(&[&b], "dead", 3, &downstream);
+    let dead = pays_in_flight(&[&b], "dead", 3, downstream);
     pg.stop_immediate().unwrap_or_else(|e| panic!("{e}"));
     let down_at = Instant::now();
     b.kill();
     std::thread::sleep(Duration::from_millis(500));
     pg.start_again().unwrap_or_else(|e| panic!("{e}"));
-    wait_all_terminal(&url, &dead);
-    let taken_over = down_at.elapsed();
-    let found = figures(&url, &dead, &downstream);
-    print_figures(
+    let outage = down_at.elapsed();
+    let found = rig.settle(
         "node dead in the outage",
-        &found,
-        &[("all taken over and settled after", taken_over)],
+        &url,
+        &dead,
+        down_at,
+        &[("outage", outage)],
     );
-    assert_eq!(found.lost + found.unfinished, 0, "{found:?}");
-    assert_eq!(found.effects_not_one, 0, "one effect per key: {found:?}");
+    found.assert_nothing_lost();
     assert_eq!(recovered(&url, &dead), 3, "b's calls taken back");
     let mut db = connect(&url);
     for call_id in dead.accepted.values() {

@@ -11,13 +11,9 @@
 //! fenced off (`stale_completion`), and nothing acknowledged is lost: every
 //! key succeeded, one effect per key at the reference downstream.
 
-use crate::support::downstream::Downstream;
-use crate::support::pg_faults::{
-    figures, pay, pay_tools, post, print_figures, start_node, wait_all_terminal, Acks, TcpProxy,
-};
+use crate::support::pg_faults::{pay, post, wait_all_terminal, Acks, PayRig, TcpProxy};
 use crate::support::{charge, eventually};
 use idempotent_tool::temp::postgres::{connect, PgServer, USER};
-use idempotent_tool::temp::TempDir;
 use std::time::{Duration, Instant};
 
 /// `--db-timeout-ms`'s default and the slack of a loaded test machine.
@@ -34,12 +30,11 @@ fn a_node_cut_off_from_postgres_loses_its_calls_to_the_others_and_nothing_acknow
         pg.password(),
         proxy.port
     );
-    let scratch = TempDir::new("pg-partition").unwrap();
-    let downstream = Downstream::start(&["--delay-ms", "1500"]);
-    let tools = pay_tools(&downstream);
+    let rig = PayRig::new("pg-partition", &["--delay-ms", "1500"]);
+    let downstream = &rig.downstream;
     let flags = ["--lease-secs", "1.5", "--recover-interval-ms", "100"];
-    let x = start_node("node-x", &via_proxy, &tools, &flags, &scratch);
-    let a = start_node("node-a", &url, &tools, &flags, &scratch);
+    let x = rig.node("node-x", &via_proxy, &flags);
+    let a = rig.node("node-a", &url, &flags);
 
     let mut acks = Acks::default();
     for (name, node) in [("x", &x), ("a", &a)] {
@@ -123,12 +118,11 @@ fn a_node_cut_off_from_postgres_loses_its_calls_to_the_others_and_nothing_acknow
     acks.record("x-during-reset", &reset);
     proxy.heal();
     acks.retry_refused(&x, |_| charge(1));
-    wait_all_terminal(&url, &acks);
-
-    let found = figures(&url, &acks, &downstream);
-    print_figures(
+    let found = rig.settle(
         "partition",
-        &found,
+        &url,
+        &acks,
+        cut_at,
         &[
             ("503 from x (black hole) within", refused.took),
             ("503 from x (reset) within", reset.took),

@@ -335,3 +335,61 @@ impl TcpProxy {
         );
     }
 }
+
+/// What every fault test with `pay` calls sets up: a scratch folder, the
+/// reference downstream (with `flags`: `--delay-ms` keeps calls in flight)
+/// and the tools file pointing at it.
+pub struct PayRig {
+    pub scratch: TempDir,
+    pub downstream: Downstream,
+    pub tools: ToolsFile,
+}
+
+impl PayRig {
+    pub fn new(name: &str, downstream_flags: &[&str]) -> PayRig {
+        let downstream = Downstream::start(downstream_flags);
+        let tools = pay_tools(&downstream);
+        PayRig {
+            scratch: TempDir::new(name).expect("a scratch folder"),
+            downstream,
+            tools,
+        }
+    }
+
+    /// A node on `url` with the rig's tools and `flags`.
+    pub fn node(&self, name: &str, url: &str, flags: &[&str]) -> Server {
+        start_node(name, url, &self.tools, flags, &self.scratch)
+    }
+
+    /// Wait until every accepted call is terminal, then count and print
+    /// the figures (with `timings`, and how long after `fault_began` every
+    /// call had settled) and return them.
+    pub fn settle(
+        &self,
+        fault: &str,
+        url: &str,
+        acks: &Acks,
+        fault_began: Instant,
+        timings: &[(&str, Duration)],
+    ) -> Figures {
+        wait_all_terminal(url, acks);
+        let mut timings = timings.to_vec();
+        timings.push((
+            "every call settled after the fault began",
+            fault_began.elapsed(),
+        ));
+        let found = figures(url, acks, &self.downstream);
+        print_figures(fault, &found, &timings);
+        found
+    }
+}
+
+impl Figures {
+    /// Every acknowledged key is on file with its call and succeeded, and
+    /// its effect was applied exactly once.
+    pub fn assert_nothing_lost(&self) {
+        assert_eq!(self.lost, 0, "acknowledged calls lost: {self:?}");
+        assert_eq!(self.unfinished, 0, "{self:?}");
+        assert_eq!(self.effects_not_one, 0, "one effect per key: {self:?}");
+    }
+}
