@@ -22,8 +22,10 @@
 //! - `exchange`: wraps every request (request id, tenant, access log,
 //!   metrics, the server's own answers);
 //! - `operations`: `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the
-//!   audit timeline.
+//!   audit timeline;
+//! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`.
 
+mod cancel;
 mod error;
 mod exchange;
 mod operations;

@@ -95,6 +95,18 @@ const MIGRATIONS: &[Migration] = &[
         // `business_key` for how the partial unique index decides.
         apply: |conn| conn.execute_batch(super::business_key::BUSINESS_KEYS_TABLE),
     },
+    Migration {
+        version: 9,
+        name: "calls.cancel_requested_at and cancel_reason: cancelling a call",
+        // `cancelled` needs no DDL (`status` is free text here, checked by
+        // `verify`); a running call's cancel request is kept on its row, so
+        // its owner, a failure or recovery can end it `cancelled` (see
+        // `cancel`). No index: an owner reads its own calls by primary key.
+        apply: |conn| {
+            add_column(conn, "calls", "cancel_requested_at", "REAL")?;
+            add_column(conn, "calls", "cancel_reason", "TEXT")
+        },
+    },
 ];
 
 /// The schema version this release writes.
@@ -120,7 +132,7 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 ///
 /// On a database created with the seed's exact schema, or by a release before
 /// migrations existed, every statement here finds its object already there.
-const TABLES: &str = "
+pub(super) const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS calls (
   call_id      TEXT PRIMARY KEY,
   idem_key     TEXT NOT NULL UNIQUE,
@@ -315,6 +327,8 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
     // Before anything reads the file: on a read-only mount, the first read of
     // a WAL database fails as "unable to open database file" (no -shm).
     refuse_read_only(&conn)?;
+    // Before the first write (WAL, page size): another program's file stays as it was.
+    super::ownership::refuse_foreign(&conn)?;
     configure(&conn, options)?;
     // Small pages: a commit writes every page it dirtied, and a batch dirties
     // many pages a little (index leaves, appended rows), so 1 KiB pages cut
