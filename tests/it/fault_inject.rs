@@ -60,7 +60,7 @@ fn every_fault_injection_scenario_passes() {
         );
     }
     assert!(!stdout.contains("MISMATCH"), "{text}");
-    assert!(stdout.contains("all 9 scenarios passed"), "{text}");
+    assert!(stdout.contains("all 11 scenarios passed"), "{text}");
 }
 
 /// One scenario run alone is summed up as one, not as "all 1 scenarios".
