@@ -581,6 +581,7 @@ static CAPTURED: AtomicBool = AtomicBool::new(cfg!(test));
 /// Route this process's stderr log lines through the test harness's capture
 /// (see `CAPTURED`). For test processes only: `temp` calls it when a test
 /// makes a temporary folder or database.
+#[cfg(any(test, feature = "testing"))]
 pub fn capture_for_tests() {
     CAPTURED.store(true, Ordering::Relaxed);
 }

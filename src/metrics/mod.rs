@@ -18,8 +18,7 @@ mod registry;
 mod series;
 pub mod service;
 
-pub use registry::{format_value, ComputedSample, Registry, CONTENT_TYPE};
-pub use series::{Counter, Family, Gauge, Histogram};
+pub use series::Counter;
 pub use service::{
     CancelOutcome, DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome,
     Transport, WaitedOn,

@@ -95,9 +95,10 @@ pub use options::{
     WRITER_STUCK_AFTER,
 };
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::{
-    backup, bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION,
-};
+pub(crate) use sqlite::backup;
+#[cfg(any(test, feature = "testing"))]
+pub use sqlite::bulk;
+pub use sqlite::{COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 pub use wake::{Wake, WakeHandler};
 
 use backend::Backend;

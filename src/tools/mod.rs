@@ -23,19 +23,19 @@
 //! the map and holds no type.
 
 mod args_error;
-pub mod builtin;
-pub mod business_key;
-pub mod command_tool;
+mod builtin;
+mod business_key;
+mod command_tool;
 mod error_code;
 mod excerpt;
-pub mod file;
+pub(crate) mod file;
 mod file_error;
 mod http_stop;
-pub mod http_tool;
+mod http_tool;
 mod outcome;
 mod rate;
 mod registry;
-pub mod schema;
+pub(crate) mod schema;
 mod secret;
 mod spec;
 mod stop;

@@ -15,6 +15,7 @@
 //! PostgreSQL wing, and must never hand a `rusqlite` type across the facade.
 
 pub mod backup;
+#[cfg(any(test, feature = "testing"))]
 pub mod bulk;
 mod business_key;
 mod cancel;
