@@ -34,9 +34,9 @@
 //!   `ToolErrorCode`, the one table of the codes a failed attempt records.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - `chaos`: failure hooks for tests and fault injection (`--chaos` only).
-//! - `sync`: lock helpers; `temp`: temporary folders and databases and a
-//!   private PostgreSQL, for the tests and the bench only (feature
-//!   `testing`).
+//! - `lock`: the one lock helper (a poisoned lock is taken as it is);
+//!   `temp`: temporary folders and databases and a private PostgreSQL, for
+//!   the tests and the bench only (feature `testing`).
 //! - `auth`: tenants, the `--auth-file` loader and bearer-token checks.
 //! - [`log`]: JSON-lines events and access records on stderr.
 //! - `metrics`: counters, gauges and histograms in atomics, rendered for
@@ -49,8 +49,10 @@
 //!   exit statuses — and [`cli::console`], the printing every binary uses so
 //!   that a closed stdout or stderr never panics.
 //!
-//! Architecture invariant: only `store` writes to the database, and only its
-//! writer thread holds a write transaction; tools never run inside one.
+//! Architecture invariant: only `store` writes to the database — on SQLite
+//! only through its writer thread, the one holder of a write transaction; on
+//! PostgreSQL in short transactions of each operation's own — and tools never
+//! run inside one.
 //! `tools` and `store` do not know each other: the `runner` turns an outcome
 //! into the store's records.
 //!
@@ -74,6 +76,7 @@ pub mod fingerprint;
 pub mod flag;
 pub mod http;
 pub(crate) mod input;
+pub(crate) mod lock;
 pub mod log;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
@@ -81,7 +84,6 @@ pub(crate) mod request_id;
 pub(crate) mod runner;
 pub mod server;
 pub mod store;
-pub(crate) mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod temp;
 pub mod tools;

@@ -238,7 +238,7 @@ impl Logger {
                 let _ = file.write_all(line.as_bytes());
             }
             Sink::Buffer(buffer) => {
-                let mut buffer = crate::sync::lock(buffer);
+                let mut buffer = crate::lock::lock(buffer);
                 buffer.extend_from_slice(line.as_bytes());
             }
         }

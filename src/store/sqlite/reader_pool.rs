@@ -13,7 +13,7 @@ use super::super::error::StoreError;
 use super::super::options::StoreOptions;
 use super::schema;
 use super::syncer::Durability;
-use crate::sync::lock;
+use crate::lock::lock;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};

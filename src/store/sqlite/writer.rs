@@ -339,7 +339,7 @@ impl Writer {
     /// Idempotent.
     pub(super) fn stop(&self) {
         self.queue.stop();
-        let thread = crate::sync::lock(&self.thread).take();
+        let thread = crate::lock::lock(&self.thread).take();
         if let Some(thread) = thread {
             let _ = thread.join();
         }
