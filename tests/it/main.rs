@@ -66,6 +66,7 @@ mod pg_partition;
 mod pg_paused_node;
 mod pg_schema;
 mod pg_service;
+mod pg_statements;
 mod pushback;
 mod quiet_logs;
 mod reclaim;

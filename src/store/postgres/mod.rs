@@ -16,7 +16,8 @@
 //! schema step 4), `home_schema` (`--db-schema` made, an earlier release's
 //! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the
 //! nodes, a cancel's included). `open` is the wing's one entry point; `PgStore`
-//! implements `Backend`.
+//! implements `Backend`. Its own tests: `tests` (several nodes, migrations,
+//! faults) and `tls_tests` (each `sslmode` against a server with TLS).
 //!
 //! The guarantees are `Backend`'s, as on SQLite, with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
