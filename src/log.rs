@@ -12,6 +12,10 @@
 //! `Exchange` holds what a request turned out to be (its tenant, key, call),
 //! filled in by whichever route answers it (REST or MCP), for its access line.
 //!
+//! Map: `settings` (what `--log-level` and `--access-log` accept), `file`
+//! (`--log-file`, reopened on SIGHUP), `access_writer`, `exchange`
+//! (`Exchange`), `repeats` (a failure that repeats said once, then counted).
+//!
 //! This module must make it impossible to log a secret by accident: an event
 //! takes a `&'static str` message and typed fields named for what they hold
 //! (a call id, a tool, an error value) — there is no free-form string field, so

@@ -12,7 +12,8 @@
 //!
 //! Map (this file holds no type): `series` the metrics in atomics and their
 //! families; `registry` the families a process exports and the rendering;
-//! `service` the families of this service.
+//! `service` the families of this service; and, for the tests, `exposition`,
+//! the strict parser of a scrape that the integration tests use too.
 
 mod registry;
 mod series;

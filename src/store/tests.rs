@@ -3,6 +3,11 @@
 //! events of a call). Contract tests run on both backends through
 //! `on_both_backends!` (`tests/backends.rs`); SQLite-only ones (the writer
 //! thread, migrations) say so in their file.
+//!
+//! The topics: `create`, `create_claimed`, `claims`, `claim_due`,
+//! `recovery`, `retry`, `cancel`, `limits`, `tenants`, `audit`,
+//! `effect_ids`; `backends` (the two backends each test runs on) and `wings`
+//! (neither wing names the other).
 
 use super::*;
 use rusqlite::Connection;

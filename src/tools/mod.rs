@@ -19,8 +19,11 @@
 //! [`ToolError`], what an attempt produced), `registry` ([`ToolRegistry`],
 //! [`PrepareError`]), `spec` ([`ToolSpec`], [`RunContext`], [`Backoff`]),
 //! `args_error` ([`ArgsError`], why args fail a tool's rules), `file_error`
-//! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second), `excerpt` (bounded excerpts of output). This file is
-//! the map and holds no type.
+//! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second),
+//! `excerpt` (bounded excerpts of output), `business_key` (a tool's
+//! business-key rule and what agents are told of it), `secret` ([`Secret`]),
+//! `stop` ([`Stop`], a running attempt told to stop) and `http_stop` (how an
+//! `http` request is abandoned then). This file is the map and holds no type.
 
 mod args_error;
 mod builtin;

@@ -7,7 +7,8 @@
 //! `docs/operations.md` names exactly the series a running server exposes.
 //!
 //! README's error-code table is held to `ErrorCode` by `src/http/error_code.rs`
-//! and to `openapi.yaml` by `tests/openapi.rs`.
+//! and to `openapi.yaml` by `tests/openapi.rs`; the `//!` maps inside `src/`
+//! are held to the modules by `module_maps.rs`.
 
 use crate::support::openapi::ROOT;
 use crate::support::{Http, Local, TempDb, SERVER_BIN};

@@ -50,6 +50,7 @@ mod mcp;
 mod mcp_crash;
 mod mcp_origin;
 mod memory;
+mod module_maps;
 mod observability;
 mod openapi;
 mod openapi_live;

@@ -1,5 +1,5 @@
-//! The SQLite wing's own tests: the writer thread and the migrations, which
-//! PostgreSQL does not have. They share the store tests' helpers.
+//! The SQLite wing's own tests: the writer thread (`writer`) and the
+//! migrations (`migrations`), which PostgreSQL does not have. They share the store tests' helpers.
 
 use super::{schema, SqliteStore};
 use crate::store::tests::{audit_events, new_call, rows};
