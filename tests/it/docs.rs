@@ -22,18 +22,26 @@ const README_MAX_LINES: usize = 400;
 /// Repository folders whose paths README and `docs/` may name in backticks.
 const CHECKED_PREFIXES: &[&str] = &["src/", "tests/", "scripts/", "bench/", "docs/"];
 
-/// README.md and every `docs/*.md`, as (path relative to the root, text).
-fn documents() -> Vec<(PathBuf, String)> {
-    let mut paths = vec![PathBuf::from("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(format!("{ROOT}/docs"))
-        .expect("docs/ exists")
-        .map(|entry| entry.expect("docs/ entry").path())
+/// The `*.md` files of `folder` (relative to the root), sorted.
+fn markdown_in(folder: &str) -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(format!("{ROOT}/{folder}"))
+        .unwrap_or_else(|e| panic!("{folder}/: {e}"))
+        .map(|entry| entry.expect("an entry").path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
-        .map(|path| PathBuf::from("docs").join(path.file_name().expect("a file name")))
+        .map(|path| Path::new(folder).join(path.file_name().expect("a file name")))
         .collect();
     docs.sort();
+    docs
+}
+
+/// README.md, every `docs/*.md` and the journal's pages, as (path relative
+/// to the root, text).
+fn documents() -> Vec<(PathBuf, String)> {
+    let mut paths = vec![PathBuf::from("README.md")];
+    let docs = markdown_in("docs");
     assert!(docs.len() >= 6, "docs/ holds the split README: {docs:?}");
     paths.extend(docs);
+    paths.extend(markdown_in("docs/journal"));
     paths
         .into_iter()
         .map(|path| {

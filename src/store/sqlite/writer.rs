@@ -14,7 +14,7 @@
 //! the audit row), a release, recovery, a purge. Only a heartbeat,
 //! `mark_stopped` and a lease extension (one `UPDATE` per lease, harmless if
 //! some apply before one fails) could skip it; they are rare, and skipping it
-//! for them paid nothing measurable (docs/performance-writer.md), so one rule
+//! for them paid nothing measurable (docs/journal/performance.md), so one rule
 //! holds for all.
 //!
 //! **The durability rule, with the fsync pipelined.** The commit itself does
