@@ -1,6 +1,6 @@
-//! README and `docs/` stay true to the code and to each other: every relative
-//! link reaches a file and a heading that exist, every repository path they
-//! name exists, README stays a front page (at most 400 lines, the two
+//! README, CONTRIBUTING and `docs/` stay true to the code and to each other:
+//! every relative link reaches a file and a heading that exist, every
+//! repository path they name exists, README stays a front page (at most 400 lines, the two
 //! commands verbatim), its endpoint table lists exactly the routes the router
 //! serves, its flags table exactly the flags the server accepts, and its code
 //! map exactly what is under `src/` and `src/store/`; and the metrics table of
@@ -34,10 +34,10 @@ fn markdown_in(folder: &str) -> Vec<PathBuf> {
     docs
 }
 
-/// README.md, every `docs/*.md` and the journal's pages, as (path relative
-/// to the root, text).
+/// README.md, CONTRIBUTING.md, every `docs/*.md` and the journal's pages, as
+/// (path relative to the root, text).
 fn documents() -> Vec<(PathBuf, String)> {
-    let mut paths = vec![PathBuf::from("README.md")];
+    let mut paths = vec![PathBuf::from("README.md"), PathBuf::from("CONTRIBUTING.md")];
     let docs = markdown_in("docs");
     assert!(docs.len() >= 6, "docs/ holds the split README: {docs:?}");
     paths.extend(docs);
