@@ -22,11 +22,17 @@
 //! - `exchange`: wraps every request (request id, tenant, access log,
 //!   metrics, the server's own answers);
 //! - `operations`: `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the
-//!   audit timeline.
+//!   audit timeline;
+//! - `promise_check`: `GET /v1/verify`, `verify` on demand on a thread of
+//!   its own, one at a time, bounded in time.
+//!
+//! `/ui` is answered by `crate::console` before authentication (its files
+//! hold no data).
 
 mod error;
 mod exchange;
 mod operations;
+mod promise_check;
 mod router;
 mod validate;
 

@@ -46,6 +46,8 @@ pub fn route_of(path: &str) -> Route {
         "/metrics" => Route::Metrics,
         "/openapi.yaml" => Route::OpenApi,
         "/mcp" => Route::Mcp,
+        "/v1/verify" => Route::Verify,
+        _ if crate::console::owns(path) => Route::Console,
         _ if path.starts_with("/v1/tool-calls/by-key/") => Route::GetToolCallByKey,
         _ => match path.strip_prefix("/v1/tool-calls/") {
             Some(rest) if rest.ends_with("/audit") => Route::GetAudit,

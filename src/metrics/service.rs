@@ -71,12 +71,16 @@ pub enum Route {
     OpenApi,
     /// `POST /mcp`: MCP over Streamable HTTP.
     Mcp,
+    /// `GET /v1/verify`: the promise check.
+    Verify,
+    /// `/ui` and everything under it: the console's pages and files.
+    Console,
     /// Any path the router does not know (a `404`).
     Other,
 }
 
 impl Route {
-    pub const ALL: [Route; 11] = [
+    pub const ALL: [Route; 13] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -87,6 +91,8 @@ impl Route {
         Route::Metrics,
         Route::OpenApi,
         Route::Mcp,
+        Route::Verify,
+        Route::Console,
         Route::Other,
     ];
 
@@ -102,6 +108,8 @@ impl Route {
             Route::Metrics => "/metrics",
             Route::OpenApi => "/openapi.yaml",
             Route::Mcp => "/mcp",
+            Route::Verify => "/v1/verify",
+            Route::Console => "/ui",
             Route::Other => "other",
         }
     }

@@ -16,11 +16,12 @@ use super::options::{DueLimits, StoreOptions};
 use super::postgres::listen::Handler as WakeHandler;
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
+use super::verify::{Report, VerifyError};
 use super::writer::Then;
 use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The call store, on whichever backend the database names. Cheap to share
 /// behind an `Arc`.
@@ -310,5 +311,20 @@ impl CallStore {
     /// Every call's counts (`Scope::All`), or one tenant's.
     pub fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
         each!(self, b => b.stats(scope))
+    }
+}
+
+impl CallStore {
+    /// `verify` on this store's database (`GET /v1/verify`): read-only, one
+    /// snapshot, on a connection of its own (never one that calls' reads or
+    /// writes wait for), stopped at `deadline` (`VerifyError::TimedOut`). On
+    /// SQLite the report is handed back only once every commit it could have
+    /// seen is synced, like any read.
+    pub fn verify_until(
+        &self,
+        effect_tools: &[&str],
+        deadline: Instant,
+    ) -> Result<Report, VerifyError> {
+        each!(self, b => b.verify_until(effect_tools, deadline))
     }
 }

@@ -15,6 +15,7 @@ use super::model::{
 };
 use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
 use super::reader_pool::Readers;
+use super::verify::{self, Report, VerifyError};
 use super::writer::{Lane, Then, Writer};
 use super::{report_reads, retention, schema, sql};
 use crate::metrics::Metrics;
@@ -24,7 +25,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many due calls `claim_due_within` reads past those of a tool with no
 /// slot left, looking for calls it may claim.
@@ -450,5 +451,24 @@ impl SqliteStore {
         op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
         self.readers.read(op)
+    }
+}
+
+impl SqliteStore {
+    /// See `CallStore::verify_until`. The check opens the file itself
+    /// (read-only); what it saw is then gated like any read (`syncer`).
+    pub fn verify_until(
+        &self,
+        effect_tools: &[&str],
+        deadline: Instant,
+    ) -> Result<Report, VerifyError> {
+        let report = verify::verify_within(&self.path, effect_tools, deadline)?;
+        // At least a moment for the sync in flight, even at the deadline.
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.writer
+            .durability()
+            .wait_until_visible_is_synced(left.max(Duration::from_secs(1)))
+            .map_err(VerifyError::NotDurable)?;
+        Ok(report)
     }
 }

@@ -37,6 +37,7 @@ mod tls;
 mod tls_tests;
 mod verify;
 
+use verify::verify_on;
 pub(super) use verify::{tools_outside, verify};
 
 pub use schema::PG_SCHEMA_VERSION;
@@ -49,6 +50,7 @@ use super::model::{
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
+use super::verify::{Report, VerifyError};
 use super::writer::Then;
 use crate::metrics::Metrics;
 use ::postgres::IsolationLevel;
@@ -57,7 +59,7 @@ use serde_json::Value;
 use sql::Finish;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub(super) struct PgStore {
     pool: Pool,
@@ -414,5 +416,22 @@ impl PgStore {
             tx.commit()?;
             Ok(out)
         })
+    }
+}
+
+impl PgStore {
+    /// See `CallStore::verify_until`: on a connection opened for it, outside
+    /// the pool, each statement bounded by what is left of the time.
+    pub(super) fn verify_until(
+        &self,
+        effect_tools: &[&str],
+        deadline: Instant,
+    ) -> Result<Report, VerifyError> {
+        let target = self.pool.target();
+        let mut client = self
+            .pool
+            .connect_outside()
+            .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
+        verify_on(&mut client, target, effect_tools, Some(deadline))
     }
 }

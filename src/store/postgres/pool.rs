@@ -117,6 +117,18 @@ impl Pool {
         outcome.map_err(store_error)
     }
 
+    /// A connection outside the pool, opened like the pool's (the same URL,
+    /// TLS and CA file) without its session settings: for a long read
+    /// (`verify`) that must not hold one of the connections calls need.
+    pub(super) fn connect_outside(&self) -> Result<Client, StoreError> {
+        open(&self.target, self.tls.clone())
+    }
+
+    /// The database this pool connects to (its password masked in `Display`).
+    pub(super) fn target(&self) -> &PgTarget {
+        &self.target
+    }
+
     /// Drop every idle connection (a stopping store).
     pub(super) fn close_idle(&self) {
         let mut state = lock(&self.state);

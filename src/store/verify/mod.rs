@@ -50,7 +50,7 @@ use super::Database;
 pub(in crate::store) use invariants::{business_key_check, invariant_checks, Spec};
 pub(in crate::store) use report::MAX_EXAMPLES;
 pub use report::{Check, Report, VerifyError};
-pub use sqlite::{tools_outside, verify};
+pub use sqlite::{tools_outside, verify, verify_within};
 
 /// Check every invariant on `db` (a SQLite file or a PostgreSQL database),
 /// read-only, in one snapshot.
