@@ -42,9 +42,9 @@ pub struct PromiseCheck {
     running: Arc<Mutex<Option<Arc<Run>>>>,
 }
 
-/// One run of the check: its answer once there is one.
-#[derive(Default)]
+/// One run of the check: when it must end, and its answer once there is one.
 struct Run {
+    deadline: Instant,
     outcome: Mutex<Option<Outcome>>,
     finished: Condvar,
 }
@@ -66,7 +66,7 @@ impl PromiseCheck {
         let Some(run) = self.join_or_start(started + timeout) else {
             return Ok(Response::from_error(
                 ErrorCode::Unavailable,
-                "the promise check could not be started",
+                "no check could start within timeout_s (one asked with less time was still ending); ask again",
             ));
         };
         let outcome = wait_for(&run, started + timeout + ANSWER_GRACE);
@@ -87,14 +87,38 @@ impl PromiseCheck {
         }
     }
 
-    /// The run in progress, or a new one on its own thread, stopped at
-    /// `deadline`; `None` if no thread could be started.
+    /// A run whose answer is this request's: the one in progress if it may
+    /// run at least until `deadline`, else (a shorter one is ending) a new
+    /// one once that one is over, on its own thread, stopped at `deadline`.
+    /// `None` if no thread could be started, or the other run outlived
+    /// `deadline`.
     fn join_or_start(&self, deadline: Instant) -> Option<Arc<Run>> {
-        let mut running = lock(&self.running);
-        if let Some(run) = &*running {
-            return Some(Arc::clone(run));
+        loop {
+            let mut running = lock(&self.running);
+            match &*running {
+                Some(run) if run.deadline >= deadline => return Some(Arc::clone(run)),
+                Some(run) => {
+                    let shorter = Arc::clone(run);
+                    drop(running);
+                    let _ended = wait_for(&shorter, deadline)?;
+                }
+                None => {
+                    let run = self.start(deadline)?;
+                    *running = Some(Arc::clone(&run));
+                    return Some(run);
+                }
+            }
         }
-        let run = Arc::new(Run::default());
+    }
+
+    /// A new run on its own thread, stopped at `deadline`; it empties the
+    /// slot when it ends.
+    fn start(&self, deadline: Instant) -> Option<Arc<Run>> {
+        let run = Arc::new(Run {
+            deadline,
+            outcome: Mutex::new(None),
+            finished: Condvar::new(),
+        });
         let store = Arc::clone(&self.store);
         let tools = Arc::clone(&self.effect_tools);
         let slot = Arc::clone(&self.running);
@@ -121,7 +145,6 @@ impl PromiseCheck {
                     .emit();
             })
             .ok()?;
-        *running = Some(Arc::clone(&run));
         Some(run)
     }
 }
