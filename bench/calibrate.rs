@@ -27,6 +27,7 @@ pub fn access_log_micros_per_line(dir: &Path) -> Result<f64, BenchError> {
     let key = format!("bench-{}-000123", run_id());
     let record = AccessRecord {
         request_id: "r0123456789ab-123456",
+        client: Some(std::net::Ipv4Addr::LOCALHOST.into()),
         tenant: Some("anonymous"),
         method: "POST",
         path: "/v1/tool-calls",
@@ -51,7 +52,7 @@ const COMMIT_CALIBRATION: Duration = Duration::from_millis(1500);
 /// The HTTP-only baseline: `load` (in `Mode::Healthz`) against `GET /healthz`,
 /// on the same connections and with the same stop rule as the run it calibrates.
 pub fn healthz_calibration(load: &Load) -> LoadResult {
-    eprintln!(
+    idempotent_tool::errln!(
         "bench: concurrency {}: GET /healthz calibration",
         load.concurrency
     );

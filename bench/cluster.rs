@@ -81,7 +81,7 @@ pub fn run_cluster(config: &Config, url: &str) -> Result<bool, BenchError> {
         }
     }
     if config.json {
-        println!("{}", table_json(&rows, ceiling, config));
+        idempotent_tool::outln!("{}", table_json(&rows, ceiling, config));
     } else {
         print_table(&rows, ceiling, config);
     }
@@ -102,7 +102,7 @@ fn measure_nodes(
     let authorities: Vec<String> = services.iter().map(|s| s.addr().to_string()).collect();
     let stats = || fetch_stats(&authorities[0]);
     let before = stats()?;
-    eprintln!(
+    idempotent_tool::errln!(
         "bench: {} load on {backend}, {nodes} node(s), concurrency {}",
         mode.name(),
         config.concurrency
@@ -158,7 +158,7 @@ fn pgbench_ceiling(url: &str, config: &Config) -> Result<f64, BenchError> {
         Stop::After(d) => d.as_secs().max(5),
         Stop::Count(_) => 10,
     };
-    eprintln!("bench: pgbench ceiling on the same database ({seconds} s)");
+    idempotent_tool::errln!("bench: pgbench ceiling on the same database ({seconds} s)");
     let out = Command::new("bash")
         .arg(script)
         .args(["--db", url, "--seconds", &seconds.to_string()])
@@ -205,7 +205,7 @@ fn ratios(
 
 fn print_table(rows: &[Row], ceiling: Option<f64>, config: &Config) {
     let x = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}x"));
-    println!(
+    idempotent_tool::outln!(
         "PostgreSQL beside SQLite: concurrency {}, {}, {} cores{}",
         config.concurrency,
         match config.stop {
@@ -217,8 +217,8 @@ fn print_table(rows: &[Row], ceiling: Option<f64>, config: &Config) {
             ", pgbench ceiling {c:.0} calls/s"
         ))
     );
-    println!("ratios: completed/s for distinct keys, accepted/s for one key");
-    println!(
+    idempotent_tool::outln!("ratios: completed/s for distinct keys, accepted/s for one key");
+    idempotent_tool::outln!(
         "{:<9} {:<10} {:>5} {:>11} {:>12} {:>7} {:>7} {:>7} {:>9} {:>9} {:>10}  checks",
         "mode",
         "backend",
@@ -234,7 +234,7 @@ fn print_table(rows: &[Row], ceiling: Option<f64>, config: &Config) {
     );
     for row in rows {
         let (vs_sqlite, vs_one, vs_ceiling) = ratios(rows, row, ceiling);
-        println!(
+        idempotent_tool::outln!(
             "{:<9} {:<10} {:>5} {:>11.0} {:>12.0} {:>7.2} {:>7.2} {:>7} {:>9} {:>9} {:>10}  {}",
             row.mode.name(),
             row.backend,
@@ -250,7 +250,7 @@ fn print_table(rows: &[Row], ceiling: Option<f64>, config: &Config) {
             if row.ok() { "ok" } else { "FAILED" }
         );
         for check in row.checks.iter().filter(|c| !c.ok) {
-            println!("    FAILED: {}", check.name);
+            idempotent_tool::outln!("    FAILED: {}", check.name);
         }
     }
 }

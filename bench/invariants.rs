@@ -9,7 +9,8 @@ use crate::load::LoadResult;
 use crate::measure::Stats;
 use crate::target::{Target, REMOTE_TOOL};
 use crate::Mode;
-use idempotent_tool::store::verify::{verify, Check as VerifyCheck};
+use idempotent_tool::store::verify::{verify_database, Check as VerifyCheck};
+use idempotent_tool::store::Database;
 use idempotent_tool::tools::EFFECT_TOOLS;
 use std::path::Path;
 
@@ -96,7 +97,7 @@ fn store_checks(db: &Path, mode: Mode) -> Vec<Check> {
     if mode == Mode::HttpTool {
         effect_tools.push(REMOTE_TOOL);
     }
-    match verify(db, &effect_tools) {
+    match verify_database(&Database::Sqlite(db.to_path_buf()), &effect_tools) {
         Ok(report) => report.checks.iter().map(named_check).collect(),
         Err(e) => vec![check(format!("verify {}: {e}", db.display()), false)],
     }

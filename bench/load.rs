@@ -257,5 +257,6 @@ pub fn parsed_request(method: &str, path: &str) -> Request {
         headers: Vec::new(),
         body: Vec::new(),
         client: Default::default(),
+        peer: None,
     }
 }

@@ -297,12 +297,12 @@ fn main() -> ExitCode {
     let config = match Config::parse(std::env::args().skip(1)) {
         Ok(Some(config)) => config,
         Ok(None) => {
-            print!("{USAGE}");
+            idempotent_tool::out!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(e) => {
             debug_assert!(e.is_usage(), "parsing flags fails only on flags");
-            eprintln!("bench: {e}\n\n{USAGE}");
+            idempotent_tool::cli::console::usage_error("bench", &e);
             return ExitCode::from(2);
         }
     };
@@ -311,7 +311,7 @@ fn main() -> ExitCode {
     let log_dir = match TempDir::new("idem-bench-log") {
         Ok(dir) => dir,
         Err(e) => {
-            eprintln!("bench: temp folder: {e}");
+            idempotent_tool::errln!("bench: temp folder: {e}");
             return ExitCode::from(1);
         }
     };
@@ -320,7 +320,7 @@ fn main() -> ExitCode {
             let _ = log::init(Logger::file(Level::Info, config.access_log, file));
         }
         Err(e) => {
-            eprintln!("bench: log file: {e}");
+            idempotent_tool::errln!("bench: log file: {e}");
             return ExitCode::from(1);
         }
     }
@@ -334,11 +334,11 @@ fn main() -> ExitCode {
     match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("bench: an invariant check FAILED (see above)");
+            idempotent_tool::errln!("bench: an invariant check FAILED (see above)");
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("bench: {e}");
+            idempotent_tool::errln!("bench: {e}");
             ExitCode::from(1)
         }
     }
@@ -369,7 +369,7 @@ fn run_single(config: &Config) -> Result<bool, BenchError> {
             )
         }
     };
-    eprintln!(
+    idempotent_tool::errln!(
         "bench: single-commit calibration in {}",
         calibration_dir.display()
     );
@@ -400,7 +400,7 @@ fn run_single(config: &Config) -> Result<bool, BenchError> {
         if let (Some(ideal), Some(gauge)) = (ideal, downstream) {
             v["http_tool"] = report::http_tool_json(&m, config, ideal, gauge);
         }
-        println!("{v}");
+        idempotent_tool::outln!("{v}");
     } else {
         report::print_report(&m, config, &target, commit_rate, rss, no_http, access);
         if let (Some(ideal), Some(gauge)) = (ideal, downstream) {

@@ -165,7 +165,7 @@ pub fn measure(
     };
     let healthz = healthz_calibration(&plan(Mode::Healthz));
     let before = fetch_stats(&target.authority)?;
-    eprintln!(
+    idempotent_tool::errln!(
         "bench: concurrency {concurrency}: {} load ({} calls already)",
         mode.name(),
         before.calls
@@ -199,7 +199,9 @@ pub fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, B
     let (service, _) = service_config(&dir.join("no-http.db"), setup)?;
     let service = Service::start(service)?;
     let handler = service.handler();
-    eprintln!("bench: the same load without HTTP, straight into a fresh service's handler");
+    idempotent_tool::errln!(
+        "bench: the same load without HTTP, straight into a fresh service's handler"
+    );
     let load = run_load(&Load {
         via: Via::Direct(&handler),
         mode: config.mode,

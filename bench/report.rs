@@ -33,18 +33,20 @@ fn connections_text(keep_alive: bool) -> &'static str {
 
 fn print_commit_rate(c: CommitRate) {
     let (mean, before, after) = (c.mean(), c.before, c.after);
-    print!("calibration: single-commit={mean:.1}/s (before {before:.1}, after {after:.1})");
-    println!("  one commit p50={:.2}ms p99={:.2}ms", c.p50_ms, c.p99_ms);
+    idempotent_tool::out!(
+        "calibration: single-commit={mean:.1}/s (before {before:.1}, after {after:.1})"
+    );
+    idempotent_tool::outln!("  one commit p50={:.2}ms p99={:.2}ms", c.p50_ms, c.p99_ms);
 }
 
 /// Where the server's single writer spent the run: how many operations each
 /// commit carried, and running them versus committing them.
 fn print_writer(w: WriterStats) {
     if w.batches == 0 {
-        return println!("writer: - (the server reports no writer counters)");
+        return idempotent_tool::outln!("writer: - (the server reports no writer counters)");
     }
     let busy = (w.run_us + w.commit_us).max(1) as f64;
-    println!(
+    idempotent_tool::outln!(
         "writer: batches={}  ops/batch={:.1}  run={:.1}us/op  commit={:.2}ms/batch ({:.0}% of its busy time)",
         w.batches,
         w.ops_per_batch(),
@@ -77,7 +79,7 @@ fn print_access_log(access: AccessLog, rps: f64) {
         Some(false) => "off",
         None => "as the server was started",
     };
-    println!(
+    idempotent_tool::outln!(
         "access log: {state}; one line costs {:.2}us, {:.1}% of one core at this rps",
         access.micros_per_line,
         100.0 * access.core_share(rps)
@@ -100,13 +102,13 @@ pub fn print_report(
     };
     let conns = connections_text(config.keep_alive);
     let stop = stop_text(config.stop);
-    println!(
+    idempotent_tool::outln!(
         "mode={} concurrency={} {conns} {stop} server={server}",
         m.mode.name(),
         m.concurrency
     );
     let wall = l.wall.as_secs_f64();
-    println!(
+    idempotent_tool::outln!(
         "n={}  wall={wall:.3}s  rps={:.1} ({:.2}x healthz)",
         l.requests(),
         l.rps(),
@@ -114,7 +116,7 @@ pub fn print_report(
     );
     let (p50, p95, p99, max) = (l.ms(0.50), l.ms(0.95), l.ms(0.99), l.ms(1.0));
     let p99_x = m.p99_x();
-    println!(
+    idempotent_tool::outln!(
         "p50={p50:.2}ms  p95={p95:.2}ms  p99={p99:.2}ms ({p99_x:.1}x healthz)  max={max:.2}ms"
     );
     let codes: Vec<String> = l
@@ -122,25 +124,25 @@ pub fn print_report(
         .iter()
         .map(|(c, n)| format!("http_{c}={n}"))
         .collect();
-    println!("{}  status0={}", codes.join("  "), l.status0);
+    idempotent_tool::outln!("{}  status0={}", codes.join("  "), l.status0);
     let (calls, effects) = (
         m.after.calls - m.before.calls,
         m.after.effects - m.before.effects,
     );
-    println!("calls={calls}  effects={effects}");
+    idempotent_tool::outln!("calls={calls}  effects={effects}");
     let attempts: Vec<String> = m
         .attempts()
         .iter()
         .map(|(a, n)| format!("{a}={n}"))
         .collect();
-    println!("attempts: {}", attempts.join(" "));
-    print!(
+    idempotent_tool::outln!("attempts: {}", attempts.join(" "));
+    idempotent_tool::out!(
         "accepted/s={:.1} ({:.2}x healthz)  ",
         l.accepted_per_s(),
         m.accepted_x()
     );
-    print!("completed/s={:.1} ", m.completed_per_s());
-    println!(
+    idempotent_tool::out!("completed/s={:.1} ", m.completed_per_s());
+    idempotent_tool::outln!(
         "({:.2}x single-commit)  drain={:.3}s",
         m.completed_x(commit),
         m.drain.as_secs_f64()
@@ -150,25 +152,25 @@ pub fn print_report(
         false => "server pid",
     };
     match rss {
-        Some(kib) => println!("peak_rss={:.1}MiB ({whose})", kib as f64 / 1024.0),
-        None => println!("peak_rss=- (give --server-pid)"),
+        Some(kib) => idempotent_tool::outln!("peak_rss={:.1}MiB ({whose})", kib as f64 / 1024.0),
+        None => idempotent_tool::outln!("peak_rss=- (give --server-pid)"),
     }
-    print!(
+    idempotent_tool::out!(
         "calibration: healthz rps={:.1} p99={:.2}ms ",
         h.rps(),
         h.ms(0.99)
     );
-    println!("({} requests)", h.requests());
+    idempotent_tool::outln!("({} requests)", h.requests());
     print_writer(m.writer());
     print_commit_rate(commit);
     print_access_log(access, l.rps());
     if let Some(no_http) = no_http {
-        print!(
+        idempotent_tool::out!(
             "without HTTP: accepted/s={:.1} ({:.2}x healthz)  ",
             no_http.accepted_per_s(),
             ratio(no_http.accepted_per_s(), h.rps())
         );
-        println!(
+        idempotent_tool::outln!(
             "p50={:.2}ms  p99={:.2}ms  (same load into a fresh service's handler)",
             no_http.ms(0.50),
             no_http.ms(0.99)
@@ -176,7 +178,7 @@ pub fn print_report(
     }
     print_targets(m, commit);
     for c in &m.checks {
-        println!("check {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.name);
+        idempotent_tool::outln!("check {}: {}", if c.ok { "ok  " } else { "FAIL" }, c.name);
     }
 }
 
@@ -190,20 +192,20 @@ pub fn print_http_tool(m: &Measurement, config: &Config, ideal: f64, downstream:
         .unwrap_or_default()
         .as_secs_f64()
         * 1e3;
-    println!(
+    idempotent_tool::outln!(
         "http-tool: workers={} downstream latency={latency_ms:.0}ms  completed/s={done:.1}  \
          ideal workers/latency={ideal:.1}/s  ratio={:.2}",
         config.workers(),
         done / ideal.max(1e-9)
     );
-    println!(
+    idempotent_tool::outln!(
         "http-tool: downstream requests={} max_in_flight={}",
         downstream.requests(),
         downstream.max_in_flight()
     );
     let ratio = done / ideal.max(1e-9);
     let mark = if ratio >= 0.8 { "met" } else { "MISSED" };
-    println!("target completed/s >= 0.8x ideal: {ratio:.2}x {mark}");
+    idempotent_tool::outln!("target completed/s >= 0.8x ideal: {ratio:.2}x {mark}");
 }
 
 /// `print_http_tool`'s figures for `--json`.
@@ -231,17 +233,17 @@ fn print_targets(m: &Measurement, commit: CommitRate) {
     );
     match m.mode {
         Mode::Distinct => {
-            println!(
+            idempotent_tool::outln!(
                 "target accepted/s >= 0.25x healthz: {acc_x:.2}x {}",
                 mark(acc_x >= 0.25)
             );
-            println!("target POST p99 <= 5ms: {p99:.2}ms {}", mark(p99 <= 5.0));
-            println!(
+            idempotent_tool::outln!("target POST p99 <= 5ms: {p99:.2}ms {}", mark(p99 <= 5.0));
+            idempotent_tool::outln!(
                 "target completed/s >= 1.0x single-commit: {done_x:.2}x {}",
                 mark(done_x >= 1.0)
             );
         }
-        Mode::SameKey => println!(
+        Mode::SameKey => idempotent_tool::outln!(
             "target same-key rps >= 0.5x healthz: {rps_x:.2}x {}",
             mark(rps_x >= 0.5)
         ),
@@ -253,45 +255,49 @@ pub fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, 
     let conns = connections_text(config.keep_alive);
     let stop = stop_text(config.stop);
     let mode = points[0].mode.name();
-    println!("sweep: mode={mode} {conns} {stop} per point");
+    idempotent_tool::outln!("sweep: mode={mode} {conns} {stop} per point");
     print_commit_rate(commit);
-    print!("conc    calls0       rps  x_hlth   p99ms  x_hlth");
-    println!("  hlth_rps  hlth_p99  completed/s  ops/batch  commit_ms  status0  checks");
+    idempotent_tool::out!("conc    calls0       rps  x_hlth   p99ms  x_hlth");
+    idempotent_tool::outln!(
+        "  hlth_rps  hlth_p99  completed/s  ops/batch  commit_ms  status0  checks"
+    );
     for p in points {
         let (l, h) = (&p.load, &p.healthz);
-        print!(
+        idempotent_tool::out!(
             "{:>4} {:>9} {:>9.1} ",
             p.concurrency,
             p.before.calls,
             l.rps()
         );
-        print!("{:>7.2} {:>7.2} {:>7.1} ", p.rps_x(), l.ms(0.99), p.p99_x());
-        print!(
+        idempotent_tool::out!("{:>7.2} {:>7.2} {:>7.1} ", p.rps_x(), l.ms(0.99), p.p99_x());
+        idempotent_tool::out!(
             "{:>9.1} {:>9.2} {:>12.1} ",
             h.rps(),
             h.ms(0.99),
             p.completed_per_s()
         );
         let w = p.writer();
-        print!(
+        idempotent_tool::out!(
             "{:>10.1} {:>10.2} ",
             w.ops_per_batch(),
             w.commit_ms_per_batch()
         );
-        println!("{:>8} {:>7}", l.status0, if p.ok() { "ok" } else { "FAIL" });
+        idempotent_tool::outln!("{:>8} {:>7}", l.status0, if p.ok() { "ok" } else { "FAIL" });
     }
-    println!(
+    idempotent_tool::outln!(
         "data: rps with {PREFILL_CALLS} calls = {data_ratio:.2}x a fresh empty db, \
          {DATA_PAIRS} adjacent pairs (target >= 0.8)"
     );
     if let Some(kib) = peak_rss_kib(None) {
         let mib = kib as f64 / 1024.0;
-        println!("peak_rss={mib:.1}MiB (this process: servers, load generator, pre-fill)");
+        idempotent_tool::outln!(
+            "peak_rss={mib:.1}MiB (this process: servers, load generator, pre-fill)"
+        );
     }
     for p in points {
         for c in p.checks.iter().filter(|c| !c.ok) {
             let (conc, before) = (p.concurrency, p.before.calls);
-            println!(
+            idempotent_tool::outln!(
                 "check FAIL (concurrency {conc}, {before} calls before): {}",
                 c.name
             );

@@ -27,7 +27,7 @@ pub const DATA_PAIRS: usize = 2;
 
 pub fn run_sweep(config: &Config) -> Result<bool, BenchError> {
     let dir = TempDir::new("idem-bench").map_err(BenchError::io("temp folder"))?;
-    eprintln!(
+    idempotent_tool::errln!(
         "bench: single-commit calibration in {}",
         dir.path().display()
     );
@@ -39,10 +39,10 @@ pub fn run_sweep(config: &Config) -> Result<bool, BenchError> {
         points.push(measure(&empty, config.mode, c, config)?);
     }
     let filled_db = dir.join("filled.db");
-    eprintln!("bench: pre-filling {PREFILL_CALLS} succeeded calls");
+    idempotent_tool::errln!("bench: pre-filling {PREFILL_CALLS} succeeded calls");
     let started = Instant::now();
     let filled = start_in_process(&filled_db, || prefill(&filled_db, PREFILL_CALLS))?;
-    eprintln!(
+    idempotent_tool::errln!(
         "bench: pre-filled in {:.1}s",
         started.elapsed().as_secs_f64()
     );
@@ -51,7 +51,7 @@ pub fn run_sweep(config: &Config) -> Result<bool, BenchError> {
     let commit_rate = CommitRate::new(before, after);
     if config.json {
         let v = report::sweep_json(&points, config, commit_rate, data_ratio);
-        println!("{v}");
+        idempotent_tool::outln!("{v}");
     } else {
         report::print_sweep(&points, config, commit_rate, data_ratio);
     }

@@ -176,6 +176,7 @@ impl Service {
             auth,
             Arc::clone(&metrics),
             mcp,
+            config.trusted_proxies.clone(),
         ));
         let handler: Handler = {
             let api = Arc::clone(&api);

@@ -1,28 +1,47 @@
-//! Command-line configuration: every flag, its default, and its validation.
+//! The service's configuration: every flag, its default and its validation,
+//! from the command line and from the environment (`IDEMPOTENT_TOOL_*`, a
+//! flag given wins), and the secrets read from files.
 //!
-//! `Config::parse` never exits or prints; `main` decides what a bad flag costs
-//! (usage on stderr, exit 2).
+//! Map: this file holds `Config`, its defaults, `OPTIONS` (the options part of
+//! `--help`) and the order sources are applied in; `flags` what each flag
+//! sets and how it is shown back; `environment` the variables, `_FILE`
+//! variables and secret files; `effective` what `--print-config` prints;
+//! `error` `ConfigError`.
+//!
+//! `Config::parse` never exits or prints; the binary decides what a bad flag
+//! costs (one line on stderr, exit 2).
+
+mod effective;
+mod environment;
+mod error;
+mod flags;
+
+pub use effective::{describe, Origin, Origins};
+pub use environment::{forget as forget_variables, service_variables, variable_of, PREFIX};
+pub use error::ConfigError;
+pub use flags::{Flag, FLAGS};
 
 use crate::flag::{FlagError, Flags};
-use crate::log::{Level, SettingError};
+use crate::http::TrustedProxies;
+use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
-use crate::store::{Database, DatabaseUrlError, Retention, StoreOptions};
+use crate::store::{Database, Retention, StoreOptions};
 use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
-use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const USAGE: &str = "\
-usage: idempotent-tool [options]
-
-  --host HOST                 address to bind (default 127.0.0.1)
+/// The options part of `--help`: every flag the service takes.
+pub const OPTIONS: &str = "  --host HOST                 address to bind (default 127.0.0.1)
   --port PORT                 port to bind; 0 picks a free one (default 8081)
   --db PATH|URL               SQLite database file (default idem.db), or a
                               postgres://user:password@host:port/dbname URL
                               (sslmode=disable|prefer|require|verify-ca|verify-full)
+  --db-password-file FILE     PostgreSQL: the password of the --db URL, read
+                              from this file (a container secret); the URL
+                              then gives none
   --db-pool N                 PostgreSQL: most connections this node opens (default 16)
   --db-ca-file FILE           PostgreSQL: trust these PEM roots for TLS, not the system's
   --workers N                 worker threads running tools (default 8)
@@ -59,11 +78,26 @@ usage: idempotent-tool [options]
                               update, then purge them (default 86400; fractions
                               allowed; 0 keeps them forever)
   --log-level LEVEL           error, warn, info or debug (default info)
-  --access-log on|off         one JSON line per request on stderr (default on)
+  --access-log on|off         one JSON line per request (default on)
+  --log-file PATH             append the log to this file instead of stderr;
+                              SIGHUP opens it again (for logrotate)
+  --trusted-proxy LIST        addresses or networks, comma-separated, whose
+                              X-Forwarded-For names the client in the access
+                              log (default none: the peer's address)
   --chaos                     honour chaos hooks in args (tests, fault injection)
-  --help                      print this help
-";
+  --print-config              print the configuration in force, secrets
+                              redacted, and exit
+  --version                   print the version and the schema versions it
+                              writes, and exit (also -V)
+  --help                      print this help (also -h)
 
+environment:
+  Every option above but the last three can also come from a variable:
+  IDEMPOTENT_TOOL_ and its name in capitals, dashes as underscores
+  (IDEMPOTENT_TOOL_PORT=9000; IDEMPOTENT_TOOL_CHAOS=1). A flag on the command
+  line wins. IDEMPOTENT_TOOL_<NAME>_FILE=PATH reads the value from a file, as
+  containers pass secrets (IDEMPOTENT_TOOL_DB_FILE=/run/secrets/db_url).
+";
 /// `--max-pending`'s default: at the few thousand calls a second this
 /// service completes on a small machine, a backlog of about a second.
 pub const DEFAULT_MAX_PENDING: usize = 4096;
@@ -107,6 +141,14 @@ pub struct Config {
     pub tools: Arc<ToolRegistry>,
     /// How long an MCP `tools/call` waits for its call to settle.
     pub mcp_wait: Duration,
+    /// `--log-file`: where the log goes instead of stderr.
+    pub log_file: Option<PathBuf>,
+    /// Whose `X-Forwarded-For` names the client in the access log.
+    pub trusted_proxies: TrustedProxies,
+    /// `--db-password-file`: read into `db` once the flags are parsed.
+    pub db_password_file: Option<PathBuf>,
+    /// Where each flag given came from (for `--print-config`).
+    pub origins: Origins,
 }
 
 impl Default for Config {
@@ -138,6 +180,10 @@ impl Default for Config {
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
             mcp_wait: DEFAULT_MCP_WAIT,
+            log_file: None,
+            trusted_proxies: TrustedProxies::default(),
+            db_password_file: None,
+            origins: Origins::default(),
         }
     }
 }
@@ -146,142 +192,88 @@ impl Default for Config {
 #[derive(Debug)]
 pub enum Command {
     Run(Box<Config>),
+    /// `--print-config`: show this configuration and exit.
+    PrintConfig(Box<Config>),
     Help,
+    Version,
 }
 
-/// A flag that is unknown, lacks its value, or has a bad one; or flags that
-/// together would expose the service. `main` answers each with the usage
-/// and exit 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ConfigError {
-    /// Unknown, without its value, or a value it does not take.
-    Flag(FlagError),
-    /// An integer flag outside its range.
-    OutOfRange {
-        flag: String,
-        value: String,
-        min: u64,
-        max: u64,
-    },
-    /// `--log-level` or `--access-log`.
-    Setting(SettingError),
-    /// `--db` names no usable database.
-    Database(DatabaseUrlError),
-    /// A non-loopback `--host` without `--auth-file` or `--insecure-no-auth`
-    /// (the host as given, at most 64 characters).
-    ExposedWithoutAuth { host: String },
+/// The command line read for its shape only: the configuring flags given,
+/// with their values, and the action asked for.
+struct CommandLine {
+    given: Vec<(&'static Flag, String)>,
+    print_config: bool,
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::Flag(e) => e.fmt(f),
-            ConfigError::OutOfRange {
-                flag,
-                value,
-                min,
-                max,
-            } => write!(
-                f,
-                "{flag} must be an integer from {min} to {max}, not {value:?}"
-            ),
-            ConfigError::Setting(e) => e.fmt(f),
-            ConfigError::Database(e) => e.fmt(f),
-            ConfigError::ExposedWithoutAuth { host } => write!(
-                f,
-                "--host {host:?} is not a loopback address: anyone who can reach it could read \
-                 and make calls; give --auth-file, or --insecure-no-auth to serve without tokens"
-            ),
+/// `--help` or `--version`, which end the reading at once.
+enum Action {
+    Help,
+    Version,
+}
+
+fn read_command_line<I: IntoIterator<Item = String>>(
+    args: I,
+) -> Result<Result<CommandLine, Action>, ConfigError> {
+    let mut flags = Flags::new(args);
+    let mut line = CommandLine {
+        given: Vec::new(),
+        print_config: false,
+    };
+    while let Some(written) = flags.next_flag()? {
+        match written.as_str() {
+            "--help" | "-h" => return Ok(Err(Action::Help)),
+            "--version" | "-V" => return Ok(Err(Action::Version)),
+            "--print-config" => line.print_config = true,
+            _ => {
+                let flag = flags::find(&written).ok_or(FlagError::Unknown(written))?;
+                let value = if flag.takes_value {
+                    flags.value()?
+                } else {
+                    String::new()
+                };
+                line.given.push((flag, value));
+            }
         }
     }
-}
-
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConfigError::Flag(e) => Some(e),
-            ConfigError::Setting(e) => Some(e),
-            ConfigError::Database(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<FlagError> for ConfigError {
-    fn from(error: FlagError) -> ConfigError {
-        ConfigError::Flag(error)
-    }
-}
-
-/// A value `flag` does not take: what it must be.
-fn bad_value(flag: &str, value: &str, expected: &'static str) -> ConfigError {
-    ConfigError::Flag(FlagError::BadValue {
-        flag: flag.to_string(),
-        value: value.to_string(),
-        expected,
-    })
+    Ok(Ok(line))
 }
 
 impl Config {
-    /// Parse the arguments after the program name.
+    /// Parse the arguments after the program name, with no environment
+    /// (the tests and the bench).
     pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Command, ConfigError> {
+        Config::parse_with(args, &[])
+    }
+
+    /// Parse the arguments over the service's `variables` (`IDEMPOTENT_TOOL_*`,
+    /// by name): the defaults, then the variables, then the command line, so
+    /// a flag given wins; then `--db-password-file` is read.
+    pub fn parse_with<I: IntoIterator<Item = String>>(
+        args: I,
+        variables: &[(String, String)],
+    ) -> Result<Command, ConfigError> {
+        let line = match read_command_line(args)? {
+            Ok(line) => line,
+            Err(Action::Help) => return Ok(Command::Help),
+            Err(Action::Version) => return Ok(Command::Version),
+        };
         let mut config = Config::default();
-        let mut flags = Flags::new(args);
-        while let Some(flag) = flags.next_flag()? {
-            let mut value = || flags.value().map_err(ConfigError::from);
-            match flag.as_str() {
-                "--help" | "-h" => return Ok(Command::Help),
-                "--chaos" => config.runner.chaos = true,
-                "--insecure-no-auth" => config.insecure_no_auth = true,
-                "--auth-file" => config.auth_file = Some(PathBuf::from(value()?)),
-                "--key-ttl" => config.store.retention.key_ttl = key_ttl(&flag, &value()?)?,
-                "--log-level" => {
-                    config.log_level = Level::parse(&value()?).map_err(ConfigError::Setting)?
-                }
-                "--access-log" => {
-                    config.access_log =
-                        crate::log::parse_access_log(&value()?).map_err(ConfigError::Setting)?
-                }
-                "--host" => config.host = value()?,
-                "--port" => config.port = number(&flag, &value()?, 0..=65535)? as u16,
-                "--db" => config.db = Database::parse(&value()?).map_err(ConfigError::Database)?,
-                "--db-pool" => {
-                    config.store.pool_size = number(&flag, &value()?, 1..=10_000)? as usize
-                }
-                "--db-ca-file" => config.store.ca_file = Some(PathBuf::from(value()?)),
-                "--tools" => config.tools_file = Some(PathBuf::from(value()?)),
-                "--workers" => config.runner.workers = number(&flag, &value()?, 1..=1024)? as usize,
-                "--lease-secs" => config.runner.lease = seconds(&flag, &value()?)?,
-                "--recover-interval-ms" => {
-                    config.runner.recover_interval = millis(&flag, &value()?, 1)?
-                }
-                "--busy-timeout-ms" => config.store.busy_timeout = millis(&flag, &value()?, 0)?,
-                "--request-timeout-ms" => {
-                    config.limits.request_timeout = millis(&flag, &value()?, 1)?
-                }
-                "--idle-timeout-ms" => config.limits.idle_timeout = millis(&flag, &value()?, 1)?,
-                "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(&flag, &value()?)?,
-                "--shutdown-grace-secs" => config.shutdown_grace = seconds(&flag, &value()?)?,
-                "--max-connections" => {
-                    config.limits.max_connections =
-                        number(&flag, &value()?, 1..=1_000_000)? as usize
-                }
-                "--max-pending" => {
-                    config.max_pending = number(&flag, &value()?, 1..=10_000_000)? as usize
-                }
-                "--answer-cache-mib" => {
-                    config.answer_cache_bytes =
-                        (number(&flag, &value()?, 0..=65_536)? as usize) << 20
-                }
-                other => return Err(FlagError::Unknown(other.to_string()).into()),
-            }
+        environment::apply(&mut config, variables)?;
+        for (flag, value) in &line.given {
+            flags::set(&mut config, flag, value)?;
+            config.origins.set(flag.name, Origin::CommandLine);
         }
+        environment::apply_password_file(&mut config)?;
         if config.auth_file.is_none() && !config.insecure_no_auth && !is_loopback(&config.host) {
             return Err(ConfigError::ExposedWithoutAuth {
                 host: config.host.chars().take(64).collect(),
             });
         }
-        Ok(Command::Run(Box::new(config)))
+        Ok(if line.print_config {
+            Command::PrintConfig(Box::new(config))
+        } else {
+            Command::Run(Box::new(config))
+        })
     }
 
     /// A lease no longer than the longest tool run: allowed (tests use short
@@ -309,164 +301,5 @@ pub fn is_loopback(host: &str) -> bool {
         || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// `--key-ttl`: seconds, fractions allowed; `0` keeps keys forever (`None`).
-fn key_ttl(flag: &str, value: &str) -> Result<Option<Duration>, ConfigError> {
-    match value.parse::<f64>() {
-        Ok(0.0) => Ok(None),
-        Ok(s) if s.is_finite() && s > 0.0 && s <= 100.0 * 365.0 * 86_400.0 => {
-            Ok(Some(Duration::from_secs_f64(s)))
-        }
-        _ => Err(bad_value(
-            flag,
-            value,
-            "a number of seconds, 0 (keep forever) or above",
-        )),
-    }
-}
-
-fn number(
-    flag: &str,
-    value: &str,
-    range: std::ops::RangeInclusive<u64>,
-) -> Result<u64, ConfigError> {
-    value
-        .parse::<u64>()
-        .ok()
-        .filter(|n| range.contains(n))
-        .ok_or_else(|| ConfigError::OutOfRange {
-            flag: flag.to_string(),
-            value: value.to_string(),
-            min: *range.start(),
-            max: *range.end(),
-        })
-}
-
-fn millis(flag: &str, value: &str, min: u64) -> Result<Duration, ConfigError> {
-    number(flag, value, min..=86_400_000).map(Duration::from_millis)
-}
-
-/// Like `seconds`, but 0 is allowed (answer at once).
-fn seconds_or_zero(flag: &str, value: &str) -> Result<Duration, ConfigError> {
-    match value.parse::<f64>() {
-        Ok(0.0) => Ok(Duration::ZERO),
-        _ => seconds(flag, value),
-    }
-}
-
-fn seconds(flag: &str, value: &str) -> Result<Duration, ConfigError> {
-    value
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| bad_value(flag, value, "a number of seconds above 0"))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> Result<Command, ConfigError> {
-        Config::parse(args.iter().map(|s| s.to_string()))
-    }
-
-    #[test]
-    fn defaults_match_the_documentation() {
-        let Command::Run(c) = parse(&[]).unwrap() else {
-            panic!()
-        };
-        assert_eq!((c.host.as_str(), c.port), ("127.0.0.1", 8081));
-        assert_eq!(c.db.sqlite_path(), Some(std::path::Path::new("idem.db")));
-        assert_eq!(c.runner.workers, 8);
-        assert_eq!(c.runner.lease, Duration::from_secs(30));
-        assert_eq!(c.runner.recover_interval, Duration::from_millis(200));
-        assert!(!c.runner.chaos);
-        assert_eq!(c.answer_cache_bytes, 64 << 20);
-        assert_eq!(c.max_pending, 4096);
-        assert_eq!(c.store.retention.key_ttl, Some(DEFAULT_KEY_TTL));
-        assert_eq!((c.log_level, c.access_log), (Level::Info, true));
-        assert!(c.auth_file.is_none() && !c.insecure_no_auth);
-    }
-
-    #[test]
-    fn key_ttl_takes_fractions_and_zero_means_forever() {
-        let ttl = |v: &str| match parse(&["--key-ttl", v]) {
-            Ok(Command::Run(c)) => Ok(c.store.retention.key_ttl),
-            Ok(Command::Help) => panic!(),
-            Err(e) => Err(e),
-        };
-        assert_eq!(ttl("0.5"), Ok(Some(Duration::from_millis(500))));
-        assert_eq!(ttl("0"), Ok(None));
-        for bad in ["-1", "nan", "inf", "x", ""] {
-            assert!(ttl(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_reachable_host_needs_auth_or_an_explicit_opt_out() {
-        for host in ["127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"] {
-            assert!(parse(&["--host", host]).is_ok(), "{host}");
-        }
-        for host in ["0.0.0.0", "10.0.0.1", "::", "example.com"] {
-            let err = parse(&["--host", host]).unwrap_err().to_string();
-            assert!(
-                err.contains("--auth-file") && err.contains("--insecure-no-auth"),
-                "{err}"
-            );
-            assert!(parse(&["--host", host, "--insecure-no-auth"]).is_ok());
-            assert!(parse(&["--host", host, "--auth-file", "a.json"]).is_ok());
-        }
-    }
-
-    #[test]
-    fn flags_are_read() {
-        let Command::Run(c) = parse(&[
-            "--port",
-            "0",
-            "--db",
-            "x.db",
-            "--workers",
-            "2",
-            "--lease-secs",
-            "0.5",
-            "--answer-cache-mib",
-            "3",
-            "--max-pending",
-            "7",
-            "--tools",
-            "t.json",
-            "--chaos",
-        ])
-        .unwrap() else {
-            panic!()
-        };
-        assert_eq!(c.tools_file, Some(PathBuf::from("t.json")));
-        assert_eq!(c.tools.specs().count(), 4, "the built-ins until load_tools");
-        assert_eq!(c.answer_cache_bytes, 3 << 20);
-        assert_eq!(c.max_pending, 7);
-        assert_eq!(c.port, 0);
-        assert_eq!(c.db.sqlite_path(), Some(std::path::Path::new("x.db")));
-        assert_eq!(c.runner.workers, 2);
-        assert_eq!(c.runner.lease, Duration::from_millis(500));
-        assert!(c.runner.chaos);
-    }
-
-    #[test]
-    fn bad_flags_are_refused() {
-        for bad in [
-            &["--nope"][..],
-            &["--port"],
-            &["--port", "70000"],
-            &["--workers", "0"],
-            &["--max-pending", "0"],
-            &["--lease-secs", "-1"],
-            &["--lease-secs", "nan"],
-            &["--log-level", "verbose"],
-            &["--access-log", "maybe"],
-            &["--auth-file"],
-        ] {
-            assert!(parse(bad).is_err(), "{bad:?}");
-        }
-        assert!(matches!(parse(&["--help"]), Ok(Command::Help)));
-    }
-}
+mod tests;

@@ -93,7 +93,7 @@ pub fn raise_open_file_limit() -> u64 {
     match raised {
         Ok(limit) => limit,
         Err(e) => {
-            eprintln!("idempotent-tool: cannot raise the open-file limit: {e}");
+            crate::errln!("idempotent-tool: cannot raise the open-file limit: {e}");
             rlimit::Resource::NOFILE
                 .get()
                 .map_or(u64::MAX, |(soft, _)| soft)

@@ -23,9 +23,12 @@
 //! - `chunked`: the incremental chunked-body decoder.
 //! - `parser`: `RequestParser`, the sans-IO state machine over head and body.
 //! - `write`: `write_response`, the response writer.
+//! - `forwarded`: `TrustedProxies`, which address a request came from
+//!   (`X-Forwarded-For`, believed only from a `--trusted-proxy`).
 
 mod chunked;
 mod error_code;
+mod forwarded;
 mod head;
 mod message;
 mod parse_error;
@@ -36,6 +39,7 @@ mod write;
 
 pub use chunked::{ChunkedDecoder, MAX_CHUNK_EXT_BYTES};
 pub use error_code::ErrorCode;
+pub use forwarded::{NotAnAddress, TrustedProxies};
 pub use head::{parse_head, Framing, Head};
 pub use message::{ClientProbe, Request, Response, Version, CONTINUE_100, RETRY_AFTER_SECS};
 pub use parse_error::ParseError;

@@ -3,7 +3,8 @@
 //!
 //! Module map (each owns one concern):
 //!
-//! - [`config`]: the server's command-line flags and their defaults; [`flag`]:
+//! - [`config`]: the server's flags, their defaults, their environment
+//!   variables and secret files; [`flag`]:
 //!   the flag splitting every binary shares.
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
 //!   `ErrorCode`, the one table of error codes and their statuses;
@@ -45,6 +46,10 @@
 //! - [`request_id`]: the `X-Request-Id` kept or made for each request.
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
+//! - [`cli`]: the `idempotent-tool` command line — the service's run (flags,
+//!   signals, systemd notification), its subcommands (`verify`), `--version`,
+//!   exit statuses — and [`cli::console`], the printing every binary uses so
+//!   that a closed stdout or stderr never panics.
 //!
 //! Architecture invariant: only `store` writes to the database, and only its
 //! writer thread holds a write transaction; tools never run inside one.
@@ -57,6 +62,7 @@ pub mod app;
 pub mod auth;
 pub mod calls;
 pub mod chaos;
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod console;

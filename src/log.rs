@@ -1,6 +1,7 @@
-//! Structured logging: one JSON object per line on stderr — events (start-up,
-//! state transitions, errors) filtered by `--log-level`, and one access record
-//! per request unless `--access-log off`.
+//! Structured logging: one JSON object per line on stderr, or appended to
+//! `--log-file` (reopened on SIGHUP, see `file`) — events (start-up, state
+//! transitions, errors) filtered by `--log-level`, and one access record per
+//! request unless `--access-log off`.
 //!
 //! Every line is built whole, then written with one `write_all` under the
 //! stderr lock, so lines from concurrent threads never interleave (and a line
@@ -19,26 +20,28 @@
 
 mod access_writer;
 mod exchange;
+mod file;
 mod repeats;
 mod settings;
 
 pub use access_writer::AccessWriter;
 pub use exchange::Exchange;
+use file::{LogFile, LogFileWriter};
 pub use repeats::{Repeats, BACKGROUND_FAILURE_EVERY};
 pub use settings::{parse_access_log, Level, SettingError};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Where lines go: stderr, a file (the bench's in-process server), or a
-/// buffer a test reads back.
+/// Where lines go: stderr, a file (`--log-file`, or the bench's in-process
+/// server), or a buffer a test reads back.
 #[derive(Clone)]
 enum Sink {
     Stderr,
-    File(Arc<Mutex<std::fs::File>>),
+    File(Arc<LogFile>),
     Buffer(Arc<Mutex<Vec<u8>>>),
 }
 
@@ -73,18 +76,48 @@ impl Logger {
         }
     }
 
-    /// A logger appending to a file: what stderr redirected to a file costs,
-    /// without flooding a terminal (the bench's in-process server).
+    /// A logger appending to a file already open: what stderr redirected to
+    /// a file costs, without flooding a terminal (the bench's in-process
+    /// server). `reopen` leaves it alone.
     pub fn file(level: Level, access_log: bool, file: std::fs::File) -> Logger {
-        let access_writer = match (access_log, file.try_clone()) {
-            (true, Ok(clone)) => start_access_writer(Box::new(clone)),
-            _ => None,
-        };
+        Logger::to_log_file(level, access_log, LogFile::from_file(file))
+    }
+
+    /// `--log-file PATH`: a logger appending to `path`, which `reopen` opens
+    /// again (logrotate renames the file, then sends SIGHUP).
+    pub fn file_at(
+        level: Level,
+        access_log: bool,
+        path: &std::path::Path,
+    ) -> std::io::Result<Logger> {
+        LogFile::open(path).map(|file| Logger::to_log_file(level, access_log, file))
+    }
+
+    fn to_log_file(level: Level, access_log: bool, file: LogFile) -> Logger {
+        let file = Arc::new(file);
+        let access_writer = access_log
+            .then(|| start_access_writer(Box::new(LogFileWriter(Arc::clone(&file)))))
+            .flatten();
         Logger {
             level,
             access_log,
-            sink: Sink::File(Arc::new(Mutex::new(file))),
+            sink: Sink::File(file),
             access_writer,
+        }
+    }
+
+    /// Open the log file again by its path (SIGHUP): `None` when the log is
+    /// not a file with a path (stderr), else whether that worked. Lines
+    /// already queued go to whichever file is open when they are written,
+    /// each to exactly one.
+    pub fn reopen(&self) -> Option<std::io::Result<()>> {
+        match &self.sink {
+            Sink::File(file) => match file.reopen() {
+                Ok(true) => Some(Ok(())),
+                Ok(false) => None,
+                Err(e) => Some(Err(e)),
+            },
+            Sink::Stderr | Sink::Buffer(_) => None,
         }
     }
 
@@ -194,7 +227,7 @@ impl Logger {
                 let _ = std::io::stderr().lock().write_all(line.as_bytes());
             }
             Sink::File(file) => {
-                let _ = crate::sync::lock(file).write_all(line.as_bytes());
+                let _ = file.write_all(line.as_bytes());
             }
             Sink::Buffer(buffer) => {
                 let mut buffer = crate::sync::lock(buffer);
@@ -337,6 +370,9 @@ impl Event<'_> {
 #[derive(Debug, Clone)]
 pub struct AccessRecord<'a> {
     pub request_id: &'a str,
+    /// The client's address: the connection's peer, or the address a
+    /// `--trusted-proxy` forwarded for; `None` without a socket.
+    pub client: Option<IpAddr>,
     /// `None` when the request was refused before it was authenticated.
     pub tenant: Option<&'a str>,
     pub method: &'a str,
@@ -361,6 +397,13 @@ impl AccessRecord<'_> {
     fn push_line(&self, line: &mut String) {
         push_line_start(line, Level::Info);
         push_str_field(line, "request_id", self.request_id);
+        match self.client {
+            // An address needs no escaping.
+            Some(client) => {
+                let _ = write!(line, ",\"client\":\"{client}\"");
+            }
+            None => line.push_str(",\"client\":null"),
+        }
         push_optional_str_field(line, "tenant", self.tenant);
         push_str_field(line, "method", self.method);
         let path = self.path.split('?').next().unwrap_or_default();

@@ -305,7 +305,7 @@ fn reject_busy(mut stream: TcpStream, observer: &dyn Observer) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
     let mut response = Response::from_error(ErrorCode::Unavailable, "too many open connections");
-    observer.own_answer(None, &mut response, Duration::ZERO);
+    observer.own_answer(None, stream.peer_addr().ok(), &mut response, Duration::ZERO);
     let _ = stream.write_all(&closing_response_bytes(&response));
     let _ = stream.shutdown(Shutdown::Write);
     discard_already_received(&mut stream);

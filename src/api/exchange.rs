@@ -15,6 +15,7 @@ use crate::log::{self, AccessRecord, Exchange};
 use crate::metrics::Route;
 use crate::request_id;
 use crate::server::Observer;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// A POST's answer that returns a call: its `Location`, and
@@ -72,7 +73,14 @@ impl Api {
             .route(req, &mut exchange)
             .unwrap_or_else(ApiError::into_response);
         let elapsed = started.elapsed();
-        self.record(&request_id, Some(req), &exchange, &response, elapsed);
+        self.record(
+            &request_id,
+            Some(req),
+            req.peer,
+            &exchange,
+            &response,
+            elapsed,
+        );
         response
             .headers
             .push((request_id::HEADER.to_string(), request_id));
@@ -84,15 +92,23 @@ impl Api {
         &self,
         request_id: &str,
         req: Option<&Request>,
+        peer: Option<SocketAddr>,
         exchange: &Exchange,
         response: &Response,
         elapsed: Duration,
     ) {
         let (method, path) = req.map_or(("-", "-"), |r| (r.method.as_str(), r.path.as_str()));
+        let client = peer.map(|peer| match req {
+            Some(r) => self
+                .trusted_proxies
+                .client_address(peer.ip(), r.header_values("x-forwarded-for")),
+            None => peer.ip().to_canonical(),
+        });
         self.metrics
             .observe_request(route_of(path), response.status, elapsed);
         log::access(&AccessRecord {
             request_id,
+            client,
             tenant: exchange.tenant.as_deref(),
             method,
             path,
@@ -117,7 +133,13 @@ impl Observer for Api {
         self.metrics.open_connections.dec();
     }
 
-    fn own_answer(&self, request: Option<&Request>, response: &mut Response, elapsed: Duration) {
+    fn own_answer(
+        &self,
+        request: Option<&Request>,
+        peer: Option<SocketAddr>,
+        response: &mut Response,
+        elapsed: Duration,
+    ) {
         let client_id = request.and_then(|r| r.header(request_id::HEADER));
         let request_id = self.request_ids.accept_or_generate(client_id);
         response
@@ -126,6 +148,7 @@ impl Observer for Api {
         self.record(
             &request_id,
             request,
+            peer,
             &Exchange::default(),
             response,
             elapsed,

@@ -19,7 +19,7 @@ use super::validate::{
 use crate::auth::{Auth, Tenant};
 use crate::calls::{CallError, CallRequest, Calls, Submitted};
 use crate::console;
-use crate::http::{ClientProbe, Request, Response};
+use crate::http::{ClientProbe, Request, Response, TrustedProxies};
 use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::{Metrics, Transport};
@@ -72,6 +72,8 @@ pub struct Api {
     pub(super) health: HealthCache,
     /// `GET /v1/verify`: the one promise check that may run at a time.
     promise_check: PromiseCheck,
+    /// Whose `X-Forwarded-For` names the client in the access log.
+    pub(super) trusted_proxies: TrustedProxies,
 }
 
 impl Api {
@@ -82,6 +84,7 @@ impl Api {
         auth: Auth,
         metrics: Arc<Metrics>,
         mcp: Endpoint,
+        trusted_proxies: TrustedProxies,
     ) -> Api {
         let effect_tools = calls.tools().effect_tools();
         let promise_check = PromiseCheck::new(
@@ -97,6 +100,7 @@ impl Api {
             metrics,
             request_ids: RequestIds::new(),
             health: HealthCache::default(),
+            trusted_proxies,
         }
     }
 

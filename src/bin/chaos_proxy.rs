@@ -115,20 +115,20 @@ enum Outcome {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
+        idempotent_tool::outln!("{USAGE}");
         return ExitCode::SUCCESS;
     }
     let config = match parse_args(&args) {
         Ok(config) => Arc::new(config),
         Err(message) => {
-            eprintln!("chaos_proxy: {message}\n{USAGE}");
+            idempotent_tool::cli::console::usage_error("chaos_proxy", &message);
             return ExitCode::from(2);
         }
     };
     let listener = match TcpListener::bind(&config.listen) {
         Ok(listener) => listener,
         Err(error) => {
-            eprintln!("chaos_proxy: cannot listen on {}: {error}", config.listen);
+            idempotent_tool::errln!("chaos_proxy: cannot listen on {}: {error}", config.listen);
             return ExitCode::FAILURE;
         }
     };
@@ -136,7 +136,7 @@ fn main() -> ExitCode {
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => spawn_connection(stream, Arc::clone(&config)),
-            Err(error) => eprintln!("chaos_proxy: accept failed: {error}"),
+            Err(error) => idempotent_tool::errln!("chaos_proxy: accept failed: {error}"),
         }
     }
     ExitCode::SUCCESS
@@ -152,9 +152,10 @@ fn announce(listener: &TcpListener, config: &Config) {
     let times = config
         .times
         .map_or_else(|| "all".to_string(), |n| n.to_string());
-    println!(
+    idempotent_tool::outln!(
         "chaos_proxy listening on {local} upstream={} mode={} times={times}",
-        config.upstream, config.mode
+        config.upstream,
+        config.mode
     );
     // Scripts read this line through a pipe or file; make sure it leaves now.
     let _ = io::stdout().flush();
@@ -169,11 +170,11 @@ fn spawn_connection(stream: TcpStream, config: Arc<Config>) {
         .name(format!("proxy-{peer}"))
         .spawn(move || {
             if let Err(error) = serve_connection(stream, &config) {
-                eprintln!("chaos_proxy: connection {peer}: {error}");
+                idempotent_tool::errln!("chaos_proxy: connection {peer}: {error}");
             }
         });
     if let Err(error) = spawned {
-        eprintln!("chaos_proxy: cannot spawn a connection thread: {error}");
+        idempotent_tool::errln!("chaos_proxy: cannot spawn a connection thread: {error}");
     }
 }
 
@@ -367,7 +368,7 @@ fn bad_gateway(error: &io::Error) -> HttpResponse {
 }
 
 fn log(number: u64, request: &RawRequest, mode: Mode, note: &str) {
-    eprintln!("chaos_proxy: #{number} {} [{mode}] {note}", request.summary);
+    idempotent_tool::errln!("chaos_proxy: #{number} {} [{mode}] {note}", request.summary);
 }
 
 fn invalid(message: &str) -> io::Error {

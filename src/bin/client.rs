@@ -94,7 +94,7 @@ fn bad_value(flag: &str, value: &str, expected: &'static str) -> UsageError {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
+        idempotent_tool::outln!("{USAGE}");
         return ExitCode::SUCCESS;
     }
     match parse_args(&args) {
@@ -106,7 +106,7 @@ fn main() -> ExitCode {
             timeout,
         }) => run_get(&base, &path, timeout),
         Err(error) => {
-            eprintln!("client: {error}\n{USAGE}");
+            idempotent_tool::cli::console::usage_error("client", &error);
             ExitCode::from(2)
         }
     }
@@ -114,8 +114,10 @@ fn main() -> ExitCode {
 
 /// Call the tool, printing each attempt as it happens, then the final call.
 fn run_call(opts: &CallOptions) -> ExitCode {
-    let outcome = call_tool_with(opts, &mut |attempt| println!("{}", attempt.to_json()));
-    println!("{}", outcome.final_json(opts));
+    let outcome = call_tool_with(opts, &mut |attempt| {
+        idempotent_tool::outln!("{}", attempt.to_json())
+    });
+    idempotent_tool::outln!("{}", outcome.final_json(opts));
     if outcome.succeeded() {
         ExitCode::SUCCESS
     } else {
@@ -154,14 +156,14 @@ fn run_mcp(opts: &CallOptions) -> ExitCode {
         let answer = match sent {
             Ok(r) if r.status == 200 => serde_json::from_slice::<Value>(&r.body).ok(),
             Ok(r) => {
-                println!(
+                idempotent_tool::outln!(
                     "{}",
                     json!({"attempt": attempt, "key": key, "http_status": r.status})
                 );
                 None
             }
             Err(error) => {
-                println!(
+                idempotent_tool::outln!(
                     "{}",
                     json!({"attempt": attempt, "key": key, "error": error.to_string()})
                 );
@@ -169,7 +171,7 @@ fn run_mcp(opts: &CallOptions) -> ExitCode {
             }
         };
         let Some(answer) = answer else { continue };
-        println!(
+        idempotent_tool::outln!(
             "{}",
             json!({"attempt": attempt, "key": key, "http_status": 200})
         );
@@ -177,14 +179,14 @@ fn run_mcp(opts: &CallOptions) -> ExitCode {
             .get("structuredContent")
             .cloned()
             .unwrap_or_else(|| answer.get("error").cloned().unwrap_or(answer.clone()));
-        println!("{outcome}");
+        idempotent_tool::outln!("{outcome}");
         return if outcome["status"] == "succeeded" {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
         };
     }
-    println!("{}", json!({"error": {"code": "retry_exhausted"}}));
+    idempotent_tool::outln!("{}", json!({"error": {"code": "retry_exhausted"}}));
     ExitCode::FAILURE
 }
 
@@ -192,16 +194,16 @@ fn run_mcp(opts: &CallOptions) -> ExitCode {
 fn run_get(base: &str, path: &str, timeout: Option<Duration>) -> ExitCode {
     match request_once(base, "GET", path, &[], None, timeout) {
         Ok(response) => {
-            println!("{}", String::from_utf8_lossy(&response.body).trim_end());
+            idempotent_tool::outln!("{}", String::from_utf8_lossy(&response.body).trim_end());
             if (200..300).contains(&response.status) {
                 ExitCode::SUCCESS
             } else {
-                eprintln!("client: GET {path} answered {}", response.status);
+                idempotent_tool::errln!("client: GET {path} answered {}", response.status);
                 ExitCode::FAILURE
             }
         }
         Err(error) => {
-            eprintln!("client: GET {path} failed: {error}");
+            idempotent_tool::errln!("client: GET {path} failed: {error}");
             ExitCode::FAILURE
         }
     }

@@ -104,18 +104,18 @@ fn main() -> ExitCode {
     let options = match parse_args(std::env::args().skip(1).collect()) {
         Ok(Some(options)) => options,
         Ok(None) => {
-            println!("{USAGE}");
+            idempotent_tool::outln!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("downstream: {message}\n{USAGE}");
+            idempotent_tool::cli::console::usage_error("downstream", &message);
             return ExitCode::from(2);
         }
     };
     let downstream = match Downstream::open(options) {
         Ok(downstream) => Arc::new(downstream),
         Err(e) => {
-            eprintln!("downstream: cannot open the database: {e}");
+            idempotent_tool::errln!("downstream: cannot open the database: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -123,7 +123,7 @@ fn main() -> ExitCode {
     let listener = match TcpListener::bind((options.host.as_str(), options.port)) {
         Ok(listener) => listener,
         Err(e) => {
-            eprintln!("downstream: cannot bind: {e}");
+            idempotent_tool::errln!("downstream: cannot bind: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -131,7 +131,7 @@ fn main() -> ExitCode {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    println!(
+    idempotent_tool::outln!(
         "downstream listening on http://{addr} (db {})",
         options.db.display()
     );
@@ -171,7 +171,7 @@ impl Downstream {
             )),
         };
         result.unwrap_or_else(|e| {
-            eprintln!("downstream: database error: {e}");
+            idempotent_tool::errln!("downstream: database error: {e}");
             error_response(500, "internal_error", "database error")
         })
     }
@@ -187,9 +187,10 @@ impl Downstream {
         let _counted = InFlight::enter(self);
         let seen = self.count_request(key)?;
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-        eprintln!(
+        idempotent_tool::errln!(
             "downstream: POST {} key={key} request={seen} attempt={}",
-            req.path, body["attempt"]
+            req.path,
+            body["attempt"]
         );
         std::thread::sleep(self.options.delay);
         if let Some(status) = self.injected_failure(seen) {

@@ -55,18 +55,18 @@ fn main() -> ExitCode {
     let (db, selection) = match parse_args(&args) {
         Ok(Some(parsed)) => parsed,
         Ok(None) => {
-            println!("{USAGE}");
+            idempotent_tool::outln!("{USAGE}");
             return ExitCode::SUCCESS;
         }
         Err(message) => {
-            eprintln!("inspect: {message}\n{USAGE}");
+            idempotent_tool::cli::console::usage_error("inspect", &message);
             return ExitCode::from(2);
         }
     };
     match run(&db, &selection) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("inspect: {db}: {error}");
+            idempotent_tool::errln!("inspect: {db}: {error}");
             ExitCode::FAILURE
         }
     }
@@ -80,7 +80,7 @@ fn run(db: &str, selection: &Selection) -> rusqlite::Result<()> {
     match selection {
         Selection::All => {
             for (name, sql) in QUERIES {
-                println!("-- {name}: {sql}");
+                idempotent_tool::outln!("-- {name}: {sql}");
                 print_rows(&conn, sql)?;
             }
             Ok(())
@@ -99,7 +99,7 @@ fn print_rows(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
         let fields: Vec<String> = (0..columns)
             .map(|i| row.get_ref(i).map(render))
             .collect::<rusqlite::Result<_>>()?;
-        println!("{}", fields.join("|"));
+        idempotent_tool::outln!("{}", fields.join("|"));
     }
     Ok(())
 }

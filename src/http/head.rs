@@ -166,6 +166,7 @@ impl RequestLine<'_> {
             headers,
             body: Vec::new(),
             client: Default::default(),
+            peer: None,
         }
     }
 }

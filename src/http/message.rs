@@ -35,6 +35,8 @@ pub struct Request {
     pub body: Vec<u8>,
     /// Whether the client is still there (see `ClientProbe`).
     pub client: ClientProbe,
+    /// The connection's peer (set by the server; `None` without a socket).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl Request {
@@ -47,10 +49,10 @@ impl Request {
     }
 
     /// Every value of a header (names are stored lower-case), in arrival order.
-    pub(super) fn header_values<'a>(
+    pub fn header_values<'a>(
         &'a self,
         lower_name: &'a str,
-    ) -> impl Iterator<Item = &'a str> + 'a {
+    ) -> impl DoubleEndedIterator<Item = &'a str> + 'a {
         self.headers
             .iter()
             .filter(move |(n, _)| n == lower_name)

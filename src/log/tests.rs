@@ -134,6 +134,7 @@ fn the_level_filter_drops_less_severe_events() {
 fn record<'a>(path: &'a str) -> AccessRecord<'a> {
     AccessRecord {
         request_id: "r-1",
+        client: Some(std::net::IpAddr::from([192, 0, 2, 7])),
         tenant: Some("acme"),
         method: "POST",
         path,
@@ -157,6 +158,7 @@ fn an_access_record_has_exactly_the_documented_fields() {
         keys,
         [
             "call_id",
+            "client",
             "duration_ms",
             "idem_key",
             "level",
@@ -174,6 +176,7 @@ fn an_access_record_has_exactly_the_documented_fields() {
     assert_eq!(line["status"], 202);
     assert_eq!(line["idem_key"], "key \"1\"");
     assert_eq!(line["call_id"], Value::Null);
+    assert_eq!(line["client"], "192.0.2.7");
     assert_eq!(line["replayed"], false);
     assert_eq!(line["level"], "info", "written even at --log-level error");
     let raw = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();

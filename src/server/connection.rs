@@ -15,7 +15,7 @@ use crate::http::{
     RequestParser, Response, Version, WriteOptions, CONTINUE_100,
 };
 use std::io::{self, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +54,8 @@ pub(super) struct ServedConnection<'a> {
     limits: &'a Limits,
     /// Told about every answer given without the handler.
     observer: &'a dyn Observer,
+    /// The client's address, handed to every request (the access log's `client`).
+    peer: Option<SocketAddr>,
     parse_limits: ParseLimits,
     input: InputBuffer,
     output: Vec<u8>,
@@ -63,8 +65,10 @@ pub(super) struct ServedConnection<'a> {
 
 impl<'a> ServedConnection<'a> {
     pub(super) fn new(stream: TcpStream, limits: &'a Limits, observer: &'a dyn Observer) -> Self {
+        let peer = stream.peer_addr().ok();
         let stream = Arc::new(stream);
         ServedConnection {
+            peer,
             probe: probe(&stream),
             stream,
             limits,
@@ -96,16 +100,17 @@ impl<'a> ServedConnection<'a> {
             Err(Failure::Vanished) => return Next::Close,
             Err(Failure::Respond(mut response)) => {
                 self.observer
-                    .own_answer(None, &mut response, started.elapsed());
+                    .own_answer(None, self.peer, &mut response, started.elapsed());
                 self.answer_and_close(&response);
                 return Next::Close;
             }
         };
         request.client = self.probe.clone();
+        request.peer = self.peer;
         let (mut response, handler_panicked) = call_handler(handler, &request);
         if handler_panicked {
             self.observer
-                .own_answer(Some(&request), &mut response, started.elapsed());
+                .own_answer(Some(&request), self.peer, &mut response, started.elapsed());
         }
         let keep_alive = !handler_panicked && request.keep_alive() && !response.asks_to_close();
         let options = WriteOptions {

@@ -1,23 +1,25 @@
-//! The facade: `CallStore` hands each operation to the backend the database
-//! names (`Backend::Sqlite` or `Backend::Postgres`), so the rest of the crate
-//! calls one type whichever backend it runs on. Each method's doc states the
-//! rule every backend keeps; the statements live in the backends.
+//! The facade: `CallStore` holds the backend the database names behind the
+//! `Backend` contract, so the rest of the crate calls one type whichever
+//! backend it runs on. It adds only what is the same on both: each call it
+//! hands out is stamped with its `expires_at` here, once, and the
+//! conveniences (`claim`, `claim_due`, a create with no business key) are
+//! built on the contract's methods. Each rule is stated once, on `Backend`.
 //!
-//! This file never speaks SQL itself and never lets a backend's type out.
+//! This file never speaks SQL, names neither backend, and never lets a
+//! backend's type out.
 
-use super::database::{Database, DatabaseRef};
+use super::backend::Backend;
+use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::database::DatabaseRef;
 use super::error::StoreError;
-use super::instances::Instance;
+use super::instance::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
 };
 use super::options::{DueLimits, StoreOptions};
-use super::postgres::listen::Handler as WakeHandler;
-use super::postgres::PgStore;
-use super::sqlite::SqliteStore;
 use super::verify::{Report, VerifyError};
-use super::writer::Then;
+use super::wake::WakeHandler;
 use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;
@@ -26,22 +28,9 @@ use std::time::{Duration, Instant};
 /// The call store, on whichever backend the database names. Cheap to share
 /// behind an `Arc`.
 pub struct CallStore {
-    pub(in crate::store) backend: Backend,
-}
-
-pub(in crate::store) enum Backend {
-    Sqlite(SqliteStore),
-    Postgres(PgStore),
-}
-
-/// Hand an operation to the backend; both have the same method.
-macro_rules! each {
-    ($self:ident, $b:ident => $op:expr) => {
-        match &$self.backend {
-            Backend::Sqlite($b) => $op,
-            Backend::Postgres($b) => $op,
-        }
-    };
+    backend: Box<dyn Backend>,
+    /// Stamps `expires_at` on every call handed out.
+    retention: Retention,
 }
 
 impl CallStore {
@@ -51,91 +40,86 @@ impl CallStore {
         db: &D,
         options: StoreOptions,
     ) -> Result<Arc<CallStore>, StoreError> {
-        let backend = match db.to_database() {
-            Database::Sqlite(path) => Backend::Sqlite(SqliteStore::open(&path, options)?),
-            Database::Postgres(target) => Backend::Postgres(PgStore::open(&target, options)?),
-        };
-        Ok(Arc::new(CallStore { backend }))
+        let retention = options.retention;
+        let backend = super::open_backend(&db.to_database(), options)?;
+        Ok(Arc::new(CallStore { backend, retention }))
     }
 
-    /// The SQLite backend, for the tests that reach into its writer.
+    /// The backend itself, for the tests that reach into it.
     #[cfg(test)]
-    pub(in crate::store) fn sqlite(&self) -> &SqliteStore {
-        match &self.backend {
-            Backend::Sqlite(s) => s,
-            Backend::Postgres(_) => panic!("a SQLite test opened a PostgreSQL store"),
-        }
+    pub(in crate::store) fn backend(&self) -> &dyn Backend {
+        &*self.backend
     }
 
     /// `sqlite` or `postgres`, for logs and the bench.
     pub fn backend_name(&self) -> &'static str {
-        match self.backend {
-            Backend::Sqlite(_) => "sqlite",
-            Backend::Postgres(_) => "postgres",
-        }
+        self.backend.name()
     }
 
-    /// Report every write batch to `metrics` from now on.
+    /// `Backend::report_to`.
     pub fn report_to(&self, metrics: Arc<Metrics>) {
-        each!(self, b => b.report_to(metrics))
+        self.backend.report_to(metrics)
     }
 
     /// How long terminal calls are kept.
     pub fn retention(&self) -> Retention {
-        each!(self, b => b.retention())
+        self.retention
     }
 
-    /// This process's instance: its id goes into every owner it writes.
+    /// `Backend::instance`.
     pub fn instance(&self) -> &Instance {
-        each!(self, b => b.instance())
+        self.backend.instance()
     }
 
-    /// Tell other processes this one is alive (every `HEARTBEAT_EVERY`).
+    /// `Backend::heartbeat`.
     pub fn heartbeat(&self) -> Result<(), StoreError> {
-        each!(self, b => b.heartbeat())
+        self.backend.heartbeat()
     }
 
-    /// What this process does when another node on the same database
-    /// announces new pending work or completions (PostgreSQL's
-    /// `LISTEN`/`NOTIFY`, see `postgres::listen`). SQLite has no such
-    /// channel: there, polling alone finds another process's work.
+    /// `Backend::on_wake`.
     pub fn on_wake_from_other_nodes(&self, handler: WakeHandler) {
-        match &self.backend {
-            Backend::Sqlite(_) => {}
-            Backend::Postgres(pg) => pg.on_wake(handler),
-        }
+        self.backend.on_wake(handler)
     }
 
-    /// Mark this instance stopped and commit every write already queued; later
-    /// writes are answered `Unavailable`. Idempotent.
+    /// `Backend::stop`.
     pub fn stop(&self) {
-        each!(self, b => b.stop())
+        self.backend.stop()
     }
 
-    /// Create the key's call, or return the one it already has, decided by
-    /// the database's `UNIQUE (tenant, idem_key)`.
+    /// `Backend::create_or_get`.
     pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
-        each!(self, b => b.create_or_get(new))
+        Ok(self.backend.create_or_get(new)?.map(|c| self.stamp(c)))
     }
 
-    /// `create_or_get` for a caller with a worker free to run the call at
-    /// once: a new call is created already `running` — attempt 1, leased to
-    /// `owner` for `lease` from the backend's clock, its `created` and
-    /// `claimed` audit rows in the same transaction — and its lease comes
-    /// back; the lease is fenced and recovered like any claim's. A known key
-    /// is answered exactly as `create_or_get` answers it, with no lease.
+    /// `create_or_get`, guarded by `key` when the tool has one
+    /// (`Backend::create_or_get_guarded`).
+    pub fn create_or_get_guarded(
+        &self,
+        new: NewCall,
+        key: Option<BusinessKey>,
+    ) -> Result<Guarded, StoreError> {
+        let Some(key) = key else {
+            return self.create_or_get(new).map(Guarded::Created);
+        };
+        let guarded = self.backend.create_or_get_guarded(new, key)?;
+        Ok(guarded.map(|c| self.stamp(c)))
+    }
+
+    /// `Backend::create_claimed`.
     pub fn create_claimed(
         &self,
         new: NewCall,
         owner: &str,
         lease: Duration,
     ) -> Result<CreatedClaimed, StoreError> {
-        each!(self, b => b.create_claimed(new, owner, lease))
+        let CreatedClaimed { created, lease } = self.backend.create_claimed(new, owner, lease)?;
+        Ok(CreatedClaimed {
+            created: created.map(|c| self.stamp(c)),
+            lease,
+        })
     }
 
-    /// Take the lease on a call for one attempt. Only one claimer can win: the
-    /// conditional `UPDATE` matches a `pending` row, or a `running` row whose
-    /// lease has expired, and its row count decides.
+    /// Take the lease on one call for one attempt (`claim_many`).
     pub fn claim(
         &self,
         call_id: &str,
@@ -146,22 +130,17 @@ impl CallStore {
         Ok(leases.pop().flatten())
     }
 
-    /// `claim` for several calls as one operation. Each call is still won or
-    /// lost by its own conditional `UPDATE`; the answers come in the order of
-    /// `call_ids`.
+    /// `Backend::claim_many`.
     pub fn claim_many(
         &self,
         call_ids: &[String],
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Option<Lease>>, StoreError> {
-        each!(self, b => b.claim_many(call_ids, owner, lease))
+        self.backend.claim_many(call_ids, owner, lease)
     }
 
-    /// Claim up to `limit` due calls (oldest first) in one operation, skipping
-    /// calls another claimer holds at that moment rather than waiting for them
-    /// (on PostgreSQL, `FOR UPDATE SKIP LOCKED`), so several nodes claiming at
-    /// once each get different calls.
+    /// Claim up to `limit` due calls of any tool (`claim_due_within`).
     pub fn claim_due(
         &self,
         limit: usize,
@@ -175,25 +154,17 @@ impl CallStore {
         self.claim_due_within(&limits, owner, lease)
     }
 
-    /// `claim_due` within `limits`: no more than `limits.total` calls, and
-    /// of each tool `limits.per_tool` names no more than its number, still
-    /// in one operation — what the runner's poll claims for its free workers
-    /// and its capped tools' free slots.
+    /// `Backend::claim_due_within`.
     pub fn claim_due_within(
         &self,
         limits: &DueLimits,
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Lease>, StoreError> {
-        each!(self, b => b.claim_due_within(limits, owner, lease))
+        self.backend.claim_due_within(limits, owner, lease)
     }
 
-    /// Record success, fenced by the lease: the effect row (if the tool wrote
-    /// one) and the `succeeded` update commit together, and only if this lease's
-    /// attempt still owns the call. `effects.call_id UNIQUE` is the last gate:
-    /// however many attempts succeed, one call has at most one effect. On
-    /// SQLite it does not wait (the commit is grouped with others); `then`
-    /// learns the outcome.
+    /// `Backend::succeed_then`.
     pub fn succeed_then(
         &self,
         lease: &Lease,
@@ -201,17 +172,15 @@ impl CallStore {
         effect: Option<NewEffect>,
         then: Then<Completion>,
     ) {
-        each!(self, b => b.succeed_then(lease, result, effect, then))
+        self.backend.succeed_then(lease, result, effect, then)
     }
 
-    /// Record failure, fenced like `succeed_then`.
+    /// `Backend::fail_then`.
     pub fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
-        each!(self, b => b.fail_then(lease, error, then))
+        self.backend.fail_then(lease, error, then)
     }
 
-    /// Record a retryable failure that has attempts left: the call returns to
-    /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced like `fail_then`.
+    /// `Backend::retry_later_then`.
     pub fn retry_later_then(
         &self,
         lease: &Lease,
@@ -219,112 +188,100 @@ impl CallStore {
         delay: Duration,
         then: Then<Completion>,
     ) {
-        each!(self, b => b.retry_later_then(lease, error, delay, then))
+        self.backend.retry_later_then(lease, error, delay, then)
     }
 
-    /// Extend leases whose tools are still running to `lease` from now, each
-    /// only while its call is `running` under the lease's attempt. Returns,
-    /// in order, whether each lease is still held: `false` means it was lost
-    /// (taken over after it expired, or released), and extending it must stop.
+    /// `Backend::extend`.
     pub fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
-        each!(self, b => b.extend(leases, lease))
+        self.backend.extend(leases, lease)
     }
 
-    /// Give back a lease whose tool is still running when this process stops:
-    /// the call returns to `pending` (audited `released`) unless the lease was
-    /// already lost, in which case nothing changes (`Stale`).
+    /// `Backend::release`.
     pub fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        each!(self, b => b.release(lease))
+        self.backend.release(lease)
     }
 
-    /// Return `running` calls whose lease has expired, or whose owner's process
-    /// is gone, to `pending`, and name them. A live owner's leases are left
-    /// alone: it may still be executing, and the effect would then run twice.
-    /// So are `running_here`: the leases this process's own workers hold on
-    /// tools running now, even once lapsed (a write stall let them lapse; the
-    /// next extension renews them).
+    /// `Backend::recover`.
     pub fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
-        each!(self, b => b.recover(running_here))
+        self.backend.recover(running_here)
     }
 
-    /// Up to `limit` `pending` calls that may be claimed now (none whose
-    /// automatic retry is scheduled for later), oldest first.
+    /// `Backend::due_calls`.
     pub fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
-        each!(self, b => b.due_calls(limit))
+        self.backend.due_calls(limit)
     }
 
-    /// A call by id, whatever its tenant: for a caller that already holds
-    /// the call (the wait loop), never for a tenant's lookup (`get_for`).
+    /// `Backend::get`.
     pub fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
-        each!(self, b => b.get(call_id))
+        Ok(self.backend.get(call_id)?.map(|c| self.stamp(c)))
     }
 
-    /// `tenant`'s call by id; another tenant's reads as absent.
+    /// `Backend::get_for`.
     pub fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
-        each!(self, b => b.get_for(tenant, call_id))
+        Ok(self
+            .backend
+            .get_for(tenant, call_id)?
+            .map(|c| self.stamp(c)))
     }
 
-    /// The key's call within `tenant`, as last committed: the fast path of a
-    /// same-key retry (`idem_key` and `fingerprint` never change once written).
+    /// `Backend::find_by_key`.
     pub fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
-        each!(self, b => b.find_by_key(tenant, idem_key))
+        let call = self.backend.find_by_key(tenant, idem_key)?;
+        Ok(call.map(|c| self.stamp(c)))
     }
 
-    /// `tenant`'s call and its audit rows, oldest first, read in one
-    /// snapshot; `None` when the tenant has no such call.
+    /// `Backend::audit_for`.
     pub fn audit_for(
         &self,
         tenant: &str,
         call_id: &str,
     ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
-        each!(self, b => b.audit_for(tenant, call_id))
+        self.backend.audit_for(tenant, call_id)
     }
 
-    /// Purge up to `limit` terminal calls whose last update is older than
-    /// the retention's TTL (nothing when keys are kept forever). Returns what
-    /// was purged.
+    /// `Backend::purge_expired`.
     pub fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
-        each!(self, b => b.purge_expired(limit))
+        self.backend.purge_expired(limit)
     }
 
-    /// What `/healthz` reports: whether the database answers a fresh read now,
-    /// and whether the writer (SQLite) is stuck with work queued.
+    /// `Backend::health`.
     pub fn health(&self) -> Health {
-        each!(self, b => b.health())
+        self.backend.health()
     }
 
-    /// Why this process can never write again, if it cannot: a sync of
-    /// SQLite's WAL failed (see `syncer`). PostgreSQL has no such state: a
-    /// failed connection is replaced.
+    /// `Backend::write_failure`.
     pub fn write_failure(&self) -> Option<StoreError> {
-        match &self.backend {
-            Backend::Sqlite(b) => b.write_failure(),
-            Backend::Postgres(_) => None,
-        }
+        self.backend.write_failure()
     }
 
-    /// Calls by status and the oldest pending call, in one read (a scrape).
+    /// `Backend::backlog`.
     pub fn backlog(&self) -> Result<Backlog, StoreError> {
-        each!(self, b => b.backlog())
+        self.backend.backlog()
     }
 
-    /// Every call's counts (`Scope::All`), or one tenant's.
+    /// `Backend::stats`.
     pub fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        each!(self, b => b.stats(scope))
+        self.backend.stats(scope)
+    }
+
+    /// `Backend::intent_ledger`.
+    pub fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
+        self.backend.intent_ledger(limit)
+    }
+
+    /// `call` as handed out: with when it may be purged.
+    fn stamp(&self, call: Call) -> Call {
+        self.retention.stamp(call)
     }
 }
 
 impl CallStore {
-    /// `verify` on this store's database (`GET /v1/verify`): read-only, one
-    /// snapshot, on a connection of its own (never one that calls' reads or
-    /// writes wait for), stopped at `deadline` (`VerifyError::TimedOut`). On
-    /// SQLite the report is handed back only once every commit it could have
-    /// seen is synced, like any read.
+    /// `Backend::verify_until`.
     pub fn verify_until(
         &self,
         effect_tools: &[&str],
         deadline: Instant,
     ) -> Result<Report, VerifyError> {
-        each!(self, b => b.verify_until(effect_tools, deadline))
+        self.backend.verify_until(effect_tools, deadline)
     }
 }

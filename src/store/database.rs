@@ -243,6 +243,17 @@ impl PgTarget {
     pub fn dbname(&self) -> Option<&str> {
         self.config.get_dbname()
     }
+
+    /// Whether the URL itself gives a password.
+    pub fn has_password(&self) -> bool {
+        self.config.get_password().is_some()
+    }
+
+    /// Connect with `password` (read from a secret file: `--db-password-file`);
+    /// the printed URL stays as it was, without it.
+    pub fn set_password(&mut self, password: &[u8]) {
+        self.config.password(password);
+    }
 }
 
 impl fmt::Display for PgTarget {

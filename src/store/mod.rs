@@ -9,30 +9,35 @@
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
-//! Files. Shared by both backends: `model` (the types of the API), `error`
-//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call and
-//! effect ids, the local clock), `options` (`StoreOptions`, `DueLimits`), and
-//! `call_store`: the facade, which hands each operation to the backend the
-//! database names; this file is the map. SQLite (`sqlite`, the
-//! embedded default): `sql` (every statement of the state machine),
-//! `retention` (the purge of expired keys), `report_reads` (the reads of the
-//! operations endpoints), `writer` (the group-commit thread and what it does
-//! with each SQLite error), `write_queue` (its two lanes: completions first),
-//! `syncer` (fdatasync off the writer: answers and reads wait for the sync
-//! that covers them), `sync_mode`, `checkpointer` (WAL checkpoints on their
-//! own thread), `reader_pool` (at most `MAX_READERS` read
-//! connections; WAL lets them run beside the writer), `schema` (DDL, pragmas,
-//! migrations), `instances` (processes and heartbeats), `bulk` (the bench's
-//! loader), `verify` (the offline checker), `business_key` (the second
-//! layer: one live call per business key, enforced by a unique index). PostgreSQL (`postgres/`, for
-//! several nodes on one database): see its own map.
+//! Files. The root holds what both backends share, and names neither
+//! wing but here: `backend` (`Backend`, the one contract both implement,
+//! each rule in its method's doc), `call_store` (the facade: it holds a
+//! backend behind that contract and stamps each call's `expires_at`),
+//! `model` (the types of the API, `Then`, `CallCounts`), `error`
+//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call
+//! and effect ids, the local clock), `options` (`StoreOptions`,
+//! `DueLimits`), `instance` (instance identity and the liveness rules of
+//! recovery: `Reclaimable`), `audit` (the audit events and their detail
+//! texts), `wake` (another node's news), `business_key` (the second layer's
+//! types) and `verify` (the offline checker's invariants and report); this
+//! file is the map, and the one dispatch from a database to its wing
+//! (`open_backend`, `verify_backend`, `tools_outside_backend`).
+//!
+//! The wings, each with its own map and one `open`, neither importing the
+//! other (`tests/wings.rs` holds that): `sqlite/` (the embedded default: a
+//! group-commit writer thread, its syncer and checkpointer, a read pool)
+//! and `postgres/` (for several nodes on one database: a connection pool,
+//! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
+//! `schema`, `instances`, `business_key`, `retention`, `report_reads` and
+//! `verify`, in its own SQL.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
 //! the tenant, and another tenant's call reads as absent.
 //!
 //! **The boundary.** The public API takes and returns the types in `model`,
 //! never a `rusqlite` or `postgres` type, so the rest of the crate does not
-//! know which backend it talks to. What any backend must guarantee:
+//! know which backend it talks to. What any backend must guarantee (and
+//! `Backend` says method by method):
 //! - `calls (tenant, idem_key)` and `effects.call_id` are unique constraints,
 //!   enforced by the database, not by a prior read;
 //! - every transition is one conditional update whose affected-row count
@@ -48,45 +53,66 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
-pub mod bulk;
+mod audit;
+mod backend;
 mod business_key;
 mod call_store;
-mod checkpointer;
 mod database;
 mod error;
 mod ids;
-mod instances;
+mod instance;
 mod model;
 mod options;
 mod postgres;
-mod reader_pool;
-mod report_reads;
-mod retention;
-mod schema;
-mod sql;
 mod sqlite;
-mod sync_mode;
-mod syncer;
 #[cfg(test)]
 mod tests;
 pub mod verify;
-mod write_queue;
-mod writer;
+mod wake;
 
-pub use business_key::{BusinessKey, Guarded, IntentLedger, LEDGER_SQL};
+pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
 pub use ids::{effect_id_for, now};
-pub use instances::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
+pub use instance::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
 };
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
-pub use postgres::listen::{Handler as WakeHandler, Wake};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use reader_pool::MAX_READERS;
-pub use schema::SCHEMA_VERSION;
-pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
-pub use writer::Then;
+pub use sqlite::{bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub use wake::{Wake, WakeHandler};
+
+use backend::Backend;
+use verify::{Report, VerifyError};
+
+// Besides the `mod` lines and the re-exports above, the one place the root
+// names a wing: which backend a database is. Every operation that starts
+// from a `Database` goes through one of these three.
+
+/// The backend `db` names, opened: its schema brought up to date and this
+/// process registered.
+fn open_backend(db: &Database, options: StoreOptions) -> Result<Box<dyn Backend>, StoreError> {
+    match db {
+        Database::Sqlite(path) => sqlite::open(path, options),
+        Database::Postgres(target) => postgres::open(target, options),
+    }
+}
+
+/// `verify` on the backend `db` names.
+fn verify_backend(db: &Database, effect_tools: &[&str]) -> Result<Report, VerifyError> {
+    match db {
+        Database::Sqlite(path) => sqlite::verify(path, effect_tools),
+        Database::Postgres(target) => postgres::verify(target, effect_tools),
+    }
+}
+
+/// `tools_outside` on the backend `db` names.
+fn tools_outside_backend(db: &Database, known: &[&str]) -> Result<Vec<String>, VerifyError> {
+    match db {
+        Database::Sqlite(path) => sqlite::tools_outside(path, known),
+        Database::Postgres(target) => postgres::tools_outside(target, known),
+    }
+}

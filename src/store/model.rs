@@ -3,8 +3,10 @@
 //! produce the same values — and they decide nothing: every transition is
 //! decided by the store's conditional statements.
 
+use super::error::StoreError;
 use super::ids::effect_id_for;
 use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 
 /// Where a call is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,6 +284,12 @@ pub enum Completion {
     Stale,
 }
 
+/// What to do with a write's outcome once it is durable (a completion's,
+/// above all). Called exactly once, on whichever thread learns the outcome —
+/// on SQLite the syncer's, after the fsync that covers the commit; on
+/// PostgreSQL the caller's own — so it must be quick.
+pub type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
+
 /// How long terminal calls are kept: `key_ttl` after their last update, or
 /// forever (`None`). The store purges by it and stamps `expires_at` with it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -366,6 +374,47 @@ pub struct Stats {
     pub attempts: Vec<(i64, i64)>,
     /// This process's writer since it started.
     pub writer: WriterStats,
+}
+
+/// Calls in all, by status, and by attempt: the part of `Stats` both
+/// backends count alike.
+#[derive(Debug, Default)]
+pub(in crate::store) struct CallCounts {
+    pub(in crate::store) calls: i64,
+    pub(in crate::store) by_status: Vec<(String, i64)>,
+    pub(in crate::store) attempts: Vec<(i64, i64)>,
+}
+
+impl CallCounts {
+    /// `Stats` with these counts, `effects` and the writer's counters.
+    pub(in crate::store) fn into_stats(self, effects: i64, writer: WriterStats) -> Stats {
+        Stats {
+            calls: self.calls,
+            effects,
+            by_status: self.by_status,
+            attempts: self.attempts,
+            writer,
+        }
+    }
+}
+
+/// Summed from `(status, attempt, count)` rows, in any order and grouped
+/// by those two or more finely (by lease too, say); statuses and attempts
+/// come out sorted.
+impl FromIterator<(String, i64, i64)> for CallCounts {
+    fn from_iter<I: IntoIterator<Item = (String, i64, i64)>>(rows: I) -> CallCounts {
+        let (mut calls, mut by_status, mut attempts) = (0, BTreeMap::new(), BTreeMap::new());
+        for (status, attempt, n) in rows {
+            calls += n;
+            *by_status.entry(status).or_insert(0) += n;
+            *attempts.entry(attempt).or_insert(0) += n;
+        }
+        CallCounts {
+            calls,
+            by_status: by_status.into_iter().collect(),
+            attempts: attempts.into_iter().collect(),
+        }
+    }
 }
 
 /// How well this process's writes are grouped, and where the writer's time

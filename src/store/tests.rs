@@ -5,23 +5,22 @@
 //! thread, migrations) say so in their file.
 
 use super::*;
-use crate::temp::TempDb;
 use rusqlite::Connection;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::time::Duration;
 
+mod audit;
 pub(super) mod backends;
 mod claim_due;
 mod claims;
 mod create;
 mod create_claimed;
-mod migrations;
 mod recovery;
 mod retry;
 mod tenants;
-mod writer;
+mod wings;
 
 use backends::{on_both_backends, TestDb};
 
@@ -69,7 +68,7 @@ pub(super) fn new_call_in(tenant: &str, key: &str, fp: &str) -> NewCall {
     }
 }
 
-fn new_call(key: &str, fp: &str) -> NewCall {
+pub(in crate::store) fn new_call(key: &str, fp: &str) -> NewCall {
     new_call_in(crate::auth::ANONYMOUS, key, fp)
 }
 
@@ -84,7 +83,7 @@ fn effects(store: &CallStore) -> i64 {
 }
 
 /// A call's audit events, oldest first, through the store (either backend).
-fn audit_events(store: &CallStore, call_id: &str) -> Vec<String> {
+pub(in crate::store) fn audit_events(store: &CallStore, call_id: &str) -> Vec<String> {
     let events = store.audit_for(crate::auth::ANONYMOUS, call_id).unwrap();
     events
         .unwrap_or_default()
@@ -94,7 +93,7 @@ fn audit_events(store: &CallStore, call_id: &str) -> Vec<String> {
 }
 
 /// The one number `sql` selects from the SQLite file at `db`.
-fn rows(db: &Path, sql: &str) -> i64 {
+pub(in crate::store) fn rows(db: &Path, sql: &str) -> i64 {
     Connection::open(db)
         .unwrap()
         .query_row(sql, [], |r| r.get(0))

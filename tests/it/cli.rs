@@ -2,6 +2,7 @@
 //! for every binary, the server's flags, and a database that cannot be opened
 //! (exit 1 with a clear message).
 
+use crate::support::downstream::DOWNSTREAM_BIN;
 use crate::support::{unique_name, CLIENT_BIN, INSPECT_BIN, PROXY_BIN, SERVER_BIN};
 use std::process::Command;
 
@@ -44,8 +45,16 @@ fn unknown_flag_or_bad_value_exits_2_with_usage() {
         let out = Command::new(SERVER_BIN).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("usage:"), "{args:?}: {err}");
+        assert_one_line_with_a_pointer_to_help(&err, "idempotent-tool", &format!("{args:?}"));
     }
+}
+
+/// A usage error is one line — the cause, then where the usage is — so the
+/// cause stays on screen (it used to be followed by 50 lines of usage).
+fn assert_one_line_with_a_pointer_to_help(stderr: &str, program: &str, context: &str) {
+    assert_eq!(stderr.lines().count(), 1, "{context}: {stderr}");
+    let pointer = format!("(see '{program} --help')");
+    assert!(stderr.trim_end().ends_with(&pointer), "{context}: {stderr}");
 }
 
 #[test]
@@ -68,8 +77,9 @@ const BENCH_BIN: &str = env!("CARGO_BIN_EXE_bench");
 
 /// Every binary, by the name its usage line starts with, and a flag of its
 /// own that takes a value.
-const BINARIES: [(&str, &str, &str); 5] = [
+const BINARIES: [(&str, &str, &str); 6] = [
     ("idempotent-tool", SERVER_BIN, "--port"),
+    ("downstream", DOWNSTREAM_BIN, "--port"),
     ("client", CLIENT_BIN, "--base"),
     ("chaos_proxy", PROXY_BIN, "--listen"),
     ("inspect", INSPECT_BIN, "--db"),
@@ -94,8 +104,8 @@ fn every_binary_prints_usage_for_help_and_exits_0() {
     }
 }
 
-/// An unknown flag, or a flag without its value, exits 2 with a message naming
-/// the flag and the usage on stderr, whatever the binary.
+/// An unknown flag, or a flag without its value, exits 2 with one line naming
+/// the flag and pointing to `--help`, whatever the binary.
 #[test]
 fn every_binary_refuses_a_bad_flag_with_exit_2() {
     for (name, bin, value_flag) in BINARIES {
@@ -109,8 +119,58 @@ fn every_binary_refuses_a_bad_flag_with_exit_2() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {stderr}");
             assert!(stderr.contains(&message), "{name} {args:?}: {stderr}");
-            let usage = format!("usage: {name}");
-            assert!(stderr.contains(&usage), "{name} {args:?}: {stderr}");
+            assert_one_line_with_a_pointer_to_help(&stderr, name, &format!("{name} {args:?}"));
         }
+    }
+}
+
+/// `--version` and `-V`: the release and the schema version written to each
+/// backend, one line on stdout, exit 0.
+#[test]
+fn version_names_the_release_and_the_schema_versions() {
+    use idempotent_tool::store::{PG_SCHEMA_VERSION, SCHEMA_VERSION};
+    let expected = format!(
+        "idempotent-tool {} (writes SQLite schema {SCHEMA_VERSION}, PostgreSQL schema {PG_SCHEMA_VERSION})\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for flag in ["--version", "-V"] {
+        let out = Command::new(SERVER_BIN).arg(flag).output().unwrap();
+        assert!(out.status.success(), "{flag}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{flag}");
+    }
+}
+
+/// `--help` names every subcommand (each one's own `--help` works) before
+/// the options.
+#[test]
+fn help_lists_the_subcommands() {
+    let out = Command::new(SERVER_BIN).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let commands = text
+        .split("commands:\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\noptions:").next())
+        .expect("a commands section");
+    let names: Vec<&str> = commands
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .collect();
+    let known: Vec<&str> = idempotent_tool::cli::SUBCOMMANDS
+        .iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, known);
+    assert!(names.contains(&"verify"), "{text}");
+    for name in names {
+        let out = Command::new(SERVER_BIN)
+            .args([name, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name} --help");
+        let usage = format!("usage: idempotent-tool {name}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with(&usage),
+            "{name}"
+        );
     }
 }

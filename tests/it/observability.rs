@@ -298,6 +298,7 @@ fn logs_are_json_lines_without_secrets() {
     };
     let documented = [
         "call_id",
+        "client",
         "duration_ms",
         "idem_key",
         "level",

@@ -118,6 +118,7 @@ fn build_sample(
         headers: expected_headers,
         body,
         client: Default::default(),
+        peer: None,
     };
     Sample { bytes, expected }
 }

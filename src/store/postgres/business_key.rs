@@ -1,7 +1,8 @@
-//! Business keys on PostgreSQL (schema step 2): the same rule as on SQLite
-//! (`store::business_key`) — at most one holding row per `(tenant, tool,
-//! bkey)`, enforced by the partial unique index `business_keys_live`, written
-//! in the call's own transaction — for several nodes on one database.
+//! Business keys on PostgreSQL (schema step 2): the rule of
+//! `store::business_key`, as on SQLite — at most one holding row per
+//! `(tenant, tool, bkey)`, enforced by the partial unique index
+//! `business_keys_live`, written in the call's own transaction — for
+//! several nodes on one database.
 //!
 //! One READ COMMITTED transaction per guarded create: a conditional `UPDATE`
 //! lets go of a holder whose window ended or whose call failed, then the new
@@ -14,13 +15,11 @@
 //! but SQL.
 
 use super::super::business_key::{BusinessKey, Guarded, IntentLedger};
-use super::super::error::StoreError;
 use super::super::ids::new_call_id;
 use super::super::model::{Created, NewCall};
 use super::error::violates;
 use super::sql::{self, now};
-use super::PgStore;
-use ::postgres::Transaction;
+use ::postgres::{Client, Transaction};
 
 /// Schema step 2. `holding` marks the one row per key that blocks; the other
 /// rows stay for the ledger and for a retryable failure to take its key back.
@@ -82,51 +81,46 @@ const LEDGER: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
   ORDER BY count(*) DESC, b.tenant, b.tool, b.bkey
   LIMIT $1";
 
-impl PgStore {
-    pub(in crate::store) fn create_or_get_guarded(
-        &self,
-        new: &NewCall,
-        key: &BusinessKey,
-    ) -> Result<Guarded, StoreError> {
-        self.run(|client| {
-            // A same-key request racing ours between its read and its insert
-            // makes the insert find an existing call; the transaction is then
-            // rolled back and the read, done again, finds the call.
-            for _ in 0..3 {
-                let mut tx = client.transaction()?;
-                if let Some(guarded) = guarded_create(&mut tx, new, key)? {
-                    tx.commit()?;
-                    return Ok(guarded);
-                }
-                tx.rollback()?;
-            }
-            let mut tx = client.transaction()?;
-            let created = sql::create_or_get(&mut tx, new)?;
+/// A guarded create in its own transaction. A same-key request racing ours
+/// between its read and its insert makes the insert find an existing call;
+/// the transaction is then rolled back and the read, done again, finds the
+/// call.
+pub(super) fn create_or_get(
+    client: &mut Client,
+    new: &NewCall,
+    key: &BusinessKey,
+) -> Result<Guarded, ::postgres::Error> {
+    for _ in 0..3 {
+        let mut tx = client.transaction()?;
+        if let Some(guarded) = guarded_create(&mut tx, new, key)? {
             tx.commit()?;
-            Ok(Guarded::Created(created))
-        })
+            return Ok(guarded);
+        }
+        tx.rollback()?;
     }
+    let mut tx = client.transaction()?;
+    let created = sql::create_or_get(&mut tx, new)?;
+    tx.commit()?;
+    Ok(Guarded::Created(created))
+}
 
-    pub(in crate::store) fn intent_ledger(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<IntentLedger>, StoreError> {
-        self.run(|client| {
-            let rows = client.query(LEDGER, &[&(limit as i64)])?;
-            Ok(rows
-                .iter()
-                .map(|r| IntentLedger {
-                    tenant: r.get(0),
-                    tool: r.get(1),
-                    business_key: r.get(2),
-                    calls: r.get(3),
-                    live_calls: r.get(4),
-                    effects: r.get(5),
-                    amount: r.get(6),
-                })
-                .collect())
+pub(super) fn ledger(
+    client: &mut Client,
+    limit: usize,
+) -> Result<Vec<IntentLedger>, ::postgres::Error> {
+    let rows = client.query(LEDGER, &[&(limit as i64)])?;
+    Ok(rows
+        .iter()
+        .map(|r| IntentLedger {
+            tenant: r.get(0),
+            tool: r.get(1),
+            business_key: r.get(2),
+            calls: r.get(3),
+            live_calls: r.get(4),
+            effects: r.get(5),
+            amount: r.get(6),
         })
-    }
+        .collect())
 }
 
 /// The idempotency key first, then the business key, then the call; `None`:

@@ -1,6 +1,7 @@
 //! Nodes and their heartbeats on PostgreSQL, and recovery: which `running`
-//! calls may be taken back, and taking them. The rules are SQLite's (see
-//! `store::instances`, and the same `Reclaimable` decides): a call whose owner's instance stopped, or has not
+//! calls may be taken back, and taking them. The rules are the store's (see
+//! `store::instance`, where the same `Reclaimable` decides for both
+//! backends): a call whose owner's instance stopped, or has not
 //! heart-beaten for `DEAD_AFTER` by the database's clock, or whose lease
 //! expired, is reclaimed at once; the pid check applies only to an owner on
 //! this host, where the kernel can answer. Heartbeat times come from the
@@ -10,7 +11,7 @@
 //! another host (a node paused past `DEAD_AFTER`) is safe: its completion is
 //! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
 
-use super::super::instances::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
+use super::super::instance::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
 use super::super::model::LeaseHeld;
 use super::sql::now;
 use ::postgres::GenericClient;

@@ -27,6 +27,7 @@
 //! database.
 
 use super::super::database::PgTarget;
+use super::super::wake::{Wake, WakeHandler};
 use super::tls::TlsSetupError;
 use crate::sync::lock;
 use postgres::fallible_iterator::FallibleIterator;
@@ -60,34 +61,7 @@ const PROBE_EVERY: Duration = Duration::from_secs(5);
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// What another node committed since its last notification (or, once sent,
-/// what this node has to announce).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Wake {
-    /// New pending work: a call created, a lease released, a retry scheduled.
-    pub work: bool,
-    /// Calls reached a terminal state.
-    pub done: bool,
-    /// Which ones, as far as the sender could name them (at most
-    /// `MAX_CALLS_NAMED` per notification). With `done` set and a call
-    /// missing here, its waiters find out by their own re-read.
-    pub calls: Vec<String>,
-}
-
 impl Wake {
-    /// After a reconnect: anything may have happened, nothing is named.
-    pub fn everything() -> Wake {
-        Wake {
-            work: true,
-            done: true,
-            calls: Vec::new(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        !self.work && !self.done
-    }
-
     /// `"{w|-}{d|-} {sender} {call,call,...}"`.
     fn payload(&self, sender: &str) -> String {
         let flag = |set: bool, c: char| if set { c } else { '-' };
@@ -118,19 +92,10 @@ impl Wake {
                 .collect(),
         })
     }
-
-    fn merge(&mut self, other: Wake) {
-        self.work |= other.work;
-        self.done |= other.done;
-        self.calls.extend(other.calls);
-    }
 }
 
 /// Opens a new session on the database (the store's own settings and TLS).
 pub type Connect = Arc<dyn Fn() -> Result<Client, postgres::Error> + Send + Sync>;
-
-/// What a node does when woken; it runs on the listener thread.
-pub type Handler = Arc<dyn Fn(Wake) + Send + Sync>;
 
 /// Sessions for the wake-ups, opened like the pool's (the same URL, TLS and
 /// CA file, the same connect timeout), without its transaction settings:
@@ -159,7 +124,7 @@ struct Shared {
     sender: String,
     /// Announced and not yet sent.
     unsent: Mutex<Wake>,
-    handler: Mutex<Option<Handler>>,
+    handler: Mutex<Option<WakeHandler>>,
     stopping: AtomicBool,
     /// `NOTIFY`s sent, for the test of the throttle.
     sent: AtomicU64,
@@ -198,7 +163,7 @@ impl ClusterWake {
 
     /// What to do when another node wakes this one (replaces any earlier
     /// handler). Until one is set, wake-ups are dropped.
-    pub fn set_handler(&self, handler: Handler) {
+    pub fn set_handler(&self, handler: WakeHandler) {
         *lock(&self.shared.handler) = Some(handler);
     }
 

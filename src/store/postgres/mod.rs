@@ -10,21 +10,23 @@
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
 //! business key, schema step 2), `listen` (`LISTEN`/`NOTIFY` wake-ups
-//! between the nodes).
+//! between the nodes). `open` is the wing's one entry point; `PgStore`
+//! implements `Backend`.
 //!
-//! Guarantees as on SQLite (see the store's map), with these differences:
+//! The guarantees are `Backend`'s, as on SQLite, with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
 //! itself), so `succeed_then` and friends commit before they return; lease
 //! and heartbeat times are the database's; `claim_due` takes calls with
 //! `FOR UPDATE SKIP LOCKED`, so nodes never queue on each other's rows.
 //!
-//! This module never holds a transaction open across anything but SQL, and
-//! never lets a `postgres` type out.
+//! This module never holds a transaction open across anything but SQL,
+//! imports nothing from the SQLite wing, and never lets a `postgres` type
+//! out.
 
 mod business_key;
 mod error;
 mod instances;
-pub mod listen;
+mod listen;
 mod pool;
 mod report_reads;
 mod retention;
@@ -42,26 +44,27 @@ pub(super) use verify::{tools_outside, verify};
 
 pub use schema::PG_SCHEMA_VERSION;
 
+use super::audit::{self, Event};
+use super::backend::Backend;
+use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::database::PgTarget;
 use super::error::StoreError;
-use super::instances::Instance;
+use super::instance::Instance;
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Status, Then, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
-use super::writer::Then;
-use crate::metrics::Metrics;
+use super::wake::WakeHandler;
 use ::postgres::IsolationLevel;
 use pool::Pool;
 use serde_json::Value;
 use sql::Finish;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(super) struct PgStore {
+struct PgStore {
     pool: Pool,
     options: StoreOptions,
     /// This node in `instances`; its workers' owner strings name it.
@@ -73,9 +76,17 @@ pub(super) struct PgStore {
     wake: listen::ClusterWake,
 }
 
+/// Connect to the database `target` names, bring its schema up to date,
+/// start the wake-up threads and register this node.
+pub(super) fn open(
+    target: &PgTarget,
+    options: StoreOptions,
+) -> Result<Box<dyn Backend>, StoreError> {
+    Ok(Box::new(PgStore::open(target, options)?))
+}
+
 impl PgStore {
-    /// Connect, migrate, and register this node.
-    pub(super) fn open(target: &PgTarget, options: StoreOptions) -> Result<PgStore, StoreError> {
+    fn open(target: &PgTarget, options: StoreOptions) -> Result<PgStore, StoreError> {
         let pool = Pool::new(
             target,
             options.pool_size,
@@ -96,174 +107,18 @@ impl PgStore {
         store.pool.with(|c| Ok(schema::migrate(c)))??;
         let me = store.instance.clone();
         let gone = store.run(|c| instances::register(c, &me))?;
-        super::instances::log_gone(gone);
+        super::instance::log_gone(gone);
         Ok(store)
-    }
-
-    /// No writer thread here: nothing to report per batch.
-    pub(super) fn report_to(&self, _metrics: Arc<Metrics>) {}
-
-    pub(super) fn retention(&self) -> Retention {
-        self.options.retention
-    }
-
-    pub(super) fn instance(&self) -> &Instance {
-        &self.instance
-    }
-
-    pub(super) fn heartbeat(&self) -> Result<(), StoreError> {
-        self.run(|c| instances::heartbeat(c, &self.instance))
-    }
-
-    /// Mark this node stopped (the others reclaim its running calls at once),
-    /// then refuse further operations and close idle connections.
-    pub(super) fn stop(&self) {
-        if self.stopped.load(Ordering::SeqCst) {
-            return;
-        }
-        // First: no wake-up may start work on a store that is stopping.
-        self.wake.stop();
-        if let Err(e) = self.run(|c| instances::mark_stopped(c, &self.instance.id)) {
-            crate::log::warn("could not mark this process stopped")
-                .event("mark_stopped_failed")
-                .cause(&e)
-                .emit();
-        }
-        self.stopped.store(true, Ordering::SeqCst);
-        self.pool.close_idle();
-    }
-
-    /// What a wake-up from another node does here.
-    pub(super) fn on_wake(&self, handler: listen::Handler) {
-        self.wake.set_handler(handler);
-    }
-
-    pub(super) fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
-        let retention = self.options.retention;
-        let created = self.run(|c| sql::create_or_get(c, &new))?;
-        if matches!(created, Created::New(_) | Created::RetryReset(_)) {
-            self.wake.announce_work();
-        }
-        Ok(created.map(|c| retention.stamp(c)))
-    }
-
-    /// A new call is running here already: no other node needs waking for
-    /// it (a reset one is `pending` as from `create_or_get`, and does).
-    pub(super) fn create_claimed(
-        &self,
-        new: NewCall,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<CreatedClaimed, StoreError> {
-        let retention = self.options.retention;
-        let CreatedClaimed { created, lease } =
-            self.run(|c| sql::create_claimed(c, &new, owner, lease.as_secs_f64()))?;
-        if matches!(created, Created::RetryReset(_)) {
-            self.wake.announce_work();
-        }
-        Ok(CreatedClaimed {
-            created: created.map(|c| retention.stamp(c)),
-            lease,
-        })
-    }
-
-    pub(super) fn claim_many(
-        &self,
-        call_ids: &[String],
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Vec<Option<Lease>>, StoreError> {
-        let won = self.run(|c| sql::claim_named(c, call_ids, owner, lease.as_secs_f64()))?;
-        Ok(call_ids
-            .iter()
-            .map(|id| won.iter().find(|l| &l.call_id == id).cloned())
-            .collect())
-    }
-
-    pub(super) fn claim_due_within(
-        &self,
-        limits: &DueLimits,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Vec<Lease>, StoreError> {
-        if limits.total == 0 {
-            return Ok(Vec::new());
-        }
-        self.run(|c| sql::claim_due_within(c, limits, owner, lease.as_secs_f64()))
-    }
-
-    pub(super) fn succeed_then(
-        &self,
-        lease: &Lease,
-        result: &Value,
-        effect: Option<NewEffect>,
-        then: Then<Completion>,
-    ) {
-        let result = result.to_string();
-        let finish = Finish {
-            status: Status::Succeeded,
-            result_json: Some(&result),
-            error_json: None,
-            effect: effect.map(|e| (e.amount, e.detail.map(|d| d.to_string()))),
-            event: "succeeded",
-            detail: &lease.effect_id,
-        };
-        then(self.finish(lease, &finish, "succeeded"))
-    }
-
-    pub(super) fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
-        let error = error.to_string();
-        let finish = Finish {
-            status: Status::Failed,
-            result_json: None,
-            error_json: Some(&error),
-            effect: None,
-            event: "failed",
-            detail: &error,
-        };
-        then(self.finish(lease, &finish, "failed"))
-    }
-
-    pub(super) fn retry_later_then(
-        &self,
-        lease: &Lease,
-        error: &Value,
-        delay: Duration,
-        then: Then<Completion>,
-    ) {
-        let code = error["code"].as_str().unwrap_or_default();
-        let detail = format!(
-            "attempt {} failed ({code}); attempt {} in {:.3} s",
-            lease.attempt,
-            lease.attempt + 1,
-            delay.as_secs_f64()
-        );
-        let error = error.to_string();
-        then(
-            self.run(|c| {
-                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
-                    return Ok(Completion::Applied);
-                }
-                sql::audit_stale(c, lease, "been retried")?;
-                Ok(Completion::Stale)
-            })
-            .inspect(|done| self.announce_work_if(*done == Completion::Applied)),
-        )
     }
 
     /// A fenced completion; a lost lease leaves only a `stale_completion`
     /// audit row.
-    fn finish(
-        &self,
-        lease: &Lease,
-        finish: &Finish<'_>,
-        outcome: &str,
-    ) -> Result<Completion, StoreError> {
+    fn finish(&self, lease: &Lease, finish: &Finish<'_>) -> Result<Completion, StoreError> {
         let done = self.run(|c| {
             if sql::finish_fenced(c, lease, finish)? {
                 return Ok(Completion::Applied);
             }
-            sql::audit_stale(c, lease, outcome)?;
+            sql::audit_stale(c, lease, finish.event)?;
             Ok(Completion::Stale)
         })?;
         if done == Completion::Applied {
@@ -277,108 +132,6 @@ impl PgStore {
         if made_work {
             self.wake.announce_work();
         }
-    }
-
-    pub(super) fn extend(
-        &self,
-        leases: &[Lease],
-        lease: Duration,
-    ) -> Result<Vec<bool>, StoreError> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let held = self.run(|c| sql::extend(c, leases, lease.as_secs_f64()))?;
-        Ok(leases
-            .iter()
-            .map(|l| {
-                held.iter()
-                    .any(|(id, attempt)| id == &l.call_id && *attempt == l.attempt)
-            })
-            .collect())
-    }
-
-    pub(super) fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        let released = self.run(|c| sql::release(c, lease))?;
-        self.announce_work_if(released);
-        Ok(match released {
-            true => Completion::Applied,
-            false => Completion::Stale,
-        })
-    }
-
-    pub(super) fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
-        let recovered = self.run(|c| instances::recover(c, &self.instance, running_here))?;
-        self.announce_work_if(!recovered.is_empty());
-        Ok(recovered)
-    }
-
-    pub(super) fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
-        self.run(|c| sql::due_calls(c, limit))
-    }
-
-    pub(super) fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.run(|c| sql::select_call(c, call_id))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
-    }
-
-    pub(super) fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.run(|c| sql::select_tenant_call(c, tenant, call_id))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
-    }
-
-    pub(super) fn find_by_key(
-        &self,
-        tenant: &str,
-        idem_key: &str,
-    ) -> Result<Option<Call>, StoreError> {
-        let call = self.run(|c| sql::select_call_by_key(c, tenant, idem_key))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
-    }
-
-    pub(super) fn audit_for(
-        &self,
-        tenant: &str,
-        call_id: &str,
-    ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
-        self.snapshot(|tx| match sql::select_tenant_call(tx, tenant, call_id)? {
-            Some(_) => Ok(Some(report_reads::audit_timeline(tx, call_id)?)),
-            None => Ok(None),
-        })
-    }
-
-    pub(super) fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
-        let Some(ttl) = self.options.retention.key_ttl else {
-            return Ok(Vec::new());
-        };
-        self.run(|c| retention::purge(c, ttl.as_secs_f64(), limit))
-    }
-
-    /// `/healthz`: a read on a pooled connection (a broken one is replaced by
-    /// a new one, so this also proves a connection can be made). No writer.
-    pub(super) fn health(&self) -> Health {
-        let database = self
-            .pool
-            .with(report_reads::probe)
-            .map_err(|e| e.to_string());
-        Health {
-            database,
-            writer: Ok(()),
-        }
-    }
-
-    pub(super) fn backlog(&self) -> Result<Backlog, StoreError> {
-        self.snapshot(|tx| report_reads::backlog(tx))
-    }
-
-    pub(super) fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        let counts = self.snapshot(|tx| report_reads::counts(tx, scope))?;
-        Ok(Stats {
-            calls: counts.calls,
-            effects: counts.effects,
-            by_status: counts.by_status,
-            attempts: counts.attempts,
-            writer: WriterStats::default(),
-        })
     }
 
     /// Connections open now (idle or lent), for the tests of the pool.
@@ -419,10 +172,241 @@ impl PgStore {
     }
 }
 
-impl PgStore {
-    /// See `CallStore::verify_until`: on a connection opened for it, outside
-    /// the pool, each statement bounded by what is left of the time.
-    pub(super) fn verify_until(
+impl Backend for PgStore {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn instance(&self) -> &Instance {
+        &self.instance
+    }
+
+    fn heartbeat(&self) -> Result<(), StoreError> {
+        self.run(|c| instances::heartbeat(c, &self.instance))
+    }
+
+    /// Mark this node stopped (the others reclaim its running calls at once),
+    /// then refuse further operations and close idle connections.
+    fn stop(&self) {
+        if self.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        // First: no wake-up may start work on a store that is stopping.
+        self.wake.stop();
+        if let Err(e) = self.run(|c| instances::mark_stopped(c, &self.instance.id)) {
+            crate::log::warn("could not mark this process stopped")
+                .event("mark_stopped_failed")
+                .cause(&e)
+                .emit();
+        }
+        self.stopped.store(true, Ordering::SeqCst);
+        self.pool.close_idle();
+    }
+
+    /// Wake-ups from the other nodes arrive by `LISTEN` (`listen`).
+    fn on_wake(&self, handler: WakeHandler) {
+        self.wake.set_handler(handler);
+    }
+
+    fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
+        let created = self.run(|c| sql::create_or_get(c, &new))?;
+        if matches!(created, Created::New(_) | Created::RetryReset(_)) {
+            self.wake.announce_work();
+        }
+        Ok(created)
+    }
+
+    fn create_or_get_guarded(&self, new: NewCall, key: BusinessKey) -> Result<Guarded, StoreError> {
+        self.run(|client| business_key::create_or_get(client, &new, &key))
+    }
+
+    /// A new call is running here already: no other node needs waking for
+    /// it (a reset one is `pending` as from `create_or_get`, and does).
+    fn create_claimed(
+        &self,
+        new: NewCall,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<CreatedClaimed, StoreError> {
+        let claimed = self.run(|c| sql::create_claimed(c, &new, owner, lease.as_secs_f64()))?;
+        if matches!(claimed.created, Created::RetryReset(_)) {
+            self.wake.announce_work();
+        }
+        Ok(claimed)
+    }
+
+    fn claim_many(
+        &self,
+        call_ids: &[String],
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Option<Lease>>, StoreError> {
+        let won = self.run(|c| sql::claim_named(c, call_ids, owner, lease.as_secs_f64()))?;
+        Ok(call_ids
+            .iter()
+            .map(|id| won.iter().find(|l| &l.call_id == id).cloned())
+            .collect())
+    }
+
+    fn claim_due_within(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Lease>, StoreError> {
+        if limits.total == 0 {
+            return Ok(Vec::new());
+        }
+        self.run(|c| sql::claim_due_within(c, limits, owner, lease.as_secs_f64()))
+    }
+
+    fn succeed_then(
+        &self,
+        lease: &Lease,
+        result: &Value,
+        effect: Option<NewEffect>,
+        then: Then<Completion>,
+    ) {
+        let result = result.to_string();
+        let finish = Finish {
+            status: Status::Succeeded,
+            result_json: Some(&result),
+            error_json: None,
+            effect: effect.map(|e| (e.amount, e.detail.map(|d| d.to_string()))),
+            event: Event::Succeeded,
+            detail: &lease.effect_id,
+        };
+        then(self.finish(lease, &finish))
+    }
+
+    fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        let error = error.to_string();
+        let finish = Finish {
+            status: Status::Failed,
+            result_json: None,
+            error_json: Some(&error),
+            effect: None,
+            event: Event::Failed,
+            detail: &error,
+        };
+        then(self.finish(lease, &finish))
+    }
+
+    fn retry_later_then(
+        &self,
+        lease: &Lease,
+        error: &Value,
+        delay: Duration,
+        then: Then<Completion>,
+    ) {
+        let code = error["code"].as_str().unwrap_or_default();
+        let detail = audit::retry_scheduled(lease.attempt, code, delay);
+        let error = error.to_string();
+        then(
+            self.run(|c| {
+                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
+                    return Ok(Completion::Applied);
+                }
+                sql::audit_stale(c, lease, Event::RetryScheduled)?;
+                Ok(Completion::Stale)
+            })
+            .inspect(|done| self.announce_work_if(*done == Completion::Applied)),
+        )
+    }
+
+    fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let held = self.run(|c| sql::extend(c, leases, lease.as_secs_f64()))?;
+        Ok(leases
+            .iter()
+            .map(|l| {
+                held.iter()
+                    .any(|(id, attempt)| id == &l.call_id && *attempt == l.attempt)
+            })
+            .collect())
+    }
+
+    fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
+        let released = self.run(|c| sql::release(c, lease))?;
+        self.announce_work_if(released);
+        Ok(match released {
+            true => Completion::Applied,
+            false => Completion::Stale,
+        })
+    }
+
+    fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
+        let recovered = self.run(|c| instances::recover(c, &self.instance, running_here))?;
+        self.announce_work_if(!recovered.is_empty());
+        Ok(recovered)
+    }
+
+    fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
+        self.run(|c| sql::due_calls(c, limit))
+    }
+
+    fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
+        self.run(|c| sql::select_call(c, call_id))
+    }
+
+    fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
+        self.run(|c| sql::select_tenant_call(c, tenant, call_id))
+    }
+
+    fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
+        self.run(|c| sql::select_call_by_key(c, tenant, idem_key))
+    }
+
+    fn audit_for(
+        &self,
+        tenant: &str,
+        call_id: &str,
+    ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
+        self.snapshot(|tx| match sql::select_tenant_call(tx, tenant, call_id)? {
+            Some(_) => Ok(Some(report_reads::audit_timeline(tx, call_id)?)),
+            None => Ok(None),
+        })
+    }
+
+    fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
+        let Some(ttl) = self.options.retention.key_ttl else {
+            return Ok(Vec::new());
+        };
+        self.run(|c| retention::purge(c, ttl.as_secs_f64(), limit))
+    }
+
+    /// `/healthz`: a read on a pooled connection (a broken one is replaced by
+    /// a new one, so this also proves a connection can be made). No writer.
+    fn health(&self) -> Health {
+        let database = self
+            .pool
+            .with(report_reads::probe)
+            .map_err(|e| e.to_string());
+        Health {
+            database,
+            writer: Ok(()),
+        }
+    }
+
+    fn backlog(&self) -> Result<Backlog, StoreError> {
+        self.snapshot(|tx| report_reads::backlog(tx))
+    }
+
+    fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
+        let (counts, effects) = self.snapshot(|tx| report_reads::counts(tx, scope))?;
+        Ok(counts.into_stats(effects, WriterStats::default()))
+    }
+
+    fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
+        self.run(|client| business_key::ledger(client, limit))
+    }
+
+    /// On a connection opened for it, outside the pool, each statement
+    /// bounded by what is left of the time. PostgreSQL answers a read only
+    /// with committed (durable) rows, so no gate follows.
+    fn verify_until(
         &self,
         effect_tools: &[&str],
         deadline: Instant,

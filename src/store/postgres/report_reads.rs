@@ -7,21 +7,14 @@
 //! This module never writes, and never reads another tenant's rows for a
 //! tenant's answer.
 
-use super::super::model::{AuditEvent, Backlog, Scope};
+use super::super::model::{AuditEvent, Backlog, CallCounts, Scope};
 use ::postgres::GenericClient;
 
 /// Calls in all, by status, and by attempt; and the effects.
-pub(super) struct Counts {
-    pub calls: i64,
-    pub by_status: Vec<(String, i64)>,
-    pub attempts: Vec<(i64, i64)>,
-    pub effects: i64,
-}
-
 pub(super) fn counts(
     client: &mut impl GenericClient,
     scope: Scope<'_>,
-) -> Result<Counts, ::postgres::Error> {
+) -> Result<(CallCounts, i64), ::postgres::Error> {
     let tenant = match scope {
         Scope::All => None,
         Scope::Tenant(t) => Some(t),
@@ -35,25 +28,11 @@ pub(super) fn counts(
           GROUP BY status, attempt ORDER BY status, attempt",
         &[&tenant],
     )?;
-    let mut counts = Counts {
-        calls: 0,
-        by_status: Vec::new(),
-        attempts: Vec::new(),
-        effects: 0,
-    };
-    let (mut by_status, mut attempts) = (
-        std::collections::BTreeMap::new(),
-        std::collections::BTreeMap::new(),
-    );
-    for row in rows {
-        let (status, attempt, n): (String, i64, i64) = (row.get(0), row.get(1), row.get(2));
-        counts.calls += n;
-        *by_status.entry(status).or_insert(0) += n;
-        *attempts.entry(attempt).or_insert(0) += n;
-    }
-    counts.by_status = by_status.into_iter().collect();
-    counts.attempts = attempts.into_iter().collect();
-    counts.effects = match tenant {
+    let counts = rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    let effects = match tenant {
         None => client
             .query_one("SELECT count(*) FROM effects", &[])?
             .get(0),
@@ -65,7 +44,7 @@ pub(super) fn counts(
             )?
             .get(0),
     };
-    Ok(counts)
+    Ok((counts, effects))
 }
 
 /// A call's audit rows in the order they were written (`audit_call`).

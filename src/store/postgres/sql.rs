@@ -13,6 +13,7 @@
 //! transaction of its own (the caller does, where there is more than one
 //! statement), and never runs a tool.
 
+use super::super::audit::{self, Event};
 use super::super::ids::{effect_id_for, new_call_id};
 use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall, Status};
 use super::super::options::DueLimits;
@@ -341,7 +342,7 @@ pub(super) struct Finish<'a> {
     pub error_json: Option<&'a str>,
     /// The effect row, for a success that has one: amount and detail.
     pub effect: Option<(Option<i64>, Option<String>)>,
-    pub event: &'a str,
+    pub event: Event,
     pub detail: &'a str,
 }
 
@@ -386,7 +387,7 @@ pub(super) fn finish_fenced(
             &amount,
             &detail,
             &has_effect,
-            &finish.event,
+            &finish.event.as_str(),
             &finish.detail,
         ],
     )?;
@@ -458,23 +459,18 @@ pub(super) fn release(
 pub(super) fn audit_stale(
     client: &mut impl GenericClient,
     lease: &Lease,
-    outcome: &str,
+    would_have: Event,
 ) -> Result<(), ::postgres::Error> {
-    let detail = format!("attempt {} would have {outcome}; discarded", lease.attempt);
-    audit(
-        client,
-        &lease.call_id,
-        lease.attempt,
-        "stale_completion",
-        &detail,
-    )
+    let detail = audit::stale_completion(lease.attempt, would_have);
+    let event = Event::StaleCompletion;
+    audit_row(client, &lease.call_id, lease.attempt, event, &detail)
 }
 
-pub(super) fn audit(
+fn audit_row(
     client: &mut impl GenericClient,
     call_id: &str,
     attempt: i64,
-    event: &str,
+    event: Event,
     detail: &str,
 ) -> Result<(), ::postgres::Error> {
     client.execute(
@@ -483,7 +479,7 @@ pub(super) fn audit(
             now!(),
             ", $1, $2, $3, $4)"
         ),
-        &[&call_id, &attempt, &event, &detail],
+        &[&call_id, &attempt, &event.as_str(), &detail],
     )?;
     Ok(())
 }

@@ -3,10 +3,9 @@
 //! release refused, the pool's cap, and faults — a restart of PostgreSQL, a
 //! lock held elsewhere — answered `Unavailable` and healed without reopening.
 
-use super::super::call_store::Backend;
 use super::super::tests::backends::TestDb;
 use super::super::{CallStore, Created, Database, NewCall, Scope, StoreError, StoreOptions};
-use super::PG_SCHEMA_VERSION;
+use super::{PgStore, PG_SCHEMA_VERSION};
 use crate::temp::postgres::{connect, PgServer};
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
@@ -159,9 +158,8 @@ fn the_pool_opens_at_most_its_size() -> Result<(), StoreError> {
             });
         }
     });
-    let Backend::Postgres(pg) = &store.backend else {
-        unreachable!()
-    };
+    let backend: &dyn std::any::Any = store.backend();
+    let pg: &PgStore = backend.downcast_ref().expect("a PostgreSQL store");
     assert!(pg.connections() <= 3, "{}", pg.connections());
     assert_eq!(store.stats(Scope::All)?.calls, 240);
     Ok(())

@@ -182,8 +182,7 @@ fn grouped(tx: &mut Transaction<'_>, bound: Bound, sql: &str) -> Vec<(String, i6
         .unwrap_or_default()
 }
 
-/// The tools the database's calls name that are not in `known`, sorted (see
-/// `store::verify::tools_outside`).
+/// `verify::tools_outside_database` on the database `target` names.
 pub(in crate::store) fn tools_outside(
     target: &PgTarget,
     known: &[&str],

@@ -1,6 +1,6 @@
 //! Create-or-get, the store's one entry: one call per key under any race,
-//! a conflict for another fingerprint, a retryable failure reset by the same
-//! key, and the bulk loader's rows read like served ones.
+//! a conflict for another fingerprint, and a retryable failure reset by the
+//! same key. (The bulk loader's rows are tested beside it, `sqlite/bulk.rs`.)
 
 use super::*;
 
@@ -71,30 +71,5 @@ fn many_threads_same_key_share_one_call(db: &TestDb) -> Result<(), StoreError> {
     });
     assert!(ids.iter().all(|id| id == &ids[0]));
     assert_eq!(store.stats(Scope::All)?.calls, 1);
-    Ok(())
-}
-
-/// The bulk loader writes settled calls the store reads like any other.
-#[test]
-fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
-    let db = TempDb::new("bulk_loaded_charges_read_like_served_ones");
-    let store = CallStore::open(db.path(), StoreOptions::default())?;
-    let charge = bulk::BulkCharge {
-        fingerprint: "fp",
-        args_json: r#"{"amount":1}"#,
-        amount: 1,
-        key_prefix: "bulk",
-    };
-    bulk::insert_succeeded_charges(db.path(), &charge, 1_000)?;
-    let stats = store.stats(Scope::All)?;
-    assert_eq!((stats.calls, stats.effects), (1_000, 1_000));
-    let call = store
-        .find_by_key(crate::auth::ANONYMOUS, "bulk-999")?
-        .expect("loaded");
-    assert_eq!(call.status, Status::Succeeded);
-    assert!(matches!(
-        store.create_or_get(new_call("bulk-999", "fp"))?,
-        Created::Existing(_)
-    ));
     Ok(())
 }

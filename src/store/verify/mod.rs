@@ -27,44 +27,36 @@
 //! `running` call whose lease has expired is not a violation: it is what a
 //! crash leaves, and recovery takes it back.
 //!
-//! It opens the file read-only (`SQLITE_OPEN_READ_ONLY`: it cannot create,
-//! write or checkpoint it) and reads everything in one read transaction, so
-//! the report is one consistent snapshot. That makes it safe beside a running
-//! server: in WAL mode a reader never blocks the writer, and the writer never
-//! changes what the reader sees. The one cost is that the server cannot
-//! checkpoint the WAL past that snapshot until `verify` ends.
+//! Each backend reads everything read-only, in one snapshot, so the report
+//! is consistent and safe to take beside running servers: `sqlite/verify.rs`
+//! on a file, `postgres/verify.rs` on a database; `store/mod.rs` picks the
+//! one the database names.
 //!
 //! This module only reads; it never repairs.
 //!
 //! Its files: `report.rs` (what a run found, and why a database could not
 //! be read at all), `invariants.rs` (each invariant as a query, shared by
-//! both backends), `sqlite.rs` (the run on a SQLite file);
-//! `store/postgres/verify.rs` runs the same queries on PostgreSQL.
+//! both backends).
 
 mod invariants;
 mod report;
-mod sqlite;
 
 use super::Database;
 
 pub(in crate::store) use invariants::{business_key_check, invariant_checks, Spec};
 pub(in crate::store) use report::MAX_EXAMPLES;
 pub use report::{Check, Report, VerifyError};
-pub use sqlite::{tools_outside, verify, verify_within};
 
 /// Check every invariant on `db` (a SQLite file or a PostgreSQL database),
 /// read-only, in one snapshot.
 pub fn verify_database(db: &Database, effect_tools: &[&str]) -> Result<Report, VerifyError> {
-    match db {
-        Database::Sqlite(path) => verify(path, effect_tools),
-        Database::Postgres(target) => super::postgres::verify(target, effect_tools),
-    }
+    super::verify_backend(db, effect_tools)
 }
 
-/// `tools_outside` on either backend.
+/// The tools the database's calls name that are not in `known`, sorted: a
+/// caller that only knows the built-ins asks this first, because which of
+/// those tools write effects is in the tools file the server ran with, and
+/// without it every effect of theirs would look like a violation.
 pub fn tools_outside_database(db: &Database, known: &[&str]) -> Result<Vec<String>, VerifyError> {
-    match db {
-        Database::Sqlite(path) => tools_outside(path, known),
-        Database::Postgres(target) => super::postgres::tools_outside(target, known),
-    }
+    super::tools_outside_backend(db, known)
 }

@@ -314,11 +314,6 @@ impl Browser {
         );
         serde_json::from_value(found).expect("a list of URLs")
     }
-
-    /// A PNG of the window.
-    pub fn screenshot(&self) -> Vec<u8> {
-        self.run(self.client().screenshot()).expect("a screenshot")
-    }
 }
 
 impl Drop for Browser {

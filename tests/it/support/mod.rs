@@ -526,3 +526,20 @@ pub fn assert_each_accepted_call_kept(conn: &rusqlite::Connection, accepted: &[(
         );
     }
 }
+
+/// What `idempotent-tool ARGS --print-config` prints with these variables
+/// set; it must exit 0.
+pub fn print_config(args: &[&str], variables: &[(&str, &std::ffi::OsStr)]) -> String {
+    let out = Command::new(SERVER_BIN)
+        .args(args)
+        .arg("--print-config")
+        .envs(variables.iter().copied())
+        .output()
+        .expect("run the server");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -37,7 +37,7 @@
 //!
 //! This module never writes a row and never answers a caller.
 
-use super::error::StoreError;
+use super::super::error::StoreError;
 use super::schema;
 use super::syncer::Durability;
 use crate::log::{Repeats, BACKGROUND_FAILURE_EVERY};
@@ -441,7 +441,7 @@ mod tests {
         conn.execute("INSERT INTO t (body) VALUES ('not synced')", [])
             .unwrap();
         let durability = Arc::new(Durability::default());
-        durability.fail(super::super::StoreError::unavailable("EIO"));
+        durability.fail(super::super::super::StoreError::unavailable("EIO"));
         let mut checkpointer = Checkpointer::start(&path, BOUND, durability).unwrap();
         checkpointer.nudge();
         let deadline = Instant::now() + Duration::from_secs(30);

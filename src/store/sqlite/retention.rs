@@ -14,8 +14,8 @@
 //! This module must never delete a `pending` or `running` call, never delete
 //! an `effects` row, and never hold the writer for more than one small batch.
 
-use super::ids::now;
-use super::model::Purged;
+use super::super::ids::now;
+use super::super::model::Purged;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Rows the candidate scan reads at most per batch, so one pass over a file

@@ -7,8 +7,8 @@
 //! rows — so it must never be used to record real calls, and only on a file
 //! no service is writing to at the same moment.
 
-use super::error::StoreError;
-use super::ids::{effect_id_for, now};
+use super::super::error::StoreError;
+use super::super::ids::{effect_id_for, now};
 use rusqlite::{params, Connection};
 use serde_json::json;
 use std::path::Path;
@@ -71,4 +71,37 @@ pub fn insert_succeeded_charges(
     }
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::new_call;
+    use crate::store::{CallStore, Created, Scope, Status, StoreOptions};
+    use crate::temp::TempDb;
+
+    /// The bulk loader writes settled calls the store reads like any other.
+    #[test]
+    fn bulk_loaded_charges_read_like_served_ones() -> Result<(), StoreError> {
+        let db = TempDb::new("bulk_loaded_charges_read_like_served_ones");
+        let store = CallStore::open(db.path(), StoreOptions::default())?;
+        let charge = BulkCharge {
+            fingerprint: "fp",
+            args_json: r#"{"amount":1}"#,
+            amount: 1,
+            key_prefix: "bulk",
+        };
+        insert_succeeded_charges(db.path(), &charge, 1_000)?;
+        let stats = store.stats(Scope::All)?;
+        assert_eq!((stats.calls, stats.effects), (1_000, 1_000));
+        let call = store
+            .find_by_key(crate::auth::ANONYMOUS, "bulk-999")?
+            .expect("loaded");
+        assert_eq!(call.status, Status::Succeeded);
+        assert!(matches!(
+            store.create_or_get(new_call("bulk-999", "fp"))?,
+            Created::Existing(_)
+        ));
+        Ok(())
+    }
 }

@@ -38,7 +38,7 @@ impl SyncMode {
             pipelined: false,
             seen_version: None,
             pid: std::process::id(),
-            host: super::instances::host_name(),
+            host: super::super::instance::host_name(),
         }
     }
 
@@ -88,8 +88,9 @@ impl SyncMode {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{schema, StoreOptions};
+    use super::super::schema;
     use super::*;
+    use crate::store::StoreOptions;
     use crate::temp::TempDir;
 
     fn synchronous(conn: &Connection) -> i64 {

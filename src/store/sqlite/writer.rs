@@ -24,7 +24,7 @@
 //! `fdatasync`s the WAL and only then answers them. So: no caller is
 //! answered before a sync that covers its batch has returned; no read —
 //! whoever asks — returns before every batch it could have seen is synced
-//! (the read gate in `readers`, and `FULL` commits while another process
+//! (the read gate in `reader_pool`, and `FULL` commits while another process
 //! shares the file); and an error answer means "retry with the same key".
 //! A busy server pays one fsync per group of batches, and the writer's next
 //! batch runs while the disk flushes. Semantics are unchanged: operations
@@ -70,9 +70,9 @@
 //! in order, and reports what `COMMIT` said. It never holds a transaction open
 //! across anything but SQL.
 
+use super::super::error::StoreError;
+use super::super::model::{Then, WriterStats};
 use super::checkpointer::{self, Checkpointer, WAL_BOUND_PAGES, WAL_FILE_LIMIT_PAGES};
-use super::error::StoreError;
-use super::model::WriterStats;
 use super::schema;
 use super::sync_mode::SyncMode;
 use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
@@ -180,10 +180,6 @@ enum Step {
     /// not be managed: every job of the batch is answered with this error.
     Broken(Reply, StoreError),
 }
-
-/// What to do with a write's outcome once its commit is known. Runs on the
-/// writer thread, so it must be quick.
-pub type Then<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
 
 /// A write operation and what to do with its outcome; both are taken when it
 /// runs or is abandoned, and whatever is left is answered on drop.

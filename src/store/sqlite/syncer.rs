@@ -40,7 +40,7 @@
 //!
 //! This module never runs SQL; it only syncs a file and releases answers.
 
-use super::error::StoreError;
+use super::super::error::StoreError;
 use crate::sync::lock;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -256,9 +256,10 @@ pub(super) fn fdatasync_wal(database: &Path) -> SyncWal {
 mod tests {
     use super::super::reader_pool::Readers;
     use super::super::schema;
-    use super::super::writer::{Then, Writer};
-    use super::super::StoreOptions;
+    use super::super::writer::Writer;
     use super::*;
+    use crate::store::StoreOptions;
+    use crate::store::Then;
     use crate::temp::TempDir;
 
     type Answers = mpsc::Receiver<Result<usize, StoreError>>;

@@ -13,8 +13,8 @@
 //!
 //! This module never reads or writes rows.
 
-use super::error::StoreError;
-use super::options::StoreOptions;
+use super::super::error::StoreError;
+use super::super::options::StoreOptions;
 use rusqlite::config::DbConfig;
 use rusqlite::Connection;
 use std::path::Path;

@@ -9,8 +9,8 @@
 //! and never hands a read's result back before the syncer says everything
 //! that read could have seen is on disk (`gated_by`).
 
-use super::error::StoreError;
-use super::options::StoreOptions;
+use super::super::error::StoreError;
+use super::super::options::StoreOptions;
 use super::schema;
 use super::syncer::Durability;
 use crate::sync::lock;

@@ -9,13 +9,14 @@
 //! Transitions are conditional `UPDATE`s whose row count decides: a `SELECT`
 //! before them is only ever a shortcut, never the decision.
 
-use super::ids::{effect_id_for, new_call_id, now};
-use super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
+use super::super::audit::{self, Event};
+use super::super::ids::{effect_id_for, new_call_id, now};
+use super::super::model::{
+    Call, CallCounts, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
+    Status,
 };
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
@@ -57,7 +58,7 @@ fn create_or_get(
     }
     let first_claim = first_claim.map(|(owner, lease)| (owner, now + lease.as_secs_f64()));
     let call = insert_call_as(conn, new, now, first_claim)?;
-    audit(conn, now, &call.call_id, 0, "created", &call.tool)?;
+    audit(conn, now, &call.call_id, 0, Event::Created, &call.tool)?;
     if let Some((owner, _)) = first_claim {
         audit_claimed(conn, now, &call.call_id, owner, call.attempt)?;
     }
@@ -111,8 +112,8 @@ fn audit_claimed(
     owner: &str,
     attempt: i64,
 ) -> rusqlite::Result<()> {
-    let detail = format!("{owner} attempt={attempt}");
-    audit(conn, now, call_id, attempt, "claimed", &detail)
+    let detail = audit::claimed(owner, attempt);
+    audit(conn, now, call_id, attempt, Event::Claimed, &detail)
 }
 
 pub(super) fn succeed_op(
@@ -123,7 +124,7 @@ pub(super) fn succeed_op(
     move |conn| {
         let now = now();
         if !finish_fenced(conn, now, &lease, Status::Succeeded, Some(&result), None)? {
-            return discard_stale(conn, now, &lease, "succeeded");
+            return discard_stale(conn, now, &lease, Event::Succeeded);
         }
         if let Some(effect) = effect {
             let detail = effect.detail.map(|d| d.to_string());
@@ -140,14 +141,7 @@ pub(super) fn succeed_op(
                 now
             ])?;
         }
-        audit(
-            conn,
-            now,
-            &lease.call_id,
-            lease.attempt,
-            "succeeded",
-            &lease.effect_id,
-        )?;
+        audit_lease(conn, now, &lease, Event::Succeeded, &lease.effect_id)?;
         Ok(Completion::Applied)
     }
 }
@@ -159,9 +153,9 @@ pub(super) fn fail_op(
     move |conn| {
         let now = now();
         if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
-            return discard_stale(conn, now, &lease, "failed");
+            return discard_stale(conn, now, &lease, Event::Failed);
         }
-        audit(conn, now, &lease.call_id, lease.attempt, "failed", &error)?;
+        audit_lease(conn, now, &lease, Event::Failed, &error)?;
         Ok(Completion::Applied)
     }
 }
@@ -193,22 +187,10 @@ pub(super) fn retry_later_op(
                 lease.attempt
             ])?;
         if changed == 0 {
-            return discard_stale(conn, now, &lease, "been retried");
+            return discard_stale(conn, now, &lease, Event::RetryScheduled);
         }
-        let detail = format!(
-            "attempt {} failed ({code}); attempt {} in {:.3} s",
-            lease.attempt,
-            lease.attempt + 1,
-            delay.as_secs_f64()
-        );
-        audit(
-            conn,
-            now,
-            &lease.call_id,
-            lease.attempt,
-            "retry_scheduled",
-            &detail,
-        )?;
+        let detail = audit::retry_scheduled(lease.attempt, &code, delay);
+        audit_lease(conn, now, &lease, Event::RetryScheduled, &detail)?;
         Ok(Completion::Applied)
     }
 }
@@ -261,9 +243,6 @@ fn finish_fenced(
     Ok(changed == 1)
 }
 
-/// Calls in all, by status, and by attempt.
-pub(super) type CallCounts = (i64, Vec<(String, i64)>, Vec<(i64, i64)>);
-
 /// The query behind `count_calls_in_status_index` (public for the test that
 /// checks its plan).
 pub const COUNT_CALLS_IN_STATUS_INDEX: &str =
@@ -273,20 +252,9 @@ pub const COUNT_CALLS_IN_STATUS_INDEX: &str =
 /// sort is needed: one row per (status, lease_until, attempt), which is a
 /// handful of rows plus one per running call, summed here.
 pub(super) fn count_calls_in_status_index(conn: &Connection) -> rusqlite::Result<CallCounts> {
-    let (mut calls, mut by_status, mut attempts) = (0, BTreeMap::new(), BTreeMap::new());
-    let mut stmt = conn.prepare_cached(COUNT_CALLS_IN_STATUS_INDEX)?;
-    let mut rows = stmt.query([])?;
-    while let Some(row) = rows.next()? {
-        let (status, attempt, n): (String, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        calls += n;
-        *by_status.entry(status).or_insert(0) += n;
-        *attempts.entry(attempt).or_insert(0) += n;
-    }
-    Ok((
-        calls,
-        by_status.into_iter().collect(),
-        attempts.into_iter().collect(),
-    ))
+    conn.prepare_cached(COUNT_CALLS_IN_STATUS_INDEX)?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect()
 }
 
 /// The same counts where `idx_calls_status` lacks `attempt`: the table is scanned.
@@ -300,7 +268,11 @@ pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCo
         .prepare_cached("SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    Ok((calls, by_status, attempts))
+    Ok(CallCounts {
+        calls,
+        by_status,
+        attempts,
+    })
 }
 
 /// Insert a `pending` call under a fresh id and return the row as written;
@@ -386,14 +358,14 @@ pub(super) fn resolve_existing(
     if changed == 0 {
         return Ok(Created::Existing(existing));
     }
-    let detail = format!("after attempt {}", existing.attempt);
+    let detail = audit::retry_reset(existing.attempt);
     let attempt = existing.attempt;
     audit(
         conn,
         now,
         &existing.call_id,
         attempt,
-        "retry_reset",
+        Event::RetryReset,
         &detail,
     )?;
     let call = select_call(conn, &existing.call_id)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
@@ -404,19 +376,22 @@ fn discard_stale(
     conn: &Connection,
     now: f64,
     lease: &Lease,
-    outcome: &str,
+    would_have: Event,
 ) -> rusqlite::Result<Completion> {
-    let detail = format!("attempt {} would have {outcome}; discarded", lease.attempt);
-    let attempt = lease.attempt;
-    audit(
-        conn,
-        now,
-        &lease.call_id,
-        attempt,
-        "stale_completion",
-        &detail,
-    )?;
+    let detail = audit::stale_completion(lease.attempt, would_have);
+    audit_lease(conn, now, lease, Event::StaleCompletion, &detail)?;
     Ok(Completion::Stale)
+}
+
+/// An audit row for `lease`'s call, under the lease's attempt.
+fn audit_lease(
+    conn: &Connection,
+    now: f64,
+    lease: &Lease,
+    event: Event,
+    detail: &str,
+) -> rusqlite::Result<()> {
+    audit(conn, now, &lease.call_id, lease.attempt, event, detail)
 }
 
 /// One audit row; `attempt` is the call's attempt when it happened, so the
@@ -426,22 +401,18 @@ pub(super) fn audit(
     now: f64,
     call_id: &str,
     attempt: i64,
-    event: &str,
+    event: Event,
     detail: &str,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO audit (ts, call_id, attempt, event, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![now, call_id, attempt, event, detail])?;
+    .execute(params![now, call_id, attempt, event.as_str(), detail])?;
     Ok(())
 }
 
 pub(super) fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Call>> {
-    conn.prepare_cached(&format!(
-        "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1"
-    ))?
-    .query_row(params![call_id], call_from_row)
-    .optional()
+    one_call(conn, "call_id = ?1", params![call_id])
 }
 
 /// A call by id, only if it is `tenant`'s: another tenant's call reads as
@@ -451,11 +422,11 @@ pub(super) fn select_tenant_call(
     tenant: &str,
     call_id: &str,
 ) -> rusqlite::Result<Option<Call>> {
-    conn.prepare_cached(&format!(
-        "SELECT {CALL_COLUMNS} FROM calls WHERE call_id = ?1 AND tenant = ?2"
-    ))?
-    .query_row(params![call_id, tenant], call_from_row)
-    .optional()
+    one_call(
+        conn,
+        "call_id = ?1 AND tenant = ?2",
+        params![call_id, tenant],
+    )
 }
 
 /// The key's call within its tenant (`UNIQUE (tenant, idem_key)`'s index).
@@ -464,10 +435,23 @@ pub(super) fn select_call_by_key(
     tenant: &str,
     idem_key: &str,
 ) -> rusqlite::Result<Option<Call>> {
+    one_call(
+        conn,
+        "tenant = ?1 AND idem_key = ?2",
+        params![tenant, idem_key],
+    )
+}
+
+/// The call `condition` (on a unique column or columns) finds, if any.
+fn one_call(
+    conn: &Connection,
+    condition: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<Option<Call>> {
     conn.prepare_cached(&format!(
-        "SELECT {CALL_COLUMNS} FROM calls WHERE tenant = ?1 AND idem_key = ?2"
+        "SELECT {CALL_COLUMNS} FROM calls WHERE {condition}"
     ))?
-    .query_row(params![tenant, idem_key], call_from_row)
+    .query_row(params, call_from_row)
     .optional()
 }
 
@@ -519,9 +503,8 @@ pub(super) fn release_op(
         if changed == 0 {
             return Ok(Completion::Stale);
         }
-        let detail = format!("attempt {} released by a stopping process", lease.attempt);
-        let attempt = lease.attempt;
-        audit(conn, now, &lease.call_id, attempt, "released", &detail)?;
+        let detail = audit::released(lease.attempt);
+        audit_lease(conn, now, &lease, Event::Released, &detail)?;
         Ok(Completion::Applied)
     }
 }

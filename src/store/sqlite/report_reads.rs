@@ -6,32 +6,19 @@
 //! This module never writes, and never reads another tenant's rows for a
 //! tenant's answer.
 
-use super::model::{AuditEvent, Backlog};
-use super::sql::CallCounts;
+use super::super::model::{AuditEvent, Backlog, CallCounts};
 use rusqlite::{params, Connection, OpenFlags};
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// One tenant's calls by status and by attempt, through the
 /// `UNIQUE (tenant, idem_key)` index (the status index holds no tenant, and
 /// another index would cost every call a write).
 pub(super) fn count_tenant_calls(conn: &Connection, tenant: &str) -> rusqlite::Result<CallCounts> {
-    let (mut calls, mut by_status, mut attempts) = (0, BTreeMap::new(), BTreeMap::new());
-    let mut stmt = conn.prepare_cached(
+    conn.prepare_cached(
         "SELECT status, attempt, count(*) FROM calls WHERE tenant = ?1 GROUP BY status, attempt",
-    )?;
-    let mut rows = stmt.query(params![tenant])?;
-    while let Some(row) = rows.next()? {
-        let (status, attempt, n): (String, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        calls += n;
-        *by_status.entry(status).or_insert(0) += n;
-        *attempts.entry(attempt).or_insert(0) += n;
-    }
-    Ok((
-        calls,
-        by_status.into_iter().collect(),
-        attempts.into_iter().collect(),
-    ))
+    )?
+    .query_map(params![tenant], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+    .collect()
 }
 
 /// The effects of a tenant's calls still kept (a purged call's effect stays

@@ -1,19 +1,26 @@
-//! `verify` on a SQLite file: opened read-only, every count and check in one
-//! read transaction, `PRAGMA integrity_check` first. It never writes, creates
-//! or checkpoints the file.
+//! `verify` on a SQLite file: `PRAGMA integrity_check` first, then the
+//! invariants of `store::verify`. It opens the file read-only
+//! (`SQLITE_OPEN_READ_ONLY`: it cannot create, write or checkpoint it) and
+//! reads everything in one read transaction, so the report is one
+//! consistent snapshot. That makes it safe beside a running server: in WAL
+//! mode a reader never blocks the writer, and the writer never changes what
+//! the reader sees. The one cost is that the server cannot checkpoint the
+//! WAL past that snapshot until `verify` ends.
+//!
+//! This module only reads; it never repairs.
 
-use super::invariants::{business_key_check, invariant_checks, Spec};
-use super::report::{Check, Report, VerifyError, MAX_EXAMPLES};
+use super::super::verify::{business_key_check, invariant_checks, Spec};
+use super::super::verify::{Check, Report, VerifyError, MAX_EXAMPLES};
 use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The tools the database's calls name that are not in `known`, sorted: a
-/// caller that only knows the built-ins asks this first, because which of
-/// those tools write effects is in the tools file the server ran with, and
-/// without it every effect of theirs would look like a violation.
-pub fn tools_outside(path: &Path, known: &[&str]) -> Result<Vec<String>, VerifyError> {
+/// `verify::tools_outside_database` on the file at `path`.
+pub(in crate::store) fn tools_outside(
+    path: &Path,
+    known: &[&str],
+) -> Result<Vec<String>, VerifyError> {
     let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
     let conn = open_service_database(path)?;
     let mut statement = conn
@@ -30,7 +37,7 @@ pub fn tools_outside(path: &Path, known: &[&str]) -> Result<Vec<String>, VerifyE
 }
 
 /// Check every invariant on the database at `path`, read-only, in one snapshot.
-pub fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError> {
+pub(in crate::store) fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError> {
     let conn = open_service_database(path)?;
     verify_on(&conn, path, effect_tools)
 }
@@ -39,7 +46,7 @@ pub fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError>
 /// cut short would otherwise read as a violation) and the answer is
 /// `TimedOut`. For the service's `GET /v1/verify`, which must not hold a
 /// read snapshot (and with it the WAL's checkpoints) longer than it asked.
-pub fn verify_within(
+pub(in crate::store) fn verify_within(
     path: &Path,
     effect_tools: &[&str],
     deadline: Instant,

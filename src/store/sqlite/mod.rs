@@ -1,24 +1,54 @@
-//! The SQLite backend behind `CallStore`: one writer thread that groups
-//! commits (`writer`), a pool of read connections (`readers`), and the
-//! statements in `sql`, `reads`, `retention` and `instances`. One process's
-//! file; several processes may share it on one host.
+//! The SQLite backend (the default): one process's file, which several
+//! processes on one host may share. Every write goes to one writer thread
+//! that groups commits (`writer`, its two lanes in `write_queue`), fsynced
+//! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
+//! own (`checkpointer`); reads go to a bounded pool of read connections
+//! (`reader_pool`). The statements: `sql` (the state machine), `instances`
+//! (the process registry and recovery), `business_key`, `retention`,
+//! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
+//! migrations); and the offline `verify` and the bench's `bulk` loader.
+//! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
-//! It owns nothing the facade does not ask for, and must never hand a
-//! `rusqlite` type across the facade.
+//! It owns nothing the facade does not ask for, imports nothing from the
+//! PostgreSQL wing, and must never hand a `rusqlite` type across the facade.
 
+pub mod bulk;
+mod business_key;
+mod checkpointer;
+mod instances;
+mod reader_pool;
+mod report_reads;
+mod retention;
+mod schema;
+mod sql;
+mod sync_mode;
+mod syncer;
+#[cfg(test)]
+mod tests;
+mod verify;
+mod write_queue;
+mod writer;
+
+pub use business_key::LEDGER_SQL;
+pub use reader_pool::MAX_READERS;
+pub use schema::SCHEMA_VERSION;
+pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
+use verify::verify_within;
+pub(super) use verify::{tools_outside, verify};
+
+use super::backend::Backend;
+use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::error::StoreError;
 use super::ids::now;
-use super::instances::{self, Instance};
+use super::instance::{log_gone, Instance};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats,
+    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
 };
 use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
-use super::reader_pool::Readers;
-use super::verify::{self, Report, VerifyError};
-use super::writer::{Lane, Then, Writer};
-use super::{report_reads, retention, schema, sql};
+use super::verify::{Report, VerifyError};
 use crate::metrics::Metrics;
+use reader_pool::Readers;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -26,23 +56,24 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+use writer::{Lane, Writer};
 
 /// How many due calls `claim_due_within` reads past those of a tool with no
 /// slot left, looking for calls it may claim.
 const SCAN_PAST_CAPPED: usize = 1_000;
 
 /// The SQLite-backed store.
-pub(super) struct SqliteStore {
+struct SqliteStore {
     /// The database file: `/healthz` reads it on a fresh connection.
     path: PathBuf,
     options: StoreOptions,
     /// The writer thread; every write goes through it.
-    pub(super) writer: Writer,
+    writer: Writer,
     /// At most `MAX_READERS` read connections, shared by every reader.
     readers: Readers,
     /// Whether `idx_calls_status` holds `attempt` (not in databases made by
     /// the seed's DDL or an earlier version), which decides how `stats` counts.
-    pub(super) status_index_has_attempt: bool,
+    status_index_has_attempt: bool,
     /// This process in `instances`; its workers' owner strings name it.
     instance: Instance,
     stopped: std::sync::atomic::AtomicBool,
@@ -50,10 +81,14 @@ pub(super) struct SqliteStore {
     purge_cursor: AtomicI64,
 }
 
+/// Open (creating if absent) the database file at `path`, bring its schema
+/// up to date, start its writer thread and register this process.
+pub(super) fn open(path: &Path, options: StoreOptions) -> Result<Box<dyn Backend>, StoreError> {
+    Ok(Box::new(SqliteStore::open(path, options)?))
+}
+
 impl SqliteStore {
-    /// Open (creating if absent) the database, bring its schema up to date, and
-    /// start its writer thread.
-    pub fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
+    fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
         let conn = schema::open_writer(path, &options)?;
         let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
         let writer =
@@ -73,35 +108,70 @@ impl SqliteStore {
         };
         let me = store.instance.clone();
         let gone = store.write(move |conn| instances::register(conn, &me))?;
-        instances::log_gone(gone);
+        log_gone(gone);
         Ok(store)
     }
 
-    /// Report every write batch to `metrics` from now on.
-    pub fn report_to(&self, metrics: Arc<Metrics>) {
+    /// Queue `op` for the writer in the first lane (see `write_queue`) and
+    /// wait until its batch has committed.
+    fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.write_in(Lane::First, op)
+    }
+
+    /// `write`, in `lane`: creations go `Behind`, so completions are never
+    /// queued behind new work.
+    fn write_in<T, F>(&self, lane: Lane, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
+        self.writer.submit_in(
+            lane,
+            op,
+            Box::new(move |outcome| {
+                // The caller may have gone (its thread ended); nothing to tell.
+                let _ = caller.send(outcome);
+            }),
+        );
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
+    }
+
+    /// Run `op` on a pooled read connection (see `reader_pool`).
+    fn read<T>(
+        &self,
+        op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        self.readers.read(op)
+    }
+}
+
+impl Backend for SqliteStore {
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn report_to(&self, metrics: Arc<Metrics>) {
         self.writer.report_to(metrics);
     }
 
-    /// How long terminal calls are kept.
-    pub fn retention(&self) -> Retention {
-        self.options.retention
-    }
-
-    /// This process's instance: its id goes into every owner it writes.
-    pub fn instance(&self) -> &Instance {
+    fn instance(&self) -> &Instance {
         &self.instance
     }
 
-    /// Tell other processes this one is alive (every `HEARTBEAT_EVERY`).
-    pub fn heartbeat(&self) -> Result<(), StoreError> {
+    fn heartbeat(&self) -> Result<(), StoreError> {
         let me = self.instance.clone();
         self.write(move |conn| instances::heartbeat(conn, &me))
     }
 
-    /// Mark this instance stopped, commit every write already queued, then
-    /// stop the writer thread and join it. Later writes are answered
-    /// `Unavailable`. Idempotent.
-    pub fn stop(&self) {
+    /// Then stops the writer thread and joins it.
+    fn stop(&self) {
         if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
@@ -116,38 +186,32 @@ impl SqliteStore {
         self.readers.close_idle();
     }
 
-    /// Create the key's call, or return the one it already has. Runs in the
-    /// writer's `BEGIN IMMEDIATE` transaction, so the lookup and the insert cannot
-    /// interleave with another writer; `UNIQUE (tenant, idem_key)` backs it up.
-    pub fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
-        let retention = self.options.retention;
+    /// Runs in the writer's `BEGIN IMMEDIATE` transaction, so the lookup and
+    /// the insert cannot interleave with another writer; `UNIQUE (tenant,
+    /// idem_key)` backs it up.
+    fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError> {
         // Behind completions: new work never delays finishing accepted work.
-        let created = self.write_in(Lane::Behind, sql::create_or_get_op(new))?;
-        Ok(created.map(|c| retention.stamp(c)))
+        self.write_in(Lane::Behind, sql::create_or_get_op(new))
     }
 
-    /// `create_or_get` whose new call is inserted already `running` under a
-    /// lease for `owner`, its `created` and `claimed` rows in the same
-    /// transaction: one writer operation instead of a create and a claim.
-    pub fn create_claimed(
+    /// In the writer's `Behind` lane like every create.
+    fn create_or_get_guarded(&self, new: NewCall, key: BusinessKey) -> Result<Guarded, StoreError> {
+        self.write_in(Lane::Behind, business_key::create_or_get_op(new, key))
+    }
+
+    /// One writer operation instead of a create and a claim.
+    fn create_claimed(
         &self,
         new: NewCall,
         owner: &str,
         lease: Duration,
     ) -> Result<CreatedClaimed, StoreError> {
-        let retention = self.options.retention;
         let op = sql::create_claimed_op(new, owner.to_string(), lease);
-        let CreatedClaimed { created, lease } = self.write_in(Lane::Behind, op)?;
-        Ok(CreatedClaimed {
-            created: created.map(|c| retention.stamp(c)),
-            lease,
-        })
+        self.write_in(Lane::Behind, op)
     }
 
-    /// `claim` for several calls as one operation in the writer's queue. Each
-    /// call is still won or lost by its own conditional `UPDATE`; the answers
-    /// come in the order of `call_ids`.
-    pub fn claim_many(
+    /// One operation in the writer's queue.
+    fn claim_many(
         &self,
         call_ids: &[String],
         owner: &str,
@@ -165,13 +229,9 @@ impl SqliteStore {
         })
     }
 
-    /// Record success, fenced by the lease: the effect row (if the tool wrote
-    /// one) and the `succeeded` update commit together, and only if this lease's
-    /// attempt still owns the call. `effects.call_id UNIQUE` is the last gate:
-    /// however many attempts succeed, one call has at most one effect. Does not
-    /// wait: a worker hands its completion over and takes its next call while
-    /// the commit is grouped with others; `then` learns the outcome.
-    pub fn succeed_then(
+    /// Does not wait: a worker hands its completion over and takes its next
+    /// call while the commit is grouped with others.
+    fn succeed_then(
         &self,
         lease: &Lease,
         result: &Value,
@@ -184,16 +244,14 @@ impl SqliteStore {
         )
     }
 
-    /// Record failure, fenced like `succeed_then`; does not wait either.
-    pub fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+    /// Does not wait either.
+    fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
         self.writer
             .submit(sql::fail_op(lease.clone(), error.to_string()), then)
     }
 
-    /// Record a retryable failure that has attempts left: the call returns to
-    /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced and unwaited like `fail_then`.
-    pub fn retry_later_then(
+    /// Unwaited like `fail_then`.
+    fn retry_later_then(
         &self,
         lease: &Lease,
         error: &Value,
@@ -207,11 +265,7 @@ impl SqliteStore {
         )
     }
 
-    /// Extend leases whose tools are still running to `lease` from now, each
-    /// only while its call is `running` under the lease's attempt. Returns,
-    /// in order, whether each lease is still held: `false` means it was lost
-    /// (taken over after it expired, or released), and extending it must stop.
-    pub fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
+    fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
         let leases = leases.to_vec();
         self.write(move |conn| {
             let lease_until = now() + lease.as_secs_f64();
@@ -219,21 +273,17 @@ impl SqliteStore {
         })
     }
 
-    /// Give back a lease whose tool is still running when this process stops:
-    /// the call returns to `pending` (audited `released`) unless the lease was
-    /// already lost, in which case nothing changes (`Stale`).
-    pub fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
+    fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
         self.write(sql::release_op(lease.clone()))
     }
 
-    /// Claim due calls within `limits`, oldest first, in one writer
-    /// operation: the scan and the conditional updates share its
+    /// One writer operation: the scan and the conditional updates share its
     /// transaction, so the per-tool limits hold (no other writer claims in
     /// between). Calls of a tool with no slot left are read past, within the
     /// first `SCAN_PAST_CAPPED` due calls — the window the runner listed
     /// before it claimed in one operation; beyond it they wait for a later
     /// poll, never over a cap.
-    pub fn claim_due_within(
+    fn claim_due_within(
         &self,
         limits: &DueLimits,
         owner: &str,
@@ -273,12 +323,9 @@ impl SqliteStore {
         })
     }
 
-    /// Return `running` calls whose lease has expired, or whose owner's process
-    /// is gone, to `pending`, and name them. A live owner's leases are left
-    /// alone: it may still be executing (another process on the same file),
-    /// and the effect would then run twice; so are `running_here`, the
-    /// leases this process's workers hold now, even lapsed.
-    pub fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
+    /// A cheap read first spares the writer a transaction when there is
+    /// nothing to recover; the owners are then read again inside it.
+    fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
         if !self.read(instances::has_reclaimable)? {
             return Ok(Vec::new());
         }
@@ -287,37 +334,24 @@ impl SqliteStore {
         self.write(move |conn| instances::recover_expired(conn, &me, &running_here))
     }
 
-    /// Up to `limit` `pending` calls that may be claimed now (none whose
-    /// automatic retry is scheduled for later), oldest first.
-    pub fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
+    fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
         self.read(|conn| sql::due_calls(conn, now(), limit))
     }
 
-    /// A call by id, whatever its tenant: for a caller that already holds
-    /// the call (the wait loop), never for a tenant's lookup (`get_for`).
-    pub fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.read(|conn| sql::select_call(conn, call_id))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
+    fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
+        self.read(|conn| sql::select_call(conn, call_id))
     }
 
-    /// `tenant`'s call by id; another tenant's reads as absent.
-    pub fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.read(|conn| sql::select_tenant_call(conn, tenant, call_id))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
+    fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
+        self.read(|conn| sql::select_tenant_call(conn, tenant, call_id))
     }
 
-    /// The key's call within `tenant`, as last committed. Used for the fast
-    /// path of a same-key retry: `idem_key` and `fingerprint` never change
-    /// once written, so a committed row is a safe answer without taking the
-    /// write lock.
-    pub fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
-        let call = self.read(|conn| sql::select_call_by_key(conn, tenant, idem_key))?;
-        Ok(call.map(|c| self.options.retention.stamp(c)))
+    /// On a read connection, without taking the write lock.
+    fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
+        self.read(|conn| sql::select_call_by_key(conn, tenant, idem_key))
     }
 
-    /// `tenant`'s call and its audit rows, oldest first, read in one
-    /// snapshot; `None` when the tenant has no such call.
-    pub fn audit_for(
+    fn audit_for(
         &self,
         tenant: &str,
         call_id: &str,
@@ -333,10 +367,8 @@ impl SqliteStore {
         })
     }
 
-    /// Purge up to `limit` terminal calls whose last update is older than
-    /// the retention's TTL (nothing when keys are kept forever): one small
-    /// write batch, found by a read first. Returns what was purged.
-    pub fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
+    /// One small write batch, found by a read first (`retention`).
+    fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError> {
         let Some(ttl) = self.options.retention.key_ttl else {
             return Ok(Vec::new());
         };
@@ -350,11 +382,10 @@ impl SqliteStore {
         self.write(retention::purge_op(found, cutoff))
     }
 
-    /// What `/healthz` reports: whether a new connection can read the file
-    /// now, and whether the writer can still write: never again after a
-    /// failed sync (an orchestrator should restart the process), and not
-    /// while it is stuck with work queued.
-    pub fn health(&self) -> Health {
+    /// A new connection reads the file; the writer can never write again
+    /// after a failed sync (an orchestrator should restart the process), and
+    /// not while it is stuck with work queued.
+    fn health(&self) -> Health {
         let database = report_reads::fresh_read(&self.path).map_err(|e| e.to_string());
         if let Some(failed) = self.writer.failure() {
             let writer = Err(format!("{failed}; restart the process to write again"));
@@ -371,12 +402,11 @@ impl SqliteStore {
     }
 
     /// Set once a sync of the WAL failed; never cleared.
-    pub fn write_failure(&self) -> Option<StoreError> {
+    fn write_failure(&self) -> Option<StoreError> {
         self.writer.failure()
     }
 
-    /// Calls by status and the oldest pending call, in one read (a scrape).
-    pub fn backlog(&self) -> Result<Backlog, StoreError> {
+    fn backlog(&self) -> Result<Backlog, StoreError> {
         self.read(|conn| {
             let snapshot = conn.unchecked_transaction()?;
             let backlog = report_reads::backlog(conn)?;
@@ -385,14 +415,13 @@ impl SqliteStore {
         })
     }
 
-    /// Every call's counts (`Scope::All`), or one tenant's.
-    pub fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
+    fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
         self.read(|conn| {
             // One read transaction, so the counts describe one moment even while
             // the writer commits between the queries (each would otherwise see
             // its own snapshot, and the statuses could outnumber the calls).
             let snapshot = conn.unchecked_transaction()?;
-            let (calls, by_status, attempts) = match scope {
+            let counts = match scope {
                 Scope::Tenant(tenant) => report_reads::count_tenant_calls(conn, tenant)?,
                 Scope::All if self.status_index_has_attempt => {
                     sql::count_calls_in_status_index(conn)?
@@ -404,65 +433,22 @@ impl SqliteStore {
                 Scope::All => sql::count_effects(conn)?,
             };
             snapshot.commit()?;
-            Ok(Stats {
-                calls,
-                effects,
-                by_status,
-                attempts,
-                writer: self.writer.stats(),
-            })
+            Ok(counts.into_stats(effects, self.writer.stats()))
         })
     }
 
-    /// Queue `op` for the writer in the first lane (see `write_queue`) and
-    /// wait until its batch has committed.
-    pub(super) fn write<T, F>(&self, op: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        self.write_in(Lane::First, op)
+    fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
+        self.read(|conn| business_key::ledger(conn, limit))
     }
 
-    /// `write`, in `lane`: creations go `Behind`, so completions are never
-    /// queued behind new work.
-    pub(super) fn write_in<T, F>(&self, lane: Lane, op: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
-        self.writer.submit_in(
-            lane,
-            op,
-            Box::new(move |outcome| {
-                // The caller may have gone (its thread ended); nothing to tell.
-                let _ = caller.send(outcome);
-            }),
-        );
-        answer
-            .recv()
-            .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
-    }
-
-    /// Run `op` on a pooled read connection (see `readers`).
-    pub(super) fn read<T>(
-        &self,
-        op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
-        self.readers.read(op)
-    }
-}
-
-impl SqliteStore {
-    /// See `CallStore::verify_until`. The check opens the file itself
-    /// (read-only); what it saw is then gated like any read (`syncer`).
-    pub fn verify_until(
+    /// The check opens the file itself, read-only; what it saw is then
+    /// gated like any read (`syncer`).
+    fn verify_until(
         &self,
         effect_tools: &[&str],
         deadline: Instant,
     ) -> Result<Report, VerifyError> {
-        let report = verify::verify_within(&self.path, effect_tools, deadline)?;
+        let report = verify_within(&self.path, effect_tools, deadline)?;
         // At least a moment for the sync in flight, even at the deadline.
         let left = deadline.saturating_duration_since(Instant::now());
         self.writer

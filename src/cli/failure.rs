@@ -1,0 +1,91 @@
+//! Every way the binary ends early, and `Failure::exit_status`, the one place
+//! that picks the exit status (README: bad usage and a bad tools, auth or
+//! secret file exit 2, a failed start 1; `verify`'s are in its usage).
+//!
+//! Each failure is reported as one plain line on stderr: a person reads it,
+//! before any service (and any JSON log) exists.
+
+use super::console::{err_line, usage_error};
+use super::PROGRAM;
+use crate::app::StartError;
+use crate::store::verify::VerifyError;
+use crate::tools::ToolFileError;
+use std::error::Error;
+use std::path::PathBuf;
+
+/// Why the binary ends with a status other than 0.
+#[derive(Debug)]
+pub enum Failure {
+    /// A command line (or environment) that does not parse: the cause, and
+    /// a pointer to the command's `--help`.
+    Usage {
+        command: &'static str,
+        error: Box<dyn Error>,
+    },
+    /// A `--tools` file that cannot be read or used.
+    ToolsFile {
+        command: &'static str,
+        error: ToolFileError,
+    },
+    /// `--log-file` cannot be opened for appending.
+    LogFile {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// The signal handlers could not be installed.
+    Signals(std::io::Error),
+    /// The service did not start.
+    Start(StartError),
+    /// The service stopped after its store had failed to write (a failed
+    /// sync of the WAL); its last log line says why.
+    WritesFailed,
+    /// `verify` found violations; its report on stdout names each.
+    Violations,
+    /// `verify` could not read the file as a service database.
+    Unverifiable(VerifyError),
+    /// `verify` without `--tools` on calls of tools that are not built in:
+    /// which of them write effects is in the tools file.
+    NeedsToolsFile(Vec<String>),
+}
+
+/// The prefix of `verify`'s lines on stderr.
+pub const VERIFY: &str = "idempotent-tool verify";
+
+impl Failure {
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            Failure::Usage { .. } | Failure::ToolsFile { .. } | Failure::NeedsToolsFile(_) => 2,
+            Failure::Start(StartError::Auth(_)) => 2,
+            Failure::LogFile { .. }
+            | Failure::Signals(_)
+            | Failure::Start(_)
+            | Failure::WritesFailed
+            | Failure::Violations => 1,
+            Failure::Unverifiable(_) => 3,
+        }
+    }
+
+    /// One plain line on stderr; nothing for violations, which the report
+    /// already printed.
+    pub fn report(&self) {
+        match self {
+            Failure::Usage { command, error } => usage_error(command, error),
+            Failure::ToolsFile { command, error } => err_line(format_args!("{command}: {error}")),
+            Failure::LogFile { path, error } => err_line(format_args!(
+                "{PROGRAM}: cannot open the log file {}: {error}",
+                path.display()
+            )),
+            Failure::Signals(e) => err_line(format_args!(
+                "{PROGRAM}: cannot install signal handlers: {e}"
+            )),
+            Failure::Start(e) => err_line(format_args!("{PROGRAM}: {e}")),
+            Failure::WritesFailed | Failure::Violations => {}
+            Failure::Unverifiable(e) => err_line(format_args!("{VERIFY}: {e}")),
+            Failure::NeedsToolsFile(tools) => err_line(format_args!(
+                "{VERIFY}: calls name tools that are not built in ({}); which of them write \
+                 effects is in the tools file the server ran with: pass it with --tools FILE",
+                tools.join(", ")
+            )),
+        }
+    }
+}

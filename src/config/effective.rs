@@ -1,0 +1,69 @@
+//! `--print-config`: every configuring flag, the value in force, and where it
+//! came from (the default, the command line, a variable, a variable's file).
+//!
+//! It shows values from the parsed `Config`, not the text given, so what it
+//! prints is what the service would run with; and it can show no secret: the
+//! database URL prints with its password masked, a password file by its
+//! path, and nothing else the configuration holds is secret.
+
+use super::environment::variable_of;
+use super::flags::{shown, FLAGS};
+use super::Config;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Where a flag's value came from; a flag not named here has its default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    CommandLine,
+    /// The variable.
+    Variable(String),
+    /// A `_FILE` variable and the file it named.
+    VariableFile {
+        variable: String,
+        path: PathBuf,
+    },
+}
+
+/// The origin of every flag that was given, by flag name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origins(BTreeMap<&'static str, Origin>);
+
+impl Origins {
+    pub fn set(&mut self, flag: &'static str, origin: Origin) {
+        self.0.insert(flag, origin);
+    }
+
+    pub fn of(&self, flag: &str) -> Option<&Origin> {
+        self.0.get(flag)
+    }
+}
+
+/// The configuration as `--print-config` prints it: one line per flag.
+pub fn describe(config: &Config) -> String {
+    let mut text = String::from("# flag                  value                     from\n");
+    for flag in FLAGS {
+        let value = shown(config, flag).unwrap_or_default();
+        let value = if value.is_empty() || value.contains(char::is_whitespace) {
+            format!("{value:?}")
+        } else {
+            value
+        };
+        let from = match config.origins.of(flag.name) {
+            None => "default".to_string(),
+            Some(Origin::CommandLine) => "command line".to_string(),
+            Some(Origin::Variable(variable)) => variable.clone(),
+            Some(Origin::VariableFile { variable, path }) => {
+                format!("{variable} ({})", path.display())
+            }
+        };
+        let _ = writeln!(text, "{:<23} {value:<24}  {from}", flag.name);
+    }
+    let _ = writeln!(
+        text,
+        "# every flag can also be set by its variable, e.g. {} for --port",
+        variable_of(&FLAGS[1])
+    );
+    text
+}

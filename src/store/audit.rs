@@ -1,0 +1,104 @@
+//! The audit trail's words: every event a call's timeline may hold, as one
+//! enum, and the detail texts both backends write with them. An audit row
+//! is written in the same transaction as the change it records, so the
+//! timeline never shows a change that did not commit.
+//!
+//! A statement that writes its event in SQL (PostgreSQL's, which insert the
+//! audit row in the same statement as the change) spells the name and the
+//! detail exactly as here; a contract test (`tests/audit.rs`) drives one
+//! call through every event on both backends and holds what they wrote to
+//! this file. This module never writes a row itself.
+
+use std::time::Duration;
+
+/// What happened to a call, as `audit.event` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::store) enum Event {
+    /// The call was created; the detail is its tool.
+    Created,
+    /// An attempt took the lease (`claimed`).
+    Claimed,
+    /// The attempt succeeded; the detail is the call's effect id.
+    Succeeded,
+    /// The attempt failed for good; the detail is the error's JSON.
+    Failed,
+    /// A retryable failure with attempts left went back to `pending`, due
+    /// later (`retry_scheduled`).
+    RetryScheduled,
+    /// A same-key retry reset a retryable failure to `pending`
+    /// (`retry_reset`).
+    RetryReset,
+    /// A stopping process gave its lease back (`released`).
+    Released,
+    /// Recovery took a `running` call back; the detail says whose lease and
+    /// why (`Reclaimable::why`).
+    Recover,
+    /// A completion whose lease was lost, discarded (`stale_completion`).
+    StaleCompletion,
+}
+
+impl Event {
+    /// Every event, for the tests that hold SQL to these names.
+    #[cfg(test)]
+    pub(in crate::store) const ALL: [Event; 9] = [
+        Event::Created,
+        Event::Claimed,
+        Event::Succeeded,
+        Event::Failed,
+        Event::RetryScheduled,
+        Event::RetryReset,
+        Event::Released,
+        Event::Recover,
+        Event::StaleCompletion,
+    ];
+
+    /// The name in `audit.event`, and in the API's timeline.
+    pub(in crate::store) fn as_str(self) -> &'static str {
+        match self {
+            Event::Created => "created",
+            Event::Claimed => "claimed",
+            Event::Succeeded => "succeeded",
+            Event::Failed => "failed",
+            Event::RetryScheduled => "retry_scheduled",
+            Event::RetryReset => "retry_reset",
+            Event::Released => "released",
+            Event::Recover => "recover",
+            Event::StaleCompletion => "stale_completion",
+        }
+    }
+}
+
+/// `claimed`'s detail: who holds the lease, and for which attempt.
+pub(in crate::store) fn claimed(owner: &str, attempt: i64) -> String {
+    format!("{owner} attempt={attempt}")
+}
+
+/// `retry_scheduled`'s detail: which attempt failed with what code, and
+/// when the next one may start.
+pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: Duration) -> String {
+    format!(
+        "attempt {attempt} failed ({code}); attempt {} in {:.3} s",
+        attempt + 1,
+        delay.as_secs_f64()
+    )
+}
+
+/// `retry_reset`'s detail: the attempt whose failure was reset.
+pub(in crate::store) fn retry_reset(attempt: i64) -> String {
+    format!("after attempt {attempt}")
+}
+
+/// `released`'s detail.
+pub(in crate::store) fn released(attempt: i64) -> String {
+    format!("attempt {attempt} released by a stopping process")
+}
+
+/// `stale_completion`'s detail: what the attempt that lost its lease would
+/// have recorded (`Succeeded`, `Failed` or `RetryScheduled`).
+pub(in crate::store) fn stale_completion(attempt: i64, would_have: Event) -> String {
+    let outcome = match would_have {
+        Event::RetryScheduled => "been retried",
+        other => other.as_str(),
+    };
+    format!("attempt {attempt} would have {outcome}; discarded")
+}

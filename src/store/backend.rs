@@ -1,0 +1,213 @@
+//! `Backend`: the one contract both backends implement, method by method.
+//! Each method's doc is the rule every backend keeps, whatever SQL it speaks;
+//! each wing's store (`sqlite/`, `postgres/`) implements it, and the facade
+//! (`CallStore`) holds one of them behind it and adds only what is the same
+//! on both (retention's `expires_at`, the conveniences built on these).
+//!
+//! The boundary it draws: every method takes and returns the store's own
+//! types (`model`), never a `rusqlite` or `postgres` one. This file never
+//! speaks SQL and imports neither wing.
+
+use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::error::StoreError;
+use super::instance::Instance;
+use super::model::{
+    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
+    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
+};
+use super::options::DueLimits;
+use super::verify::{Report, VerifyError};
+use super::wake::WakeHandler;
+use crate::metrics::Metrics;
+use serde_json::Value;
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a backend must do. The calls it returns carry no `expires_at`: the
+/// facade stamps it. (`Any` lets a wing's own tests reach its store behind
+/// a `CallStore`.)
+pub(in crate::store) trait Backend: Any + Send + Sync {
+    /// `sqlite` or `postgres`, for logs and the bench.
+    fn name(&self) -> &'static str;
+
+    /// Report every write batch to `metrics` from now on. A backend without
+    /// batches of its own (PostgreSQL groups commits itself) reports nothing.
+    fn report_to(&self, _metrics: Arc<Metrics>) {}
+
+    /// This process's instance: its id goes into every owner it writes.
+    fn instance(&self) -> &Instance;
+
+    /// Tell other processes this one is alive (every `HEARTBEAT_EVERY`).
+    fn heartbeat(&self) -> Result<(), StoreError>;
+
+    /// What this process does when another node on the same database
+    /// announces new pending work or completions (`wake`). A backend with no
+    /// such channel (SQLite) ignores it: there, polling alone finds another
+    /// process's work.
+    fn on_wake(&self, _handler: WakeHandler) {}
+
+    /// Mark this instance stopped and commit every write already queued;
+    /// later operations are answered `Unavailable`. Idempotent.
+    fn stop(&self);
+
+    /// Create the key's call, or return the one it already has, decided by
+    /// the database's `UNIQUE (tenant, idem_key)`, not by an earlier read.
+    fn create_or_get(&self, new: NewCall) -> Result<Created, StoreError>;
+
+    /// `create_or_get`, guarded by a business key: a known idempotency key is
+    /// answered as always (a retryable failure about to run again must hold
+    /// the business key first); an unknown one takes the business key, then
+    /// writes its call — or, if another live call holds the key, writes
+    /// nothing and names that call (`Guarded::Duplicate`). The key's row is
+    /// written in the same transaction as the call, so both exist or
+    /// neither, and the partial unique index decides.
+    fn create_or_get_guarded(&self, new: NewCall, key: BusinessKey) -> Result<Guarded, StoreError>;
+
+    /// `create_or_get` for a caller with a worker free to run the call at
+    /// once: a new call is created already `running` — attempt 1, leased to
+    /// `owner` for `lease` from the backend's clock, its `created` and
+    /// `claimed` audit rows in the same transaction — and its lease comes
+    /// back; the lease is fenced and recovered like any claim's. A known key
+    /// is answered exactly as `create_or_get` answers it, with no lease.
+    fn create_claimed(
+        &self,
+        new: NewCall,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<CreatedClaimed, StoreError>;
+
+    /// Take the lease on each call for one attempt, as one operation. Only
+    /// one claimer can win a call: its conditional `UPDATE` matches a
+    /// `pending` row, or a `running` row whose lease has expired, and its row
+    /// count decides. The answers come in the order of `call_ids`.
+    fn claim_many(
+        &self,
+        call_ids: &[String],
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Option<Lease>>, StoreError>;
+
+    /// Claim due calls, oldest first, in one operation: no more than
+    /// `limits.total`, and of each tool `limits.per_tool` names no more than
+    /// its number — what the runner's poll claims for its free workers and
+    /// its capped tools' free slots. Calls another claimer holds at that
+    /// moment are skipped rather than waited for, so several nodes claiming
+    /// at once each get different calls.
+    fn claim_due_within(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Vec<Lease>, StoreError>;
+
+    /// Record success, fenced by the lease: the effect row (if the tool wrote
+    /// one) and the `succeeded` update commit together, and only if this
+    /// lease's attempt still owns the call; a lost lease leaves only a
+    /// `stale_completion` audit row (`Completion::Stale`).
+    /// `effects.call_id UNIQUE` is the last gate: however many attempts
+    /// succeed, one call has at most one effect. `then` learns the outcome
+    /// once it is durable; the backend may group the commit with others
+    /// rather than wait for it here.
+    fn succeed_then(
+        &self,
+        lease: &Lease,
+        result: &Value,
+        effect: Option<NewEffect>,
+        then: Then<Completion>,
+    );
+
+    /// Record failure, fenced like `succeed_then`.
+    fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>);
+
+    /// Record a retryable failure that has attempts left: the call returns to
+    /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
+    /// `retry_scheduled`; fenced like `fail_then`.
+    fn retry_later_then(
+        &self,
+        lease: &Lease,
+        error: &Value,
+        delay: Duration,
+        then: Then<Completion>,
+    );
+
+    /// Extend leases whose tools are still running to `lease` from now, each
+    /// only while its call is `running` under the lease's attempt. Returns,
+    /// in order, whether each lease is still held: `false` means it was lost
+    /// (taken over after it expired, or released), and extending it must stop.
+    fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError>;
+
+    /// Give back a lease whose tool is still running when this process stops:
+    /// the call returns to `pending` (audited `released`) unless the lease was
+    /// already lost, in which case nothing changes (`Stale`).
+    fn release(&self, lease: &Lease) -> Result<Completion, StoreError>;
+
+    /// Return `running` calls whose lease has expired, or whose owner's process
+    /// is gone, to `pending`, and name them. A live owner's leases are left
+    /// alone: it may still be executing, and the effect would then run twice.
+    /// So are `running_here`: the leases this process's own workers hold on
+    /// tools running now, even once lapsed (a write stall let them lapse; the
+    /// next extension renews them). `Reclaimable` judges each call.
+    fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError>;
+
+    /// Up to `limit` `pending` calls that may be claimed now (none whose
+    /// automatic retry is scheduled for later), oldest first.
+    fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError>;
+
+    /// A call by id, whatever its tenant: for a caller that already holds
+    /// the call (the wait loop), never for a tenant's lookup (`get_for`).
+    fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError>;
+
+    /// `tenant`'s call by id; another tenant's reads as absent, so its
+    /// existence never shows.
+    fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError>;
+
+    /// The key's call within `tenant`, as last committed: the fast path of a
+    /// same-key retry (`idem_key` and `fingerprint` never change once
+    /// written, so a committed row is a safe answer without joining a write).
+    fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError>;
+
+    /// `tenant`'s call and its audit rows, oldest first, read in one
+    /// snapshot; `None` when the tenant has no such call.
+    fn audit_for(&self, tenant: &str, call_id: &str)
+        -> Result<Option<Vec<AuditEvent>>, StoreError>;
+
+    /// Purge up to `limit` terminal calls whose last update is older than
+    /// the retention's TTL (nothing when keys are kept forever), with their
+    /// audit and business-key rows; their effects stay as the ledger. A call
+    /// a same-key retry reset meanwhile is left alone: the delete re-checks
+    /// the row. Returns what was purged.
+    fn purge_expired(&self, limit: usize) -> Result<Vec<Purged>, StoreError>;
+
+    /// What `/healthz` reports: whether the database answers a fresh read
+    /// now, and whether this process can still write (a backend with a
+    /// writer thread says so when it is stuck with work queued).
+    fn health(&self) -> Health;
+
+    /// Why this process can never write again, if it cannot (on SQLite, a
+    /// failed sync of the WAL). A backend that replaces a failed connection
+    /// has no such state.
+    fn write_failure(&self) -> Option<StoreError> {
+        None
+    }
+
+    /// Calls by status and the oldest pending call, in one read (a scrape).
+    fn backlog(&self) -> Result<Backlog, StoreError>;
+
+    /// Every call's counts (`Scope::All`), or one tenant's, read in one
+    /// snapshot so the statuses never outnumber the calls.
+    fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError>;
+
+    /// Every business key's calls and effects, grouped (the chapter's
+    /// reconciliation by business key rather than by request), largest
+    /// number of calls first.
+    fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError>;
+
+    /// `verify` on this database (`GET /v1/verify`): read-only, one
+    /// snapshot, on a connection of its own (never one that calls' reads or
+    /// writes wait for), stopped at `deadline` (`VerifyError::TimedOut`, never
+    /// a check cut short and read as violated). What it read is handed back
+    /// only once it is durable, like any read.
+    fn verify_until(&self, effect_tools: &[&str], deadline: Instant)
+        -> Result<Report, VerifyError>;
+}

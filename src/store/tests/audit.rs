@@ -1,0 +1,82 @@
+//! The audit trail's words on both backends: one call driven through every
+//! event `audit::Event` names, each written with the name and the detail
+//! text `audit.rs` gives it — whether the backend writes them from Rust or
+//! inside its own SQL.
+
+use super::super::audit::{self, Event};
+use super::*;
+
+on_both_backends!(every_event_is_written_with_the_words_of_audit_rs);
+
+/// Wait for a `*_then` completion's commit.
+fn waited(submit: impl FnOnce(Then<Completion>)) -> Result<Completion, StoreError> {
+    let (tx, rx) = mpsc::channel();
+    submit(Box::new(move |r| tx.send(r).unwrap()));
+    rx.recv().unwrap()
+}
+
+fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), StoreError> {
+    const LONG: Duration = Duration::from_secs(30);
+    let store = db.open()?;
+    let call = created_call(store.create_or_get(new_call("k", "fp"))?);
+    let id = call.call_id.as_str();
+    let claim = |lease: Duration| store.claim(id, "w", lease).map(Option::unwrap);
+
+    let first = claim(LONG)?;
+    let busy = json!({"code": "busy", "message": "m", "retryable": true});
+    waited(|then| store.retry_later_then(&first, &busy, Duration::ZERO, then))?;
+    let lapsed = claim(Duration::ZERO)?;
+    assert_eq!(store.recover(&[])?, [id]);
+    let third = claim(LONG)?;
+    let stale = waited(|then| store.succeed_then(&lapsed, &json!({}), None, then))?;
+    assert_eq!(stale, Completion::Stale);
+    assert_eq!(store.release(&third)?, Completion::Applied);
+    let fourth = claim(LONG)?;
+    waited(|then| store.fail_then(&fourth, &busy, then))?;
+    assert!(matches!(
+        store.create_or_get(new_call("k", "fp"))?,
+        Created::RetryReset(_)
+    ));
+    let fifth = claim(LONG)?;
+    waited(|then| store.succeed_then(&fifth, &json!({}), None, then))?;
+
+    let written: Vec<(String, String)> = store
+        .audit_for(crate::auth::ANONYMOUS, id)?
+        .expect("the call")
+        .into_iter()
+        .map(|e| (e.event, e.detail.unwrap_or_default()))
+        .collect();
+    let expected = [
+        (Event::Created, "charge".to_string()),
+        (Event::Claimed, audit::claimed("w", 1)),
+        (
+            Event::RetryScheduled,
+            audit::retry_scheduled(1, "busy", Duration::ZERO),
+        ),
+        (Event::Claimed, audit::claimed("w", 2)),
+        (Event::Recover, "lease expired (owner w)".to_string()),
+        (Event::Claimed, audit::claimed("w", 3)),
+        (
+            Event::StaleCompletion,
+            audit::stale_completion(2, Event::Succeeded),
+        ),
+        (Event::Released, audit::released(3)),
+        (Event::Claimed, audit::claimed("w", 4)),
+        (Event::Failed, busy.to_string()),
+        (Event::RetryReset, audit::retry_reset(4)),
+        (Event::Claimed, audit::claimed("w", 5)),
+        (Event::Succeeded, fifth.effect_id.clone()),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .into_iter()
+        .map(|(event, detail)| (event.as_str().to_string(), detail))
+        .collect();
+    assert_eq!(written, expected);
+    for event in Event::ALL {
+        assert!(
+            written.iter().any(|(name, _)| name == event.as_str()),
+            "{event:?} is never written here"
+        );
+    }
+    Ok(())
+}

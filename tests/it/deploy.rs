@@ -1,0 +1,77 @@
+//! `deploy/idempotent-tool.service` is a unit systemd accepts without a
+//! warning (`systemd-analyze verify`, with `ExecStart` pointed at the binary
+//! this test run built), its command line is one the binary accepts, and it
+//! has what the service needs: `Type=notify`, restart on failure, SIGTERM
+//! with a stop timeout above the shutdown grace, a state directory, and the
+//! sandbox.
+
+use crate::support::openapi::ROOT;
+use crate::support::{print_config, SERVER_BIN};
+use idempotent_tool::temp::TempDir;
+use std::process::Command;
+
+const INSTALLED_AT: &str = "/usr/local/bin/idempotent-tool";
+
+fn unit() -> String {
+    std::fs::read_to_string(format!("{ROOT}/deploy/idempotent-tool.service")).expect("the unit")
+}
+
+/// The value of `key=` in the unit (the last one, as systemd reads it).
+fn setting<'a>(unit: &'a str, key: &str) -> Option<&'a str> {
+    unit.lines()
+        .filter_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+        .next_back()
+}
+
+#[test]
+fn systemd_analyze_verifies_the_unit_without_a_warning() {
+    let dir = TempDir::new("unit").unwrap();
+    let path = dir.path().join("idempotent-tool.service");
+    let text = unit();
+    assert!(
+        text.contains(&format!("ExecStart={INSTALLED_AT} ")),
+        "{text}"
+    );
+    std::fs::write(&path, text.replace(INSTALLED_AT, SERVER_BIN)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze (apt-get install systemd; .ci/run does)");
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}
+
+#[test]
+fn the_unit_runs_a_command_line_the_binary_accepts_and_stops_it_in_time() {
+    let text = unit();
+    let exec = setting(&text, "ExecStart").expect("ExecStart");
+    let args: Vec<&str> = exec.split_whitespace().skip(1).collect();
+    let printed = print_config(&args, &[]);
+    let grace: f64 = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("--shutdown-grace-secs"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .expect("the grace in --print-config");
+    let timeout: f64 = setting(&text, "TimeoutStopSec")
+        .and_then(|v| v.parse().ok())
+        .expect("TimeoutStopSec in seconds");
+    assert!(
+        timeout > grace + 5.0,
+        "TimeoutStopSec {timeout} vs grace {grace}"
+    );
+    for (key, value) in [
+        ("Type", "notify"),
+        ("Restart", "on-failure"),
+        ("KillSignal", "SIGTERM"),
+        ("KillMode", "mixed"),
+        ("StateDirectory", "idempotent-tool"),
+        ("ProtectSystem", "strict"),
+        ("NoNewPrivileges", "yes"),
+        ("PrivateTmp", "yes"),
+        ("ExecReload", "/bin/kill -HUP $MAINPID"),
+    ] {
+        assert_eq!(setting(&text, key), Some(value), "{key}");
+    }
+}
