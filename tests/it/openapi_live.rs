@@ -30,6 +30,7 @@ fn concrete(template: &str) -> String {
     template
         .replace("{call_id}", "c_0000000000000000")
         .replace("{key}", "no-such-key")
+        .replace("{asset}", "app.js")
 }
 
 /// Every route the router knows is in the document, and every path in the
@@ -325,6 +326,22 @@ fn samples(server: &Local) -> Vec<Sample> {
             &stateless.to_string(),
         ),
     );
+    push(
+        "/v1/verify",
+        "get",
+        server.call("GET", "/v1/verify", &ops, None),
+    );
+    push("/v1/verify", "get", get("/v1/verify"));
+    push(
+        "/v1/verify",
+        "get",
+        server.call("GET", "/v1/verify?timeout_s=x", &ops, None),
+    );
+    push("/ui", "get", server.call("GET", "/ui", &[], None));
+    for asset in ["app.js", "app.css", "favicon.svg", "calls", "nope.js"] {
+        let path = format!("/ui/{asset}");
+        push("/ui/{asset}", "get", server.call("GET", &path, &[], None));
+    }
     let mut raw = RawClient::connect(server.addr());
     raw.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n");
     push("/healthz", "get", raw.reply());
