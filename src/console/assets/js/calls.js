@@ -45,18 +45,24 @@ function failure(e) {
 }
 
 /** The list API's parameters from this page's URL (the same names). */
-export function apiParams(params) {
+function apiParams(params, who) {
   const out = {status: params.getAll('status')};
   for (const name of ['tool', 'key', 'key_prefix', 'business_key', 'effect_id',
-    'created_after', 'created_before', 'limit', 'next', 'tenant']) {
+    'created_after', 'created_before', 'limit', 'next']) {
     out[name] = params.get(name);
   }
+  out.tenant = scope(params, who);
   return out;
+}
+
+/** An admin's scope: `?tenant=` if given, else every tenant; a tenant's: its own. */
+export function scope(params, who) {
+  return who.admin ? params.get('tenant') || '*' : null;
 }
 
 /** One page of the list, with the links to the next and the first. */
 async function listPage(params, who) {
-  const answer = await get(`/v1/tool-calls${query(apiParams(params))}`);
+  const answer = await get(`/v1/tool-calls${query(apiParams(params, who))}`);
   const calls = answer.calls || [];
   const here = new URLSearchParams(params);
   here.delete('next');
@@ -124,7 +130,7 @@ function filterForm(params, who, navigate) {
       TEXT_FILTERS.map(([name, label]) => text(name, label, params.get(name))),
       text('created_after', 'Created after', toLocal(params.get('created_after')), {type: 'datetime-local', step: 1}),
       text('created_before', 'Created before', toLocal(params.get('created_before')), {type: 'datetime-local', step: 1}),
-      who.admin ? text('tenant', 'Tenant', params.get('tenant'), {placeholder: 'own; * for all'}) : null,
+      who.admin ? text('tenant', 'Tenant', params.get('tenant'), {placeholder: 'every tenant'}) : null,
       h('label', {class: 'field'}, h('span', null, 'Per page'), limit)),
     h('div', {class: 'row'},
       h('button', {type: 'submit', class: 'primary', id: 'apply-filters'}, 'Apply filters'),

@@ -1,8 +1,8 @@
 // The overview (`GET /v1/overview`, every 2 s): calls by status, the
 // backlog and the age of the oldest pending call, created and failed per
 // second over the last 15 minutes, each tool's load, the nodes and their
-// heartbeats, retention and the version. An admin may widen or narrow the
-// scope with `?tenant=` (a name, or `*` for every tenant).
+// heartbeats, retention and the version. An admin sees every tenant unless
+// `?tenant=` names one; a tenant sees its own calls.
 
 import {get, query} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
@@ -12,7 +12,7 @@ import {rateChart} from './chart.js';
 const REFRESH_MS = 2000;
 
 export function render(main, {query: params, who, navigate}) {
-  const tenant = who.admin ? params.get('tenant') : null;
+  const tenant = who.admin ? params.get('tenant') || '*' : null;
   const body = h('div', {id: 'overview-body'}, h('p', {class: 'muted'}, 'Loading…'));
   const updated = h('span', {class: 'updated muted', id: 'updated'});
   main.append(
@@ -44,9 +44,9 @@ export function render(main, {query: params, who, navigate}) {
   };
 }
 
-/** An admin's scope: their own tenant, every tenant (`*`), or one by name. */
+/** An admin's scope: every tenant (`*`, the default), or one by name. */
 function scopeForm(tenant, navigate) {
-  const input = h('input', {name: 'tenant', value: tenant || '', placeholder: 'own tenant; * for all',
+  const input = h('input', {name: 'tenant', value: tenant === '*' ? '' : tenant, placeholder: 'every tenant',
     'aria-label': 'Tenant scope', size: 16});
   return h('form', {class: 'scope', on: {submit: (event) => {
     event.preventDefault();
@@ -59,7 +59,7 @@ function draw(body, data, tenant) {
   const total = data.calls || 0;
   const backlog = data.backlog || {};
   const rates = data.rates || {created: [], failed: [], step_s: 10};
-  const listLink = (status) => `/ui/calls${query({status, tenant})}`;
+  const listLink = (status) => `/ui/calls${query({status, tenant: tenant === '*' ? null : tenant})}`;
   replace(body,
     h('div', {class: 'cards'},
       card('Calls', count(total), 'count-calls', 'in scope, every status'),
@@ -87,7 +87,7 @@ function draw(body, data, tenant) {
     panel('Service', {id: 'service'}, facts([
       ['Version', data.version, 'version'],
       ['Backend', data.backend, 'backend'],
-      ['Scope', data.scope === '*' || tenant === '*' ? 'every tenant' : data.scope, 'scope'],
+      ['Scope', tenant === '*' ? 'every tenant' : data.scope, 'scope'],
       ['Keys kept', retention(data.retention), 'retention'],
     ])));
   // Bar widths are set as properties, not a style attribute (the CSP has no

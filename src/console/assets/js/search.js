@@ -5,7 +5,7 @@
 
 import {get, query, segment} from './api.js';
 import {h, notice} from './dom.js';
-import {callTable} from './calls.js';
+import {callTable, scope} from './calls.js';
 
 const CALL_ID = /^c_[0-9a-f]{16}$/;
 const EFFECT_ID = /^eff_[0-9a-f]{16}$/;
@@ -21,7 +21,7 @@ export async function search(q, params, who, navigate) {
       if (e.status !== 404) throw e;
     }
   }
-  const tenant = who.admin ? params.get('tenant') : null;
+  const tenant = scope(params, who);
   const lookups = [['key', 'key'], ['business_key', 'business key']];
   if (EFFECT_ID.test(q)) lookups.unshift(['effect_id', 'effect id']);
   const answers = await Promise.all(lookups.map(([filter]) =>

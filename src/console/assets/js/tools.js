@@ -36,7 +36,9 @@ function toolPanel(tool, load) {
       ['Running now', load ? count(load.running) : null, 'running'],
       ['Waiting for a slot', load ? count(load.waiting) : null, 'waiting'],
       ['Concurrency limit', tool.max_concurrency === null ? 'none' : count(tool.max_concurrency), 'limit'],
-      ['Attempts', `${tool.max_attempts} at most (retryable failures are retried)`, 'attempts'],
+      ['Attempts', tool.max_attempts > 1
+        ? `up to ${tool.max_attempts} (a retryable failure is retried)`
+        : '1 (no automatic retry)', 'attempts'],
       ['Timeout', duration(tool.timeout_ms / 1000), 'timeout'],
       ['Business key', rule
         ? `${rule.fields.join(' + ')} · one live call per ${duration(rule.window_secs)} · duplicate: ${rule.on_duplicate}`
