@@ -12,7 +12,7 @@
 
 use crate::support::browser::{browser, Browser, LAPTOP};
 use crate::support::downstream::ToolsFile;
-use crate::support::{charge, AuthFile, Http, Server, TempDb};
+use crate::support::{charge, eventually, AuthFile, Http, Server, TempDb};
 use idempotent_tool::console::SECURITY_HEADERS;
 use serde_json::{json, Value};
 
@@ -113,9 +113,23 @@ fn the_overview_counts_match_stats_and_nothing_leaves_the_origin() {
 
 #[test]
 fn a_status_filter_shows_exactly_the_matching_calls_and_survives_a_reload() {
+    // The built-ins `a_mix` uses, and a tool whose calls carry a business key.
+    let tools = ToolsFile::write(&json!({"tools": {
+        "charge": {"kind": "builtin"},
+        "fail": {"kind": "builtin"},
+        "ship": {"kind": "command", "argv": ["/bin/sh", "-c", "cat >/dev/null; echo '{}'"],
+                 "input_schema": {"type": "object", "required": ["order"],
+                                  "properties": {"order": {"type": "string"}}},
+                 "business_key": {"fields": ["/order"], "window_secs": 3600}},
+    }}));
     let db = TempDb::new("console-filter");
-    let server = Server::start(&db, &[]);
+    let server = Server::start(&db, &["--tools", tools.path_str()]);
     let (ok, failed) = a_mix(&server);
+    let shipped = settled(
+        &server,
+        "ship-1",
+        &json!({"tool": "ship", "args": {"order": "order-42"}}),
+    );
     let browser = browser();
     browser.goto(&format!("{}/ui/calls", server.base));
     browser.wait("every call listed", || {
@@ -144,9 +158,13 @@ fn a_status_filter_shows_exactly_the_matching_calls_and_survives_a_reload() {
         "the form shows the filter after a reload"
     );
 
-    // One box finds a call by its key, its effect id, or its id.
+    // One box finds a call by its key, its effect id, its business key, or its id.
     let effect = format!("eff_{}", &ok[1][2..]);
-    for (query, found) in [("mix-ok-1", &ok[0]), (effect.as_str(), &ok[1])] {
+    for (query, found) in [
+        ("mix-ok-1", &ok[0]),
+        (effect.as_str(), &ok[1]),
+        ("order-42", &shipped),
+    ] {
         browser.type_into("#search-input", query);
         browser.click("#search button[type=submit]");
         browser.wait(&format!("{query} found"), || {
@@ -201,7 +219,7 @@ fn a_call_shows_its_audit_timeline_and_markup_in_it_is_only_text() {
 fn cancelling_a_pending_call_in_the_page_makes_it_cancelled() {
     // One slot for `hold`: the first call takes it, the second waits pending.
     let tools = ToolsFile::write(&json!({"tools": {
-        "hold": {"kind": "command", "argv": ["/bin/sleep", "100"], "timeout_ms": 120000,
+        "hold": {"kind": "command", "argv": ["/bin/sleep", "60"], "timeout_ms": 120000,
                  "max_concurrency": 1, "input_schema": {"type": "object"}},
     }}));
     let db = TempDb::new("console-cancel");
@@ -234,8 +252,13 @@ fn cancelling_a_pending_call_in_the_page_makes_it_cancelled() {
         browser.count("#cancel-button") == 0,
         "no cancel for a settled call"
     );
-    assert_ne!(first["call_id"], call["call_id"]);
     assert_clean_and_same_origin(&browser, &server);
+    // The first call's `sleep` would outlive a killed server: stop it too.
+    let first = first["call_id"].as_str().unwrap();
+    server.request("POST", &format!("/v1/tool-calls/{first}/cancel"), &[], None);
+    eventually("the running call cancelled", || {
+        server.get(&format!("/v1/tool-calls/{first}")).1["status"] == "cancelled"
+    });
 }
 
 #[test]
