@@ -4,9 +4,10 @@
 // the browser send it) and sent as `Authorization: Bearer …`.
 //
 // Whether the token is an admin's is asked of the service itself: the
-// admin-only `GET /stats?scope=all` answers 200 for an admin, 403 for a
-// tenant. The console hides what a tenant may not use; the service refuses
-// it either way.
+// overview lists the nodes to admins only, and an admin always sees at
+// least the node answering it; without an overview, the admin-only
+// `GET /stats?scope=all` says (200 or 403). The console hides what a
+// tenant may not use; the service refuses it either way.
 
 import {clearToken, request, setToken, token} from './api.js';
 import {h, notice, replace} from './dom.js';
@@ -20,20 +21,28 @@ let identity = null;
 export async function whoami() {
   if (identity) return identity;
   let admin = false;
-  try {
-    await request('GET', '/stats?scope=all', undefined, {quiet: true});
-    admin = true;
-  } catch (e) {
-    if (e.status !== 403) throw e;
-  }
   let tenant = null;
   try {
-    tenant = (await request('GET', '/v1/overview', undefined, {quiet: true})).body.scope || null;
-  } catch (_) {
-    tenant = null;
+    const overview = (await request('GET', '/v1/overview', undefined, {quiet: true})).body;
+    admin = Array.isArray(overview.nodes) && overview.nodes.length > 0;
+    tenant = overview.scope || null;
+  } catch (e) {
+    if (e.status === 401) throw e;
+    admin = await answers('/stats?scope=all');
   }
   identity = {admin, tenant, tokenUsed: Boolean(token())};
   return identity;
+}
+
+/** Whether `path` answers this token (200) rather than refusing it (403). */
+async function answers(path) {
+  try {
+    await request('GET', path, undefined, {quiet: true});
+    return true;
+  } catch (e) {
+    if (e.status === 403) return false;
+    throw e;
+  }
 }
 
 /** Forget who we are (a new token, a 401). */
