@@ -20,7 +20,7 @@ const TEXT_FILTERS = [
 const LIMITS = ['20', '50', '100', '200', '500'];
 
 export function render(main, {query: params, who, navigate}) {
-  const results = h('div', {id: 'results'}, h('p', {class: 'muted'}, 'Loading…'));
+  const results = h('div', {id: 'results', class: 'panel results'}, h('p', {class: 'muted'}, 'Loading…'));
   main.append(
     h('div', {class: 'page-head'}, h('h1', null, 'Calls')),
     searchBox(params.get('q') || '', navigate),
@@ -123,7 +123,8 @@ function filterForm(params, who, navigate) {
   toolOptions(tool, params.get('tool'));
   const limit = h('select', {name: 'limit'}, LIMITS.map((n) => h('option', {value: n}, n)));
   limit.value = LIMITS.includes(params.get('limit')) ? params.get('limit') : '50';
-  const form = h('form', {class: 'filters panel', id: 'filters', on: {submit}},
+  const active = [...params.keys()].filter((name) => name !== 'q' && name !== 'next').length;
+  const form = h('form', {id: 'filters', on: {submit}},
     h('fieldset', {class: 'statuses'}, h('legend', null, 'Status'), statusBoxes),
     h('div', {class: 'fields'},
       h('label', {class: 'field'}, h('span', null, 'Tool'), tool),
@@ -135,7 +136,10 @@ function filterForm(params, who, navigate) {
     h('div', {class: 'row'},
       h('button', {type: 'submit', class: 'primary', id: 'apply-filters'}, 'Apply filters'),
       link('/ui/calls', 'Clear')));
-  return form;
+  // Open on a laptop, or when a filter is set; a summary line on a phone.
+  const open = active > 0 || window.matchMedia('(min-width: 701px)').matches;
+  return h('details', {class: 'filters panel', open},
+    h('summary', null, active ? `Filters (${active} set)` : 'Filters'), form);
 
   function submit(event) {
     event.preventDefault();

@@ -38,10 +38,10 @@ export function rateChart(title, values, stepS, kind) {
   const span = n * stepS;
   const ticks = [];
   for (let minutes = Math.floor(span / 60 / 5) * 5; minutes >= 0; minutes -= 5) {
-    const i = n - 1 - (minutes * 60) / stepS;
-    if (i < 0) continue;
+    const i = Math.max(0, n - 1 - (minutes * 60) / stepS);
+    if (minutes * 60 > span) continue;
     ticks.push(svg('text', {class: 'axis', x: x(i), y: HEIGHT - 6,
-      'text-anchor': minutes === 0 ? 'end' : 'middle'}, minutes === 0 ? 'now' : `−${minutes} min`));
+      'text-anchor': minutes === 0 ? 'end' : (i === 0 ? 'start' : 'middle')}, minutes === 0 ? 'now' : `−${minutes} min`));
   }
   const points = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`);
   const shapes = n ? [

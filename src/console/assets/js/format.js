@@ -42,9 +42,14 @@ export function duration(seconds) {
   const s = Math.max(0, seconds);
   if (s < 1) return `${Math.round(s * 1000)} ms`;
   if (s < 60) return `${s < 10 ? s.toFixed(1) : Math.round(s)} s`;
-  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
-  return `${Math.floor(s / 86400)} d ${Math.round((s % 86400) / 3600)} h`;
+  if (s < 3600) return two(Math.floor(s / 60), 'min', Math.floor(s % 60), 's');
+  if (s < 86400) return two(Math.floor(s / 3600), 'h', Math.floor((s % 3600) / 60), 'min');
+  return two(Math.floor(s / 86400), 'd', Math.floor((s % 86400) / 3600), 'h');
+}
+
+/** `4 min 3 s`, or `4 min` when the smaller unit is 0. */
+function two(big, bigUnit, small, smallUnit) {
+  return small ? `${big} ${bigUnit} ${small} ${smallUnit}` : `${big} ${bigUnit}`;
 }
 
 /** How long ago a Unix time was: `3 s ago`. */

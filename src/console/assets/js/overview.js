@@ -68,7 +68,7 @@ function draw(body, data, tenant) {
       card('Oldest pending', backlog.oldest_pending_age_s === null || backlog.oldest_pending_age_s === undefined
         ? 'none' : duration(backlog.oldest_pending_age_s), 'oldest-pending', 'age of the oldest pending call'),
       card('Running', count(byStatus.running || 0), 'count-running-card', 'held under a lease now')),
-    h('div', {class: 'grid-2'},
+    h('div', {class: 'grid-2 overview-grid'},
       panel('Calls by status', {id: 'status-counts'},
         h('ul', {class: 'bars'}, STATUSES.map((status) => {
           const n = byStatus[status] || 0;
@@ -78,7 +78,8 @@ function draw(body, data, tenant) {
             h('span', {class: 'bar', 'aria-hidden': 'true'},
               h('span', {class: `fill fill-${status}`, dataset: {share: share.toFixed(3)}})),
             h('span', {class: 'count', id: `count-${status}`}, count(n)));
-        }))),
+        })),
+        settledSummary(byStatus)),
       panel('Throughput, last 15 minutes', {id: 'rates'},
         rateChart('Calls created per second', rates.created || [], rates.step_s || 10, 'created'),
         rateChart('Calls failed per second', rates.failed || [], rates.step_s || 10, 'failed'))),
@@ -95,6 +96,16 @@ function draw(body, data, tenant) {
   for (const fill of body.querySelectorAll('.fill[data-share]')) {
     fill.style.width = `${(Number(fill.dataset.share) * 100).toFixed(1)}%`;
   }
+}
+
+/** The share of settled calls that failed or were cancelled. */
+function settledSummary(byStatus) {
+  const settled = (byStatus.succeeded || 0) + (byStatus.failed || 0) + (byStatus.cancelled || 0);
+  if (!settled) return h('p', {class: 'muted summary'}, 'No call has settled yet.');
+  const pct = (n) => `${((100 * (n || 0)) / settled).toFixed(1)}%`;
+  return h('p', {class: 'muted summary'},
+    `Of ${count(settled)} settled: ${pct(byStatus.succeeded)} succeeded, `,
+    `${pct(byStatus.failed)} failed, ${pct(byStatus.cancelled)} cancelled.`);
 }
 
 function card(label, value, id, hint) {
