@@ -23,12 +23,14 @@
 //!   metrics, the server's own answers);
 //! - `operations`: `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the
 //!   audit timeline;
+//! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`;
 //! - `promise_check`: `GET /v1/verify`, `verify` on demand on a thread of
 //!   its own, one at a time, bounded in time.
 //!
 //! `/ui` is answered by `crate::console` before authentication (its files
 //! hold no data).
 
+mod cancel;
 mod error;
 mod exchange;
 mod operations;

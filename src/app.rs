@@ -326,7 +326,8 @@ fn database_probe(
 }
 
 /// A wake-up from another node on the same PostgreSQL database: the
-/// requests waiting here re-read their calls, and new work there is claimed
+/// requests waiting here re-read their calls, a cancel asked there stops
+/// the tool if it runs here (`Runner::check_cancels`), and new work there is claimed
 /// here at once by the runner's poll — which claims only as many calls as
 /// this node has free workers (and capped tools free slots), so a busy node
 /// claims nothing and the idle ones help (each node runs what it accepts).
@@ -338,6 +339,9 @@ fn on_wake_from_other_nodes(runner: Weak<Runner>, notifier: Weak<Notifier>) -> W
             // A call the sender could not name is found by its waiters' own
             // re-read (`WAIT_RECHECK`, 100 ms).
             notifier.notify(wake.calls.iter().map(String::as_str));
+        }
+        if let (true, Some(runner)) = (wake.cancel, runner.upgrade()) {
+            runner.check_cancels();
         }
         if let (true, Some(runner)) = (wake.work, runner.upgrade()) {
             runner.claim_due_work();

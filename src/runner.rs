@@ -29,10 +29,14 @@
 //! asserts it never goes below zero and a lease or completion that its
 //! attempt is at least 1.
 //!
-//! Three rules keep real tools from hurting each other or the guarantees:
+//! Four rules keep real tools from hurting each other or the guarantees:
 //! - a retryable failure with attempts left goes back to `pending` with a
 //!   not-before time (`retry_scheduled`); no worker waits for it: the
 //!   maintenance ticker's poll claims it once it is due;
+//! - a cancelled call's tool is halted (`cancels`: each worker's `Stop`, asked
+//!   in-process at once, or by the check every heartbeat interval, or by
+//!   another node's notification), and its attempt completed under the
+//!   same fence as any other;
 //! - a tool's `max_concurrency` is enforced before a worker is involved: calls
 //!   over the cap wait in the task table, `pending`, so a slow downstream
 //!   cannot take every worker;
@@ -53,7 +57,8 @@
 //! - `completion`: the `Completer` thread (`completer`), which records each
 //!   completion once its commit is known and hands a refused one again;
 //! - `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
-//!   lease extension, heartbeat, `recovery`, key purge (`retention`);
+//!   lease extension, heartbeat, `recovery`, key purge (`retention`), and
+//!   the check for cancels of the calls running here (`cancels`);
 //! - `notifier`: `Notifier`; `stored_args`: a claimed call's args re-checked.
 //!
 //! Threads: `worker-N`, `maintenance`, `completer`; the poll runs on
@@ -61,6 +66,7 @@
 //! joins all of them, except workers still inside a tool when the grace
 //! period ends.
 
+mod cancels;
 mod capacity;
 mod completion;
 mod dispatch;

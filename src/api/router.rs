@@ -43,6 +43,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/openapi.yaml"),
     ("GET", "/v1/tools"),
     ("POST", "/mcp"),
+    ("POST", "/v1/tool-calls/{call_id}/cancel"),
     ("GET", "/v1/verify"),
     ("GET", "/ui"),
     ("GET", "/ui/{asset}"),
@@ -181,6 +182,10 @@ impl Api {
                     exchange.call_id = Some(call.call_id.clone());
                     self.respond_with_call(call, wait_param(req)?, &req.client)
                 } else if let Some(rest) = path.strip_prefix("/v1/tool-calls/") {
+                    if let Some(call_id) = rest.strip_suffix("/cancel") {
+                        allow("POST")?;
+                        return self.cancel(req, &tenant, call_id, exchange);
+                    }
                     allow("GET")?;
                     if let Some(call_id) = rest.strip_suffix("/audit") {
                         return self.audit(&tenant, call_id, exchange);
@@ -284,7 +289,7 @@ impl Api {
 /// `Retry-After`, a poll interval) while it is pending or running; marked
 /// `"duplicate_intent": true` when it is another key's call that holds the
 /// request's business key.
-fn render(call: &Call, duplicate_intent: bool) -> Response {
+pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
     let mut json = call.to_json();
     if duplicate_intent {
         json["duplicate_intent"] = true.into();

@@ -371,7 +371,10 @@ fn finish_call(opts: &CallOptions, call: Value) -> Value {
 
 /// Whether a call JSON is in a state that will never change again.
 pub fn is_terminal(call: &Value) -> bool {
-    matches!(call["status"].as_str(), Some("succeeded" | "failed"))
+    matches!(
+        call["status"].as_str(),
+        Some("succeeded" | "failed" | "cancelled")
+    )
 }
 
 /// Why polling stopped without a terminal call.

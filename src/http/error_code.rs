@@ -71,6 +71,10 @@ error_codes! {
     /// key within its window (the tool's `business_key`, `on_duplicate:
     /// "reject"`); `error.call_id` and `Location` name it.
     DuplicateIntent => (409, "duplicate_intent"),
+    /// A cancel of a call that had already succeeded or failed (or whose
+    /// tool's answer was recorded before the stop took effect);
+    /// `error.call_id` and `error.status` name it, and `call` is the call.
+    CallSettled => (409, "call_settled"),
     /// The body, or the canonical `args`, is over its limit.
     PayloadTooLarge => (413, "payload_too_large"),
     /// The request line is over its limit.

@@ -173,6 +173,23 @@ impl Response {
         Response::error_body(code, body)
     }
 
+    /// `from_error`, with more members in `error` (`about`: `call_id`,
+    /// `status`) and beside it (`beside`: the call a `409 call_settled`
+    /// is about); neither can replace `code`, `message` or `error`.
+    pub fn from_error_about(
+        code: ErrorCode,
+        message: impl fmt::Display,
+        about: serde_json::Map<String, serde_json::Value>,
+        beside: serde_json::Map<String, serde_json::Value>,
+    ) -> Response {
+        let mut error = about;
+        error.insert("code".into(), code.as_str().into());
+        error.insert("message".into(), message.to_string().into());
+        let mut body = beside;
+        body.insert("error".into(), serde_json::Value::Object(error));
+        Response::error_body(code, body)
+    }
+
     /// `from_error`, with more members beside `error` in the body
     /// (`/healthz`'s `ok` and `checks`); `beside` cannot replace `error`.
     pub fn from_error_beside(

@@ -224,8 +224,9 @@ fn settle(mcp: &Mcp, req: &Request, call: Call, wait: Duration) -> Result<Call, 
 }
 
 /// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
-/// as `structuredContent` (from 2025-06-18) and as text; `isError` when the
-/// call failed.
+/// (and `cancel_requested_at` once a cancel was asked) as
+/// `structuredContent` (from 2025-06-18) and as text; `isError` when the
+/// call failed or was cancelled.
 pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
     let mut state = json!({
         "call_id": call.call_id,
@@ -239,12 +240,17 @@ pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Re
     }
     match call.status {
         Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
-        Status::Failed => state["error"] = call.error.clone().unwrap_or(Value::Null),
+        Status::Failed | Status::Cancelled => {
+            state["error"] = call.error.clone().unwrap_or(Value::Null)
+        }
         Status::Pending | Status::Running => {}
+    }
+    if let Some(at) = call.cancel_requested_at {
+        state["cancel_requested_at"] = at.into();
     }
     let mut answer = json!({
         "content": [{"type": "text", "text": state.to_string()}],
-        "isError": call.status == Status::Failed,
+        "isError": matches!(call.status, Status::Failed | Status::Cancelled),
     });
     if revision.has_structured_output() {
         answer["structuredContent"] = state;

@@ -27,12 +27,13 @@ pub fn output_schema() -> Value {
         "properties": {
             "call_id": {"type": "string", "description": "the call's handle: get_tool_call reads it"},
             "idempotency_key": {"type": "string"},
-            "status": {"type": "string", "enum": ["pending", "running", "succeeded", "failed"]},
+            "status": {"type": "string", "enum": ["pending", "running", "succeeded", "failed", "cancelled"]},
             "attempt": {"type": "integer", "minimum": 0},
             "replayed": {"type": "boolean", "description": "true: an existing call's outcome, nothing ran again"},
             "duplicate_intent": {"type": "boolean", "description": "true: another key's call with the same business key"},
             "result": {"description": "the tool's result, when status is succeeded"},
-            "error": {"type": "object", "description": "why it failed, when status is failed"}
+            "error": {"type": "object", "description": "why it failed, when status is failed; {code: cancelled, message: the reason} when cancelled"},
+            "cancel_requested_at": {"type": "number", "description": "Unix time its cancel was asked (POST /v1/tool-calls/{call_id}/cancel); absent if never"}
         }
     })
 }

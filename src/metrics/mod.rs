@@ -21,7 +21,8 @@ pub mod service;
 pub use registry::{format_value, ComputedSample, Registry, CONTENT_TYPE};
 pub use series::{Counter, Family, Gauge, Histogram};
 pub use service::{
-    DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome, Transport,
+    CancelOutcome, DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome,
+    Transport,
 };
 
 #[cfg(test)]

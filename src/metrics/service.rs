@@ -40,6 +40,7 @@ pub const QUEUED_CALLS: &str = "idempotent_tool_queued_calls";
 pub const SUBMISSIONS: &str = "idempotent_tool_submissions_total";
 pub const OVERLOADED: &str = "idempotent_tool_overloaded_total";
 pub const ACCESS_LOG_DROPPED: &str = "idempotent_tool_access_log_dropped_lines_total";
+pub const CANCELS: &str = "idempotent_tool_cancels_total";
 
 /// A request's wait may last 30 s, so the buckets reach past it.
 const REQUEST_SECONDS: &[f64] = &[
@@ -55,7 +56,7 @@ const COMMIT_SECONDS: &[f64] = &[
 const BATCH_OPERATIONS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 
 /// The statuses a call can have, so each has a series even at zero.
-const CALL_STATUSES: [&str; 4] = ["pending", "running", "succeeded", "failed"];
+const CALL_STATUSES: [&str; 5] = ["pending", "running", "succeeded", "failed", "cancelled"];
 
 /// The routes the router knows, as `route` label values (path templates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +72,7 @@ pub enum Route {
     OpenApi,
     /// `POST /mcp`: MCP over Streamable HTTP.
     Mcp,
+    CancelToolCall,
     /// `GET /v1/verify`: the promise check.
     Verify,
     /// `/ui` and everything under it: the console's pages and files.
@@ -80,7 +82,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 13] = [
+    pub const ALL: [Route; 14] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -91,6 +93,7 @@ impl Route {
         Route::Metrics,
         Route::OpenApi,
         Route::Mcp,
+        Route::CancelToolCall,
         Route::Verify,
         Route::Console,
         Route::Other,
@@ -111,6 +114,7 @@ impl Route {
             Route::Verify => "/v1/verify",
             Route::Console => "/ui",
             Route::Other => "other",
+            Route::CancelToolCall => "/v1/tool-calls/{call_id}/cancel",
         }
     }
 }
@@ -169,6 +173,37 @@ impl SubmitOutcome {
     }
 }
 
+/// What a cancel (`POST /v1/tool-calls/{call_id}/cancel`) answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// `200`: the call is `cancelled`.
+    Cancelled,
+    /// `202`: still running, its tool asked to stop.
+    Stopping,
+    /// `409 call_settled`: it had succeeded or failed.
+    Settled,
+    /// `404`: no such call for the tenant.
+    NotFound,
+}
+
+impl CancelOutcome {
+    const ALL: [CancelOutcome; 4] = [
+        CancelOutcome::Cancelled,
+        CancelOutcome::Stopping,
+        CancelOutcome::Settled,
+        CancelOutcome::NotFound,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CancelOutcome::Cancelled => "cancelled",
+            CancelOutcome::Stopping => "stopping",
+            CancelOutcome::Settled => "settled",
+            CancelOutcome::NotFound => "not_found",
+        }
+    }
+}
+
 /// How one run of a tool ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolOutcome {
@@ -176,6 +211,8 @@ pub enum ToolOutcome {
     /// Failed, and may be tried again (by a retry or a same-key POST).
     RetryableFailure,
     PermanentFailure,
+    /// Halted because its call was cancelled.
+    Stopped,
 }
 
 impl ToolOutcome {
@@ -184,6 +221,7 @@ impl ToolOutcome {
             ToolOutcome::Succeeded => "succeeded",
             ToolOutcome::RetryableFailure => "retryable_failure",
             ToolOutcome::PermanentFailure => "permanent_failure",
+            ToolOutcome::Stopped => "stopped",
         }
     }
 }
@@ -222,6 +260,7 @@ pub struct Metrics {
     pub retries_scheduled: Arc<Counter>,
     tool_runs: Arc<Family<Counter>>,
     submissions: Arc<Family<Counter>>,
+    cancels: Arc<Family<Counter>>,
     tool_run_duration: Arc<Family<Histogram>>,
     pub writer_batches: Arc<Counter>,
     pub writer_batch_operations: Arc<Histogram>,
@@ -312,6 +351,17 @@ impl Metrics {
                     for outcome in SubmitOutcome::ALL {
                         family.with(&[transport.label(), outcome.label()]);
                     }
+                }
+                family
+            },
+            cancels: {
+                let family = r.counter_family(
+                    CANCELS,
+                    "Cancel requests, by what they answered (cancelled, stopping, settled, not_found).",
+                    &["outcome"],
+                );
+                for outcome in CancelOutcome::ALL {
+                    family.with(&[outcome.label()]);
                 }
                 family
             },
@@ -437,12 +487,18 @@ impl Metrics {
             .inc();
     }
 
+    /// One cancel request, by what it answered.
+    pub fn observe_cancel(&self, outcome: CancelOutcome) {
+        self.cancels.with(&[outcome.label()]).inc();
+    }
+
     /// Create the zero series of a tool, so its rates exist before it first runs.
     pub fn declare_tool(&self, tool: &str) {
         for outcome in [
             ToolOutcome::Succeeded,
             ToolOutcome::RetryableFailure,
             ToolOutcome::PermanentFailure,
+            ToolOutcome::Stopped,
         ] {
             self.tool_runs.with(&[tool, outcome.label()]);
         }

@@ -211,6 +211,15 @@ impl Dispatch {
                     .emit();
                 true
             }
+            Ok(Completion::Cancelled) => {
+                log::info("a stopping process ended a call whose cancel was asked")
+                    .event("cancelled")
+                    .call_id(&lease.call_id)
+                    .attempt(lease.attempt)
+                    .transition("running", "cancelled")
+                    .emit();
+                false
+            }
             Ok(Completion::Stale) => false,
             Err(e) => {
                 log::error("could not release a lease")
@@ -221,6 +230,22 @@ impl Dispatch {
                 false
             }
         }
+    }
+
+    /// A call's cancel was asked (of `attempt`, when known): if its tool runs
+    /// here, ask its worker's `Stop`, which halts it (the worker then
+    /// records the fenced `cancelled` completion); if it is about to start
+    /// here, it never starts. `true` when a running tool was asked to stop.
+    pub(super) fn stop_running(&self, call_id: &str, attempt: Option<i64>) -> bool {
+        let Some((stop, run)) = self.tasks.cancel(call_id, attempt) else {
+            return false;
+        };
+        stop.request(run);
+        log::info("a cancelled call's tool asked to stop")
+            .event("cancel_stop")
+            .call_id(call_id)
+            .emit();
+        true
     }
 
     /// Hold a free worker and a slot of `tool` for a call this process is

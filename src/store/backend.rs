@@ -9,6 +9,7 @@
 //! speaks SQL and imports neither wing.
 
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::Cancel;
 use super::error::StoreError;
 use super::instance::Instance;
 use super::model::{
@@ -79,8 +80,8 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
 
     /// Take the lease on each call for one attempt, as one operation. Only
     /// one claimer can win a call: its conditional `UPDATE` matches a
-    /// `pending` row, or a `running` row whose lease has expired, and its row
-    /// count decides. The answers come in the order of `call_ids`.
+    /// `pending` row, or a `running` row whose lease has expired and whose
+    /// cancel was not asked, and its row count decides. The answers come in the order of `call_ids`.
     fn claim_many(
         &self,
         call_ids: &[String],
@@ -117,12 +118,15 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
         then: Then<Completion>,
     );
 
-    /// Record failure, fenced like `succeed_then`.
+    /// Record failure, fenced like `succeed_then`. A call whose cancel was
+    /// asked ends `cancelled` instead (`Completion::Cancelled`), under the
+    /// same fence and only with no effect row.
     fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>);
 
     /// Record a retryable failure that has attempts left: the call returns to
     /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced like `fail_then`.
+    /// `retry_scheduled`; fenced like `fail_then`, and like it ends a call
+    /// whose cancel was asked `cancelled` instead: it never runs again.
     fn retry_later_then(
         &self,
         lease: &Lease,
@@ -139,7 +143,8 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
 
     /// Give back a lease whose tool is still running when this process stops:
     /// the call returns to `pending` (audited `released`) unless the lease was
-    /// already lost, in which case nothing changes (`Stale`).
+    /// already lost, in which case nothing changes (`Stale`). A call whose
+    /// cancel was asked ends `cancelled` instead (`Cancelled`).
     fn release(&self, lease: &Lease) -> Result<Completion, StoreError>;
 
     /// Return `running` calls whose lease has expired, or whose owner's process
@@ -147,8 +152,35 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// alone: it may still be executing, and the effect would then run twice.
     /// So are `running_here`: the leases this process's own workers hold on
     /// tools running now, even once lapsed (a write stall let them lapse; the
-    /// next extension renews them). `Reclaimable` judges each call.
+    /// next extension renews them). `Reclaimable` judges each call. A call
+    /// whose cancel was asked is taken back to `cancelled` instead (its
+    /// attempt may have run; no effect was recorded), and named too.
     fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError>;
+
+    /// Cancel `tenant`'s call by the rules of `store::cancel`: a `pending`
+    /// one (new, or waiting for a retry) becomes `cancelled` at once, so no
+    /// claim can take it; a `running` one has its cancel recorded (when, why,
+    /// and a `cancel_requested` audit row naming who asked) for its owner to
+    /// stop it — a backend that can reach the other nodes tells them at once;
+    /// a settled or unknown call is left alone. Another tenant's call reads
+    /// as absent. Idempotent: a second cancel finds what the first left.
+    fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError>;
+
+    /// The owner stopped `lease`'s attempt because its cancel was asked:
+    /// `cancelled`, fenced like a completion (still `running` under this
+    /// attempt, its cancel recorded, and no effect row), audited with
+    /// whether the tool had reached the outside (`sent`) and `how` it
+    /// stopped; otherwise only a `stale_completion` row (`Stale`).
+    fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>);
+
+    /// Which of `running` (attempts this process runs) have their cancel
+    /// asked: their tools must stop. One read.
+    fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError>;
 
     /// Up to `limit` `pending` calls that may be claimed now (none whose
     /// automatic retry is scheduled for later), oldest first.

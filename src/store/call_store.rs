@@ -10,6 +10,7 @@
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::Cancel;
 use super::database::DatabaseRef;
 use super::error::StoreError;
 use super::instance::Instance;
@@ -204,6 +205,30 @@ impl CallStore {
     /// `Backend::recover`.
     pub fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
         self.backend.recover(running_here)
+    }
+
+    /// `Backend::cancel`.
+    pub fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError> {
+        let cancel = self.backend.cancel(tenant, call_id, reason)?;
+        Ok(cancel.map(|c| self.stamp(c)))
+    }
+
+    /// `Backend::stopped_then`.
+    pub fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>) {
+        self.backend.stopped_then(lease, sent, how, then)
+    }
+
+    /// `Backend::cancels_asked`.
+    pub fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError> {
+        if running.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.backend.cancels_asked(running)
     }
 
     /// `Backend::due_calls`.

@@ -5,7 +5,9 @@
 //! State machine: `pending → running → succeeded | failed`, and `failed` (when
 //! its error says `retryable`) `→ pending` on a same-key retry; `running →
 //! pending` with a `next_attempt_at` when a retryable failure has attempts
-//! left (an automatic retry, claimed no earlier than that). Every transition
+//! left (an automatic retry, claimed no earlier than that); `pending →
+//! cancelled` at once, and `running → cancelled` once its cancel was asked
+//! and the attempt stopped or ended short of a success (`cancel`). Every transition
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
@@ -18,7 +20,7 @@
 //! and effect ids, the local clock), `options` (`StoreOptions`,
 //! `DueLimits`), `instance` (instance identity and the liveness rules of
 //! recovery: `Reclaimable`), `audit` (the audit events and their detail
-//! texts), `wake` (another node's news), `business_key` (the second layer's
+//! texts), `cancel` (cancelling: its rules, `Cancel`, the steps a wing runs), `wake` (another node's news), `business_key` (the second layer's
 //! types) and `verify` (the offline checker's invariants and report); this
 //! file is the map, and the one dispatch from a database to its wing
 //! (`open_backend`, `verify_backend`, `tools_outside_backend`).
@@ -57,6 +59,7 @@ mod audit;
 mod backend;
 mod business_key;
 mod call_store;
+mod cancel;
 mod database;
 mod error;
 mod ids;
@@ -72,6 +75,7 @@ mod wake;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
+pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
 pub use ids::{effect_id_for, now};

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 mod audit;
 pub(super) mod backends;
+mod cancel;
 mod claim_due;
 mod claims;
 mod create;

@@ -177,6 +177,7 @@ mod tests {
             attempt: 1,
             tool: "charge",
             args: &a,
+            stop: None,
         };
         assert_eq!(
             spec.run(&ctx),

@@ -12,6 +12,7 @@ use super::builtin::Tool;
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::error_code::ToolErrorCode;
 use super::outcome::{Outcome, ToolError};
+use super::stop::Stop;
 use super::{command_tool, http_tool, schema};
 use serde_json::{json, Map, Value};
 use std::fmt;
@@ -150,6 +151,9 @@ pub struct RunContext<'a> {
     pub tool: &'a str,
     /// The validated args, chaos hooks removed.
     pub args: &'a Map<String, Value>,
+    /// How the runner stops this attempt when its call is cancelled; `None`
+    /// for a run nothing can cancel (a test's).
+    pub stop: Option<&'a Stop>,
 }
 
 impl RunContext<'_> {
@@ -184,11 +188,13 @@ impl ToolSpec {
     }
 
     /// Run one attempt. Blocks for at most about `timeout` (built-ins: for as
-    /// long as they take, `sleep` at most 10 s).
+    /// long as they take, `sleep` at most 10 s), less when `ctx.stop` is
+    /// asked: a `command` tool's process group is signalled, an `http`
+    /// tool's request abandoned, a `sleep` woken (`Outcome::Stopped`).
     pub fn run(&self, ctx: &RunContext) -> Outcome {
         match &self.executor {
             Executor::Builtin => match Tool::parse(&self.name, ctx.args) {
-                Ok(tool) => tool.run(ctx.attempt, ctx.effect_id),
+                Ok(tool) => tool.run_stoppable(ctx.attempt, ctx.effect_id, ctx.stop),
                 Err(e) => Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, e.to_string())),
             },
             Executor::Http(http) => http.run(ctx),

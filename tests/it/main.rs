@@ -22,6 +22,7 @@ mod support;
 mod api_input;
 mod bench;
 mod business_key;
+mod cancel;
 mod chaos_proxy;
 mod claim_batching;
 mod cli;

@@ -43,7 +43,7 @@ const RELEASE_DEAD_HOLDER: &str = concat!(
         AND (expires_at <= ",
     now!(),
     " OR NOT EXISTS (SELECT 1 FROM calls c WHERE c.call_id = business_keys.call_id
-                              AND c.status <> 'failed'))"
+                              AND c.status NOT IN ('failed', 'cancelled')))"
 );
 
 const HOLD_NEW: &str = concat!(
@@ -72,7 +72,7 @@ const HOLDER: &str = "SELECT call_id FROM business_keys
                        WHERE tenant = $1 AND tool = $2 AND bkey = $3 AND holding";
 
 const LEDGER: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
-        count(c.call_id) FILTER (WHERE c.status <> 'failed'),
+        count(c.call_id) FILTER (WHERE c.status NOT IN ('failed', 'cancelled')),
         count(e.effect_id), sum(e.amount)::bigint
    FROM business_keys b
    LEFT JOIN calls c ON c.call_id = b.call_id

@@ -11,8 +11,10 @@
 //! another host (a node paused past `DEAD_AFTER`) is safe: its completion is
 //! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
 
+use super::super::audit;
 use super::super::instance::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
 use super::super::model::LeaseHeld;
+use super::cancel::end_cancelled;
 use super::sql::now;
 use ::postgres::GenericClient;
 
@@ -85,7 +87,7 @@ const RECLAIMABLE: &str = concat!(
     "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at,
             i.host, i.pid, ",
     now!(),
-    " AS now
+    " AS now, c.cancel_requested_at IS NOT NULL AS cancel_asked
        FROM calls c
        LEFT JOIN instances i
          ON c.owner LIKE '%@%' AND i.instance_id = split_part(c.owner, '@', 2)
@@ -107,7 +109,7 @@ const TAKE_BACK: &str = concat!(
        SELECT calls.call_id, x.attempt, x.why
          FROM calls JOIN unnest($1::text[], $2::int8[], $3::text[]) AS x(call_id, attempt, why)
            ON calls.call_id = x.call_id AND calls.attempt = x.attempt
-        WHERE calls.status = 'running'
+        WHERE calls.status = 'running' AND calls.cancel_requested_at IS NULL
         ORDER BY calls.call_id FOR UPDATE OF calls SKIP LOCKED
      ), r AS (
        UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ",
@@ -122,37 +124,53 @@ const TAKE_BACK: &str = concat!(
      SELECT call_id FROM r"
 );
 
-/// Return reclaimable `running` calls to `pending`; their ids.
+/// A reclaimable call, and whether its cancel was asked.
+type Candidate = (Reclaimable, bool);
+
+/// Return reclaimable `running` calls to `pending` — or, their cancel
+/// asked, end them `cancelled` (`cancel::end_cancelled`); their ids.
 pub(super) fn recover(
     client: &mut impl GenericClient,
     me: &Instance,
     running_here: &[LeaseHeld],
 ) -> Result<Vec<String>, ::postgres::Error> {
     let dead_after = DEAD_AFTER.as_secs_f64();
-    let candidates: Vec<Reclaimable> = client
+    let (asked, candidates): (Vec<Candidate>, Vec<Candidate>) = client
         .query(RECLAIMABLE, &[&dead_after])?
         .iter()
-        .map(|r| Reclaimable {
-            call_id: r.get(0),
-            attempt: r.get(1),
-            owner: r.get(2),
-            lease_until: r.get(3),
-            heartbeat_at: r.get(4),
-            stopped_at: r.get(5),
-            host: r.get(6),
-            pid: r
-                .get::<_, Option<i64>>(7)
-                .and_then(|p| u32::try_from(p).ok()),
-            now: r.get(8),
+        .map(|r| {
+            let call = Reclaimable {
+                call_id: r.get(0),
+                attempt: r.get(1),
+                owner: r.get(2),
+                lease_until: r.get(3),
+                heartbeat_at: r.get(4),
+                stopped_at: r.get(5),
+                host: r.get(6),
+                pid: r
+                    .get::<_, Option<i64>>(7)
+                    .and_then(|p| u32::try_from(p).ok()),
+                now: r.get(8),
+            };
+            (call, r.get::<_, bool>(9))
         })
-        .filter(|c| !c.must_stay(me, running_here))
-        .collect();
+        .filter(|(c, _)| !c.must_stay(me, running_here))
+        .partition(|(_, cancel_asked)| *cancel_asked);
+    let mut taken = Vec::new();
+    for (call, _) in asked {
+        let detail = audit::recovered_after_cancel(call.attempt, &call.why());
+        if end_cancelled(client, &call.call_id, call.attempt, &detail)? {
+            taken.push(call.call_id);
+        }
+    }
+    let candidates: Vec<Reclaimable> = candidates.into_iter().map(|(c, _)| c).collect();
     if candidates.is_empty() {
-        return Ok(Vec::new());
+        return Ok(taken);
     }
     let ids: Vec<&str> = candidates.iter().map(|c| c.call_id.as_str()).collect();
     let attempts: Vec<i64> = candidates.iter().map(|c| c.attempt).collect();
     let whys: Vec<String> = candidates.iter().map(Reclaimable::why).collect();
     let rows = client.query(TAKE_BACK, &[&ids, &attempts, &whys])?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    taken.extend(rows.iter().map(|r| r.get(0)));
+    Ok(taken)
 }

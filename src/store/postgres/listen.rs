@@ -1,7 +1,8 @@
 //! Wake-ups between the nodes of one PostgreSQL database, over
 //! `LISTEN`/`NOTIFY`: how a node learns, without waiting for its next poll,
 //! that another node committed new pending work (a call created, a lease
-//! released, a retry scheduled) or a completion (a `?wait` here may be for it).
+//! released, a retry scheduled), a completion (a `?wait` here may be for it),
+//! or a running call's cancel (the node that runs it stops its tool).
 //!
 //! Sending is throttled and kept out of every call's transaction. `announce`
 //! only sets a bit; the `pg-notify` thread sends at most one `NOTIFY` per
@@ -62,11 +63,14 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 impl Wake {
-    /// `"{w|-}{d|-} {sender} {call,call,...}"`.
+    /// `"{w|-}{d|-} {sender} {call,call,...}"`, and a third flag `c` when a
+    /// cancel was asked (only then: a node of an earlier release, which
+    /// reads two flags, still hears every other wake-up).
     fn payload(&self, sender: &str) -> String {
         let flag = |set: bool, c: char| if set { c } else { '-' };
+        let cancel = if self.cancel { "c" } else { "" };
         format!(
-            "{}{} {sender} {}",
+            "{}{}{cancel} {sender} {}",
             flag(self.work, 'w'),
             flag(self.done, 'd'),
             self.calls.join(",")
@@ -78,13 +82,16 @@ impl Wake {
     fn from_payload(payload: &str, me: &str) -> Option<Wake> {
         let mut parts = payload.splitn(3, ' ');
         let (flags, sender) = (parts.next()?, parts.next()?);
-        if sender == me || flags.len() != 2 {
+        let flags = flags.as_bytes();
+        let known = flags.len() == 2 || (flags.len() == 3 && flags[2] == b'c');
+        if sender == me || !known {
             return None;
         }
         let calls = parts.next().unwrap_or("");
         Some(Wake {
-            work: flags.starts_with('w'),
-            done: flags.ends_with('d'),
+            work: flags[0] == b'w',
+            done: flags[1] == b'd',
+            cancel: flags.len() == 3,
             calls: calls
                 .split(',')
                 .filter(|c| !c.is_empty())
@@ -171,6 +178,13 @@ impl ClusterWake {
     /// new pending work. Call it after the commit; it never blocks on I/O.
     pub fn announce_work(&self) {
         lock(&self.shared.unsent).work = true;
+    }
+
+    /// Tell the other nodes, within `NOTIFY_EVERY`, that a running call's
+    /// cancel was asked (whichever node runs it checks its calls). Call it
+    /// after the commit.
+    pub fn announce_cancel(&self) {
+        lock(&self.shared.unsent).cancel = true;
     }
 
     /// Tell the other nodes, within `NOTIFY_EVERY`, that these calls reached
@@ -472,12 +486,20 @@ mod tests {
             work: false,
             done: true,
             calls: vec!["c_1".into(), "c_2".into()],
+            cancel: false,
         };
         let payload = wake.payload("i_me");
         assert_eq!(payload, "-d i_me c_1,c_2");
         assert_eq!(Wake::from_payload(&payload, "i_other"), Some(wake));
         assert_eq!(Wake::from_payload(&payload, "i_me"), None, "our own");
         assert_eq!(Wake::from_payload("garbage", "i_other"), None);
+        let cancel = Wake {
+            cancel: true,
+            ..Wake::default()
+        };
+        assert_eq!(cancel.payload("i_me"), "--c i_me ");
+        assert_eq!(Wake::from_payload("--c i_me ", "x"), Some(cancel));
+        assert_eq!(Wake::from_payload("--x i_me ", "x"), None, "a newer flag");
         let everything = Wake::everything().payload("i_me");
         assert_eq!(
             Wake::from_payload(&everything, "x"),

@@ -9,8 +9,9 @@
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
-//! business key, schema step 2), `listen` (`LISTEN`/`NOTIFY` wake-ups
-//! between the nodes). `open` is the wing's one entry point; `PgStore`
+//! business key, schema step 2), `cancel` (cancelling, schema step 3),
+//! `listen` (`LISTEN`/`NOTIFY` wake-ups between the nodes, a cancel's
+//! included). `open` is the wing's one entry point; `PgStore`
 //! implements `Backend`.
 //!
 //! The guarantees are `Backend`'s, as on SQLite, with these differences:
@@ -24,6 +25,7 @@
 //! out.
 
 mod business_key;
+mod cancel;
 mod error;
 mod instances;
 mod listen;
@@ -47,6 +49,7 @@ pub use schema::PG_SCHEMA_VERSION;
 use super::audit::{self, Event};
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::{cancel_with, Cancel};
 use super::database::PgTarget;
 use super::error::StoreError;
 use super::instance::Instance;
@@ -63,6 +66,27 @@ use serde_json::Value;
 use sql::Finish;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// How many times a cancel reads its call again after losing a race.
+const CANCEL_TRIES: usize = 4;
+
+/// A completion short of a success that its fence refused: if its call's
+/// cancel was asked it ends `cancelled` (audited `detail`); otherwise the
+/// lease was lost, and only a `stale_completion` row says so.
+fn cancelled_or_stale(
+    client: &mut ::postgres::Client,
+    lease: &Lease,
+    detail: &str,
+    would_have: Event,
+) -> Result<Completion, ::postgres::Error> {
+    if would_have != Event::Succeeded
+        && cancel::end_cancelled(client, &lease.call_id, lease.attempt, detail)?
+    {
+        return Ok(Completion::Cancelled);
+    }
+    sql::audit_stale(client, lease, would_have)?;
+    Ok(Completion::Stale)
+}
 
 struct PgStore {
     pool: Pool,
@@ -112,16 +136,21 @@ impl PgStore {
     }
 
     /// A fenced completion; a lost lease leaves only a `stale_completion`
-    /// audit row.
-    fn finish(&self, lease: &Lease, finish: &Finish<'_>) -> Result<Completion, StoreError> {
+    /// audit row. One short of a success whose call's cancel was asked ends
+    /// it `cancelled` instead, audited with `if_cancelled`.
+    fn finish(
+        &self,
+        lease: &Lease,
+        finish: &Finish<'_>,
+        if_cancelled: &str,
+    ) -> Result<Completion, StoreError> {
         let done = self.run(|c| {
             if sql::finish_fenced(c, lease, finish)? {
                 return Ok(Completion::Applied);
             }
-            sql::audit_stale(c, lease, finish.event)?;
-            Ok(Completion::Stale)
+            cancelled_or_stale(c, lease, if_cancelled, finish.event)
         })?;
-        if done == Completion::Applied {
+        if done != Completion::Stale {
             self.wake.announce_done([lease.call_id.as_str()]);
         }
         Ok(done)
@@ -131,6 +160,16 @@ impl PgStore {
     fn announce_work_if(&self, made_work: bool) {
         if made_work {
             self.wake.announce_work();
+        }
+    }
+
+    /// After a completion that gave `lease`'s call back (`Applied`: it is
+    /// claimable again) or ended it `cancelled` (its waiters may be here).
+    fn announce(&self, lease: &Lease, done: Completion) {
+        match done {
+            Completion::Applied => self.wake.announce_work(),
+            Completion::Cancelled => self.wake.announce_done([lease.call_id.as_str()]),
+            Completion::Stale => {}
         }
     }
 
@@ -276,10 +315,13 @@ impl Backend for PgStore {
             event: Event::Succeeded,
             detail: &lease.effect_id,
         };
-        then(self.finish(lease, &finish))
+        // A success's fence ignores a cancel: refused, its lease was lost.
+        then(self.finish(lease, &finish, ""))
     }
 
     fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        let code = error["code"].as_str().unwrap_or_default();
+        let if_cancelled = audit::ended_after_cancel(lease.attempt, code);
         let error = error.to_string();
         let finish = Finish {
             status: Status::Failed,
@@ -289,7 +331,7 @@ impl Backend for PgStore {
             event: Event::Failed,
             detail: &error,
         };
-        then(self.finish(lease, &finish))
+        then(self.finish(lease, &finish, &if_cancelled))
     }
 
     fn retry_later_then(
@@ -301,16 +343,16 @@ impl Backend for PgStore {
     ) {
         let code = error["code"].as_str().unwrap_or_default();
         let detail = audit::retry_scheduled(lease.attempt, code, delay);
+        let if_cancelled = audit::ended_after_cancel(lease.attempt, code);
         let error = error.to_string();
         then(
             self.run(|c| {
                 if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
                     return Ok(Completion::Applied);
                 }
-                sql::audit_stale(c, lease, Event::RetryScheduled)?;
-                Ok(Completion::Stale)
+                cancelled_or_stale(c, lease, &if_cancelled, Event::RetryScheduled)
             })
-            .inspect(|done| self.announce_work_if(*done == Completion::Applied)),
+            .inspect(|done| self.announce(lease, *done)),
         )
     }
 
@@ -329,18 +371,72 @@ impl Backend for PgStore {
     }
 
     fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        let released = self.run(|c| sql::release(c, lease))?;
-        self.announce_work_if(released);
-        Ok(match released {
-            true => Completion::Applied,
-            false => Completion::Stale,
-        })
+        let released = self.run(|c| {
+            if sql::release(c, lease)? {
+                return Ok(Completion::Applied);
+            }
+            let detail = audit::released_after_cancel(lease.attempt);
+            Ok(
+                match cancel::end_cancelled(c, &lease.call_id, lease.attempt, &detail)? {
+                    true => Completion::Cancelled,
+                    false => Completion::Stale,
+                },
+            )
+        })?;
+        self.announce(lease, released);
+        Ok(released)
     }
 
     fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
         let recovered = self.run(|c| instances::recover(c, &self.instance, running_here))?;
         self.announce_work_if(!recovered.is_empty());
         Ok(recovered)
+    }
+
+    /// A lost race (a claim or a completion between the read and the
+    /// update) reads again, a few times. A recorded request is announced at
+    /// once, so the node that runs the call stops it without waiting for its
+    /// next check (`cancels_asked`, every heartbeat).
+    fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError> {
+        let found = self.run(|client| {
+            let mut steps = cancel::Steps {
+                client,
+                tenant,
+                call_id,
+                reason,
+            };
+            cancel_with(&mut steps, reason, CANCEL_TRIES)
+        })?;
+        match &found {
+            Some(Cancel::Requested { now: true, .. }) => self.wake.announce_cancel(),
+            Some(Cancel::Cancelled { now: true, .. }) => self.wake.announce_done([call_id]),
+            _ => {}
+        }
+        found.ok_or_else(|| StoreError::unavailable("the call kept changing; cancel it again"))
+    }
+
+    fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>) {
+        let detail = audit::stopped(lease.attempt, sent, how);
+        let done = self.run(|c| {
+            if cancel::end_cancelled(c, &lease.call_id, lease.attempt, &detail)? {
+                return Ok(Completion::Applied);
+            }
+            sql::audit_stale(c, lease, Event::Cancelled)?;
+            Ok(Completion::Stale)
+        });
+        if let Ok(Completion::Applied) = done {
+            self.wake.announce_done([lease.call_id.as_str()]);
+        }
+        then(done)
+    }
+
+    fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError> {
+        self.run(|c| cancel::cancels_asked(c, running))
     }
 
     fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {

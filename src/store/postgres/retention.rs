@@ -18,7 +18,7 @@ use ::postgres::GenericClient;
 const PURGE: &str = concat!(
     "WITH c AS MATERIALIZED (
        SELECT call_id FROM calls
-        WHERE status IN ('succeeded', 'failed') AND updated_at < ",
+        WHERE status IN ('succeeded', 'failed', 'cancelled') AND updated_at < ",
     now!(),
     " - $1
         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED

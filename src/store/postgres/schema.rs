@@ -37,6 +37,11 @@ const MIGRATIONS: &[Migration] = &[
         name: "business_keys: one live call per business key (SQLite's version 8)",
         sql: super::business_key::BUSINESS_KEYS_TABLE,
     },
+    Migration {
+        version: 3,
+        name: "cancelled calls: the status, cancel_requested_at and cancel_reason (SQLite's version 9)",
+        sql: V3,
+    },
 ];
 
 /// The PostgreSQL schema version this binary writes.
@@ -113,6 +118,21 @@ CREATE TABLE instances (
   heartbeat_at double precision NOT NULL,
   stopped_at   double precision
 );
+";
+
+/// Step 3: cancelling (`store::cancel`). `cancelled` joins the statuses
+/// the check allows and the terminal ones key retention scans (the partial
+/// index is made again with it: `retention`'s purge names the same three);
+/// a running call's cancel request is kept on its row.
+const V3: &str = "
+ALTER TABLE calls ADD COLUMN cancel_requested_at double precision,
+                  ADD COLUMN cancel_reason text;
+ALTER TABLE calls DROP CONSTRAINT calls_status_known;
+ALTER TABLE calls ADD CONSTRAINT calls_status_known
+  CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'cancelled'));
+DROP INDEX calls_terminal;
+CREATE INDEX calls_terminal ON calls (updated_at)
+  WHERE status IN ('succeeded', 'failed', 'cancelled');
 ";
 
 /// Bring the database up to `PG_SCHEMA_VERSION`; returns the names of the

@@ -34,7 +34,7 @@ macro_rules! call_columns {
     () => {
         "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, status, \
          result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
-         next_attempt_at"
+         next_attempt_at, cancel_requested_at"
     };
 }
 
@@ -231,7 +231,8 @@ macro_rules! claim_chosen {
     };
 }
 
-/// `claim_many`: the named calls, each only if claimable now. The rows are
+/// `claim_many`: the named calls, each only if claimable now (a lapsed lease
+/// whose cancel was asked is not: recovery ends it `cancelled`). The rows are
 /// locked in `call_id` order, as every statement here that takes several
 /// rows' locks does (`extend`, recovery), so two of them never deadlock; a row
 /// another statement holds at this moment is skipped (it is being claimed or
@@ -242,7 +243,7 @@ const CLAIM_NAMED: &str = concat!(
         WHERE call_id = ANY($1)
           AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
     now!(),
-    ")) OR (status = 'running' AND lease_until <= ",
+    ")) OR (status = 'running' AND cancel_requested_at IS NULL AND lease_until <= ",
     now!(),
     "))
         ORDER BY call_id FOR UPDATE SKIP LOCKED
@@ -347,7 +348,8 @@ pub(super) struct Finish<'a> {
 }
 
 /// The fence: the terminal update applies only while the call is `running`
-/// under this lease's attempt. The effect row (`ON CONFLICT DO NOTHING`:
+/// under this lease's attempt — and, short of a success, while its cancel
+/// was not asked (the caller then ends it `cancelled`, `cancel`). The effect row (`ON CONFLICT DO NOTHING`:
 /// `effects.call_id UNIQUE` is the last gate) and the audit row are written
 /// by the same statement, so they commit with `succeeded` or not at all.
 /// Returns whether it applied.
@@ -363,6 +365,7 @@ pub(super) fn finish_fenced(
         now!(),
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
+              AND ($3 = 'succeeded' OR cancel_requested_at IS NULL)
            RETURNING call_id, tool, effect_id, updated_at
          ), effect AS (
            INSERT INTO effects (effect_id, call_id, tool, amount, detail, created_at)
@@ -395,7 +398,7 @@ pub(super) fn finish_fenced(
 }
 
 /// A retryable failure with attempts left: back to `pending`, due no earlier
-/// than `delay` from now, fenced like a completion.
+/// than `delay` from now, fenced like a completion (its cancel not asked).
 pub(super) fn retry_later(
     client: &mut impl GenericClient,
     lease: &Lease,
@@ -412,6 +415,7 @@ pub(super) fn retry_later(
         now!(),
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
+              AND cancel_requested_at IS NULL
            RETURNING call_id, updated_at
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -432,7 +436,8 @@ pub(super) fn retry_later(
     Ok(row.get::<_, i64>(0) == 1)
 }
 
-/// Give back a lease (a stopping node): `pending` again, fenced.
+/// Give back a lease (a stopping node): `pending` again, fenced (its cancel
+/// not asked).
 pub(super) fn release(
     client: &mut impl GenericClient,
     lease: &Lease,
@@ -443,6 +448,7 @@ pub(super) fn release(
         now!(),
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
+              AND cancel_requested_at IS NULL
            RETURNING call_id, updated_at
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -601,6 +607,7 @@ fn call_from_row(row: &Row) -> Call {
         created_at: row.get(15),
         updated_at: row.get(16),
         next_attempt_at: row.get(17),
+        cancel_requested_at: row.get(18),
         expires_at: None,
     }
 }

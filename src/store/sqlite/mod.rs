@@ -4,7 +4,7 @@
 //! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
 //! own (`checkpointer`); reads go to a bounded pool of read connections
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
-//! (the process registry and recovery), `business_key`, `retention`,
+//! (the process registry and recovery), `business_key`, `cancel`, `retention`,
 //! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
 //! migrations); and the offline `verify` and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
@@ -14,6 +14,7 @@
 
 pub mod bulk;
 mod business_key;
+mod cancel;
 mod checkpointer;
 mod instances;
 mod reader_pool;
@@ -38,6 +39,7 @@ pub(super) use verify::{tools_outside, verify};
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::Cancel;
 use super::error::StoreError;
 use super::ids::now;
 use super::instance::{log_gone, Instance};
@@ -246,8 +248,9 @@ impl Backend for SqliteStore {
 
     /// Does not wait either.
     fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        let code = error["code"].as_str().unwrap_or_default().to_string();
         self.writer
-            .submit(sql::fail_op(lease.clone(), error.to_string()), then)
+            .submit(sql::fail_op(lease.clone(), error.to_string(), code), then)
     }
 
     /// Unwaited like `fail_then`.
@@ -332,6 +335,32 @@ impl Backend for SqliteStore {
         let me = self.instance.clone();
         let running_here = running_here.to_vec();
         self.write(move |conn| instances::recover_expired(conn, &me, &running_here))
+    }
+
+    /// One writer operation: the read and the update share its transaction.
+    fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError> {
+        let op = cancel::cancel_op(
+            tenant.to_string(),
+            call_id.to_string(),
+            reason.map(str::to_string),
+        );
+        self.write(op)
+    }
+
+    /// Unwaited like `fail_then`.
+    fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>) {
+        let op = cancel::stopped_op(lease.clone(), sent, how.to_string());
+        self.writer.submit(op, then)
+    }
+
+    /// On a read connection: another process's cancel is on the file.
+    fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError> {
+        self.read(|conn| cancel::cancels_asked(conn, running))
     }
 
     fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {

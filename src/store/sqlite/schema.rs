@@ -95,6 +95,18 @@ const MIGRATIONS: &[Migration] = &[
         // `business_key` for how the partial unique index decides.
         apply: |conn| conn.execute_batch(super::business_key::BUSINESS_KEYS_TABLE),
     },
+    Migration {
+        version: 9,
+        name: "calls.cancel_requested_at and cancel_reason: cancelling a call",
+        // `cancelled` needs no DDL (`status` is free text here, checked by
+        // `verify`); a running call's cancel request is kept on its row, so
+        // its owner, a failure or recovery can end it `cancelled` (see
+        // `cancel`). No index: an owner reads its own calls by primary key.
+        apply: |conn| {
+            add_column(conn, "calls", "cancel_requested_at", "REAL")?;
+            add_column(conn, "calls", "cancel_reason", "TEXT")
+        },
+    },
 ];
 
 /// The schema version this release writes.

@@ -15,13 +15,14 @@ use super::super::model::{
     Call, CallCounts, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
     Status,
 };
+use super::cancel::{cancelled_or_stale, end_cancelled};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
 use std::time::Duration;
 
 const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
      status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
-     next_attempt_at";
+     next_attempt_at, cancel_requested_at";
 
 pub(super) fn create_or_get_op(
     new: NewCall,
@@ -69,7 +70,8 @@ fn create_or_get(
 }
 
 /// A claim takes a `pending` call that is due (no automatic retry scheduled
-/// for later), or a `running` one whose lease has expired.
+/// for later), or a `running` one whose lease has expired — unless its
+/// cancel was asked: recovery ends that one `cancelled` instead.
 pub(super) fn claim_one(
     conn: &Connection,
     call_id: &str,
@@ -84,7 +86,8 @@ pub(super) fn claim_one(
                     lease_until = ?1, owner = ?2, updated_at = ?3, next_attempt_at = NULL
               WHERE call_id = ?4
                 AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?3))
-                     OR (status = 'running' AND lease_until <= ?3))
+                     OR (status = 'running' AND lease_until <= ?3
+                         AND cancel_requested_at IS NULL))
           RETURNING attempt, tool, args_json, effect_id",
         )?
         .query_row(params![lease_until, owner, now, call_id], |r| {
@@ -146,14 +149,18 @@ pub(super) fn succeed_op(
     }
 }
 
+/// A failure; `code` is its error's, for the audit of a call whose cancel
+/// was asked, which ends `cancelled` instead.
 pub(super) fn fail_op(
     lease: Lease,
     error: String,
+    code: String,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
         if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
-            return discard_stale(conn, now, &lease, Event::Failed);
+            let detail = audit::ended_after_cancel(lease.attempt, &code);
+            return cancelled_or_stale(conn, now, &lease, &detail, Event::Failed);
         }
         audit_lease(conn, now, &lease, Event::Failed, &error)?;
         Ok(Completion::Applied)
@@ -161,7 +168,8 @@ pub(super) fn fail_op(
 }
 
 /// A retryable failure before the tool's last attempt: back to `pending`,
-/// not to be claimed before `now + delay`, fenced like a completion. The
+/// not to be claimed before `now + delay`, fenced like a completion (a call
+/// whose cancel was asked ends `cancelled` instead, never to run again). The
 /// error stays on the call (the client sees why it is waiting); the next
 /// claim's outcome replaces it.
 pub(super) fn retry_later_op(
@@ -177,7 +185,8 @@ pub(super) fn retry_later_op(
                 "UPDATE calls
                     SET status = 'pending', error_json = ?1, next_attempt_at = ?2,
                         lease_until = NULL, owner = NULL, updated_at = ?3
-                  WHERE call_id = ?4 AND status = 'running' AND attempt = ?5",
+                  WHERE call_id = ?4 AND status = 'running' AND attempt = ?5
+                    AND cancel_requested_at IS NULL",
             )?
             .execute(params![
                 error,
@@ -187,7 +196,8 @@ pub(super) fn retry_later_op(
                 lease.attempt
             ])?;
         if changed == 0 {
-            return discard_stale(conn, now, &lease, Event::RetryScheduled);
+            let detail = audit::ended_after_cancel(lease.attempt, &code);
+            return cancelled_or_stale(conn, now, &lease, &detail, Event::RetryScheduled);
         }
         let detail = audit::retry_scheduled(lease.attempt, &code, delay);
         audit_lease(conn, now, &lease, Event::RetryScheduled, &detail)?;
@@ -216,7 +226,8 @@ pub(super) fn extend_leases(
 /// The fence. A terminal update applies only while the call is still `running`
 /// under the attempt this lease claimed; a worker whose lease was taken over
 /// (it paused, its lease expired, recovery re-queued the call) changes nothing.
-/// Returns whether the update applied.
+/// Anything but a success also needs the call's cancel not to have been
+/// asked (the caller then ends it `cancelled`). Returns whether it applied.
 fn finish_fenced(
     conn: &Connection,
     now: f64,
@@ -230,7 +241,8 @@ fn finish_fenced(
             "UPDATE calls
                 SET status = ?1, result_json = ?2, error_json = ?3,
                     lease_until = NULL, owner = NULL, updated_at = ?4
-              WHERE call_id = ?5 AND status = 'running' AND attempt = ?6",
+              WHERE call_id = ?5 AND status = 'running' AND attempt = ?6
+                AND (?1 = 'succeeded' OR cancel_requested_at IS NULL)",
         )?
         .execute(params![
             status.as_str(),
@@ -372,7 +384,7 @@ pub(super) fn resolve_existing(
     Ok(Created::RetryReset(call))
 }
 
-fn discard_stale(
+pub(super) fn discard_stale(
     conn: &Connection,
     now: f64,
     lease: &Lease,
@@ -481,13 +493,15 @@ fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
         created_at: row.get(15)?,
         updated_at: row.get(16)?,
         next_attempt_at: row.get(17)?,
+        cancel_requested_at: row.get(18)?,
         expires_at: None,
     })
 }
 
 /// Give a lease back before it expires (a stopping process whose tool is
 /// still running): the call returns to `pending`, fenced like a completion,
-/// so that another process runs it at once with the same `effect_id`.
+/// so that another process runs it at once with the same `effect_id` — or,
+/// its cancel asked, ends `cancelled`.
 pub(super) fn release_op(
     lease: Lease,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
@@ -497,11 +511,18 @@ pub(super) fn release_op(
             .prepare_cached(
                 "UPDATE calls
                     SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
-                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
+                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3
+                    AND cancel_requested_at IS NULL",
             )?
             .execute(params![now, lease.call_id, lease.attempt])?;
         if changed == 0 {
-            return Ok(Completion::Stale);
+            let detail = audit::released_after_cancel(lease.attempt);
+            return Ok(
+                match end_cancelled(conn, now, &lease.call_id, lease.attempt, &detail)? {
+                    true => Completion::Cancelled,
+                    false => Completion::Stale,
+                },
+            );
         }
         let detail = audit::released(lease.attempt);
         audit_lease(conn, now, &lease, Event::Released, &detail)?;

@@ -12,7 +12,7 @@
 //! | the effect of a `succeeded` call is its own: same `effect_id`, same tool, a tool that writes effects | `effect_not_its_calls` |
 //! | every `succeeded` call of a tool that writes effects has its effect | `succeeded_without_effect` |
 //! | a `running` call holds a lease (`lease_until` and `owner`) | `running_without_lease` |
-//! | `status` is one of `pending`, `running`, `succeeded`, `failed` | `unknown_status` |
+//! | `status` is one of `pending`, `running`, `succeeded`, `failed`, `cancelled` | `unknown_status` |
 //!
 //! Which calls must have an effect is decided by the tool, because that is
 //! what decides it in the service: `succeed` writes the `effects` row in the
