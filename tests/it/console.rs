@@ -67,6 +67,10 @@ fn assert_no_horizontal_overflow(browser: &Browser, page: &str) {
     );
     let (scroll, inner) = (widths[0].as_u64().unwrap(), widths[1].as_u64().unwrap());
     assert!(
+        inner <= 400,
+        "{page}: the window is {inner} px wide, not a phone's"
+    );
+    assert!(
         scroll <= inner,
         "{page}: {scroll} px wide in a {inner} px window"
     );
