@@ -25,7 +25,8 @@ export async function whoami() {
   try {
     const overview = (await request('GET', '/v1/overview', undefined, {quiet: true})).body;
     admin = Array.isArray(overview.nodes) && overview.nodes.length > 0;
-    tenant = overview.scope || null;
+    // `*` is every tenant: the anonymous admin of a service without auth.
+    tenant = overview.scope && overview.scope !== '*' ? overview.scope : null;
   } catch (e) {
     if (e.status === 401) throw e;
     admin = await answers('/stats?scope=all');

@@ -88,7 +88,7 @@ function draw(body, data, tenant) {
     panel('Service', {id: 'service'}, facts([
       ['Version', data.version, 'version'],
       ['Backend', data.backend, 'backend'],
-      ['Scope', tenant === '*' ? 'every tenant' : data.scope, 'scope'],
+      ['Scope', data.scope === '*' ? 'every tenant' : data.scope, 'scope'],
       ['Keys kept', retention(data.retention), 'retention'],
     ])));
   // Bar widths are set as properties, not a style attribute (the CSP has no

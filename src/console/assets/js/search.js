@@ -22,13 +22,12 @@ export async function search(q, params, who, navigate) {
     }
   }
   const tenant = scope(params, who);
-  // A business key is stored as the canonical JSON of its fields' values:
-  // `order-42` typed alone is also looked up as `["order-42"]`.
-  const lookups = [['key', 'key', q], ['business_key', 'business key', q]];
-  if (!q.startsWith('[')) lookups.push(['business_key', 'business key', JSON.stringify([q])]);
-  if (EFFECT_ID.test(q)) lookups.unshift(['effect_id', 'effect id', q]);
-  const answers = await Promise.all(lookups.map(([filter, , value]) =>
-    get(`/v1/tool-calls${query({[filter]: value, tenant, limit: 100})}`)));
+  // The API reads a business key typed alone (`order-42`) as its one
+  // field's value, and one starting with `[` as the JSON array of them.
+  const lookups = [['key', 'key'], ['business_key', 'business key']];
+  if (EFFECT_ID.test(q)) lookups.unshift(['effect_id', 'effect id']);
+  const answers = await Promise.all(lookups.map(([filter]) =>
+    get(`/v1/tool-calls${query({[filter]: q, tenant, limit: 100})}`)));
   const seen = new Map();
   answers.forEach((answer, i) => {
     for (const call of answer.calls || []) {
