@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fault_inject.sh — fault injection against the real binaries (design chapter 12.11, 12.13, 12.15).
+# fault_inject.sh — fault injection against the real binaries.
 #
 # What it proves: a client that retries with the same Idempotency-Key never
 # causes a second side effect, whatever goes wrong in between —
@@ -8,21 +8,21 @@
 #                      on the same database, and the client retries the same key
 #   concurrent         many clients send the same key at the same moment
 #   duplicate-request  the proxy delivers every request twice
-#   new-key            the two endings of 12.15: same key K1 -> calls=1 effects=1;
+#   new-key            two clients, a lost answer each: same key K1 -> calls=1 effects=1;
 #                      a new key per retry -> 2 calls, 2 effects (the bug, reproduced on purpose)
 #   downstream         an http tool pointing at the reference downstream: the server dies
 #                      after the downstream applied the effect and before the local commit
-#                      (12.7.3), is restarted, and re-runs the call with the same key
+#                      (the effect happened, its record did not), is restarted, and re-runs the call with the same key
 #   mcp                an MCP client (tools/call on /mcp, key in _meta) whose answer the proxy
 #                      loses re-sends with the same key -> one effect; the same with a new key
 #                      per attempt and a tool with a business key -> one effect and a
-#                      duplicate_intent (the second layer, chapter 12.15.4)
+#                      duplicate_intent (the second layer: business keys)
 #   pause              a server paused (SIGSTOP) while an http tool's downstream works; a
 #                      second server on the same db takes the call over after the lease and
 #                      runs it under the same key; resumed (SIGCONT), the first is fenced off
 #   postgres           three servers on one PostgreSQL database under load spread over them;
 #                      one server killed, then PostgreSQL restarted (immediate) mid-load
-#                      (issue 16); part of --all where PostgreSQL is installed
+#                      part of --all where PostgreSQL is installed
 # For each scenario it prints the evidence (client attempt lines, calls/effects/audit
 # rows, /stats), checks the invariant, and prints PASS or FAIL. Exit status is non-zero
 # if any scenario fails.
@@ -158,7 +158,7 @@ start_proxy() {
   local name="$1" upstream="$2" mode="$3"
   PROXY_LOG="$WORK/$1.err"
   shift 3
-  start_listening "proxy $name did not start" "$WORK/$name.out" "$PROXY_LOG" 'listening on ' \
+  start_listening "proxy $name did not start" "$WORK/$name.out" "$PROXY_LOG" 'listening on http://' \
     "$BIN/chaos_proxy" --listen 127.0.0.1:0 --upstream "$upstream" --mode "$mode" "$@" || return 1
   PROXY_PID=$STARTED_PID
   PROXY_BASE="http://$STARTED_ADDR"
@@ -207,7 +207,7 @@ run_client() {
 
 use_sqlite3() { [[ "${IDEM_FORCE_INSPECT:-0}" != 1 ]] && command -v sqlite3 >/dev/null; }
 
-# db_rows DB NAME SQL: the seed's query NAME, through sqlite3 if present, else inspect.
+# db_rows DB NAME SQL: the named inspection query, through sqlite3 if present, else inspect.
 db_rows() {
   if use_sqlite3; then sqlite3 "$1" "$3"; else "$BIN/inspect" --db "$1" --query "$2"; fi
 }
@@ -344,7 +344,11 @@ main() {
     log "FAILED: ${failed[*]} (of ${#selected[@]})"
     return 1
   fi
-  log "all ${#selected[@]} scenarios passed"
+  if ((${#selected[@]} == 1)); then
+    log "scenario ${selected[0]} passed"
+  else
+    log "all ${#selected[@]} scenarios passed"
+  fi
 }
 
 main "$@"

@@ -167,7 +167,11 @@ impl Service {
                 max_pending: config.max_pending,
             },
         ));
-        let mcp = Mcp::new(Arc::clone(&calls), config.mcp_wait);
+        let mcp = Mcp::new(
+            Arc::clone(&calls),
+            config.mcp_wait,
+            config.mcp_origins.clone(),
+        );
         let mcp: Endpoint =
             Box::new(move |req, tenant, exchange| mcp.handle(req, tenant, exchange));
         let api = Arc::new(Api::new(

@@ -41,20 +41,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
         crate::out!("{USAGE}");
         return Ok(());
     };
-    let effect_writers: Vec<String> = match tools {
-        Some(file) => effect_tools(&file).map_err(|error| Failure::ToolsFile {
-            command: VERIFY,
-            error,
-        })?,
-        None => {
-            let unknown =
-                tools_outside_database(&db, &TOOL_NAMES).map_err(Failure::Unverifiable)?;
-            if !unknown.is_empty() {
-                return Err(Failure::NeedsToolsFile(unknown));
-            }
-            EFFECT_TOOLS.iter().map(|t| t.to_string()).collect()
-        }
-    };
+    let effect_writers = effect_writers(&db, tools, VERIFY)?;
     let effect_writers: Vec<&str> = effect_writers.iter().map(String::as_str).collect();
     let report = verify_database(&db, &effect_writers).map_err(Failure::Unverifiable)?;
     crate::out!("{report}");
@@ -62,6 +49,25 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::Violations)
+    }
+}
+
+/// The tools whose every success writes one effect: from the tools file the
+/// server ran with, else the built-ins (when the database names no others).
+pub(super) fn effect_writers(
+    db: &Database,
+    tools: Option<PathBuf>,
+    command: &'static str,
+) -> Result<Vec<String>, Failure> {
+    match tools {
+        Some(file) => effect_tools(&file).map_err(|error| Failure::ToolsFile { command, error }),
+        None => {
+            let unknown = tools_outside_database(db, &TOOL_NAMES).map_err(Failure::Unverifiable)?;
+            if !unknown.is_empty() {
+                return Err(Failure::NeedsToolsFile(unknown));
+            }
+            Ok(EFFECT_TOOLS.iter().map(|t| t.to_string()).collect())
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use super::{Config, ConfigError};
 use crate::flag::FlagError;
 use crate::http::TrustedProxies;
 use crate::log::Level;
+use crate::mcp::origin::BadName;
 use crate::store::Database;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,6 +59,8 @@ pub const FLAGS: &[Flag] = &[
     value("--auth-file"),
     switch("--insecure-no-auth"),
     value("--mcp-wait-secs"),
+    value("--public-host"),
+    value("--allowed-origin"),
     value("--key-ttl"),
     value("--log-level"),
     value("--access-log"),
@@ -103,6 +106,10 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--request-timeout-ms" => config.limits.request_timeout = millis(name, value, 1)?,
         "--idle-timeout-ms" => config.limits.idle_timeout = millis(name, value, 1)?,
         "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(name, value)?,
+        "--public-host" => each(value, |name| config.mcp_origins.add_public_host(name))?,
+        "--allowed-origin" => each(value, |origin| {
+            config.mcp_origins.add_allowed_origin(origin)
+        })?,
         "--shutdown-grace-secs" => config.shutdown_grace = seconds(name, value)?,
         "--max-connections" => {
             config.limits.max_connections = number(name, value, 1..=1_000_000)? as usize
@@ -122,6 +129,10 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
     let path = |path: &Option<PathBuf>| match path {
         Some(path) => path.display().to_string(),
         None => "none".to_string(),
+    };
+    let list = |items: &[String]| match items {
+        [] => "none".to_string(),
+        items => items.join(","),
     };
     let on_off = |on: bool| if on { "on" } else { "off" }.to_string();
     let millis = |d: Duration| d.as_millis().to_string();
@@ -148,6 +159,8 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--auth-file" => path(&config.auth_file),
         "--insecure-no-auth" => on_off(config.insecure_no_auth),
         "--mcp-wait-secs" => secs(config.mcp_wait),
+        "--public-host" => list(&config.mcp_origins.public_hosts),
+        "--allowed-origin" => list(&config.mcp_origins.allowed_origins),
         "--key-ttl" => secs(config.store.retention.key_ttl.unwrap_or_default()),
         "--log-level" => config.log_level.as_str().to_string(),
         "--access-log" => on_off(config.access_log),
@@ -157,6 +170,14 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--chaos" => on_off(config.runner.chaos),
         _ => return None,
     })
+}
+
+/// Each name of a comma-separated list (a flag given twice adds to it).
+fn each(value: &str, mut add: impl FnMut(&str) -> Result<(), BadName>) -> Result<(), ConfigError> {
+    value
+        .split(',')
+        .try_for_each(|item| add(item.trim()))
+        .map_err(ConfigError::Origin)
 }
 
 /// A value `flag` does not take: what it must be.

@@ -59,6 +59,12 @@ error_codes! {
     /// (`/metrics`, `/stats?scope=all`). Never for another tenant's call:
     /// that is `not_found`, so existence does not leak.
     Forbidden => (403, "forbidden"),
+    /// `POST /mcp` reached by a `Host` that is neither loopback nor a
+    /// `--public-host` name: a DNS-rebinding page, or a missing flag.
+    HostNotAllowed => (403, "host_not_allowed"),
+    /// `POST /mcp` from a web page whose `Origin` is neither the `Host`'s own
+    /// nor on `--allowed-origin`'s list.
+    OriginNotAllowed => (403, "origin_not_allowed"),
     /// Unknown call, key or path.
     NotFound => (404, "not_found"),
     /// A known path with the wrong method; the answer carries `Allow`.

@@ -139,8 +139,13 @@ impl Response {
         Response::json_bytes(status, body.to_string().into_bytes())
     }
 
-    /// A JSON response from an already-serialized body.
-    pub fn json_bytes(status: u16, body: Vec<u8>) -> Response {
+    /// A JSON response from an already-serialized body. Every JSON body ends
+    /// with a newline, as a text document does: `curl` then leaves the shell
+    /// prompt on a line of its own, and line-reading tools see a whole line.
+    pub fn json_bytes(status: u16, mut body: Vec<u8>) -> Response {
+        if body.last() != Some(&b'\n') {
+            body.push(b'\n');
+        }
         Response {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],

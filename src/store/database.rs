@@ -30,6 +30,9 @@ pub enum DatabaseUrlError {
     NotAUrl { masked: String, reason: String },
     /// The URL names no user to connect as.
     NoUser { masked: String },
+    /// A `scheme://` other than PostgreSQL's (a misspelling such as
+    /// `postgress://` must not become a SQLite file of that name).
+    UnknownScheme { masked: String, scheme: String },
 }
 
 impl fmt::Display for DatabaseUrlError {
@@ -40,9 +43,16 @@ impl fmt::Display for DatabaseUrlError {
                 "{masked}: sslmode must be disable, prefer, require, verify-ca \
                  or verify-full, not {value:?}"
             ),
-            DatabaseUrlError::NotAUrl { masked, reason } => {
-                write!(f, "{masked} is not a PostgreSQL URL: {reason}")
-            }
+            DatabaseUrlError::NotAUrl { masked, reason } => write!(
+                f,
+                "{masked} is not a PostgreSQL URL: {reason} (in the user, password or \
+                 database name, write / ? # % as %2F %3F %23 %25)"
+            ),
+            DatabaseUrlError::UnknownScheme { masked, scheme } => write!(
+                f,
+                "{masked}: {scheme:?} is not a database scheme; a PostgreSQL URL starts \
+                 postgres:// or postgresql://, and a SQLite file's path has no \"://\""
+            ),
             DatabaseUrlError::NoUser { masked } => write!(f, "{masked}: the URL names no user"),
         }
     }
@@ -54,6 +64,11 @@ impl Database {
     pub fn parse(value: &str) -> Result<Database, DatabaseUrlError> {
         if PgTarget::is_url(value) {
             PgTarget::parse(value).map(Database::Postgres)
+        } else if let Some(scheme) = url_scheme(value) {
+            Err(DatabaseUrlError::UnknownScheme {
+                masked: mask_password(value),
+                scheme: scheme.to_string(),
+            })
         } else {
             Ok(Database::Sqlite(PathBuf::from(value)))
         }
@@ -201,6 +216,7 @@ impl PgTarget {
                 _ => kept.push(pair),
             }
         }
+        let base = encode_at_signs_in_userinfo(base);
         let rest = if kept.is_empty() {
             base.to_string()
         } else {
@@ -265,6 +281,34 @@ impl fmt::Display for PgTarget {
 impl fmt::Debug for PgTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PgTarget({})", self.masked)
+    }
+}
+
+/// The scheme of a `scheme://...` value (RFC 3986: a letter, then letters,
+/// digits, `+`, `-`, `.`), or `None` for anything else, which is a path.
+fn url_scheme(value: &str) -> Option<&str> {
+    let (scheme, _) = value.split_once("://")?;
+    let mut bytes = scheme.bytes();
+    let first_is_letter = bytes.next().is_some_and(|b| b.is_ascii_alphabetic());
+    let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    (first_is_letter && rest_ok).then_some(scheme)
+}
+
+/// The URL with every `@` of its user part but the last percent-encoded: a
+/// host never contains `@`, so the last one ends the user part, and a
+/// password such as `p@ss` means what its writer meant (the PostgreSQL client
+/// splits at the first `@` and would look up `ss@host` as the host).
+fn encode_at_signs_in_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            format!("{scheme}://{}@{host}{tail}", userinfo.replace('@', "%40"))
+        }
+        None => url.to_string(),
     }
 }
 
@@ -353,6 +397,44 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!bad.contains("s3cr"), "{bad}");
+    }
+
+    #[test]
+    fn an_at_sign_in_the_password_is_part_of_the_password() {
+        let target = PgTarget::parse("postgres://idem:p@ss@w0rd@db.example:6432/calls").unwrap();
+        assert_eq!(target.config().get_password(), Some(&b"p@ss@w0rd"[..]));
+        assert_eq!(target.config().get_user(), Some("idem"));
+        let hosts = format!("{:?}", target.config().get_hosts());
+        assert!(
+            hosts.contains("db.example") && !hosts.contains('@'),
+            "{hosts}"
+        );
+        assert_eq!(target.dbname(), Some("calls"));
+        assert_eq!(
+            target.to_string(),
+            "postgres://idem:***@db.example:6432/calls"
+        );
+        let encoded = PgTarget::parse("postgres://idem:p%40ss@h/db").unwrap();
+        assert_eq!(encoded.config().get_password(), Some(&b"p@ss"[..]));
+    }
+
+    #[test]
+    fn another_scheme_is_refused_not_taken_for_a_file_name() {
+        for value in [
+            "postgress://u:secret@h/db",
+            "mysql://u@h/db",
+            "file:///tmp/x.db",
+        ] {
+            let error = Database::parse(value).unwrap_err().to_string();
+            assert!(error.contains("postgres://"), "{value}: {error}");
+            assert!(!error.contains("secret"), "{error}");
+        }
+        for path in ["idem.db", "./postgres:/x", "dir/a://b"] {
+            assert!(
+                matches!(Database::parse(path), Ok(Database::Sqlite(_))),
+                "{path}"
+            );
+        }
     }
 
     #[test]

@@ -86,7 +86,9 @@ pub use model::{
 };
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::{bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub use sqlite::{
+    backup, bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION,
+};
 pub use wake::{Wake, WakeHandler};
 
 use backend::Backend;

@@ -80,9 +80,8 @@ impl ToolRegistry {
         base_dir: &Path,
         vars: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ToolRegistry, ToolFileError> {
-        let root: Value = serde_json::from_str(text).map_err(|e| {
-            FieldError::entry(format!("is not valid JSON: {e}")).in_tool(file, None)
-        })?;
+        let root = crate::input::parse_strict(text.as_bytes())
+            .map_err(|e| FieldError::entry(unreadable(&e)).in_tool(file, None))?;
         let tools = tools_object(&root).map_err(|e| e.in_tool(file, None))?;
         let context = Context { base_dir, vars };
         let mut registry = ToolRegistry::default();
@@ -108,8 +107,8 @@ pub fn effect_tools(path: &Path) -> Result<Vec<String>, ToolFileError> {
     };
     let text = std::fs::read_to_string(path)
         .map_err(|e| error(None, None, format!("cannot read it: {e}")))?;
-    let root: Value = serde_json::from_str(&text)
-        .map_err(|e| error(None, None, format!("is not valid JSON: {e}")))?;
+    let root = crate::input::parse_strict(text.as_bytes())
+        .map_err(|e| error(None, None, unreadable(&e)))?;
     let tools = tools_object(&root).map_err(|e| error(None, e.field, e.message))?;
     let mut names = Vec::new();
     for (name, entry) in tools {
@@ -125,6 +124,16 @@ pub fn effect_tools(path: &Path) -> Result<Vec<String>, ToolFileError> {
         }
     }
     Ok(names)
+}
+
+/// Why the file's text was refused: not JSON, or JSON with a member name
+/// repeated in one object (which a reader could take either way).
+fn unreadable(e: &serde_json::Error) -> String {
+    if e.is_data() {
+        format!("cannot be read one way: {e}")
+    } else {
+        format!("is not valid JSON: {e}")
+    }
 }
 
 /// `{"tools": {...}}` with at least one tool, and nothing else at the top.

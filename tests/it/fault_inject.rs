@@ -57,6 +57,20 @@ fn every_fault_injection_scenario_passes() {
         );
     }
     assert!(!stdout.contains("MISMATCH"), "{text}");
+    assert!(stdout.contains("all 9 scenarios passed"), "{text}");
+}
+
+/// One scenario run alone is summed up as one, not as "all 1 scenarios".
+#[test]
+fn one_scenario_alone_is_summed_up_as_one() {
+    let output = run_script(&["--duplicate-request"], false);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        stdout.contains("scenario duplicate-request passed"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("all 1 scenarios"), "{stdout}");
 }
 
 /// `--dry-run` prints the plan and starts nothing.
@@ -66,6 +80,6 @@ fn dry_run_prints_the_plan_and_runs_nothing() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", describe(&output));
     assert!(stdout.contains("nothing is built or started"));
-    assert!(stdout.contains("new-key (12.15)"));
+    assert!(stdout.contains("new-key: two fresh servers"));
     assert!(!stdout.contains("listening on"), "{stdout}");
 }

@@ -6,17 +6,20 @@
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
 //! (the process registry and recovery), `business_key`, `cancel`, `retention`,
 //! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
-//! migrations); and the offline `verify` and the bench's `bulk` loader.
+//! migrations), `ownership` (a file another program made is refused), `backup`
+//! (a consistent copy of a live file); and the offline `verify` and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
 //! PostgreSQL wing, and must never hand a `rusqlite` type across the facade.
 
+pub mod backup;
 pub mod bulk;
 mod business_key;
 mod cancel;
 mod checkpointer;
 mod instances;
+mod ownership;
 mod reader_pool;
 mod report_reads;
 mod retention;

@@ -132,7 +132,7 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 ///
 /// On a database created with the seed's exact schema, or by a release before
 /// migrations existed, every statement here finds its object already there.
-const TABLES: &str = "
+pub(super) const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS calls (
   call_id      TEXT PRIMARY KEY,
   idem_key     TEXT NOT NULL UNIQUE,
@@ -327,6 +327,8 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
     // Before anything reads the file: on a read-only mount, the first read of
     // a WAL database fails as "unable to open database file" (no -shm).
     refuse_read_only(&conn)?;
+    // Before the first write (WAL, page size): another program's file stays as it was.
+    super::ownership::refuse_foreign(&conn)?;
     configure(&conn, options)?;
     // Small pages: a commit writes every page it dirtied, and a batch dirties
     // many pages a little (index leaves, appended rows), so 1 KiB pages cut
