@@ -163,7 +163,10 @@ fn a_status_filter_shows_exactly_the_matching_calls_and_survives_a_reload() {
     );
 
     // One box finds a call by its key, its effect id, its business key, or its id.
-    let effect = format!("eff_{}", &ok[1][2..]);
+    let effect = server.get(&format!("/v1/tool-calls/{}", ok[1])).1["effect_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for (query, found) in [
         ("mix-ok-1", &ok[0]),
         (effect.as_str(), &ok[1]),

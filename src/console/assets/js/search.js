@@ -8,7 +8,7 @@ import {h, notice} from './dom.js';
 import {callTable, scope} from './calls.js';
 
 const CALL_ID = /^c_[0-9a-f]{16}$/;
-const EFFECT_ID = /^eff_[0-9a-f]{16}$/;
+const EFFECT_ID = /^eff_[0-9a-f]{16}(_[0-9a-f]{32})?$/;
 
 /** The nodes that show what `q` finds (or a navigation to the one call). */
 export async function search(q, params, who, navigate) {
