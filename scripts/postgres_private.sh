@@ -98,12 +98,13 @@ pg_private_stop() {
   pg_ctl_private stop -m immediate -t 60 2>/dev/null || true
 }
 
-# pg_psql URL ARGS...: psql without the user's ~/.psqlrc, stopping at the first error.
+# pg_psql URL ARGS...: psql without the user's ~/.psqlrc, stopping at the first error;
+# the service's schema (--db-schema's default) comes first on its search_path.
 pg_psql() {
   local url="$1" bin
   shift
   bin="$(pg_bin_dir)" || return 1
-  "$bin/psql" -X -q -v ON_ERROR_STOP=1 "$url" "$@"
+  PGOPTIONS="-c search_path=idempotent_tool,public" "$bin/psql" -X -q -v ON_ERROR_STOP=1 "$url" "$@"
 }
 
 # pg_value URL SQL: one value, unaligned.

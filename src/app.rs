@@ -18,8 +18,9 @@ use crate::mcp::Mcp;
 use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError};
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
-use crate::store::{now, CallStore, StoreError, Wake, WakeHandler};
+use crate::store::{now, CallStore, Rate, StoreError, ToolLimit, Wake, WakeHandler};
 use crate::sync::lock;
+use crate::tools::ToolRegistry;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, Weak};
@@ -118,11 +119,11 @@ impl Service {
         config.limits.max_connections = descriptors.max_connections;
         let listener =
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
-        let store = CallStore::open(&config.db, config.store.clone()).map_err(|error| {
-            StartError::Database {
-                db: config.db.clone(),
-                error,
-            }
+        let mut options = config.store.clone();
+        options.limits = tool_limits(&config.tools);
+        let store = CallStore::open(&config.db, options).map_err(|error| StartError::Database {
+            db: config.db.clone(),
+            error,
         })?;
         let metrics = Arc::new(Metrics::new());
         crate::log::global()
@@ -361,6 +362,23 @@ fn forget_purged_keys(keys: Arc<KeyCache>) -> OnPurged {
             keys.forget(&scoped_key(&call.tenant, &call.idem_key));
         }
     })
+}
+
+/// Each tool's `max_concurrency` and `rate`, as the store takes them: it
+/// holds in the database those its backend shares across processes.
+fn tool_limits(tools: &ToolRegistry) -> Vec<ToolLimit> {
+    tools
+        .specs()
+        .filter(|spec| spec.max_concurrency.is_some() || spec.rate.is_some())
+        .map(|spec| ToolLimit {
+            tool: spec.name.clone(),
+            max_concurrency: spec.max_concurrency,
+            rate: spec.rate.map(|r| Rate {
+                per_second: r.per_second,
+                burst: r.burst,
+            }),
+        })
+        .collect()
 }
 
 impl Drop for Service {

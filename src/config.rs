@@ -27,7 +27,7 @@ use crate::log::Level;
 use crate::mcp::origin::OriginPolicy;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
-use crate::store::{Database, Retention, StoreOptions};
+use crate::store::{Database, DbSchema, Retention, StoreOptions};
 use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -40,6 +40,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
   --db PATH|URL               SQLite database file (default idem.db), or a
                               postgres://user:password@host:port/dbname URL
                               (sslmode=disable|prefer|require|verify-ca|verify-full)
+  --db-schema NAME            PostgreSQL: the schema holding the service's tables
+                              (default idempotent_tool); two deployments may share
+                              a database under two names
   --db-password-file FILE     PostgreSQL: the password of the --db URL, read
                               from this file (a container secret); the URL
                               then gives none
@@ -154,6 +157,9 @@ pub struct Config {
     pub log_file: Option<PathBuf>,
     /// Whose `X-Forwarded-For` names the client in the access log.
     pub trusted_proxies: TrustedProxies,
+    /// `--db-schema`: the PostgreSQL schema of the service's tables, given to
+    /// `db` once the flags are parsed.
+    pub db_schema: DbSchema,
     /// `--db-password-file`: read into `db` once the flags are parsed.
     pub db_password_file: Option<PathBuf>,
     /// Where each flag given came from (for `--print-config`).
@@ -192,6 +198,7 @@ impl Default for Config {
             mcp_origins: OriginPolicy::default(),
             log_file: None,
             trusted_proxies: TrustedProxies::default(),
+            db_schema: DbSchema::default(),
             db_password_file: None,
             origins: Origins::default(),
         }
@@ -274,6 +281,8 @@ impl Config {
             config.origins.set(flag.name, Origin::CommandLine);
         }
         environment::apply_password_file(&mut config)?;
+        let schema = config.db_schema.clone();
+        config.db.set_schema(&schema);
         if config.auth_file.is_none() && !config.insecure_no_auth && !is_loopback(&config.host) {
             return Err(ConfigError::ExposedWithoutAuth {
                 host: config.host.chars().take(64).collect(),

@@ -39,7 +39,9 @@
 //!   same fence as any other;
 //! - a tool's `max_concurrency` is enforced before a worker is involved: calls
 //!   over the cap wait in the task table, `pending`, so a slow downstream
-//!   cannot take every worker;
+//!   cannot take every worker; a tool whose limits the database holds for
+//!   every process (its cap on PostgreSQL, its `rate` on both) is claimed by
+//!   the poll alone, through the store's claim that counts them (`limited`);
 //! - while a tool runs, its lease is extended every third of the lease
 //!   (`maintenance`), through the same fence as a completion, and never after
 //!   the tool has returned.
@@ -50,7 +52,8 @@
 //!   start-up use (`submit`, `reserve` + `adopt`, `recover_once`, the poll);
 //! - `dispatch`: `Dispatch` — the task table, the workers' queue and the
 //!   capacity they share: submit, the poll, reserve + adopt, slots passed on;
-//! - `capacity`: `Capacity`, how many workers are spoken for;
+//! - `capacity`: `Capacity`, how many workers are spoken for; `limited`:
+//!   `LimitedTools`, the tools claimed by the poll alone and their books;
 //! - `tasks`: `TaskTable`, one entry per call taken on, and the slots;
 //! - `pool`: `WorkerPool`, the threads (`worker-N`); `worker`: `Worker`, what
 //!   each does with an assignment (claim, run, hand the completion over);
@@ -71,6 +74,7 @@ mod capacity;
 mod completion;
 mod dispatch;
 mod lifecycle;
+mod limited;
 mod maintenance;
 mod notifier;
 mod pool;

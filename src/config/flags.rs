@@ -10,7 +10,7 @@ use crate::flag::FlagError;
 use crate::http::TrustedProxies;
 use crate::log::Level;
 use crate::mcp::origin::BadName;
-use crate::store::Database;
+use crate::store::{Database, DbSchema, DB_SCHEMA_RULE};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -42,6 +42,7 @@ pub const FLAGS: &[Flag] = &[
     value("--host"),
     value("--port"),
     value("--db"),
+    value("--db-schema"),
     value("--db-password-file"),
     value("--db-pool"),
     value("--db-ca-file"),
@@ -95,6 +96,10 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--host" => config.host = value.to_string(),
         "--port" => config.port = number(name, value, 0..=65535)? as u16,
         "--db" => config.db = Database::parse(value).map_err(ConfigError::Database)?,
+        "--db-schema" => {
+            config.db_schema =
+                DbSchema::parse(value).ok_or_else(|| bad_value(name, value, DB_SCHEMA_RULE))?
+        }
         "--db-password-file" => config.db_password_file = Some(PathBuf::from(value)),
         "--db-pool" => config.store.pool_size = number(name, value, 1..=10_000)? as usize,
         "--db-ca-file" => config.store.ca_file = Some(PathBuf::from(value)),
@@ -142,6 +147,7 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--port" => config.port.to_string(),
         // `Display` masks a URL's password.
         "--db" => config.db.to_string(),
+        "--db-schema" => config.db_schema.to_string(),
         "--db-password-file" => path(&config.db_password_file),
         "--db-pool" => config.store.pool_size.to_string(),
         "--db-ca-file" => path(&config.store.ca_file),

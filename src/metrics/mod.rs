@@ -22,7 +22,7 @@ pub use registry::{format_value, ComputedSample, Registry, CONTENT_TYPE};
 pub use series::{Counter, Family, Gauge, Histogram};
 pub use service::{
     CancelOutcome, DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome,
-    Transport,
+    Transport, WaitedOn,
 };
 
 #[cfg(test)]

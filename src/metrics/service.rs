@@ -41,6 +41,8 @@ pub const SUBMISSIONS: &str = "idempotent_tool_submissions_total";
 pub const OVERLOADED: &str = "idempotent_tool_overloaded_total";
 pub const ACCESS_LOG_DROPPED: &str = "idempotent_tool_access_log_dropped_lines_total";
 pub const CANCELS: &str = "idempotent_tool_cancels_total";
+pub const LIMIT_WAIT: &str = "idempotent_tool_limit_wait_seconds";
+pub const LIMIT_DEFERRALS: &str = "idempotent_tool_limit_deferrals_total";
 
 /// A request's wait may last 30 s, so the buckets reach past it.
 const REQUEST_SECONDS: &[f64] = &[
@@ -226,6 +228,22 @@ impl ToolOutcome {
     }
 }
 
+/// The limit a tool's calls waited on: its `max_concurrency`, or its `rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitedOn {
+    Concurrency,
+    Rate,
+}
+
+impl WaitedOn {
+    pub fn label(self) -> &'static str {
+        match self {
+            WaitedOn::Concurrency => "concurrency",
+            WaitedOn::Rate => "rate",
+        }
+    }
+}
+
 /// What the database says at a scrape, read by a probe the store provides.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DatabaseSnapshot {
@@ -262,6 +280,8 @@ pub struct Metrics {
     submissions: Arc<Family<Counter>>,
     cancels: Arc<Family<Counter>>,
     tool_run_duration: Arc<Family<Histogram>>,
+    limit_wait: Arc<Family<Histogram>>,
+    limit_deferrals: Arc<Family<Counter>>,
     pub writer_batches: Arc<Counter>,
     pub writer_batch_operations: Arc<Histogram>,
     pub writer_commit_duration: Arc<Histogram>,
@@ -370,6 +390,17 @@ impl Metrics {
                 "Time a tool ran, outside any transaction, by tool.",
                 &["tool"],
                 TOOL_SECONDS,
+            ),
+            limit_wait: r.histogram_family(
+                LIMIT_WAIT,
+                "Time a call of a limited tool waited, from due to claimed, by tool and its tighter limit.",
+                &["tool", "limit"],
+                TOOL_SECONDS,
+            ),
+            limit_deferrals: r.counter_family(
+                LIMIT_DEFERRALS,
+                "Claims by this process that left due calls of a tool pending because a limit had no room.",
+                &["tool", "limit"],
             ),
             retries_scheduled: r.counter(
                 RETRIES_SCHEDULED,
@@ -503,6 +534,25 @@ impl Metrics {
             self.tool_runs.with(&[tool, outcome.label()]);
         }
         self.tool_run_duration.with(&[tool]);
+    }
+
+    /// Create the zero series of a tool's limit, so its rates exist before
+    /// its first call waits.
+    pub fn declare_limit(&self, tool: &str, limit: WaitedOn) {
+        self.limit_wait.with(&[tool, limit.label()]);
+        self.limit_deferrals.with(&[tool, limit.label()]);
+    }
+
+    /// A call of a limited tool claimed after `waited` since it was due.
+    pub fn observe_limit_wait(&self, tool: &str, limit: WaitedOn, waited: Duration) {
+        self.limit_wait
+            .with(&[tool, limit.label()])
+            .observe_duration(waited);
+    }
+
+    /// A claim left due calls of `tool` pending: `limit` had no room.
+    pub fn count_limit_deferral(&self, tool: &str, limit: WaitedOn) {
+        self.limit_deferrals.with(&[tool, limit.label()]).inc();
     }
 
     /// One write transaction of the writer thread.

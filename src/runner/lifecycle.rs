@@ -70,12 +70,14 @@ impl Runner {
         on_purged: OnPurged,
     ) -> std::io::Result<Arc<Runner>> {
         let (completions, handoffs) = mpsc::channel();
+        let (doorbell, listener) = Doorbell::new();
+        let doorbell = Arc::new(doorbell);
         let dispatch = Arc::new(Dispatch::new(
             TaskTable::new(&tools, options.lease, completions),
             options.workers,
             options.lease,
             Arc::clone(&store),
-            Arc::clone(&notifier),
+            (Arc::clone(&notifier), Arc::clone(&doorbell)),
             Arc::clone(&metrics),
         ));
         let recovery = Recovery {
@@ -95,8 +97,6 @@ impl Runner {
             ticker: Mutex::new(None),
             completer: Mutex::new(None),
         });
-        let (doorbell, listener) = Doorbell::new();
-        let doorbell = Arc::new(doorbell);
         let completer = Completer::start(
             Arc::clone(&runner.dispatch),
             Arc::clone(&store),

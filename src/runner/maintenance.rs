@@ -15,10 +15,13 @@
 //!
 //! It sleeps until the next job is due, polls at once when its `Doorbell`
 //! rings (the last poll filled what it could claim, and a completion has
-//! since freed a worker or a slot), and ends at once when the doorbell is
-//! silenced (`Ticker`'s drop). During a stop's grace period only the
-//! heartbeat, lease extension and the cancel check go on, so the tools
-//! still running keep their leases while they finish (or are stopped). It never decides who executes a call.
+//! since freed a worker or a slot; or a call of a tool whose limits the
+//! database holds was created) and when a rate that held calls back has a
+//! token again (`Dispatch::scheduled_poll_in`), and ends at once when the
+//! doorbell is silenced (`Ticker`'s drop). During a stop's grace period only
+//! the heartbeat, lease extension and the cancel check go on, so the tools
+//! still running keep their leases while they finish (or are stopped). It
+//! never decides who executes a call.
 
 use super::cancels::CancelCheck;
 use super::dispatch::Dispatch;
@@ -170,10 +173,18 @@ fn tick_until_silenced(
 ) {
     loop {
         let next = scheduled.iter().map(|s| s.next).min().expect("five jobs");
-        let idle = next.saturating_duration_since(Instant::now());
+        let mut idle = next.saturating_duration_since(Instant::now());
+        if let Some(token) = dispatch.scheduled_poll_in() {
+            idle = idle.min(token);
+        }
         match listener.recv_timeout(idle) {
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
             Ok(()) if !dispatch.is_stopping() => {
+                dispatch.claim_due_work();
+            }
+            Err(mpsc::RecvTimeoutError::Timeout)
+                if dispatch.take_scheduled_poll() && !dispatch.is_stopping() =>
+            {
                 dispatch.claim_due_work();
             }
             Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}

@@ -12,6 +12,7 @@ use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
 use super::error::StoreError;
 use super::instance::Instance;
+use super::limits::{LimitedClaim, ToolLimit};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
@@ -71,6 +72,8 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// `claimed` audit rows in the same transaction — and its lease comes
     /// back; the lease is fenced and recovered like any claim's. A known key
     /// is answered exactly as `create_or_get` answers it, with no lease.
+    /// Never for a tool `limits_in_database` names: its calls are claimed by
+    /// `claim_limited` alone.
     fn create_claimed(
         &self,
         new: NewCall,
@@ -82,6 +85,7 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// one claimer can win a call: its conditional `UPDATE` matches a
     /// `pending` row, or a `running` row whose lease has expired and whose
     /// cancel was not asked, and its row count decides. The answers come in the order of `call_ids`.
+    /// Never for a tool `limits_in_database` names, like `create_claimed`.
     fn claim_many(
         &self,
         call_ids: &[String],
@@ -95,12 +99,41 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// its capped tools' free slots. Calls another claimer holds at that
     /// moment are skipped rather than waited for, so several nodes claiming
     /// at once each get different calls.
+    /// The runner names each tool `limits_in_database` holds in `per_tool`
+    /// at zero, so this claim never takes one.
     fn claim_due_within(
         &self,
         limits: &DueLimits,
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Lease>, StoreError>;
+
+    /// The tools whose limits this backend holds in the database for every
+    /// process on it (of `StoreOptions::limits`; see `limits`). Their calls
+    /// must be claimed by `claim_limited` alone — never created claimed,
+    /// never by `claim_many` or `claim_due_within` — or a claim elsewhere
+    /// could pass the limit. None by default.
+    fn limits_in_database(&self) -> Vec<ToolLimit> {
+        Vec::new()
+    }
+
+    /// Claim due calls of the tools `limits_in_database` names, oldest first,
+    /// within `limits` (`total` calls; of each tool in `per_tool`, no more
+    /// than its number: this process's free slots or workers for it) and
+    /// within each tool's shared limits: no more `running` than its
+    /// `max_concurrency` counting every process's calls (a dead one's too,
+    /// until recovery takes them back), and one token of its `rate` per
+    /// claim, the bucket refilled by the database's clock. Claims of one tool
+    /// are serialised across processes for the length of the claim, so two
+    /// never spend the same room. A call left waiting stays `pending`.
+    fn claim_limited(
+        &self,
+        _limits: &DueLimits,
+        _owner: &str,
+        _lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        Ok(LimitedClaim::default())
+    }
 
     /// Record success, fenced by the lease: the effect row (if the tool wrote
     /// one) and the `succeeded` update commit together, and only if this

@@ -14,6 +14,7 @@ use super::cancel::Cancel;
 use super::database::DatabaseRef;
 use super::error::StoreError;
 use super::instance::Instance;
+use super::limits::{LimitedClaim, ToolLimit};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
@@ -163,6 +164,21 @@ impl CallStore {
         lease: Duration,
     ) -> Result<Vec<Lease>, StoreError> {
         self.backend.claim_due_within(limits, owner, lease)
+    }
+
+    /// `Backend::limits_in_database`.
+    pub fn limits_in_database(&self) -> Vec<ToolLimit> {
+        self.backend.limits_in_database()
+    }
+
+    /// `Backend::claim_limited`.
+    pub fn claim_limited(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        self.backend.claim_limited(limits, owner, lease)
     }
 
     /// `Backend::succeed_then`.

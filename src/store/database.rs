@@ -7,6 +7,7 @@
 //! `Display` of a `PgTarget` (and so of a `Database`) masks it, and a parse
 //! error names the URL only masked.
 
+use super::db_schema::DbSchema;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -79,6 +80,14 @@ impl Database {
         match self {
             Database::Sqlite(path) => Some(path),
             Database::Postgres(_) => None,
+        }
+    }
+
+    /// PostgreSQL: keep every table in `schema` (`--db-schema`). SQLite has
+    /// no schemas, and a file is left as it is.
+    pub fn set_schema(&mut self, schema: &DbSchema) {
+        if let Database::Postgres(target) = self {
+            target.set_schema(schema);
         }
     }
 }
@@ -189,6 +198,9 @@ pub struct PgTarget {
     config: Box<::postgres::Config>,
     ssl_mode: SslMode,
     masked: String,
+    /// Where the service's tables are (`--db-schema`): every session starts
+    /// with it as its `search_path`, after the URL's own `options`.
+    schema: DbSchema,
 }
 
 /// How long a new connection may take before the store answers `503`.
@@ -241,11 +253,14 @@ impl PgTarget {
         if config.get_user().is_none() {
             return Err(DatabaseUrlError::NoUser { masked });
         }
-        Ok(PgTarget {
+        let mut target = PgTarget {
             config: Box::new(config),
             ssl_mode,
             masked,
-        })
+            schema: DbSchema::default(),
+        };
+        target.set_schema(&DbSchema::default());
+        Ok(target)
     }
 
     pub(super) fn config(&self) -> &::postgres::Config {
@@ -254,6 +269,31 @@ impl PgTarget {
 
     pub fn ssl_mode(&self) -> SslMode {
         self.ssl_mode
+    }
+
+    /// The schema that holds the service's tables.
+    pub fn schema(&self) -> &DbSchema {
+        &self.schema
+    }
+
+    /// Keep the service's tables in `schema`: each session's `search_path`
+    /// is set to it alone at connection (a start-up option, so no statement
+    /// runs before it), and nothing the service names resolves elsewhere.
+    pub fn set_schema(&mut self, schema: &DbSchema) {
+        // The URL's own options are what precedes the search path set last.
+        let set_last = format!("-c search_path={}", self.schema);
+        let current = self.config.get_options().unwrap_or("");
+        let own = current
+            .strip_suffix(set_last.as_str())
+            .unwrap_or(current)
+            .trim_end();
+        let search_path = format!("-c search_path={schema}");
+        let options = match own {
+            "" => search_path,
+            own => format!("{own} {search_path}"),
+        };
+        self.config.options(&options);
+        self.schema = schema.clone();
     }
 
     pub fn dbname(&self) -> Option<&str> {
@@ -397,6 +437,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!bad.contains("s3cr"), "{bad}");
+    }
+
+    /// Every session's `search_path` is the schema, set after the URL's own
+    /// `options` so it wins; the default schema until told otherwise.
+    #[test]
+    fn the_schema_is_each_sessions_search_path() {
+        let mut target = PgTarget::parse("postgres://u@h/db").unwrap();
+        assert_eq!(target.schema().as_str(), "idempotent_tool");
+        assert_eq!(
+            target.config().get_options(),
+            Some("-c search_path=idempotent_tool")
+        );
+        let url = "postgres://u@h/db?options=-c%20work_mem%3D8MB";
+        let mut db = Database::parse(url).unwrap();
+        db.set_schema(&DbSchema::parse("team_a").unwrap());
+        db.set_schema(&DbSchema::parse("team_b").unwrap());
+        let Database::Postgres(target_b) = &db else {
+            panic!("a URL")
+        };
+        assert_eq!(
+            target_b.config().get_options(),
+            Some("-c work_mem=8MB -c search_path=team_b")
+        );
+        target.set_schema(&DbSchema::parse("public").unwrap());
+        assert_eq!(target.schema().as_str(), "public");
     }
 
     #[test]

@@ -16,9 +16,11 @@
 //! each rule in its method's doc), `call_store` (the facade: it holds a
 //! backend behind that contract and stamps each call's `expires_at`),
 //! `model` (the types of the API, `Then`, `CallCounts`), `error`
-//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call
+//! (`StoreError`), `database` (which backend a `--db` names), `db_schema` (`--db-schema`, the
+//! PostgreSQL schema a deployment's tables live in), `ids` (call
 //! and effect ids, the local clock), `options` (`StoreOptions`,
-//! `DueLimits`), `instance` (instance identity and the liveness rules of
+//! `DueLimits`), `limits` (the limits a tool's calls share across
+//! processes: `ToolLimit`, the token bucket, `LimitedClaim`), `instance` (instance identity and the liveness rules of
 //! recovery: `Reclaimable`), `audit` (the audit events and their detail
 //! texts), `cancel` (cancelling: its rules, `Cancel`, the steps a wing runs), `wake` (another node's news), `business_key` (the second layer's
 //! types) and `verify` (the offline checker's invariants and report); this
@@ -30,8 +32,8 @@
 //! group-commit writer thread, its syncer and checkpointer, a read pool)
 //! and `postgres/` (for several nodes on one database: a connection pool,
 //! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
-//! `schema`, `instances`, `business_key`, `retention`, `report_reads` and
-//! `verify`, in its own SQL.
+//! `schema`, `instances`, `business_key`, `retention`, `report_reads`,
+//! `limits` and `verify`, in its own SQL.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
 //! the tenant, and another tenant's call reads as absent.
@@ -61,9 +63,11 @@ mod business_key;
 mod call_store;
 mod cancel;
 mod database;
+mod db_schema;
 mod error;
 mod ids;
 mod instance;
+mod limits;
 mod model;
 mod options;
 mod postgres;
@@ -77,9 +81,11 @@ pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
+pub use db_schema::{DbSchema, DB_SCHEMA_RULE, DEFAULT_DB_SCHEMA};
 pub use error::{Cause, StoreError};
-pub use ids::{effect_id_for, now};
+pub use ids::{call_id_of_effect, effect_id_for, now};
 pub use instance::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
+pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,

@@ -4,7 +4,7 @@
 //! decided by the store's conditional statements.
 
 use super::error::StoreError;
-use super::ids::effect_id_for;
+use super::ids::new_effect_id;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -71,7 +71,10 @@ pub struct Call {
     pub lease_until: Option<f64>,
     /// `pid:thread` of the worker holding the lease.
     pub owner: Option<String>,
-    /// `eff_` + the call id's 16 hex: the same on every attempt.
+    /// The downstream idempotency key every attempt sends: `eff_` + the
+    /// call id's 16 hex + `_` + 32 random hex, stored when the call is
+    /// created (`ids::new_effect_id`); a call created before that stores
+    /// none and keeps `eff_` + its 16 hex (`ids::effect_id_for`).
     pub effect_id: String,
     pub created_at: f64,
     pub updated_at: f64,
@@ -111,7 +114,7 @@ impl Call {
     /// The row `insert_call` writes, built here so it need not be read back.
     pub(super) fn pending(call_id: String, new: NewCall, now: f64) -> Call {
         Call {
-            effect_id: effect_id_for(&call_id),
+            effect_id: new_effect_id(&call_id),
             call_id,
             tenant: new.tenant,
             idem_key: new.idem_key,

@@ -4,6 +4,7 @@
 //!
 //! Plain values only: this file never opens a connection or reads a row.
 
+use super::limits::ToolLimit;
 use super::Retention;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -35,6 +36,9 @@ pub struct StoreOptions {
     /// PostgreSQL: trust these roots for TLS instead of the system's
     /// (`--db-ca-file`).
     pub ca_file: Option<PathBuf>,
+    /// The tools' `max_concurrency` and `rate`, for the backend to hold those
+    /// it shares across processes (`limits`).
+    pub limits: Vec<ToolLimit>,
 }
 
 /// `--db-pool`'s default: as many connections as a node has workers by
@@ -48,6 +52,7 @@ impl Default for StoreOptions {
             retention: Retention::default(),
             pool_size: DEFAULT_POOL_SIZE,
             ca_file: None,
+            limits: Vec::new(),
         }
     }
 }

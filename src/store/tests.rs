@@ -18,6 +18,8 @@ mod claim_due;
 mod claims;
 mod create;
 mod create_claimed;
+mod effect_ids;
+mod limits;
 mod recovery;
 mod retry;
 mod tenants;

@@ -365,11 +365,18 @@ impl Drop for PgServer {
 }
 
 /// Connect with the plain client (no TLS), retrying for a few seconds: the
-/// server may have just been restarted.
+/// server may have just been restarted. The session's `search_path` is the
+/// service's default schema, then `public`: a test reads the service's
+/// tables by their names, and makes its own where they always were.
 pub fn connect(url: &str) -> postgres::Client {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match postgres::Client::connect(url, postgres::NoTls) {
+        let connected = postgres::Client::connect(url, postgres::NoTls).and_then(|mut client| {
+            let schema = crate::store::DEFAULT_DB_SCHEMA;
+            client.batch_execute(&format!("SET search_path = {schema}, public"))?;
+            Ok(client)
+        });
+        match connected {
             Ok(client) => return client,
             Err(e) if Instant::now() > deadline => panic!("connect to the test PostgreSQL: {e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),

@@ -253,6 +253,7 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
         timeout: DEFAULT_TIMEOUT,
         backoff: Backoff::default(),
         max_concurrency: None,
+        rate: None,
         business_key: None,
         agent: AgentFacing::default_for(name, false),
         executor: Executor::Builtin,

@@ -13,6 +13,7 @@ use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::command_tool::{CommandTool, RESERVED_ENV};
 use super::file_error::{field_error, FieldError, ToolFileError};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
+use super::rate::Rate;
 use super::registry::ToolRegistry;
 use super::schema::Schema;
 use super::secret::Secret;
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Fields every kind accepts.
-const COMMON_FIELDS: [&str; 9] = [
+const COMMON_FIELDS: [&str; 10] = [
     "kind",
     "description",
     "annotations",
@@ -33,6 +34,7 @@ const COMMON_FIELDS: [&str; 9] = [
     "timeout_ms",
     "backoff_ms",
     "max_concurrency",
+    "rate",
 ];
 const HTTP_FIELDS: [&str; 3] = ["url", "headers", "ca_file"];
 const COMMAND_FIELDS: [&str; 2] = ["argv", "env"];
@@ -198,6 +200,9 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
     if let Some(n) = bounded_integer(entry, "max_concurrency", 1, MAX_CONCURRENCY_LIMIT)? {
         spec.max_concurrency = Some(n as usize);
     }
+    if let Some(rate) = entry.get("rate") {
+        spec.rate = Some(Rate::parse(rate)?);
+    }
     spec.backoff = backoff(entry.get("backoff_ms"))?;
     if let Some(rule) = entry.get("business_key") {
         let rule = BusinessKeyRule::parse(rule)?;
@@ -237,6 +242,7 @@ fn external_spec(
         timeout,
         backoff: Backoff::default(),
         max_concurrency: None,
+        rate: None,
         business_key: None,
         agent: AgentFacing::default_for(name, true),
         executor,

@@ -19,7 +19,7 @@
 //! [`ToolError`], what an attempt produced), `registry` ([`ToolRegistry`],
 //! [`PrepareError`]), `spec` ([`ToolSpec`], [`RunContext`], [`Backoff`]),
 //! `args_error` ([`ArgsError`], why args fail a tool's rules), `file_error`
-//! ([`ToolFileError`]), `excerpt` (bounded excerpts of output). This file is
+//! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second), `excerpt` (bounded excerpts of output). This file is
 //! the map and holds no type.
 
 mod args_error;
@@ -33,6 +33,7 @@ mod file_error;
 mod http_stop;
 pub mod http_tool;
 mod outcome;
+mod rate;
 mod registry;
 pub mod schema;
 mod secret;
@@ -46,6 +47,7 @@ pub use error_code::ToolErrorCode;
 pub use excerpt::{excerpt, tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 pub use file_error::ToolFileError;
 pub use outcome::{Effect, Outcome, ToolError};
+pub use rate::Rate;
 pub use registry::{PrepareError, Prepared, ToolRegistry};
 pub use secret::Secret;
 pub use spec::{jitter, Backoff, Executor, Kind, RunContext, ToolSpec, DEFAULT_TIMEOUT};

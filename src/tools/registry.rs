@@ -207,6 +207,7 @@ mod tests {
                 "max_attempts",
                 "max_concurrency",
                 "name",
+                "rate",
                 "timeout_ms"
             ]
         );

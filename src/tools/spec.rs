@@ -12,6 +12,7 @@ use super::builtin::Tool;
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::error_code::ToolErrorCode;
 use super::outcome::{Outcome, ToolError};
+use super::rate::Rate;
 use super::stop::Stop;
 use super::{command_tool, http_tool, schema};
 use serde_json::{json, Map, Value};
@@ -116,8 +117,12 @@ pub struct ToolSpec {
     /// Bounds one attempt; the executor stops the run when it passes.
     pub timeout: Duration,
     pub backoff: Backoff,
-    /// Most attempts of this tool running at once in this process; `None`: no cap.
+    /// On PostgreSQL, the most attempts of this tool running at once on every
+    /// node together; on SQLite, in this process. `None`: no cap.
     pub max_concurrency: Option<usize>,
+    /// The most attempts started per second, on every process on the database
+    /// together, after a burst. `None`: no rate.
+    pub rate: Option<Rate>,
     /// The second layer: one live call per business key (`None`: keys only).
     pub business_key: Option<BusinessKeyRule>,
     /// Its description and hints for agents (`tools/list`).
@@ -135,6 +140,7 @@ impl fmt::Debug for ToolSpec {
             .field("timeout", &self.timeout)
             .field("backoff", &self.backoff)
             .field("max_concurrency", &self.max_concurrency)
+            .field("rate", &self.rate)
             .finish_non_exhaustive()
     }
 }
@@ -211,6 +217,7 @@ impl ToolSpec {
             "max_attempts": self.max_attempts,
             "timeout_ms": self.timeout.as_millis() as u64,
             "max_concurrency": self.max_concurrency,
+            "rate": self.rate.as_ref().map(Rate::public_view),
             "business_key": self.business_key.as_ref().map(BusinessKeyRule::public_view),
         })
     }

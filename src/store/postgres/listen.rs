@@ -39,9 +39,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The channel every node of one database listens on.
-pub const CHANNEL: &str = "idempotent_tool_wake";
-
 /// At most one `NOTIFY` per node per this interval: well under the ~100 ms a
 /// `?wait` on another node may take to learn of a completion.
 pub const NOTIFY_EVERY: Duration = Duration::from_millis(20);
@@ -127,6 +124,8 @@ pub struct ClusterWake {
 
 struct Shared {
     connect: Connect,
+    /// The channel this deployment's nodes `LISTEN` on (one per schema).
+    channel: String,
     /// Tags this node's notifications, so its own listener skips them.
     sender: String,
     /// Announced and not yet sent.
@@ -140,9 +139,12 @@ struct Shared {
 impl ClusterWake {
     /// Start the announcer and the listener. `sender` names this node (its
     /// instance id); notifications carrying it are its own and are skipped.
-    pub fn start(connect: Connect, sender: &str) -> std::io::Result<ClusterWake> {
+    /// `channel` is the deployment's (`DbSchema::wake_channel`): nodes of
+    /// another schema on the same database are not woken.
+    pub fn start(connect: Connect, channel: String, sender: &str) -> std::io::Result<ClusterWake> {
         let shared = Arc::new(Shared {
             connect,
+            channel,
             sender: sender.replace(' ', "_"),
             unsent: Mutex::new(Wake::default()),
             handler: Mutex::new(None),
@@ -275,7 +277,7 @@ impl Shared {
         let client = session.as_mut().expect("connected just above");
         let payload = wake.payload(&self.sender);
         client
-            .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+            .execute("SELECT pg_notify($1, $2)", &[&self.channel, &payload])
             .map(|_| ())
     }
 
@@ -313,7 +315,7 @@ impl Shared {
 
     fn open_listening(&self) -> Result<Client, postgres::Error> {
         let mut client = (self.connect)()?;
-        client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+        client.batch_execute(&format!("LISTEN {}", self.channel))?;
         Ok(client)
     }
 
@@ -406,7 +408,8 @@ mod tests {
 
     /// A node whose wake-ups arrive on a channel.
     fn node(url: &str, name: &str) -> (ClusterWake, mpsc::Receiver<Wake>) {
-        let wake = ClusterWake::start(connector(url), name).expect("start");
+        let channel = crate::store::DbSchema::default().wake_channel();
+        let wake = ClusterWake::start(connector(url), channel, name).expect("start");
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         wake.set_handler(Arc::new(move |w| {

@@ -10,8 +10,10 @@
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
 //! business key, schema step 2), `cancel` (cancelling, schema step 3),
-//! `listen` (`LISTEN`/`NOTIFY` wake-ups between the nodes, a cancel's
-//! included). `open` is the wing's one entry point; `PgStore`
+//! `limits` (a tool's `max_concurrency` and `rate` shared by every node,
+//! schema step 4), `home_schema` (`--db-schema` made, an earlier release's
+//! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the
+//! nodes, a cancel's included). `open` is the wing's one entry point; `PgStore`
 //! implements `Backend`.
 //!
 //! The guarantees are `Backend`'s, as on SQLite, with these differences:
@@ -27,7 +29,9 @@
 mod business_key;
 mod cancel;
 mod error;
+mod home_schema;
 mod instances;
+mod limits;
 mod listen;
 mod pool;
 mod report_reads;
@@ -53,6 +57,7 @@ use super::cancel::{cancel_with, Cancel};
 use super::database::PgTarget;
 use super::error::StoreError;
 use super::instance::Instance;
+use super::limits::{LimitedClaim, ToolLimit};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Status, Then, WriterStats,
@@ -93,6 +98,9 @@ struct PgStore {
     options: StoreOptions,
     /// This node in `instances`; its workers' owner strings name it.
     instance: Instance,
+    /// The tools whose `max_concurrency` and `rate` this database holds for
+    /// every node (`limits`).
+    limited: Vec<ToolLimit>,
     /// Set by `stop`: later operations are answered `Unavailable`.
     stopped: AtomicBool,
     /// Wake-ups to and from the other nodes on this database: announced
@@ -119,16 +127,29 @@ impl PgStore {
         )?;
         let instance = Instance::this_process();
         let connect = listen::connector(target, options.ca_file.as_deref())?;
-        let wake = listen::ClusterWake::start(connect, &instance.id)
+        let channel = target.schema().wake_channel();
+        let wake = listen::ClusterWake::start(connect, channel, &instance.id)
             .map_err(|e| StoreError::internal(format!("start the LISTEN threads: {e}")))?;
+        let limited: Vec<ToolLimit> = options
+            .limits
+            .iter()
+            .filter(|l| l.held_by(true))
+            .cloned()
+            .collect();
         let store = PgStore {
             pool,
             options,
+            limited,
             instance,
             stopped: AtomicBool::new(false),
             wake,
         };
-        store.pool.with(|c| Ok(schema::migrate(c)))??;
+        store
+            .pool
+            .with(|c| Ok(schema::migrate(c, target.schema())))??;
+        if !store.limited.is_empty() {
+            store.run(|c| limits::declare(c, &store.limited))?;
+        }
         let me = store.instance.clone();
         let gone = store.run(|c| instances::register(c, &me))?;
         super::instance::log_gone(gone);
@@ -297,6 +318,21 @@ impl Backend for PgStore {
             return Ok(Vec::new());
         }
         self.run(|c| sql::claim_due_within(c, limits, owner, lease.as_secs_f64()))
+    }
+
+    fn limits_in_database(&self) -> Vec<ToolLimit> {
+        self.limited.clone()
+    }
+
+    /// A short transaction of two statements under the tools' row locks.
+    fn claim_limited(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        let lease = lease.as_secs_f64();
+        self.run(|c| limits::claim(c, &self.limited, limits, owner, lease))
     }
 
     fn succeed_then(

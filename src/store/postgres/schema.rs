@@ -11,8 +11,10 @@
 //! attempts, key retention, automatic retries, instances), with PostgreSQL's
 //! own indexes for the queue. This module never reads or writes calls.
 
+use super::super::db_schema::DbSchema;
 use super::super::error::StoreError;
 use super::error::store_error;
+use super::home_schema;
 use ::postgres::Client;
 
 /// The advisory lock every migration takes ("idem" in ASCII): one number,
@@ -41,6 +43,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "cancelled calls: the status, cancel_requested_at and cancel_reason (SQLite's version 9)",
         sql: V3,
+    },
+    Migration {
+        version: 4,
+        name: "tool_limits: max_concurrency and rate shared by every node",
+        sql: super::limits::TOOL_LIMITS_TABLE,
     },
 ];
 
@@ -137,17 +144,28 @@ CREATE INDEX calls_terminal ON calls (updated_at)
 
 /// Bring the database up to `PG_SCHEMA_VERSION`; returns the names of the
 /// steps this call applied (each is also logged once, here).
-pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreError> {
-    let found = locked(client, |tx| {
+pub(super) fn migrate(
+    client: &mut Client,
+    schema: &DbSchema,
+) -> Result<Vec<&'static str>, StoreError> {
+    let (moved, found) = locked(client, |tx| {
+        let moved = home_schema::prepare(tx, schema)?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS idem_schema (
                version    integer PRIMARY KEY,
                name       text NOT NULL,
                applied_at timestamptz NOT NULL DEFAULT now()
              )",
-        )?;
-        version(tx)
+        )
+        .map_err(store_error)?;
+        Ok((moved, version(tx)?))
     })?;
+    if !moved.is_empty() {
+        crate::log::info("the tables of an earlier release moved from public into --db-schema")
+            .event("tables_moved")
+            .number("tables", moved.len() as u64)
+            .emit();
+    }
     if found > PG_SCHEMA_VERSION {
         return Err(StoreError::internal(format!(
             "the database has schema version {found}, newer than this release's \
@@ -160,11 +178,12 @@ pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreErr
             if version(tx)? >= step.version {
                 return Ok(false);
             }
-            tx.batch_execute(step.sql)?;
+            tx.batch_execute(step.sql).map_err(store_error)?;
             tx.execute(
                 "INSERT INTO idem_schema (version, name) VALUES ($1, $2)",
                 &[&step.version, &step.name],
-            )?;
+            )
+            .map_err(store_error)?;
             Ok(true)
         })?;
         if ran {
@@ -182,17 +201,18 @@ pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreErr
 /// Run `op` in a transaction that holds the migration lock until it ends.
 fn locked<T>(
     client: &mut Client,
-    op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, ::postgres::Error>,
+    op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     let mut tx = client.transaction().map_err(store_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .map_err(store_error)?;
-    let out = op(&mut tx).map_err(store_error)?;
+    let out = op(&mut tx)?;
     tx.commit().map_err(store_error)?;
     Ok(out)
 }
 
-fn version(tx: &mut ::postgres::Transaction<'_>) -> Result<i32, ::postgres::Error> {
+fn version(tx: &mut ::postgres::Transaction<'_>) -> Result<i32, StoreError> {
     tx.query_one("SELECT coalesce(max(version), 0) FROM idem_schema", &[])
         .map(|row| row.get(0))
+        .map_err(store_error)
 }

@@ -14,7 +14,7 @@
 //! statement), and never runs a tool.
 
 use super::super::audit::{self, Event};
-use super::super::ids::{effect_id_for, new_call_id};
+use super::super::ids::{new_call_id, new_effect_id, stored_effect_id};
 use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall, Status};
 use super::super::options::DueLimits;
 use super::error::violates;
@@ -123,7 +123,7 @@ fn create_or_get_with(
     let mut attempts_left = 8;
     let row = loop {
         let call_id = new_call_id();
-        let effect_id = effect_id_for(&call_id);
+        let effect_id = new_effect_id(&call_id);
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &call_id,
             &new.tenant,
@@ -204,9 +204,18 @@ fn reset_failed(
 /// The end of every claim statement: move the rows the CTE named `$chosen`
 /// picked (and locked) to `running` under a new attempt, a lease from the
 /// database's clock (`$2` seconds) and owner `$3`; audit each `claimed`; and
-/// return the leases. One text, so the two claims cannot drift apart.
+/// return the leases — or, given a tail, whatever it selects, after the CTEs it
+/// adds (`limits` spends tokens this way). One text, so the claims cannot
+/// drift apart.
 macro_rules! claim_chosen {
     ($chosen:literal) => {
+        claim_chosen!(
+            $chosen,
+            "
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+        )
+    };
+    ($chosen:literal, $($tail:tt)+) => {
         concat!(
             "u AS (
        UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
@@ -225,11 +234,12 @@ macro_rules! claim_chosen {
      ), a AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
-     )
-     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+     )",
+            $($tail)+
         )
     };
 }
+pub(super) use claim_chosen;
 
 /// `claim_many`: the named calls, each only if claimable now (a lapsed lease
 /// whose cancel was asked is not: recovery ends it `cancelled`). The rows are
@@ -326,12 +336,13 @@ pub(super) fn claim_due_within(
 }
 
 fn lease_from_row(r: &Row) -> Lease {
+    let call_id: String = r.get(0);
     Lease {
-        call_id: r.get(0),
+        effect_id: stored_effect_id(r.get(4), &call_id),
+        call_id,
         attempt: r.get(1),
         tool: r.get(2),
         args_json: r.get(3),
-        effect_id: r.get::<_, Option<String>>(4).unwrap_or_default(),
         lease_until: r.get(5),
     }
 }
@@ -352,7 +363,8 @@ pub(super) struct Finish<'a> {
 /// was not asked (the caller then ends it `cancelled`, `cancel`). The effect row (`ON CONFLICT DO NOTHING`:
 /// `effects.call_id UNIQUE` is the last gate) and the audit row are written
 /// by the same statement, so they commit with `succeeded` or not at all.
-/// Returns whether it applied.
+/// The effect row carries the lease's effect id: the one the call stores
+/// (and its tool sent downstream). Returns whether it applied.
 pub(super) fn finish_fenced(
     client: &mut impl GenericClient,
     lease: &Lease,
@@ -366,10 +378,10 @@ pub(super) fn finish_fenced(
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
               AND ($3 = 'succeeded' OR cancel_requested_at IS NULL)
-           RETURNING call_id, tool, effect_id, updated_at
+           RETURNING call_id, tool, updated_at
          ), effect AS (
            INSERT INTO effects (effect_id, call_id, tool, amount, detail, created_at)
-           SELECT effect_id, call_id, tool, $6::int8, $7::text, updated_at FROM done WHERE $8::bool
+           SELECT $11::text, call_id, tool, $6::int8, $7::text, updated_at FROM done WHERE $8::bool
            ON CONFLICT DO NOTHING
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -392,6 +404,7 @@ pub(super) fn finish_fenced(
             &has_effect,
             &finish.event.as_str(),
             &finish.detail,
+            &lease.effect_id,
         ],
     )?;
     Ok(row.get::<_, i64>(0) == 1)
@@ -588,8 +601,10 @@ fn call_from_row(row: &Row) -> Call {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())
     };
+    let call_id: String = row.get(0);
     Call {
-        call_id: row.get(0),
+        effect_id: stored_effect_id(row.get(14), &call_id),
+        call_id,
         tenant: row.get(1),
         idem_key: row.get(2),
         fingerprint: row.get(3),
@@ -603,7 +618,6 @@ fn call_from_row(row: &Row) -> Call {
         attempt: row.get(11),
         lease_until: row.get(12),
         owner: row.get(13),
-        effect_id: row.get::<_, Option<String>>(14).unwrap_or_default(),
         created_at: row.get(15),
         updated_at: row.get(16),
         next_attempt_at: row.get(17),

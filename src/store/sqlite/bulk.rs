@@ -8,7 +8,7 @@
 //! no service is writing to at the same moment.
 
 use super::super::error::StoreError;
-use super::super::ids::{effect_id_for, now};
+use super::super::ids::{new_effect_id, now};
 use rusqlite::{params, Connection};
 use serde_json::json;
 use std::path::Path;
@@ -53,7 +53,7 @@ pub fn insert_succeeded_charges(
                     "c_{}",
                     &crate::fingerprint::hex_sha256(key.as_bytes())[..16]
                 );
-                let effect_id = effect_id_for(&call_id);
+                let effect_id = new_effect_id(&call_id);
                 let result = json!({"charged": charge.amount, "effect_id": effect_id}).to_string();
                 call.execute(params![
                     call_id,

@@ -5,6 +5,7 @@
 //! own (`checkpointer`); reads go to a bounded pool of read connections
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
 //! (the process registry and recovery), `business_key`, `cancel`, `retention`,
+//! `limits` (a tool's `rate`, shared by every process on the file),
 //! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused), `backup`
 //! (a consistent copy of a live file); and the offline `verify` and the bench's `bulk` loader.
@@ -19,6 +20,7 @@ mod business_key;
 mod cancel;
 mod checkpointer;
 mod instances;
+mod limits;
 mod ownership;
 mod reader_pool;
 mod report_reads;
@@ -46,6 +48,7 @@ use super::cancel::Cancel;
 use super::error::StoreError;
 use super::ids::now;
 use super::instance::{log_gone, Instance};
+use super::limits::{LimitedClaim, ToolLimit};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
@@ -81,6 +84,8 @@ struct SqliteStore {
     status_index_has_attempt: bool,
     /// This process in `instances`; its workers' owner strings name it.
     instance: Instance,
+    /// The tools whose `rate` this file holds for every process (`limits`).
+    limited: Vec<ToolLimit>,
     stopped: std::sync::atomic::AtomicBool,
     /// Where the retention scan goes on from (a `rowid`; 0: the beginning).
     purge_cursor: AtomicI64,
@@ -101,8 +106,15 @@ impl SqliteStore {
         // Reads wait for the sync that covers what they saw (`syncer`): no
         // answer shows state a power cut could take back.
         let readers = Readers::new(path, &options).gated_by(writer.durability());
+        let limited: Vec<ToolLimit> = options
+            .limits
+            .iter()
+            .filter(|l| l.held_by(false))
+            .cloned()
+            .collect();
         let store = SqliteStore {
             path: path.to_path_buf(),
+            limited,
             writer,
             readers,
             status_index_has_attempt,
@@ -111,6 +123,9 @@ impl SqliteStore {
             purge_cursor: AtomicI64::new(0),
             options,
         };
+        if !store.limited.is_empty() {
+            store.write(limits::declare_op(store.limited.clone()))?;
+        }
         let me = store.instance.clone();
         let gone = store.write(move |conn| instances::register(conn, &me))?;
         log_gone(gone);
@@ -232,6 +247,30 @@ impl Backend for SqliteStore {
                 .map(|call_id| sql::claim_one(conn, call_id, &owner, now, lease_until))
                 .collect()
         })
+    }
+
+    fn limits_in_database(&self) -> Vec<ToolLimit> {
+        self.limited.clone()
+    }
+
+    /// One writer operation: the buckets are read and spent in the writer's
+    /// transaction, which every process on the file takes in turn.
+    fn claim_limited(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        if limits.total == 0 || self.limited.is_empty() {
+            return Ok(LimitedClaim::default());
+        }
+        let op = limits::claim_op(
+            self.limited.clone(),
+            limits.clone(),
+            owner.to_string(),
+            lease,
+        );
+        self.write(op)
     }
 
     /// Does not wait: a worker hands its completion over and takes its next

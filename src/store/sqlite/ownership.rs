@@ -38,6 +38,7 @@ const OUR_TABLES: &[(&str, &[&str])] = &[
         "business_keys",
         &["call_id", "tenant", "tool", "bkey", "holding"],
     ),
+    ("tool_limits", &["tool", "tokens", "refilled_at"]),
 ];
 
 /// Refuse a file another program made; say why in one line.
@@ -128,5 +129,28 @@ mod tests {
                 .is_some_and(|r| r.starts_with("its calls table is another program's (no call_id")),
             "{other_calls:?}"
         );
+    }
+
+    /// A migration that adds a table must list it here, or the next start
+    /// refuses the file the previous start made.
+    #[test]
+    fn every_table_the_migrations_make_is_ours() {
+        let conn = Connection::open_in_memory().unwrap();
+        super::super::schema::migrate(&conn).unwrap();
+        assert_eq!(foreign_reason(&conn).unwrap(), None);
+        let mut names = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")
+            .unwrap();
+        let made: Vec<String> = names
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for table in &made {
+            assert!(
+                OUR_TABLES.iter().any(|(ours, _)| ours == table),
+                "{table} is made by a migration but missing from OUR_TABLES"
+            );
+        }
     }
 }

@@ -107,6 +107,12 @@ const MIGRATIONS: &[Migration] = &[
             add_column(conn, "calls", "cancel_reason", "TEXT")
         },
     },
+    Migration {
+        version: 10,
+        name: "tool_limits: a tool's rate shared by every process",
+        // Written only for tools with a `rate`: their token buckets (`limits`).
+        apply: |conn| conn.execute_batch(super::limits::TOOL_LIMITS_TABLE),
+    },
 ];
 
 /// The schema version this release writes.

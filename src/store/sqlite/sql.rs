@@ -10,7 +10,7 @@
 //! before them is only ever a shortcut, never the decision.
 
 use super::super::audit::{self, Event};
-use super::super::ids::{effect_id_for, new_call_id, now};
+use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
     Call, CallCounts, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
     Status,
@@ -96,7 +96,7 @@ pub(super) fn claim_one(
                 attempt: r.get(0)?,
                 tool: r.get(1)?,
                 args_json: r.get(2)?,
-                effect_id: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                effect_id: stored_effect_id(r.get(3)?, call_id),
                 lease_until,
             })
         })
@@ -340,7 +340,7 @@ fn insert_call_as(
             {
                 attempts_left -= 1;
                 call.call_id = new_call_id();
-                call.effect_id = effect_id_for(&call.call_id);
+                call.effect_id = new_effect_id(&call.call_id);
             }
             Err(e) => return Err(e),
         }
@@ -474,8 +474,10 @@ fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
             .get::<_, Option<String>>(i)?
             .and_then(|s| serde_json::from_str(&s).ok()))
     };
+    let call_id: String = row.get(0)?;
     Ok(Call {
-        call_id: row.get(0)?,
+        effect_id: stored_effect_id(row.get(14)?, &call_id),
+        call_id,
         tenant: row.get(1)?,
         idem_key: row.get(2)?,
         fingerprint: row.get(3)?,
@@ -489,7 +491,6 @@ fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
         attempt: row.get(11)?,
         lease_until: row.get(12)?,
         owner: row.get(13)?,
-        effect_id: row.get::<_, Option<String>>(14)?.unwrap_or_default(),
         created_at: row.get(15)?,
         updated_at: row.get(16)?,
         next_attempt_at: row.get(17)?,

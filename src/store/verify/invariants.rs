@@ -83,7 +83,8 @@ pub(in crate::store) fn invariant_checks(
                          || quote(c.effect_id) || ')'
                     FROM effects e JOIN calls c ON c.call_id = e.call_id
                    WHERE c.status = 'succeeded'
-                     AND (e.effect_id IS NOT c.effect_id OR e.tool IS NOT c.tool
+                     AND (e.effect_id <> coalesce(c.effect_id, 'eff_' || substr(c.call_id, 3))
+                          OR e.tool IS NOT c.tool
                           OR c.tool NOT IN ({effect_tools}))"
             ),
         },

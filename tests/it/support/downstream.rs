@@ -52,7 +52,7 @@ impl Downstream {
         self.get(&format!("/requests/{}", encode_path_segment(key)))
     }
 
-    /// `{"keys", "requests", "effects", "in_flight", "max_in_flight"}`.
+    /// `{"keys", "requests", "effects", "in_flight", "max_in_flight", "max_per_second"}`.
     pub fn stats(&self) -> Value {
         self.get("/stats")
     }

@@ -43,7 +43,7 @@ pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
 
 pub use auth::AuthFile;
 pub use fake_upstream::{FakeUpstream, Reply};
-pub use idempotent_tool::temp::{unique_name, TempDb};
+pub use idempotent_tool::temp::{unique_name, TempDb, TempDir};
 pub use in_process::Local;
 pub use requests::Http;
 
@@ -228,6 +228,18 @@ impl Server {
             base,
             db: db.path.clone(),
         }
+    }
+
+    /// Start on a PostgreSQL `url` with `--port 0` and extra flags. Its
+    /// `db` is an unused file in `scratch`: a failing test's dump of a SQLite
+    /// file has nothing to show here.
+    pub fn start_on_postgres(url: &str, extra: &[&str], scratch: &TempDir) -> Server {
+        let mut args = vec!["--port", "0", "--db", url];
+        args.extend_from_slice(extra);
+        let (proc, line) = Proc::start("server", SERVER_BIN, &args, "listening on http://");
+        let base = format!("http://{}", address_after(&line, "listening on http://"));
+        let db = scratch.join("not-used.db");
+        Server { proc, base, db }
     }
 
     pub fn stderr(&self) -> String {
