@@ -34,7 +34,8 @@ pub enum StartError {
     /// The database file could not be opened, migrated or checked.
     Database {
         /// Printed masked: a PostgreSQL password never reaches the message.
-        db: crate::store::Database,
+        /// Boxed: a PostgreSQL target (every host's settings) is large.
+        db: Box<crate::store::Database>,
         error: StoreError,
     },
     /// The open-file limit leaves no room for a single connection.
@@ -122,7 +123,7 @@ impl Service {
         let mut options = config.store.clone();
         options.limits = tool_limits(&config.tools);
         let store = CallStore::open(&config.db, options).map_err(|error| StartError::Database {
-            db: config.db.clone(),
+            db: Box::new(config.db.clone()),
             error,
         })?;
         let metrics = Arc::new(Metrics::new());

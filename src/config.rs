@@ -48,6 +48,13 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               then gives none
   --db-pool N                 PostgreSQL: most connections this node opens (default 16)
   --db-ca-file FILE           PostgreSQL: trust these PEM roots for TLS, not the system's
+  --db-timeout-ms MS          PostgreSQL: every operation (waiting for a connection,
+                              connecting, its statements) ends within this, or is
+                              answered 503 and its connection dropped (default 4000)
+  --db-connect-timeout-ms MS  PostgreSQL: one attempt to connect to one host; a
+                              multi-host URL then tries the next (default 2000)
+  --db-tcp-timeout-ms MS      PostgreSQL: TCP_USER_TIMEOUT and keepalive: a peer that
+                              stops acknowledging is dropped within this (default 10000)
   --workers N                 worker threads running tools (default 8)
   --lease-secs SECS           lease per attempt, fractions allowed (default 30);
                               extended every third of it while the tool runs

@@ -75,8 +75,12 @@ pub(super) enum State {
     /// The tool returned: the lease is held but no longer extended, so a
     /// worker stalled here lets it expire and its completion is fenced off.
     Returned { lease: Lease },
-    /// The fenced completion is with the store's writer.
-    Completing,
+    /// The fenced completion is with the store's writer. Its executor is
+    /// alive and holds the outcome, so this process's recovery leaves the
+    /// lease alone, lapsed or not, as it does a `Held` one: on PostgreSQL a
+    /// completion waits here for as long as `--db-timeout-ms` when the
+    /// database froze, and its lease lapses meanwhile.
+    Completing { lease: LeaseHeld },
     /// Its completion could not be committed and the completer hands it to
     /// the store again (`completion`): the tool has returned, its executor
     /// is alive, so this process's recovery leaves the lease alone, lapsed
@@ -94,7 +98,7 @@ impl State {
             State::Claiming => "Claiming",
             State::Running { .. } => "Running",
             State::Returned { .. } => "Returned",
-            State::Completing => "Completing",
+            State::Completing { .. } => "Completing",
             State::Held { .. } => "Held",
         }
     }
@@ -357,7 +361,8 @@ impl<H: Clone> TaskTable<H> {
         let mut table = lock(&self.table);
         if let Some(entry) = table.own_entry(task) {
             assert_leaves("returned", entry, |s| matches!(s, State::Running { .. }));
-            let state = std::mem::replace(&mut entry.state, State::Completing);
+            // `Queued` only holds the place until the line below.
+            let state = std::mem::replace(&mut entry.state, State::Queued);
             entry.state = match state {
                 State::Running { lease, .. } => State::Returned { lease },
                 other => other,
@@ -378,7 +383,11 @@ impl<H: Clone> TaskTable<H> {
             assert_leaves("completing", entry, |s| {
                 matches!(s, State::Running { .. } | State::Returned { .. })
             });
-            entry.state = State::Completing;
+            let lease = match &entry.state {
+                State::Running { lease, .. } | State::Returned { lease } => LeaseHeld::from(lease),
+                _ => return Some(handle),
+            };
+            entry.state = State::Completing { lease };
         }
         Some(handle)
     }
@@ -397,7 +406,7 @@ impl<H: Clone> TaskTable<H> {
         let mut table = lock(&self.table);
         if let Some(entry) = table.own_entry(task) {
             assert_leaves("held", entry, |s| {
-                matches!(s, State::Completing | State::Held { .. })
+                matches!(s, State::Completing { .. } | State::Held { .. })
             });
             entry.state = State::Held { lease };
         }
@@ -449,7 +458,8 @@ impl<H: Clone> TaskTable<H> {
     }
 
     /// The leases of tools running now that this process goes on extending,
-    /// and of completions it is handing to the store again (`Held`): their
+    /// and of completions it is handing to the store (`Completing`) or
+    /// handing to it again (`Held`): their
     /// executors are alive, so recovery must not take them back even when a
     /// stalled or refused write let them lapse (`CallStore::recover`).
     pub(super) fn extended_leases(&self) -> Vec<LeaseHeld> {
@@ -462,7 +472,7 @@ impl<H: Clone> TaskTable<H> {
                     next_heartbeat: Some(_),
                     ..
                 } => Some(LeaseHeld::from(lease)),
-                State::Held { lease } => Some(lease.clone()),
+                State::Completing { lease } | State::Held { lease } => Some(lease.clone()),
                 _ => None,
             })
             .collect()

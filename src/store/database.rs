@@ -1,7 +1,9 @@
 //! Which database a `--db` value names: a `postgres://` or `postgresql://`
 //! URL (libpq style: user, password, host, port, dbname, `sslmode`,
-//! `application_name`, ...) is a PostgreSQL database; anything else is the
-//! path of a SQLite file, as it always was.
+//! `application_name`, ..., several hosts as `h1:5432,h2:5433`) is a
+//! PostgreSQL database; anything else is the path of a SQLite file, as it
+//! always was. A multi-host URL is also kept as one configuration per host,
+//! for the store to try each in turn with a deadline of its own.
 //!
 //! It owns parsing and printing that value, and must never print a password:
 //! `Display` of a `PgTarget` (and so of a `Database`) masks it, and a parse
@@ -11,7 +13,6 @@ use super::db_schema::DbSchema;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
 /// The database the store opens.
 #[derive(Clone)]
@@ -193,9 +194,16 @@ impl SslMode {
 /// and the URL to print (without it).
 #[derive(Clone)]
 pub struct PgTarget {
-    /// Boxed: a `Database` is passed around by value, and the SQLite
-    /// variant should not carry PostgreSQL's 300 bytes.
-    config: Box<::postgres::Config>,
+    /// The whole URL, every host: what `verify` connects with. Boxed: a
+    /// `Database` is passed around by value, and the SQLite variant should
+    /// not carry PostgreSQL's 300 bytes.
+    config: Box<tokio_postgres::Config>,
+    /// One configuration per host of a multi-host URL
+    /// (`postgres://h1:5432,h2:5433/db`), in the URL's order; the whole
+    /// URL's alone for one host. The store connects to each in turn with a
+    /// deadline of its own, so one host that accepts TCP and then never
+    /// answers (frozen) cannot keep it from the next.
+    hosts: Vec<tokio_postgres::Config>,
     ssl_mode: SslMode,
     masked: String,
     /// Where the service's tables are (`--db-schema`): every session starts
@@ -203,15 +211,13 @@ pub struct PgTarget {
     schema: DbSchema,
 }
 
-/// How long a new connection may take before the store answers `503`.
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 impl PgTarget {
     pub fn is_url(value: &str) -> bool {
         value.starts_with("postgres://") || value.starts_with("postgresql://")
     }
 
-    /// Parse a `postgres://user:password@host:port/dbname?sslmode=...` URL.
+    /// Parse a `postgres://user:password@host:port/dbname?sslmode=...` URL;
+    /// several hosts as `host1:port1,host2:port2`.
     pub fn parse(url: &str) -> Result<PgTarget, DatabaseUrlError> {
         let masked = mask_password(url);
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -234,27 +240,33 @@ impl PgTarget {
         } else {
             format!("{base}?{}", kept.join("&"))
         };
-        let mut config =
-            ::postgres::Config::from_str(&rest).map_err(|e| DatabaseUrlError::NotAUrl {
-                masked: masked.clone(),
-                reason: e.to_string(),
-            })?;
-        config.ssl_mode(match ssl_mode {
-            SslMode::Disable => ::postgres::config::SslMode::Disable,
-            SslMode::Prefer => ::postgres::config::SslMode::Prefer,
-            _ => ::postgres::config::SslMode::Require,
-        });
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("idempotent-tool");
-        }
+        let parse = |url: &str| {
+            let mut config =
+                tokio_postgres::Config::from_str(url).map_err(|e| DatabaseUrlError::NotAUrl {
+                    masked: masked.clone(),
+                    reason: e.to_string(),
+                })?;
+            config.ssl_mode(match ssl_mode {
+                SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+                SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+                _ => tokio_postgres::config::SslMode::Require,
+            });
+            if config.get_application_name().is_none() {
+                config.application_name("idempotent-tool");
+            }
+            Ok(config)
+        };
+        let config = parse(&rest)?;
         if config.get_user().is_none() {
             return Err(DatabaseUrlError::NoUser { masked });
         }
+        let hosts = match one_url_per_host(&rest) {
+            Some(urls) => urls.iter().map(|u| parse(u)).collect::<Result<_, _>>()?,
+            None => vec![config.clone()],
+        };
         let mut target = PgTarget {
             config: Box::new(config),
+            hosts,
             ssl_mode,
             masked,
             schema: DbSchema::default(),
@@ -263,8 +275,14 @@ impl PgTarget {
         Ok(target)
     }
 
-    pub(super) fn config(&self) -> &::postgres::Config {
+    /// The whole URL's settings, every host (`verify`'s one connection).
+    pub(super) fn config(&self) -> &tokio_postgres::Config {
         &self.config
+    }
+
+    /// One configuration per host, in the URL's order.
+    pub(super) fn hosts(&self) -> &[tokio_postgres::Config] {
+        &self.hosts
     }
 
     pub fn ssl_mode(&self) -> SslMode {
@@ -280,19 +298,22 @@ impl PgTarget {
     /// is set to it alone at connection (a start-up option, so no statement
     /// runs before it), and nothing the service names resolves elsewhere.
     pub fn set_schema(&mut self, schema: &DbSchema) {
-        // The URL's own options are what precedes the search path set last.
         let set_last = format!("-c search_path={}", self.schema);
-        let current = self.config.get_options().unwrap_or("");
-        let own = current
-            .strip_suffix(set_last.as_str())
-            .unwrap_or(current)
-            .trim_end();
         let search_path = format!("-c search_path={schema}");
-        let options = match own {
-            "" => search_path,
-            own => format!("{own} {search_path}"),
-        };
-        self.config.options(&options);
+        // The whole URL's settings and each host's (a multi-host URL).
+        for config in std::iter::once(self.config.as_mut()).chain(self.hosts.iter_mut()) {
+            // The URL's own options are what precedes the search path set last.
+            let current = config.get_options().unwrap_or("");
+            let own = current
+                .strip_suffix(set_last.as_str())
+                .unwrap_or(current)
+                .trim_end();
+            let options = match own {
+                "" => search_path.clone(),
+                own => format!("{own} {search_path}"),
+            };
+            config.options(&options);
+        }
         self.schema = schema.clone();
     }
 
@@ -309,7 +330,33 @@ impl PgTarget {
     /// the printed URL stays as it was, without it.
     pub fn set_password(&mut self, password: &[u8]) {
         self.config.password(password);
+        for host in &mut self.hosts {
+            host.password(password);
+        }
     }
+}
+
+/// For a URL naming several hosts in its authority
+/// (`postgres://u:p@h1:5432,h2:5433/db?...`), the same URL once per host;
+/// `None` for one host (or hosts given only as a `host=` parameter, which
+/// the client then tries in order within one deadline).
+fn one_url_per_host(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+        None => (String::new(), authority),
+    };
+    if !hosts.contains(',') {
+        return None;
+    }
+    Some(
+        hosts
+            .split(',')
+            .map(|host| format!("{scheme}://{userinfo}{host}{tail}"))
+            .collect(),
+    )
 }
 
 impl fmt::Display for PgTarget {
@@ -462,6 +509,16 @@ mod tests {
         );
         target.set_schema(&DbSchema::parse("public").unwrap());
         assert_eq!(target.schema().as_str(), "public");
+        let mut two = PgTarget::parse("postgres://u@h1:5432,h2:5433/db").unwrap();
+        two.set_schema(&DbSchema::parse("team_c").unwrap());
+        assert_eq!(two.hosts().len(), 2);
+        for host in two.hosts() {
+            assert_eq!(
+                host.get_options(),
+                Some("-c search_path=team_c"),
+                "every host"
+            );
+        }
     }
 
     #[test]
@@ -510,9 +567,64 @@ mod tests {
             target.config().get_application_name(),
             Some("idempotent-tool")
         );
+        assert_eq!(target.config().get_connect_timeout(), None);
+        assert_eq!(target.hosts().len(), 1);
+        let given = PgTarget::parse("postgres://u@h/db?connect_timeout=7").unwrap();
         assert_eq!(
-            target.config().get_connect_timeout(),
-            Some(&DEFAULT_CONNECT_TIMEOUT)
+            given.hosts()[0].get_connect_timeout(),
+            Some(&std::time::Duration::from_secs(7))
         );
+    }
+
+    /// A multi-host URL (failover): one configuration per host, in order,
+    /// each with the URL's user, password, database and parameters; the
+    /// password masked in print; a password file reaches every host.
+    #[test]
+    fn a_multi_host_url_is_one_configuration_per_host() {
+        let url = "postgres://idem:s3cr@10.0.0.1:5432,db2.example:5433/calls\
+                   ?target_session_attrs=read-write&sslmode=require&application_name=n1";
+        let mut target = PgTarget::parse(url).unwrap();
+        assert_eq!(
+            target.to_string(),
+            "postgres://idem:***@10.0.0.1:5432,db2.example:5433/calls\
+             ?target_session_attrs=read-write&sslmode=require&application_name=n1"
+        );
+        let hosts: Vec<(String, Vec<u16>)> = target
+            .hosts()
+            .iter()
+            .map(|c| match c.get_hosts() {
+                [tokio_postgres::config::Host::Tcp(h)] => (h.clone(), c.get_ports().to_vec()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            hosts,
+            [
+                ("10.0.0.1".to_string(), vec![5432]),
+                ("db2.example".to_string(), vec![5433])
+            ]
+        );
+        for host in target.hosts() {
+            assert_eq!(host.get_user(), Some("idem"));
+            assert_eq!(host.get_password(), Some(&b"s3cr"[..]));
+            assert_eq!(host.get_dbname(), Some("calls"));
+            assert_eq!(host.get_application_name(), Some("n1"));
+            assert_eq!(
+                host.get_target_session_attrs(),
+                tokio_postgres::config::TargetSessionAttrs::ReadWrite
+            );
+            assert_eq!(
+                host.get_ssl_mode(),
+                tokio_postgres::config::SslMode::Require
+            );
+        }
+        assert_eq!(target.config().get_hosts().len(), 2);
+        target.set_password(b"from-file");
+        assert!(target
+            .hosts()
+            .iter()
+            .all(|h| h.get_password() == Some(&b"from-file"[..])));
+        let one = PgTarget::parse("postgres://u@[::1]:5432/db").unwrap();
+        assert_eq!(one.hosts().len(), 1);
     }
 }

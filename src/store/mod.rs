@@ -90,7 +90,10 @@ pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
 };
-pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
+pub use options::{
+    DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
+    WRITER_STUCK_AFTER,
+};
 pub use postgres::PG_SCHEMA_VERSION;
 pub use sqlite::{
     backup, bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION,

@@ -1,6 +1,7 @@
 //! `scripts/fault_inject.sh`, run by `cargo test` so the script cannot rot:
 //! every scenario (the `--downstream` one with a real http tool included, and
-//! `--postgres`: three nodes on one PostgreSQL database) must
+//! the PostgreSQL ones: three nodes on one database, a failover to a promoted
+//! standby, a partition of one node) must
 //! PASS against the binaries cargo just built (the script
 //! finds them through `IDEM_BIN_DIR`, so no release build happens here).
 
@@ -50,6 +51,8 @@ fn every_fault_injection_scenario_passes() {
         "pause",
         // PostgreSQL is installed wherever the tests run (.ci/run installs it).
         "postgres",
+        "pg-failover",
+        "pg-partition",
     ] {
         assert!(
             stdout.contains(&format!("PASS {scenario}")),
@@ -57,7 +60,7 @@ fn every_fault_injection_scenario_passes() {
         );
     }
     assert!(!stdout.contains("MISMATCH"), "{text}");
-    assert!(stdout.contains("all 9 scenarios passed"), "{text}");
+    assert!(stdout.contains("all 11 scenarios passed"), "{text}");
 }
 
 /// One scenario run alone is summed up as one, not as "all 1 scenarios".

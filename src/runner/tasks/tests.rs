@@ -109,7 +109,17 @@ fn a_call_moves_through_every_state_once() {
         })
     );
     assert_eq!(tasks.completing(&task), Some("handle"));
-    assert_eq!(tasks.state("c1"), Some(State::Completing));
+    assert_eq!(
+        tasks.state("c1"),
+        Some(State::Completing {
+            lease: LeaseHeld::from(&lease("c1", 1))
+        })
+    );
+    assert_eq!(
+        tasks.extended_leases(),
+        [LeaseHeld::from(&lease("c1", 1))],
+        "a completion in hand keeps its lease from recovery here"
+    );
     assert_eq!(tasks.finish(&task), None);
     assert_eq!(tasks.state("c1"), None);
     assert!(tasks.submit("c1", "charge", true).is_some());
@@ -272,9 +282,9 @@ fn a_call_arriving_claimed_runs_under_its_lease_in_a_reserved_slot() {
     assert!(tasks.reserve_free_slots(5).is_empty(), "closed");
 }
 
-/// A completion held for another try keeps its lease out of recovery's
-/// reach, as a running tool's is, through every later hand-over to the
-/// store, until the call is finished; a stop's close keeps it for the last
+/// A completion handed to the store, then held for another try, keeps its
+/// lease out of recovery's reach, as a running tool's is, through every
+/// later hand-over to the store, until the call is finished; a stop's close keeps it for the last
 /// try rather than releasing it.
 #[test]
 fn a_held_completion_keeps_its_lease_from_recovery_until_finished() {
@@ -284,8 +294,12 @@ fn a_held_completion_keeps_its_lease_from_recovery_until_finished() {
     assert!(tasks.claimed(&task, &lease("c1", 1), None));
     tasks.returned(&task);
     assert_eq!(tasks.completing(&task), Some("handle"));
-    assert_eq!(tasks.extended_leases(), vec![]);
     let held = LeaseHeld::from(&lease("c1", 1));
+    assert_eq!(
+        tasks.extended_leases(),
+        vec![held.clone()],
+        "in the store's hands"
+    );
     tasks.held(&task, held.clone());
     assert_eq!(tasks.extended_leases(), vec![held.clone()]);
     assert_eq!(tasks.completions(), Some("handle"), "handed again");

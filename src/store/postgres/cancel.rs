@@ -12,8 +12,8 @@
 
 use super::super::cancel::{CancelSteps, NO_REASON};
 use super::super::model::{Call, LeaseHeld};
+use super::session::GenericClient;
 use super::sql::{now, select_tenant_call};
-use ::postgres::GenericClient;
 
 /// The `error_json` of a cancelled call, the reason read from `$reason` (or
 /// `NO_REASON`, `$4`, when none was given).

@@ -15,7 +15,7 @@
 
 use super::super::db_schema::DbSchema;
 use super::super::instance::DEAD_AFTER;
-use ::postgres::Transaction;
+use super::session::{GenericClient, Transaction};
 
 /// Every table a release that kept its tables in `public` made. A table
 /// added since is created by its migration step in the deployment's schema

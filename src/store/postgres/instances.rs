@@ -1,11 +1,16 @@
 //! Nodes and their heartbeats on PostgreSQL, and recovery: which `running`
 //! calls may be taken back, and taking them. The rules are the store's (see
 //! `store::instance`, where the same `Reclaimable` decides for both
-//! backends): a call whose owner's instance stopped, or has not
-//! heart-beaten for `DEAD_AFTER` by the database's clock, or whose lease
-//! expired, is reclaimed at once; the pid check applies only to an owner on
-//! this host, where the kernel can answer. Heartbeat times come from the
-//! database's clock, so a node whose clock is off is judged by the same one.
+//! backends), and one of PostgreSQL's own (`may_take`): another node that is
+//! alive keeps its calls even once their leases lapsed — it lost the database
+//! for a while and will commit and extend them when it is back. A call is
+//! taken at once when its owner stopped, or is a dead pid on this host, or is
+//! this node (a lease it does not hold), or has no instance (its lease alone
+//! speaks); another live-looking node's only once its heartbeat is
+//! `DEAD_AFTER` stale, and only by a node that has itself been in touch with
+//! the database for `DEAD_AFTER` without a gap (`contact`). Heartbeat times
+//! come from the database's clock, so a node whose clock is off is judged
+//! by the same one.
 //!
 //! Never declares a live process on this host dead; a wrong verdict about
 //! another host (a node paused past `DEAD_AFTER`) is safe: its completion is
@@ -15,8 +20,8 @@ use super::super::audit;
 use super::super::instance::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
 use super::super::model::LeaseHeld;
 use super::cancel::end_cancelled;
+use super::session::GenericClient;
 use super::sql::now;
-use ::postgres::GenericClient;
 
 /// Record this node, and mark stopped every earlier instance on this host
 /// whose pid is gone (killed: nothing else marked it). Returns how many.
@@ -129,13 +134,17 @@ type Candidate = (Reclaimable, bool);
 
 /// Return reclaimable `running` calls to `pending` — or, their cancel
 /// asked, end them `cancelled` (`cancel::end_cancelled`); their ids.
+/// `may_judge_others` is asked once the candidates are read: whether this
+/// node has been in touch with the database long enough to judge another
+/// node dead by its heartbeat (`contact`).
 pub(super) fn recover(
     client: &mut impl GenericClient,
     me: &Instance,
     running_here: &[LeaseHeld],
+    may_judge_others: impl FnOnce() -> bool,
 ) -> Result<Vec<String>, ::postgres::Error> {
     let dead_after = DEAD_AFTER.as_secs_f64();
-    let (asked, candidates): (Vec<Candidate>, Vec<Candidate>) = client
+    let read: Vec<Candidate> = client
         .query(RECLAIMABLE, &[&dead_after])?
         .iter()
         .map(|r| {
@@ -154,7 +163,11 @@ pub(super) fn recover(
             };
             (call, r.get::<_, bool>(9))
         })
-        .filter(|(c, _)| !c.must_stay(me, running_here))
+        .collect();
+    let judging = may_judge_others();
+    let (asked, candidates): (Vec<Candidate>, Vec<Candidate>) = read
+        .into_iter()
+        .filter(|(c, _)| !c.must_stay(me, running_here) && may_take(c, me, judging))
         .partition(|(_, cancel_asked)| *cancel_asked);
     let mut taken = Vec::new();
     for (call, _) in asked {
@@ -173,4 +186,30 @@ pub(super) fn recover(
     let rows = client.query(TAKE_BACK, &[&ids, &attempts, &whys])?;
     taken.extend(rows.iter().map(|r| r.get(0)));
     Ok(taken)
+}
+
+/// PostgreSQL's rule beyond `Reclaimable::must_stay`: another node that is
+/// alive keeps its calls even once their leases lapsed. Its leases lapse
+/// when it cannot reach the database (an outage, a frozen server): it then
+/// holds the completions of the calls it finished meanwhile and goes on
+/// running the rest, and commits and extends them when it is back. Taking
+/// them at once would run them a second time.
+///
+/// So a call is taken when its owner is certainly gone (its instance
+/// stopped, or its pid gone from this host), or is this node (a lease it
+/// does not hold: its claim's answer was lost), or has no instance to
+/// judge by (its lease alone speaks); otherwise only when its heartbeat is
+/// `DEAD_AFTER` stale — and only by a node `judging` others at all, that is,
+/// one in touch with the database for `DEAD_AFTER` without a gap, so that
+/// after an outage every node had as long to heart-beat again as a live
+/// node ever gets.
+fn may_take(call: &Reclaimable, me: &Instance, judging: bool) -> bool {
+    if call.owner_stopped()
+        || call.owned_by(me)
+        || !call.owner_registered()
+        || call.owner_is_dead_here(me)
+    {
+        return true;
+    }
+    judging && call.heartbeat_is_stale()
 }

@@ -18,8 +18,9 @@
 use super::super::limits::{LimitedClaim, ToolLimit, ToolRoom};
 use super::super::model::Lease;
 use super::super::options::DueLimits;
+use super::session::{GenericClient, Session};
 use super::sql::{claim_chosen, now};
-use ::postgres::{Client, GenericClient, Row};
+use ::postgres::Row;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -130,7 +131,7 @@ const CLAIM_LIMITED: &str = concat!(
 /// Claim due calls of `limited` (those of `limits.per_tool`), under their
 /// rows' locks, in one transaction.
 pub(super) fn claim(
-    client: &mut Client,
+    client: &mut Session,
     limited: &[ToolLimit],
     limits: &DueLimits,
     owner: &str,

@@ -3,8 +3,10 @@
 //! connection (`pool`), and most are one statement (`sql`) — a transition,
 //! its audit row and its effect committed together in one round trip.
 //!
-//! Map: `pool` (at most `--db-pool` connections, broken ones replaced),
-//! `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
+//! Map: `pool` (at most `--db-pool` connections, broken ones replaced,
+//! every operation within `--db-timeout-ms`), `session` (one connection whose
+//! every wait ends at a deadline), `connect` (the URL's hosts in turn, TCP
+//! timeouts), `contact` (whether this node may judge others dead), `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
@@ -28,6 +30,8 @@
 
 mod business_key;
 mod cancel;
+mod connect;
+mod contact;
 mod error;
 mod home_schema;
 mod instances;
@@ -37,6 +41,7 @@ mod pool;
 mod report_reads;
 mod retention;
 mod schema;
+mod session;
 mod sql;
 #[cfg(test)]
 mod tests;
@@ -65,12 +70,16 @@ use super::model::{
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
 use super::wake::WakeHandler;
-use ::postgres::IsolationLevel;
 use pool::Pool;
 use serde_json::Value;
+use session::{Session, Transaction};
 use sql::Finish;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// How long bringing the schema up to date may take: longer than an
+/// operation, since nodes starting at once queue on the migration lock.
+const MIGRATION_DEADLINE: Duration = Duration::from_secs(60);
 
 /// How many times a cancel reads its call again after losing a race.
 const CANCEL_TRIES: usize = 4;
@@ -79,7 +88,7 @@ const CANCEL_TRIES: usize = 4;
 /// cancel was asked it ends `cancelled` (audited `detail`); otherwise the
 /// lease was lost, and only a `stale_completion` row says so.
 fn cancelled_or_stale(
-    client: &mut ::postgres::Client,
+    client: &mut Session,
     lease: &Lease,
     detail: &str,
     would_have: Event,
@@ -95,6 +104,8 @@ fn cancelled_or_stale(
 
 struct PgStore {
     pool: Pool,
+    /// The database, for the sessions opened outside the pool (`verify`).
+    target: PgTarget,
     options: StoreOptions,
     /// This node in `instances`; its workers' owner strings name it.
     instance: Instance,
@@ -119,16 +130,19 @@ pub(super) fn open(
 
 impl PgStore {
     fn open(target: &PgTarget, options: StoreOptions) -> Result<PgStore, StoreError> {
+        let ca_file = options.ca_file.as_deref();
+        let timeouts = options.pg_timeouts;
         let pool = Pool::new(
             target,
             options.pool_size,
             options.busy_timeout,
-            options.ca_file.as_deref(),
+            ca_file,
+            &timeouts,
         )?;
         let instance = Instance::this_process();
-        let connect = listen::connector(target, options.ca_file.as_deref())?;
+        let connect = listen::connector(target, ca_file, &timeouts)?;
         let channel = target.schema().wake_channel();
-        let wake = listen::ClusterWake::start(connect, channel, &instance.id)
+        let wake = listen::ClusterWake::start(connect, channel, &instance.id, timeouts.operation)
             .map_err(|e| StoreError::internal(format!("start the LISTEN threads: {e}")))?;
         let limited: Vec<ToolLimit> = options
             .limits
@@ -138,15 +152,17 @@ impl PgStore {
             .collect();
         let store = PgStore {
             pool,
+            target: target.clone(),
             options,
             limited,
             instance,
             stopped: AtomicBool::new(false),
             wake,
         };
+        let migrated_by = Instant::now() + MIGRATION_DEADLINE;
         store
             .pool
-            .with(|c| Ok(schema::migrate(c, target.schema())))??;
+            .with_deadline(migrated_by, |c| Ok(schema::migrate(c, target.schema())))??;
         if !store.limited.is_empty() {
             store.run(|c| limits::declare(c, &store.limited))?;
         }
@@ -166,7 +182,9 @@ impl PgStore {
         if_cancelled: &str,
     ) -> Result<Completion, StoreError> {
         let done = self.run(|c| {
-            if sql::finish_fenced(c, lease, finish)? {
+            if sql::finish_fenced(c, lease, finish)?
+                || sql::already_recorded(c, lease, finish.event)?
+            {
                 return Ok(Completion::Applied);
             }
             cancelled_or_stale(c, lease, if_cancelled, finish.event)
@@ -205,7 +223,7 @@ impl PgStore {
     /// it returns.
     fn run<T>(
         &self,
-        op: impl FnOnce(&mut ::postgres::Client) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
     ) -> Result<T, StoreError> {
         if self.stopped.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable("the store is stopping"));
@@ -217,14 +235,10 @@ impl PgStore {
     /// that describe one moment.
     fn snapshot<T>(
         &self,
-        op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, ::postgres::Error>,
     ) -> Result<T, StoreError> {
         self.run(|c| {
-            let mut tx = c
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()?;
+            let mut tx = c.snapshot()?;
             let out = op(&mut tx)?;
             tx.commit()?;
             Ok(out)
@@ -383,7 +397,9 @@ impl Backend for PgStore {
         let error = error.to_string();
         then(
             self.run(|c| {
-                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
+                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)?
+                    || sql::already_recorded(c, lease, Event::RetryScheduled)?
+                {
                     return Ok(Completion::Applied);
                 }
                 cancelled_or_stale(c, lease, &if_cancelled, Event::RetryScheduled)
@@ -424,7 +440,8 @@ impl Backend for PgStore {
     }
 
     fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
-        let recovered = self.run(|c| instances::recover(c, &self.instance, running_here))?;
+        let judge = || self.pool.may_judge_others();
+        let recovered = self.run(|c| instances::recover(c, &self.instance, running_here, judge))?;
         self.announce_work_if(!recovered.is_empty());
         Ok(recovered)
     }
@@ -535,18 +552,16 @@ impl Backend for PgStore {
         self.run(|client| business_key::ledger(client, limit))
     }
 
-    /// On a connection opened for it, outside the pool, each statement
-    /// bounded by what is left of the time. PostgreSQL answers a read only
+    /// On a connection opened for it, outside the pool (the URL's TLS and
+    /// `--db-ca-file`), each statement bounded by what is left of the time. PostgreSQL answers a read only
     /// with committed (durable) rows, so no gate follows.
     fn verify_until(
         &self,
         effect_tools: &[&str],
         deadline: Instant,
     ) -> Result<Report, VerifyError> {
-        let target = self.pool.target();
-        let mut client = self
-            .pool
-            .connect_outside()
+        let target = &self.target;
+        let mut client = connect::connect_blocking(target, self.options.ca_file.as_deref())
             .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
         verify_on(&mut client, target, effect_tools, Some(deadline))
     }

@@ -8,7 +8,7 @@
 //! tenant's answer.
 
 use super::super::model::{AuditEvent, Backlog, CallCounts, Scope};
-use ::postgres::GenericClient;
+use super::session::GenericClient;
 
 /// Calls in all, by status, and by attempt; and the effects.
 pub(super) fn counts(

@@ -12,8 +12,8 @@
 //! Never deletes a `pending` or `running` call, and never an `effects` row.
 
 use super::super::model::Purged;
+use super::session::GenericClient;
 use super::sql::now;
-use ::postgres::GenericClient;
 
 const PURGE: &str = concat!(
     "WITH c AS MATERIALIZED (

@@ -15,7 +15,7 @@ use super::super::db_schema::DbSchema;
 use super::super::error::StoreError;
 use super::error::store_error;
 use super::home_schema;
-use ::postgres::Client;
+use super::session::{GenericClient, Session, Transaction};
 
 /// The advisory lock every migration takes ("idem" in ASCII): one number,
 /// so a database shared with other applications is unlikely to collide.
@@ -145,7 +145,7 @@ CREATE INDEX calls_terminal ON calls (updated_at)
 /// Bring the database up to `PG_SCHEMA_VERSION`; returns the names of the
 /// steps this call applied (each is also logged once, here).
 pub(super) fn migrate(
-    client: &mut Client,
+    client: &mut Session,
     schema: &DbSchema,
 ) -> Result<Vec<&'static str>, StoreError> {
     let (moved, found) = locked(client, |tx| {
@@ -200,10 +200,14 @@ pub(super) fn migrate(
 
 /// Run `op` in a transaction that holds the migration lock until it ends.
 fn locked<T>(
-    client: &mut Client,
-    op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, StoreError>,
+    client: &mut Session,
+    op: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     let mut tx = client.transaction().map_err(store_error)?;
+    // Waiting for another node's migration may take longer than an
+    // operation may: the caller's deadline (`MIGRATION_DEADLINE`) bounds it.
+    tx.batch_execute("SET LOCAL statement_timeout = 0")
+        .map_err(store_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .map_err(store_error)?;
     let out = op(&mut tx)?;
@@ -211,7 +215,7 @@ fn locked<T>(
     Ok(out)
 }
 
-fn version(tx: &mut ::postgres::Transaction<'_>) -> Result<i32, StoreError> {
+fn version(tx: &mut Transaction<'_>) -> Result<i32, StoreError> {
     tx.query_one("SELECT coalesce(max(version), 0) FROM idem_schema", &[])
         .map(|row| row.get(0))
         .map_err(store_error)

@@ -18,8 +18,9 @@ use super::super::ids::{new_call_id, new_effect_id, stored_effect_id};
 use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall, Status};
 use super::super::options::DueLimits;
 use super::error::violates;
+use super::session::GenericClient;
 use ::postgres::types::ToSql;
-use ::postgres::{GenericClient, Row};
+use ::postgres::Row;
 use serde_json::Value;
 
 /// The database's clock, in seconds since the epoch.
@@ -472,6 +473,22 @@ pub(super) fn release(
     );
     let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt])?;
     Ok(row.get::<_, i64>(0) == 1)
+}
+
+/// Whether this lease's attempt already recorded `event`: a completion
+/// handed to the store again after an answer that never came back (the
+/// connection dropped past its deadline, or died during the `COMMIT`) may
+/// find its first hand-off committed. Only the attempt's holder completes
+/// it, so the row is this completion's own, and it is not stale.
+pub(super) fn already_recorded(
+    client: &mut impl GenericClient,
+    lease: &Lease,
+    event: Event,
+) -> Result<bool, ::postgres::Error> {
+    const RECORDED: &str = "SELECT EXISTS (SELECT 1 FROM audit
+                              WHERE call_id = $1 AND attempt = $2 AND event = $3)";
+    let row = client.query_one(RECORDED, &[&lease.call_id, &lease.attempt, &event.as_str()])?;
+    Ok(row.get(0))
 }
 
 /// A completion that lost its lease changes nothing but the audit trail.

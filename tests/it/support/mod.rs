@@ -19,6 +19,7 @@ pub mod in_process;
 pub mod loop_ext4;
 pub mod openapi;
 pub mod own_process;
+pub mod pg_faults;
 pub mod procfs;
 pub mod raw;
 pub mod requests;
