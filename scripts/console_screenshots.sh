@@ -99,7 +99,7 @@ main() {
     make_calls
     local call
     call=$(curl -sS "$BASE/v1/tool-calls/by-key/flaky-upstream-1" | grep -o '"call_id":"[^"]*"' | cut -d'"' -f4)
-    shot "$BASE/ui/" docs/console-overview.png 1280 1500
+    shot "$BASE/ui/" docs/console-overview.png 1280 1420
     shot "$BASE/ui/calls?status=failed&status=pending&status=running" docs/console-calls.png 1280 1000
     shot "$BASE/ui/calls/$call" docs/console-call.png 1280 1000
 }
