@@ -137,7 +137,7 @@ fn a_status_filter_shows_exactly_the_matching_calls_and_survives_a_reload() {
     let browser = browser();
     browser.goto(&format!("{}/ui/calls", server.base));
     browser.wait("every call listed", || {
-        browser.count("tr[data-call-id]") == 4
+        browser.count("tr[data-call-id]") == 5
     });
     browser.click("#filters input[name=status][value=failed]");
     browser.click("#apply-filters");
