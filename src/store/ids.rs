@@ -21,6 +21,30 @@ pub fn effect_id_for(call_id: &str) -> String {
     format!("eff_{}", call_id.trim_start_matches("c_"))
 }
 
+/// The call an effect id belongs to: `eff_` + the call id's 16 hex, then
+/// (issue 35's form) `_` + 32 random hex, or nothing (the form every call
+/// had before). `None` for anything else. The caller must still compare the
+/// whole effect id with the call's own (`effect_id` as stored, or
+/// `effect_id_for` when none is): the call id alone does not make it this
+/// call's effect id.
+pub fn call_id_of_effect(effect_id: &str) -> Option<String> {
+    let rest = effect_id.strip_prefix("eff_")?;
+    let is_hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let (call_hex, tail) = rest.split_at_checked(CALL_ID_HEX)?;
+    let tail_ok = tail.is_empty()
+        || tail
+            .strip_prefix('_')
+            .is_some_and(|random| random.len() == 32 && is_hex(random));
+    (is_hex(call_hex) && tail_ok).then(|| format!("c_{call_hex}"))
+}
+
+/// Hex digits of a call id after `c_`, and of them the milliseconds'.
+pub(super) const CALL_ID_HEX: usize = 16;
+pub(super) const MILLIS_HEX: usize = 11;
+
 /// `c_` + 16 hex: 11 hex of milliseconds since the epoch, then 5 hex of a
 /// per-process counter that starts at an offset hashed from the process id and
 /// start time. Time first keeps new ids increasing, so the primary-key index
@@ -40,4 +64,38 @@ pub(super) fn new_call_id() -> String {
         .unwrap_or(0);
     let low = (offset + COUNTER.fetch_add(1, Ordering::Relaxed)) & 0xF_FFFF;
     format!("c_{:011x}{low:05x}", millis & 0xFFF_FFFF_FFFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both effect id forms name their call; nothing else names one.
+    #[test]
+    fn an_effect_id_names_its_call() {
+        let call_id = "c_0190f3a2b4c5d6e7";
+        assert_eq!(
+            call_id_of_effect(&effect_id_for(call_id)).as_deref(),
+            Some(call_id)
+        );
+        let new_form = format!("eff_0190f3a2b4c5d6e7_{}", "a".repeat(32));
+        assert_eq!(call_id_of_effect(&new_form).as_deref(), Some(call_id));
+        for bad in [
+            "",
+            "eff_",
+            "eff_0190f3a2b4c5d6e",
+            "eff_0190F3A2B4C5D6E7",
+            "eff_0190f3a2b4c5d6e7_",
+            "eff_0190f3a2b4c5d6e7x",
+            "c_0190f3a2b4c5d6e7",
+            "eff_0190f3a2b4c5d6é7",
+        ] {
+            assert_eq!(call_id_of_effect(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            call_id_of_effect(&format!("eff_0190f3a2b4c5d6e7_{}", "g".repeat(32))),
+            None
+        );
+        assert!(new_call_id().len() == 2 + CALL_ID_HEX);
+    }
 }

@@ -13,7 +13,10 @@
 //! wing but here: `backend` (`Backend`, the one contract both implement,
 //! each rule in its method's doc), `call_store` (the facade: it holds a
 //! backend behind that contract and stamps each call's `expires_at`),
-//! `model` (the types of the API, `Then`, `CallCounts`), `error`
+//! `model` (the types of the API, `Then`, `CallCounts`), `counts` (what
+//! the count tables hold: `/stats`, `/metrics` and the overview without
+//! reading `calls`), `list` (`ListQuery`, and the plan both wings follow to
+//! answer it from indexes), `error`
 //! (`StoreError`), `database` (which backend a `--db` names), `ids` (call
 //! and effect ids, the local clock), `options` (`StoreOptions`,
 //! `DueLimits`), `instance` (instance identity and the liveness rules of
@@ -57,10 +60,12 @@ mod audit;
 mod backend;
 mod business_key;
 mod call_store;
+mod counts;
 mod database;
 mod error;
 mod ids;
 mod instance;
+mod list;
 mod model;
 mod options;
 mod postgres;
@@ -72,17 +77,35 @@ mod wake;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
+pub use counts::{CountRow, Counts, Totals};
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use error::{Cause, StoreError};
-pub use ids::{effect_id_for, now};
-pub use instance::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
+pub use ids::{call_id_of_effect, effect_id_for, now};
+pub use instance::{owner_name, Instance, Node, DEAD_AFTER, HEARTBEAT_EVERY, NODES_LISTED};
+pub use list::{ListPage, ListQuery};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
 };
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::{bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub use sqlite::{bulk, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+
+/// The list's statements, for the tests and the docs that show their plans.
+pub mod list_sql {
+    /// On SQLite.
+    pub mod sqlite {
+        pub use crate::store::sqlite::{
+            ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT,
+        };
+    }
+    /// On PostgreSQL.
+    pub mod postgres {
+        pub use crate::store::postgres::{
+            ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT,
+        };
+    }
+}
 pub use wake::{Wake, WakeHandler};
 
 use backend::Backend;

@@ -10,7 +10,7 @@ use crate::support;
 use crate::support::Counts;
 use crate::support::Http;
 use crate::support::{audit_events, charge, count, open_db, Local, TempDb};
-use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
+use idempotent_tool::store::list_sql::sqlite;
 use serde_json::json;
 
 /// The schema carries the seed's constraints, and the seed's duplicate-effects
@@ -60,6 +60,7 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
             "idx_business_keys_key",
             "idx_business_keys_live",
             "idx_calls_client_seq",
+            "idx_calls_list",
             "idx_calls_status"
         ]
     );
@@ -73,20 +74,32 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         )
         .unwrap();
     assert!(plan.contains("idx_calls_client_seq"), "{plan}");
-    // `/stats` counts calls by status and attempt in one pass over
-    // idx_calls_status, in its order: no table scan, no sort.
+    // The list reads each (tenant, tool, status) group of idx_calls_list
+    // backwards between two ids, every tenant's calls by the primary key,
+    // and a key prefix as a range of the (tenant, idem_key) index: no scan,
+    // no sort, whatever the filters (docs/performance.md shows them too).
     let columns = text_column(
         &conn,
-        "SELECT name FROM pragma_index_info('idx_calls_status') ORDER BY seqno",
+        "SELECT name FROM pragma_index_info('idx_calls_list') ORDER BY seqno",
         0,
     );
-    assert_eq!(columns, ["status", "lease_until", "attempt"]);
-    let plan = text_column(
-        &conn,
-        &format!("EXPLAIN QUERY PLAN {COUNT_CALLS_IN_STATUS_INDEX}"),
-        3,
+    assert_eq!(columns, ["tenant", "tool", "status", "call_id"]);
+    for (sql, uses) in [
+        (sqlite::GROUP_IDS, "SEARCH calls USING COVERING INDEX idx_calls_list (tenant=? AND tool=? AND status=? AND call_id>? AND call_id<?)"),
+        (sqlite::GROUP_IDS_FILTERED, "SEARCH calls USING INDEX idx_calls_list (tenant=? AND tool=? AND status=? AND call_id>? AND call_id<?)"),
+        (sqlite::ALL_IDS, "SEARCH calls USING COVERING INDEX sqlite_autoindex_calls_1 (call_id>? AND call_id<?)"),
+        (sqlite::ALL_IDS_FILTERED, "SEARCH calls USING INDEX sqlite_autoindex_calls_1 (call_id>? AND call_id<?)"),
+    ] {
+        let plan = plan_of(&conn, sql);
+        assert_eq!(plan, [uses], "{sql}");
+    }
+    let plan = plan_of(&conn, sqlite::PREFIX_COUNT);
+    assert!(
+        plan.iter().any(|step| step.contains(
+            "COVERING INDEX sqlite_autoindex_calls_2 (tenant=? AND idem_key>? AND idem_key<?)"
+        )),
+        "{plan:?}"
     );
-    assert_eq!(plan, ["SCAN calls USING COVERING INDEX idx_calls_status"]);
     let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
     assert_eq!(duplicates, 0);
     assert_eq!(server.stats()["calls"], 5);
@@ -317,4 +330,15 @@ fn a_completion_refused_past_its_lease_is_committed_later_not_run_again() {
     blocker.execute_batch("ROLLBACK").unwrap();
     let done = server.wait_terminal(&call_id);
     assert_finished_once_on_attempt_1(&db, &call_id, &done);
+}
+
+/// What `EXPLAIN QUERY PLAN` says of `sql`, each step's detail, its
+/// parameters bound to NULL (the plan does not depend on their values).
+fn plan_of(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+    stmt.query_map(rusqlite::params_from_iter(nulls), |r| r.get(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
 }
