@@ -22,11 +22,18 @@
 //! - `exchange`: wraps every request (request id, tenant, access log,
 //!   metrics, the server's own answers);
 //! - `operations`: `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the
-//!   audit timeline.
+//!   audit timeline;
+//! - `list`: `GET /v1/tool-calls`, the list and search, its cursor and the
+//!   read routes' scope (`tenant=`);
+//! - `overview`: `GET /v1/overview` and `GET /v1/nodes`;
+//! - `query`: the query string of the read routes, decoded and checked.
 
 mod error;
 mod exchange;
+mod list;
 mod operations;
+mod overview;
+mod query;
 mod router;
 mod validate;
 

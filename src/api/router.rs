@@ -41,6 +41,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/openapi.yaml"),
     ("GET", "/v1/tools"),
     ("POST", "/mcp"),
+    ("GET", "/v1/tool-calls"),
+    ("GET", "/v1/nodes"),
+    ("GET", "/v1/overview"),
 ];
 
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
@@ -131,8 +134,19 @@ impl Api {
                 Ok(operations::openapi())
             }
             "/v1/tool-calls" => {
-                allow("POST")?;
-                self.post_call(req, &tenant, exchange)
+                allow("GET, POST")?;
+                match method {
+                    "GET" => self.list_calls(req, &tenant),
+                    _ => self.post_call(req, &tenant, exchange),
+                }
+            }
+            "/v1/nodes" => {
+                allow("GET")?;
+                self.nodes(req, &tenant)
+            }
+            "/v1/overview" => {
+                allow("GET")?;
+                self.overview(req, &tenant)
             }
             "/v1/tools" => {
                 allow("GET")?;

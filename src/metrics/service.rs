@@ -71,12 +71,14 @@ pub enum Route {
     OpenApi,
     /// `POST /mcp`: MCP over Streamable HTTP.
     Mcp,
+    Nodes,
+    Overview,
     /// Any path the router does not know (a `404`).
     Other,
 }
 
 impl Route {
-    pub const ALL: [Route; 11] = [
+    pub const ALL: [Route; 13] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -87,6 +89,8 @@ impl Route {
         Route::Metrics,
         Route::OpenApi,
         Route::Mcp,
+        Route::Nodes,
+        Route::Overview,
         Route::Other,
     ];
 
@@ -102,6 +106,8 @@ impl Route {
             Route::Metrics => "/metrics",
             Route::OpenApi => "/openapi.yaml",
             Route::Mcp => "/mcp",
+            Route::Nodes => "/v1/nodes",
+            Route::Overview => "/v1/overview",
             Route::Other => "other",
         }
     }
@@ -229,6 +235,9 @@ pub struct Metrics {
     probe: Mutex<Option<Probe>>,
     /// What the probe read for the scrape being rendered.
     snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
+    /// Calls created and failed per second, per tenant, for the overview
+    /// (sampled by the `rates` thread the service starts).
+    pub rates: Arc<super::RateHistory>,
 }
 
 impl Default for Metrics {
@@ -350,6 +359,7 @@ impl Metrics {
             request_duration,
             probe: Mutex::new(None),
             snapshot: Self::register_database_gauges(&r, snapshot.clone()),
+            rates: Arc::default(),
             registry: r,
         }
     }

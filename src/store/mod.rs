@@ -66,6 +66,7 @@ mod error;
 mod ids;
 mod instance;
 mod list;
+mod mixed;
 mod model;
 mod options;
 mod postgres;
@@ -89,7 +90,23 @@ pub use model::{
 };
 pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::{bulk, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub use sqlite::{LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+
+/// The bench's bulk loaders and its write-path comparison: for measurement
+/// only, never on a database that serves anyone (see each wing's `bulk`).
+pub mod bulk {
+    pub use super::mixed::{MixedCalls, MixedRow};
+    pub use super::sqlite::bulk::{insert_succeeded_charges, strip_console_writes, BulkCharge};
+    use super::{Database, StoreError};
+
+    /// `mix` into the database `db` names (its schema must exist).
+    pub fn insert_mixed_calls(db: &Database, mix: &MixedCalls) -> Result<(), StoreError> {
+        match db {
+            Database::Sqlite(path) => super::sqlite::bulk::insert_mixed(path, mix),
+            Database::Postgres(target) => super::postgres::bulk::insert_mixed(target, mix),
+        }
+    }
+}
 
 /// The list's statements, for the tests and the docs that show their plans.
 pub mod list_sql {

@@ -29,6 +29,7 @@ mod client;
 mod client_address;
 mod closed_output;
 mod configuration;
+mod console_api;
 mod crash;
 mod created_claimed;
 mod deploy;

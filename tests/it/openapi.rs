@@ -183,6 +183,9 @@ fn it_describes_every_route_of_the_api() {
         "GET /metrics",
         "GET /openapi.yaml",
         "POST /mcp",
+        "GET /v1/tool-calls",
+        "GET /v1/nodes",
+        "GET /v1/overview",
     ]
     .into_iter()
     .map(String::from)

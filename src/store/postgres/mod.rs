@@ -23,6 +23,7 @@
 //! imports nothing from the SQLite wing, and never lets a `postgres` type
 //! out.
 
+pub(super) mod bulk;
 mod business_key;
 mod counts;
 mod error;

@@ -1,0 +1,250 @@
+//! What the console costs the write path, measured as the distinct-key
+//! load's accepted calls per second, each run on a fresh in-process service
+//! and temp database, variants interleaved round by round (the shared disk
+//! drifts within minutes, so only runs of the same round are compared):
+//!
+//! - `--console poll`: the load alone, and the load with a console polling
+//!   `GET /v1/overview` and `GET /v1/tool-calls` every `POLL_EVERY`, as the
+//!   console's pages do, side by side (target: with ≥ 0.95× without);
+//! - `--console writes`: the load on the schema as built, and with what
+//!   migration 9 added to every write taken out again (the list's index, the
+//!   count tables' triggers, or both: the write path of the release before),
+//!   via `store::bulk::strip_console_writes`.
+//!
+//! It starts and stops its own services only, and prints each round and the
+//! spread; it never judges a figure beyond the ratio it prints.
+
+use crate::error::BenchError;
+use crate::load::{run_load, Load, LoadResult, Via};
+use crate::target::{run_id, start_in_process, Target};
+use crate::{Config, Mode};
+use idempotent_tool::client::HttpConnection;
+use idempotent_tool::store::bulk::strip_console_writes;
+use idempotent_tool::temp::TempDir;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the console polls (its pages refresh every 2 s).
+const POLL_EVERY: Duration = Duration::from_secs(2);
+
+/// Rounds of each comparison.
+const ROUNDS: usize = 3;
+
+/// One variant of a run.
+#[derive(Clone, Copy)]
+struct Variant {
+    name: &'static str,
+    poll: bool,
+    /// Take out the list index, the count triggers (`strip_console_writes`).
+    strip: (bool, bool),
+}
+
+/// One run's figures.
+struct Run {
+    load: LoadResult,
+    /// Console requests made during the run, and their mean latency.
+    polls: usize,
+    poll_ms: f64,
+}
+
+/// `--console poll`.
+pub fn run_poll_comparison(config: &Config) -> Result<bool, BenchError> {
+    let variants = [
+        Variant {
+            name: "no console",
+            poll: false,
+            strip: (false, false),
+        },
+        Variant {
+            name: "console polling",
+            poll: true,
+            strip: (false, false),
+        },
+    ];
+    compare(config, &variants, "poll")
+}
+
+/// `--console writes`.
+pub fn run_write_comparison(config: &Config) -> Result<bool, BenchError> {
+    let variants = [
+        Variant {
+            name: "neither (before)",
+            poll: false,
+            strip: (true, true),
+        },
+        Variant {
+            name: "list index only",
+            poll: false,
+            strip: (false, true),
+        },
+        Variant {
+            name: "count triggers only",
+            poll: false,
+            strip: (true, false),
+        },
+        Variant {
+            name: "as built",
+            poll: false,
+            strip: (false, false),
+        },
+    ];
+    compare(config, &variants, "writes")
+}
+
+/// `ROUNDS` rounds of every variant, the order turned around every other
+/// round; print the table and each variant's ratio to the first.
+fn compare(config: &Config, variants: &[Variant], what: &str) -> Result<bool, BenchError> {
+    let mut runs: Vec<Vec<Run>> = variants.iter().map(|_| Vec::new()).collect();
+    for round in 0..ROUNDS {
+        let mut order: Vec<usize> = (0..variants.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            idempotent_tool::errln!("bench: {what} round {}: {}", round + 1, variants[i].name);
+            runs[i].push(run(config, variants[i])?);
+        }
+    }
+    print(config, variants, &runs, what);
+    Ok(runs.iter().flatten().all(|r| r.load.status0 == 0))
+}
+
+/// The distinct load on a fresh service, as `variant` says.
+fn run(config: &Config, variant: Variant) -> Result<Run, BenchError> {
+    let dir = TempDir::new("idem-bench-console").map_err(BenchError::io("temp folder"))?;
+    let db = dir.join("idem.db");
+    let (list_index, triggers) = variant.strip;
+    let target = start_in_process(&db, || {
+        if list_index || triggers {
+            strip_console_writes(&db, list_index, triggers).map_err(|source| {
+                BenchError::Store {
+                    doing: "strip the console's writes".into(),
+                    source,
+                }
+            })?;
+        }
+        Ok(())
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let poller = variant
+        .poll
+        .then(|| std::thread::spawn(poll(&target, Arc::clone(&stop))));
+    let load = run_load(&Load {
+        via: Via::Http(&target.authority),
+        mode: Mode::Distinct,
+        concurrency: config.concurrency,
+        keep_alive: config.keep_alive,
+        stop: config.stop,
+        prefix: format!("console-{}", run_id()),
+    });
+    stop.store(true, Ordering::SeqCst);
+    let (polls, poll_ms) = match poller {
+        Some(thread) => thread.join().unwrap_or((0, 0.0)),
+        None => (0, 0.0),
+    };
+    drop(target);
+    Ok(Run {
+        load,
+        polls,
+        poll_ms,
+    })
+}
+
+/// The console: the overview and the first page of the list, every
+/// `POLL_EVERY`, until `stop`; returns how many requests it made and their
+/// mean latency in milliseconds.
+fn poll(target: &Target, stop: Arc<AtomicBool>) -> impl FnOnce() -> (usize, f64) + Send {
+    let authority = target.authority.clone();
+    move || {
+        let Ok(mut conn) = HttpConnection::open(&authority, Some(Duration::from_secs(10))) else {
+            return (0, 0.0);
+        };
+        let (mut made, mut total) = (0, Duration::ZERO);
+        let mut next = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            if Instant::now() >= next {
+                for path in ["/v1/overview", "/v1/tool-calls"] {
+                    let started = Instant::now();
+                    if conn.request("GET", path, &[], None).is_ok() {
+                        made += 1;
+                        total += started.elapsed();
+                    }
+                }
+                next += POLL_EVERY;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (made, total.as_secs_f64() * 1e3 / made.max(1) as f64)
+    }
+}
+
+fn print(config: &Config, variants: &[Variant], runs: &[Vec<Run>], what: &str) {
+    let rate = |r: &Run| r.load.accepted_per_s();
+    let ratios: Vec<Vec<f64>> = runs
+        .iter()
+        .map(|v| {
+            v.iter()
+                .zip(&runs[0])
+                .map(|(r, base)| rate(r) / rate(base).max(1e-9))
+                .collect()
+        })
+        .collect();
+    if config.json {
+        let rows: Vec<_> = variants
+            .iter()
+            .zip(runs)
+            .zip(&ratios)
+            .map(|((v, runs), ratios)| {
+                let rates: Vec<f64> = runs.iter().map(rate).collect();
+                let p99: Vec<f64> = runs.iter().map(|r| r.load.ms(0.99)).collect();
+                let polls: Vec<usize> = runs.iter().map(|r| r.polls).collect();
+                json!({"variant": v.name, "accepted_per_s": rates, "p99_ms": p99,
+                       "ratio_to_first": ratios, "polls": polls})
+            })
+            .collect();
+        idempotent_tool::outln!(
+            "{}",
+            json!({"comparison": what, "rounds": ROUNDS, "variants": rows})
+        );
+        return;
+    }
+    idempotent_tool::outln!(
+        "{what}: distinct keys, concurrency {}, {ROUNDS} rounds, variants interleaved (accepted/s; ratio to {:?} of the same round)",
+        config.concurrency,
+        variants[0].name
+    );
+    for (round, _) in runs[0].iter().enumerate() {
+        let cells: Vec<String> = variants
+            .iter()
+            .zip(runs)
+            .zip(&ratios)
+            .map(|((v, r), q)| {
+                let polls = match v.poll {
+                    true => format!(", {} polls {:.1} ms", r[round].polls, r[round].poll_ms),
+                    false => String::new(),
+                };
+                format!(
+                    "{}: {:.0}/s p99 {:.1} ms ({:.3}x{polls})",
+                    v.name,
+                    rate(&r[round]),
+                    r[round].load.ms(0.99),
+                    q[round]
+                )
+            })
+            .collect();
+        idempotent_tool::outln!("round {}: {}", round + 1, cells.join(" | "));
+    }
+    for (v, q) in variants.iter().zip(&ratios).skip(1) {
+        let mean = q.iter().sum::<f64>() / q.len() as f64;
+        let (lo, hi) = q
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+        idempotent_tool::outln!(
+            "{}: {mean:.3}x of {:?} (rounds {lo:.3}–{hi:.3})",
+            v.name,
+            variants[0].name
+        );
+    }
+}
