@@ -5,7 +5,11 @@
 //! Call ids grow with time (`ids::new_call_id`), so newest first is
 //! `call_id DESC`, a page goes on below the last id it showed (keyset, no
 //! `OFFSET`: calls created meanwhile sort above it and never shift a later
-//! page), and a creation time is a bound on ids.
+//! page), and a creation time is a bound on ids: `created_after` and
+//! `created_before` select by the millisecond an id begins with, the
+//! creating process's clock when it made the call (on SQLite the same clock,
+//! and moment, as `created_at`; on PostgreSQL `created_at` is the
+//! database's clock), exact to the millisecond and read from the index alone.
 //!
 //! How a query is answered (`Plan`), by its most selective filter:
 //! - `effect_id`: the call id inside it, by primary key — one row at most;
@@ -18,7 +22,10 @@
 //!   many keys): `(tenant, tool, status, call_id)` read backwards in every
 //!   group the count table says holds calls and the filters admit, at most a
 //!   page from each, merged — or, for every tenant with neither `tool` nor
-//!   `status`, the primary key backwards.
+//!   `status`, the primary key backwards. A prefix that matches many keys is
+//!   checked on the page's rows, a page of ids at a time from the index alone
+//!   (`Ordered::read`), for a few rounds; if it still has not filled a page
+//!   (it matches only some), the database checks it on every row it reads.
 //!
 //! The first four read a handful of rows and are then sorted; the last reads
 //! at most a page per group. Every row a plan returns is checked against
@@ -41,10 +48,9 @@ pub(in crate::store) const PREFIX_CANDIDATES: usize = 1_000;
 #[cfg(test)]
 pub(in crate::store) const PREFIX_CANDIDATES: usize = 8;
 
-/// How far a call's id time and its `created_at` may differ: on SQLite
-/// both come from one clock a moment apart; on PostgreSQL the id is the
-/// creating node's clock and `created_at` the database's.
-const CLOCK_MARGIN_MS: i64 = 1_000;
+/// Rounds of ids read from the index alone and checked on their rows,
+/// before a filter the index cannot apply is left to the database.
+const UNFILTERED_ROUNDS: usize = 3;
 
 /// What to list. Every filter given must hold (`AND`); `statuses`, when not
 /// empty, is any of them.
@@ -61,9 +67,9 @@ pub struct ListQuery {
     /// The business key as `business_keys` stores it (canonical JSON).
     pub business_key: Option<String>,
     pub effect_id: Option<String>,
-    /// `created_at >= created_after`, seconds.
+    /// Created at or after this (seconds), by the call id's millisecond.
     pub created_after: Option<f64>,
-    /// `created_at < created_before`, seconds.
+    /// Created before this (seconds), by the call id's millisecond.
     pub created_before: Option<f64>,
     /// Only calls whose id sorts below this one: the previous page's last.
     pub before_call_id: Option<String>,
@@ -120,6 +126,43 @@ pub(in crate::store) struct Ordered {
     pub take: usize,
 }
 
+impl Ordered {
+    /// The rows of this plan's page, read through a wing's two statements:
+    /// `ids` (the newest `take` ids within `bounds`, the residual applied by
+    /// the database or not) and `rows` (those ids' rows). With a residual,
+    /// first `UNFILTERED_ROUNDS` pages of ids from the index alone, each
+    /// checked on its rows (`admits`) and continued below its lowest id — a
+    /// prefix most keys start with fills a page at once, from the index —
+    /// then, if the page is still not full, the database applies it to
+    /// every row it reads from there on.
+    pub(in crate::store) fn read<E>(
+        &self,
+        query: &ListQuery,
+        mut ids: impl FnMut(&Ordered, bool) -> Result<Vec<String>, E>,
+        mut rows: impl FnMut(&[String]) -> Result<Vec<Call>, E>,
+    ) -> Result<Vec<Call>, E> {
+        if self.residual.is_empty() {
+            return rows(&ids(self, false)?);
+        }
+        let mut admitted = Vec::new();
+        let mut rest = self.clone();
+        for _ in 0..UNFILTERED_ROUNDS {
+            let found = ids(&rest, false)?;
+            let exhausted = found.len() < rest.take;
+            admitted.extend(rows(&found)?.into_iter().filter(|c| query.admits(c)));
+            match found.last() {
+                Some(lowest) if admitted.len() < self.take && !exhausted => {
+                    rest.bounds.upper = lowest.clone();
+                }
+                _ => return Ok(admitted),
+            }
+        }
+        rest.take = self.take - admitted.len();
+        admitted.extend(rows(&ids(&rest, true)?)?);
+        Ok(admitted)
+    }
+}
+
 /// Ids `>= lower` and `< upper`.
 #[derive(Debug, Clone, PartialEq)]
 pub(in crate::store) struct IdBounds {
@@ -127,18 +170,16 @@ pub(in crate::store) struct IdBounds {
     pub upper: String,
 }
 
-/// What the ordered plan checks on each row beyond its index.
+/// What the ordered plan checks on each row beyond its index: a key
+/// prefix, and its range's exclusive upper end (`None`: no end).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(in crate::store) struct Residual {
-    pub created_after: Option<f64>,
-    pub created_before: Option<f64>,
-    /// Key prefix and its range's exclusive upper end (`None`: no end).
     pub key_prefix: Option<(String, Option<String>)>,
 }
 
 impl Residual {
     pub(in crate::store) fn is_empty(&self) -> bool {
-        self.created_after.is_none() && self.created_before.is_none() && self.key_prefix.is_none()
+        self.key_prefix.is_none()
     }
 }
 
@@ -212,8 +253,6 @@ impl ListQuery {
             whole_table: whole_table && self.tenant.is_none(),
             bounds: self.id_bounds(),
             residual: Residual {
-                created_after: self.created_after,
-                created_before: self.created_before,
                 key_prefix: self
                     .key_prefix
                     .as_ref()
@@ -224,16 +263,15 @@ impl ListQuery {
     }
 
     /// The ids a page may hold: below the cursor, and within the creation
-    /// times widened by `CLOCK_MARGIN_MS` (`admits` then checks the times
-    /// exactly).
+    /// times (an id's first 11 hex digits are its millisecond).
     fn id_bounds(&self) -> IdBounds {
         let lower = self
             .created_after
-            .map(|t| id_at_millis(millis(t) - CLOCK_MARGIN_MS))
+            .map(|t| id_at_millis(millis(t)))
             .unwrap_or_default();
         let mut upper = self
             .created_before
-            .map(|t| id_at_millis(millis(t) + CLOCK_MARGIN_MS + 1))
+            .map(|t| id_at_millis(millis(t)))
             .unwrap_or_else(|| ABOVE_EVERY_CALL_ID.to_string());
         if let Some(before) = &self.before_call_id {
             if *before < upper {
@@ -256,8 +294,12 @@ impl ListQuery {
                 .key_prefix
                 .as_deref()
                 .is_none_or(|p| call.idem_key.starts_with(p))
-            && self.created_after.is_none_or(|t| call.created_at >= t)
-            && self.created_before.is_none_or(|t| call.created_at < t)
+            && self
+                .created_after
+                .is_none_or(|t| id_millis(&call.call_id).is_some_and(|ms| ms >= millis(t)))
+            && self
+                .created_before
+                .is_none_or(|t| id_millis(&call.call_id).is_some_and(|ms| ms < millis(t)))
             && self
                 .before_call_id
                 .as_deref()
@@ -286,7 +328,15 @@ pub(in crate::store) const ABOVE_EVERY_CALL_ID: &str = "c_g";
 
 /// Milliseconds since the epoch, as a call id counts them.
 fn millis(seconds: f64) -> i64 {
-    (seconds * 1000.0).floor() as i64
+    // To the microsecond first: `…:02.642Z` is 1796528982.642 only to
+    // within a ulp, and a thousand times it may fall just below …642.
+    ((seconds * 1e6).round() as i64).div_euclid(1000)
+}
+
+/// The millisecond a call id begins with.
+fn id_millis(call_id: &str) -> Option<i64> {
+    let hex = call_id.strip_prefix("c_")?.get(..MILLIS_HEX)?;
+    i64::from_str_radix(hex, 16).ok()
 }
 
 /// The smallest call id of millisecond `ms` (clamped to what ids can say).
@@ -366,15 +416,18 @@ mod tests {
         }
     }
 
-    /// Times become id bounds a clock margin wide; the cursor narrows them.
+    /// Times become id bounds (a fraction of a second read exactly); the
+    /// cursor narrows them.
     #[test]
     fn times_and_the_cursor_bound_the_ids() {
         let mut q = query();
         q.created_after = Some(1.0);
         q.created_before = Some(2.5);
         let bounds = q.id_bounds();
-        assert_eq!(bounds.lower, "c_0000000000000000");
-        assert_eq!(bounds.upper, format!("c_{:011x}00000", 3501));
+        assert_eq!(bounds.lower, format!("c_{:011x}00000", 1000));
+        assert_eq!(bounds.upper, format!("c_{:011x}00000", 2500));
+        assert_eq!(millis(1_796_528_982.642), 1_796_528_982_642);
+        assert_eq!(millis(-0.0005), -1);
         q.before_call_id = Some("c_0000000000100000".into());
         assert_eq!(q.id_bounds().upper, "c_0000000000100000");
         assert_eq!(query().id_bounds().upper, ABOVE_EVERY_CALL_ID);

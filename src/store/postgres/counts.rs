@@ -23,12 +23,13 @@ use super::super::counts::{CountRow, Counts};
 use super::super::model::Scope;
 use ::postgres::{Client, GenericClient};
 
-/// Schema step 3, the count tables: DDL, triggers, and their backfill
-/// (under the migration's lock, in its transaction: `CREATE TRIGGER` takes
-/// a lock on `calls` that waits for writers in flight and holds off new
-/// ones until the step commits, so no write falls between the count and
-/// the triggers). An effect whose call is gone counts under tenant `''` as
-/// detached: for every tenant together, not for any one.
+/// Schema step 3, the count tables: DDL and triggers, then
+/// `BACKFILL_COUNTS` (under the migration's lock, in its transaction:
+/// `CREATE TRIGGER` takes a lock on `calls` that waits for writers in
+/// flight and holds off new ones until the step commits, so no write falls
+/// between the count and the triggers). An effect whose call is gone counts
+/// under tenant `''` as detached: for every tenant together, not for any
+/// one.
 pub(super) const COUNT_TABLES: &str = "
 CREATE TABLE call_counts (
   tenant    text NOT NULL,
@@ -105,7 +106,12 @@ END $$;
 
 CREATE TRIGGER effects_counted AFTER INSERT OR DELETE ON effects
   FOR EACH ROW EXECUTE FUNCTION idem_count_effects();
+";
 
+/// The counts of the rows already there, into empty count tables: the
+/// migration's backfill, and the bulk loader's count once it has loaded
+/// with the triggers off.
+pub(super) const BACKFILL_COUNTS: &str = "
 INSERT INTO call_counts (tenant, tool, status, attempt, shard, calls, inserted, entered)
 SELECT tenant, tool, status, attempt, 0, count(*), count(*), 0
   FROM calls GROUP BY tenant, tool, status, attempt;

@@ -11,7 +11,7 @@
 //! never reads a group or a tenant the plan did not name.
 
 use super::super::ids::effect_id_for;
-use super::super::list::{Ordered, Plan, PREFIX_CANDIDATES};
+use super::super::list::{ListQuery, Ordered, Plan, PREFIX_CANDIDATES};
 use super::super::model::Call;
 use super::sql::{call_columns, call_from_row};
 use ::postgres::types::ToSql;
@@ -28,16 +28,14 @@ SELECT x.call_id FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, to
     ORDER BY call_id DESC LIMIT $6) AS x
  ORDER BY x.call_id DESC LIMIT $6";
 
-/// `GROUP_IDS` with the filters no index holds, on each row: creation
-/// time and a key prefix (`starts_with`, which no index steers).
+/// `GROUP_IDS` with a key prefix checked on each row (`starts_with`, which
+/// no index steers).
 pub const GROUP_IDS_FILTERED: &str = "
 SELECT x.call_id FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, tool, status)
  CROSS JOIN LATERAL (
    SELECT call_id FROM calls
     WHERE calls.tenant = g.tenant AND calls.tool = g.tool AND calls.status = g.status
-      AND call_id >= $4 AND call_id < $5
-      AND created_at >= $7 AND created_at < $8
-      AND ($9::text IS NULL OR starts_with(idem_key, $9))
+      AND call_id >= $4 AND call_id < $5 AND starts_with(idem_key, $7)
     ORDER BY call_id DESC LIMIT $6) AS x
  ORDER BY x.call_id DESC LIMIT $6";
 
@@ -47,12 +45,10 @@ SELECT call_id FROM calls
  WHERE call_id >= $1 AND call_id < $2
  ORDER BY call_id DESC LIMIT $3";
 
-/// `ALL_IDS` with the filters no index holds.
+/// `ALL_IDS` with a key prefix checked on each row.
 pub const ALL_IDS_FILTERED: &str = "
 SELECT call_id FROM calls
- WHERE call_id >= $1 AND call_id < $2
-   AND created_at >= $4 AND created_at < $5
-   AND ($6::text IS NULL OR starts_with(idem_key, $6))
+ WHERE call_id >= $1 AND call_id < $2 AND starts_with(idem_key, $4)
  ORDER BY call_id DESC LIMIT $3";
 
 /// Keys starting with the prefix in these tenants, counted up to a limit
@@ -65,6 +61,7 @@ SELECT count(*) FROM (
 /// checks and cuts them), following `plan`.
 pub(super) fn rows(
     client: &mut impl GenericClient,
+    query: &ListQuery,
     plan: &Plan,
 ) -> Result<Vec<Call>, ::postgres::Error> {
     match plan {
@@ -103,7 +100,7 @@ pub(super) fn rows(
                 .query_one(PREFIX_COUNT, &[tenants, prefix, upper, &cap])?
                 .get(0);
             if found > PREFIX_CANDIDATES as i64 {
-                return rows(client, fallback);
+                return rows(client, query, fallback);
             }
             summaries(
                 client,
@@ -111,45 +108,50 @@ pub(super) fn rows(
                 &[tenants, prefix, upper],
             )
         }
-        Plan::ByKeyPrefix { fallback, .. } => rows(client, fallback),
+        Plan::ByKeyPrefix { fallback, .. } => rows(client, query, fallback),
         Plan::Ordered(ordered) => {
-            let ids = ordered_ids(client, ordered)?;
-            summaries(client, "call_id = ANY($1)", &[&ids])
+            let client = std::cell::RefCell::new(client);
+            ordered.read(
+                query,
+                |o, filtered| ordered_ids(*client.borrow_mut(), o, filtered),
+                |ids| summaries(*client.borrow_mut(), "call_id = ANY($1)", &[&ids]),
+            )
         }
     }
 }
 
-/// The newest `take` ids of the ordered plan, in one statement.
+/// The newest `take` ids of the ordered plan, in one statement; the key
+/// prefix checked on each row when `filtered`.
 fn ordered_ids(
     client: &mut impl GenericClient,
     ordered: &Ordered,
+    filtered: bool,
 ) -> Result<Vec<String>, ::postgres::Error> {
     let take = ordered.take as i64;
     let (lower, upper) = (&ordered.bounds.lower, &ordered.bounds.upper);
-    let residual = &ordered.residual;
-    let after = residual.created_after.unwrap_or(f64::MIN);
-    let before = residual.created_before.unwrap_or(f64::MAX);
-    let prefix = residual.key_prefix.as_ref().map(|(p, _)| p.as_str());
-    let filtered = !residual.is_empty();
-    let rows = if ordered.whole_table {
-        match filtered {
-            false => client.query(ALL_IDS, &[lower, upper, &take])?,
-            true => client.query(
-                ALL_IDS_FILTERED,
-                &[lower, upper, &take, &after, &before, &prefix],
-            )?,
-        }
-    } else {
-        let tenants: Vec<&str> = ordered.groups.iter().map(|g| g.0.as_str()).collect();
-        let tools: Vec<&str> = ordered.groups.iter().map(|g| g.1.as_str()).collect();
-        let statuses: Vec<&str> = ordered.groups.iter().map(|g| g.2.as_str()).collect();
-        let head: [&(dyn ToSql + Sync); 6] = [&tenants, &tools, &statuses, lower, upper, &take];
-        match filtered {
-            false => client.query(GROUP_IDS, &head)?,
-            true => {
-                let mut all = head.to_vec();
-                all.extend([&after as &(dyn ToSql + Sync), &before, &prefix]);
-                client.query(GROUP_IDS_FILTERED, &all)?
+    let prefix = match filtered {
+        true => ordered
+            .residual
+            .key_prefix
+            .as_ref()
+            .map(|(p, _)| p.as_str()),
+        false => None,
+    };
+    let rows = match (ordered.whole_table, prefix) {
+        (true, None) => client.query(ALL_IDS, &[lower, upper, &take])?,
+        (true, Some(prefix)) => client.query(ALL_IDS_FILTERED, &[lower, upper, &take, &prefix])?,
+        (false, prefix) => {
+            let tenants: Vec<&str> = ordered.groups.iter().map(|g| g.0.as_str()).collect();
+            let tools: Vec<&str> = ordered.groups.iter().map(|g| g.1.as_str()).collect();
+            let statuses: Vec<&str> = ordered.groups.iter().map(|g| g.2.as_str()).collect();
+            let head: [&(dyn ToSql + Sync); 6] = [&tenants, &tools, &statuses, lower, upper, &take];
+            match prefix {
+                None => client.query(GROUP_IDS, &head)?,
+                Some(prefix) => {
+                    let mut all = head.to_vec();
+                    all.push(&prefix);
+                    client.query(GROUP_IDS_FILTERED, &all)?
+                }
             }
         }
     };

@@ -438,7 +438,7 @@ impl Backend for PgStore {
                 rows: counts::count_rows(tx, scope)?,
                 ..Counts::default()
             };
-            list::rows(tx, &query.plan(&counts))
+            list::rows(tx, query, &query.plan(&counts))
         })?;
         Ok(query.page(rows))
     }

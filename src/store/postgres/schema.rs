@@ -42,7 +42,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "call_counts, effect_counts, calls_list, idem_key in \"C\": counts and lists \
                without reading calls (SQLite's version 9)",
-        sql: &[V3, super::counts::COUNT_TABLES],
+        sql: &[
+            V3,
+            super::counts::COUNT_TABLES,
+            super::counts::BACKFILL_COUNTS,
+        ],
     },
 ];
 

@@ -10,7 +10,7 @@
 //! tenant the plan did not name.
 
 use super::super::ids::effect_id_for;
-use super::super::list::{IdBounds, Ordered, Plan, Residual, PREFIX_CANDIDATES};
+use super::super::list::{IdBounds, ListQuery, Ordered, Plan, Residual, PREFIX_CANDIDATES};
 use super::super::model::Call;
 use super::sql::{call_from_row, CALL_COLUMNS};
 use rusqlite::{params, Connection, Params, ToSql};
@@ -20,13 +20,12 @@ pub const GROUP_IDS: &str = "SELECT call_id FROM calls
   WHERE tenant = ?1 AND tool = ?2 AND status = ?3 AND call_id >= ?4 AND call_id < ?5
   ORDER BY call_id DESC LIMIT ?6";
 
-/// `GROUP_IDS` with the filters no index holds, on the row each id leads
-/// to: creation time, and a key prefix (`+idem_key`: the range must not
-/// steer the plan to the key index, whose order is not the list's).
+/// `GROUP_IDS` with a key prefix checked on the row each id leads to
+/// (`+idem_key`: the range must not steer the plan to the key index, whose
+/// order is not the list's); `?8` is NULL when the prefix has no end.
 pub const GROUP_IDS_FILTERED: &str = "SELECT call_id FROM calls
   WHERE tenant = ?1 AND tool = ?2 AND status = ?3 AND call_id >= ?4 AND call_id < ?5
-    AND created_at >= ?7 AND created_at < ?8
-    AND (?9 IS NULL OR (+idem_key >= ?9 AND (?10 IS NULL OR +idem_key < ?10)))
+    AND +idem_key >= ?7 AND (?8 IS NULL OR +idem_key < ?8)
   ORDER BY call_id DESC LIMIT ?6";
 
 /// Newest first over every call, by the primary key, between two ids.
@@ -34,11 +33,10 @@ pub const ALL_IDS: &str = "SELECT call_id FROM calls
   WHERE call_id >= ?1 AND call_id < ?2
   ORDER BY call_id DESC LIMIT ?3";
 
-/// `ALL_IDS` with the filters no index holds.
+/// `ALL_IDS` with a key prefix checked on each row.
 pub const ALL_IDS_FILTERED: &str = "SELECT call_id FROM calls
   WHERE call_id >= ?1 AND call_id < ?2
-    AND created_at >= ?4 AND created_at < ?5
-    AND (?6 IS NULL OR (+idem_key >= ?6 AND (?7 IS NULL OR +idem_key < ?7)))
+    AND +idem_key >= ?4 AND (?5 IS NULL OR +idem_key < ?5)
   ORDER BY call_id DESC LIMIT ?3";
 
 /// How many keys start with the prefix in one tenant, counted up to a limit
@@ -48,7 +46,11 @@ pub const PREFIX_COUNT: &str = "SELECT count(*) FROM (
 
 /// The query's page rows (at most `limit` + 1, in any order; `page` sorts,
 /// checks and cuts them), following `plan`.
-pub(super) fn rows(conn: &Connection, plan: &Plan) -> rusqlite::Result<Vec<Call>> {
+pub(super) fn rows(
+    conn: &Connection,
+    query: &ListQuery,
+    plan: &Plan,
+) -> rusqlite::Result<Vec<Call>> {
     match plan {
         Plan::Empty => Ok(Vec::new()),
         Plan::ByEffect { call_id, effect_id } => summaries(
@@ -74,7 +76,7 @@ pub(super) fn rows(conn: &Connection, plan: &Plan) -> rusqlite::Result<Vec<Call>
             fallback,
         } => {
             if prefix_matches(conn, tenants, prefix, upper)? > PREFIX_CANDIDATES {
-                return rows(conn, fallback);
+                return rows(conn, query, fallback);
             }
             each(tenants, |tenant| {
                 summaries(
@@ -84,14 +86,12 @@ pub(super) fn rows(conn: &Connection, plan: &Plan) -> rusqlite::Result<Vec<Call>
                 )
             })
         }
-        Plan::ByKeyPrefix { fallback, .. } => rows(conn, fallback),
-        Plan::Ordered(ordered) => {
-            let ids = ordered_ids(conn, ordered)?;
-            ids.iter()
-                .map(|id| summaries(conn, "call_id = ?1", params![id]))
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .map(|rows| rows.into_iter().flatten().collect())
-        }
+        Plan::ByKeyPrefix { fallback, .. } => rows(conn, query, fallback),
+        Plan::Ordered(ordered) => ordered.read(
+            query,
+            |o, filtered| ordered_ids(conn, o, filtered),
+            |ids| each(ids, |id| summaries(conn, "call_id = ?1", params![id])),
+        ),
     }
 }
 
@@ -132,13 +132,18 @@ fn prefix_matches(
 /// from the top of what is still wanted — once `take` ids are in hand, a
 /// group is read only above the lowest of them, so most groups yield a few
 /// entries or none.
-fn ordered_ids(conn: &Connection, ordered: &Ordered) -> rusqlite::Result<Vec<String>> {
+fn ordered_ids(
+    conn: &Connection,
+    ordered: &Ordered,
+    filtered: bool,
+) -> rusqlite::Result<Vec<String>> {
     let mut best: Vec<String> = Vec::new();
     let groups: Vec<Option<&(String, String, String)>> = if ordered.whole_table {
         vec![None]
     } else {
         ordered.groups.iter().map(Some).collect()
     };
+    let residual = filtered.then_some(&ordered.residual);
     for group in groups {
         let lower = match best.get(ordered.take - 1) {
             Some(lowest) if *lowest > ordered.bounds.lower => lowest.clone(),
@@ -148,13 +153,7 @@ fn ordered_ids(conn: &Connection, ordered: &Ordered) -> rusqlite::Result<Vec<Str
             lower,
             upper: ordered.bounds.upper.clone(),
         };
-        best.extend(ids_of(
-            conn,
-            group,
-            &bounds,
-            &ordered.residual,
-            ordered.take,
-        )?);
+        best.extend(ids_of(conn, group, &bounds, residual, ordered.take)?);
         best.sort_unstable_by(|a, b| b.cmp(a));
         best.dedup();
         best.truncate(ordered.take);
@@ -162,51 +161,32 @@ fn ordered_ids(conn: &Connection, ordered: &Ordered) -> rusqlite::Result<Vec<Str
     Ok(best)
 }
 
-/// Up to `take` ids of one group (or of the whole table), newest first.
+/// Up to `take` ids of one group (or of the whole table), newest first,
+/// the key prefix checked on each row when `residual` holds one.
 fn ids_of(
     conn: &Connection,
     group: Option<&(String, String, String)>,
     bounds: &IdBounds,
-    residual: &Residual,
+    residual: Option<&Residual>,
     take: usize,
 ) -> rusqlite::Result<Vec<String>> {
     let take = take as i64;
     let (lower, upper) = (&bounds.lower, &bounds.upper);
-    let after = residual.created_after.unwrap_or(f64::MIN);
-    let before = residual.created_before.unwrap_or(f64::MAX);
-    let (prefix, prefix_end) = match &residual.key_prefix {
-        Some((p, end)) => (Some(p.as_str()), end.as_deref()),
-        None => (None, None),
-    };
     let rows = |sql: &str, values: &[&dyn ToSql]| -> rusqlite::Result<Vec<String>> {
         conn.prepare_cached(sql)?
             .query_map(values, |r| r.get(0))?
             .collect()
     };
-    match (group, residual.is_empty()) {
-        (Some((tenant, tool, status)), true) => {
+    match (group, residual.and_then(|r| r.key_prefix.as_ref())) {
+        (Some((tenant, tool, status)), None) => {
             rows(GROUP_IDS, &[tenant, tool, status, lower, upper, &take])
         }
-        (Some((tenant, tool, status)), false) => rows(
+        (Some((tenant, tool, status)), Some((prefix, end))) => rows(
             GROUP_IDS_FILTERED,
-            &[
-                tenant,
-                tool,
-                status,
-                lower,
-                upper,
-                &take,
-                &after,
-                &before,
-                &prefix,
-                &prefix_end,
-            ],
+            &[tenant, tool, status, lower, upper, &take, prefix, end],
         ),
-        (None, true) => rows(ALL_IDS, &[lower, upper, &take]),
-        (None, false) => rows(
-            ALL_IDS_FILTERED,
-            &[lower, upper, &take, &after, &before, &prefix, &prefix_end],
-        ),
+        (None, None) => rows(ALL_IDS, &[lower, upper, &take]),
+        (None, Some((prefix, end))) => rows(ALL_IDS_FILTERED, &[lower, upper, &take, prefix, end]),
     }
 }
 

@@ -447,7 +447,7 @@ impl Backend for SqliteStore {
                 ..Counts::default()
             };
             let plan = query.plan(&counts);
-            let rows = list::rows(conn, &plan)?;
+            let rows = list::rows(conn, query, &plan)?;
             snapshot.commit()?;
             Ok(query.page(rows))
         })
