@@ -7,8 +7,9 @@
 //!   `GET /v1/overview` and `GET /v1/tool-calls` every `POLL_EVERY`, as the
 //!   console's pages do, side by side (target: with ≥ 0.95× without);
 //! - `--console writes`: the load on the schema as built, and with what
-//!   migration 9 added to every write taken out again (the list's index, the
-//!   count tables' triggers, or both: the write path of the release before),
+//!   migration 9 changed on every write undone again (`idx_calls_status` back
+//!   on its old columns, the count tables' triggers dropped, or both: the write
+//!   path of the release before),
 //!   via `store::bulk::strip_console_writes`.
 //!
 //! It starts and stops its own services only, and prints each round and the
@@ -16,10 +17,12 @@
 
 use crate::error::BenchError;
 use crate::load::{run_load, Load, LoadResult, Via};
+use crate::measure::fetch_stats;
 use crate::target::{run_id, start_in_process, Target};
 use crate::{Config, Mode};
 use idempotent_tool::client::HttpConnection;
 use idempotent_tool::store::bulk::strip_console_writes;
+use idempotent_tool::store::WriterStats;
 use idempotent_tool::temp::TempDir;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,21 +32,22 @@ use std::time::{Duration, Instant};
 /// How often the console polls (its pages refresh every 2 s).
 const POLL_EVERY: Duration = Duration::from_secs(2);
 
-/// Rounds of each comparison.
-const ROUNDS: usize = 3;
-
 /// One variant of a run.
 #[derive(Clone, Copy)]
 struct Variant {
     name: &'static str,
     poll: bool,
-    /// Take out the list index, the count triggers (`strip_console_writes`).
+    /// Put the old status index back, drop the count triggers
+    /// (`strip_console_writes`).
     strip: (bool, bool),
 }
 
 /// One run's figures.
 struct Run {
     load: LoadResult,
+    /// What the writer did during the run: its time per operation is the
+    /// write path's own cost, less shaken by the shared disk than the rate.
+    writer: WriterStats,
     /// Console requests made during the run, and their mean latency.
     polls: usize,
     poll_ms: f64,
@@ -75,7 +79,7 @@ pub fn run_write_comparison(config: &Config) -> Result<bool, BenchError> {
             strip: (true, true),
         },
         Variant {
-            name: "list index only",
+            name: "status index reshaped only",
             poll: false,
             strip: (false, true),
         },
@@ -93,11 +97,11 @@ pub fn run_write_comparison(config: &Config) -> Result<bool, BenchError> {
     compare(config, &variants, "writes")
 }
 
-/// `ROUNDS` rounds of every variant, the order turned around every other
+/// `--rounds` rounds of every variant, the order turned around every other
 /// round; print the table and each variant's ratio to the first.
 fn compare(config: &Config, variants: &[Variant], what: &str) -> Result<bool, BenchError> {
     let mut runs: Vec<Vec<Run>> = variants.iter().map(|_| Vec::new()).collect();
-    for round in 0..ROUNDS {
+    for round in 0..config.rounds {
         let mut order: Vec<usize> = (0..variants.len()).collect();
         if round % 2 == 1 {
             order.reverse();
@@ -127,6 +131,7 @@ fn run(config: &Config, variant: Variant) -> Result<Run, BenchError> {
         }
         Ok(())
     })?;
+    let before = fetch_stats(&target.authority)?.writer;
     let stop = Arc::new(AtomicBool::new(false));
     let poller = variant
         .poll
@@ -144,9 +149,11 @@ fn run(config: &Config, variant: Variant) -> Result<Run, BenchError> {
         Some(thread) => thread.join().unwrap_or((0, 0.0)),
         None => (0, 0.0),
     };
+    let writer = fetch_stats(&target.authority)?.writer.since(before);
     drop(target);
     Ok(Run {
         load,
+        writer,
         polls,
         poll_ms,
     })
@@ -182,6 +189,7 @@ fn poll(target: &Target, stop: Arc<AtomicBool>) -> impl FnOnce() -> (usize, f64)
 
 fn print(config: &Config, variants: &[Variant], runs: &[Vec<Run>], what: &str) {
     let rate = |r: &Run| r.load.accepted_per_s();
+    let us = |r: &Run| r.writer.run_us_per_op();
     let ratios: Vec<Vec<f64>> = runs
         .iter()
         .map(|v| {
@@ -197,54 +205,70 @@ fn print(config: &Config, variants: &[Variant], runs: &[Vec<Run>], what: &str) {
             .zip(runs)
             .zip(&ratios)
             .map(|((v, runs), ratios)| {
-                let rates: Vec<f64> = runs.iter().map(rate).collect();
-                let p99: Vec<f64> = runs.iter().map(|r| r.load.ms(0.99)).collect();
-                let polls: Vec<usize> = runs.iter().map(|r| r.polls).collect();
-                json!({"variant": v.name, "accepted_per_s": rates, "p99_ms": p99,
-                       "ratio_to_first": ratios, "polls": polls})
+                let of = |f: &dyn Fn(&Run) -> f64| runs.iter().map(f).collect::<Vec<f64>>();
+                json!({"variant": v.name, "accepted_per_s": of(&rate),
+                       "p99_ms": of(&|r| r.load.ms(0.99)), "ratio_to_first": ratios,
+                       "writer_run_us_per_op": of(&us),
+                       "polls": runs.iter().map(|r| r.polls).collect::<Vec<_>>()})
             })
             .collect();
+        let rounds = runs[0].len();
         idempotent_tool::outln!(
             "{}",
-            json!({"comparison": what, "rounds": ROUNDS, "variants": rows})
+            json!({"comparison": what, "rounds": rounds, "variants": rows})
         );
         return;
     }
     idempotent_tool::outln!(
-        "{what}: distinct keys, concurrency {}, {ROUNDS} rounds, variants interleaved (accepted/s; ratio to {:?} of the same round)",
+        "{what}: distinct keys, concurrency {}, {} rounds, variants interleaved \
+         (accepted/s, POST p99, ratio to {:?} of the same round, the writer's time per operation)",
         config.concurrency,
+        runs[0].len(),
         variants[0].name
     );
-    for (round, _) in runs[0].iter().enumerate() {
+    for round in 0..runs[0].len() {
         let cells: Vec<String> = variants
             .iter()
             .zip(runs)
             .zip(&ratios)
             .map(|((v, r), q)| {
+                let r = &r[round];
                 let polls = match v.poll {
-                    true => format!(", {} polls {:.1} ms", r[round].polls, r[round].poll_ms),
+                    true => format!(", {} polls {:.1} ms", r.polls, r.poll_ms),
                     false => String::new(),
                 };
-                format!(
-                    "{}: {:.0}/s p99 {:.1} ms ({:.3}x{polls})",
-                    v.name,
-                    rate(&r[round]),
-                    r[round].load.ms(0.99),
-                    q[round]
-                )
+                let (rps, p99) = (rate(r), r.load.ms(0.99));
+                let line = format!(
+                    "{rps:.0}/s p99 {p99:.1} ms {:.3}x {:.1} µs/op",
+                    q[round],
+                    us(r)
+                );
+                format!("{}: {line}{polls}", v.name)
             })
             .collect();
         idempotent_tool::outln!("round {}: {}", round + 1, cells.join(" | "));
     }
-    for (v, q) in variants.iter().zip(&ratios).skip(1) {
-        let mean = q.iter().sum::<f64>() / q.len() as f64;
-        let (lo, hi) = q
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+    for ((v, q), r) in variants.iter().zip(&ratios).zip(runs) {
+        let us: Vec<f64> = r.iter().map(us).collect();
+        let (lo, hi) = spread(q);
+        let (us_lo, us_hi) = spread(&us);
         idempotent_tool::outln!(
-            "{}: {mean:.3}x of {:?} (rounds {lo:.3}–{hi:.3})",
+            "{}: {:.3}x of {:?} (rounds {lo:.3}–{hi:.3}); writer {:.1} µs/op (rounds {us_lo:.1}–{us_hi:.1})",
             v.name,
-            variants[0].name
+            mean(q),
+            variants[0].name,
+            mean(&us)
         );
     }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// The least and the greatest of `values`.
+fn spread(values: &[f64]) -> (f64, f64) {
+    values
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
 }

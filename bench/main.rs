@@ -99,10 +99,11 @@ usage: bench [options]
                        poll: the distinct load with and without a console
                        polling every 2 s; writes: the distinct load with and
                        without the list index and the count triggers; each
-                       comparison interleaved, 3 rounds, --duration per run
-                       (default 10 s)
+                       comparison interleaved, --rounds rounds, --duration per
+                       run (default 10 s)
   --rows N             with --console list: calls to load (default 1000000)
   --samples N          with --console list: requests per query (default 200)
+  --rounds N           with --console poll or writes: rounds (default 3)
   --json               print one JSON object instead of the text report
   --help               print this help
 ";
@@ -169,6 +170,8 @@ struct Config {
     rows: u64,
     /// `--samples`: requests per query of `--console list`.
     samples: usize,
+    /// `--rounds`: rounds of `--console poll` and `writes`.
+    rounds: usize,
     json: bool,
     /// The in-process service writes an access log (to a temp file).
     access_log: bool,
@@ -195,6 +198,7 @@ impl Config {
             console: None,
             rows: 1_000_000,
             samples: 200,
+            rounds: 3,
             json: false,
             access_log: true,
             setup: Setup::default(),
@@ -247,6 +251,7 @@ impl Config {
                 }
                 "--rows" => c.rows = number(&flag, &value()?)?,
                 "--samples" => c.samples = number(&flag, &value()?)? as usize,
+                "--rounds" => c.rounds = number(&flag, &value()?)? as usize,
                 "--json" => c.json = true,
                 "--access-log" => {
                     c.access_log = parse_access_log(&value()?).map_err(BenchError::Setting)?

@@ -60,7 +60,6 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
             "idx_business_keys_key",
             "idx_business_keys_live",
             "idx_calls_client_seq",
-            "idx_calls_list",
             "idx_calls_status"
         ]
     );
@@ -74,19 +73,19 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         )
         .unwrap();
     assert!(plan.contains("idx_calls_client_seq"), "{plan}");
-    // The list reads each (tenant, tool, status) group of idx_calls_list
+    // The list reads each (status, tenant, tool) group of idx_calls_status
     // backwards between two ids, every tenant's calls by the primary key,
     // and a key prefix as a range of the (tenant, idem_key) index: no scan,
     // no sort, whatever the filters (docs/performance.md shows them too).
     let columns = text_column(
         &conn,
-        "SELECT name FROM pragma_index_info('idx_calls_list') ORDER BY seqno",
+        "SELECT name FROM pragma_index_info('idx_calls_status') ORDER BY seqno",
         0,
     );
-    assert_eq!(columns, ["tenant", "tool", "status", "call_id"]);
+    assert_eq!(columns, ["status", "tenant", "tool", "call_id"]);
     for (sql, uses) in [
-        (sqlite::GROUP_IDS, "SEARCH calls USING COVERING INDEX idx_calls_list (tenant=? AND tool=? AND status=? AND call_id>? AND call_id<?)"),
-        (sqlite::GROUP_IDS_FILTERED, "SEARCH calls USING INDEX idx_calls_list (tenant=? AND tool=? AND status=? AND call_id>? AND call_id<?)"),
+        (sqlite::GROUP_IDS, "SEARCH calls USING COVERING INDEX idx_calls_status (status=? AND tenant=? AND tool=? AND call_id>? AND call_id<?)"),
+        (sqlite::GROUP_IDS_FILTERED, "SEARCH calls USING INDEX idx_calls_status (status=? AND tenant=? AND tool=? AND call_id>? AND call_id<?)"),
         (sqlite::ALL_IDS, "SEARCH calls USING COVERING INDEX sqlite_autoindex_calls_1 (call_id>? AND call_id<?)"),
         (sqlite::ALL_IDS_FILTERED, "SEARCH calls USING INDEX sqlite_autoindex_calls_1 (call_id>? AND call_id<?)"),
     ] {
@@ -100,6 +99,24 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         )),
         "{plan:?}"
     );
+    // The claim's scan of due calls and recovery's of running ones still
+    // search idx_calls_status by status (their statements, as in sql.rs and
+    // instances.rs).
+    for sql in [
+        "SELECT call_id, tool FROM calls
+          WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+          ORDER BY lease_until, rowid LIMIT ?2",
+        "SELECT c.call_id FROM calls c LEFT JOIN instances i
+            ON c.owner LIKE '%@%' AND i.instance_id = substr(c.owner, instr(c.owner, '@') + 1)
+          WHERE c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= ?1
+                OR i.stopped_at IS NOT NULL OR i.heartbeat_at <= ?2)",
+    ] {
+        let plan = plan_of(&conn, sql);
+        assert!(
+            plan.iter().any(|step| step.contains("USING INDEX idx_calls_status (status=?)")),
+            "{plan:?}"
+        );
+    }
     let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
     assert_eq!(duplicates, 0);
     assert_eq!(server.stats()["calls"], 5);
@@ -158,8 +175,8 @@ fn database_with_the_seeds_exact_schema_still_works() {
         db.count("SELECT seq FROM sqlite_sequence WHERE name = 'audit'"),
         3
     );
-    // Migration 5 rebuilt `calls` (keys per tenant) with this release's
-    // indexes, so /stats now counts from idx_calls_status there too.
+    // Migration 5 rebuilt `calls` (keys per tenant), migration 9 made its
+    // count tables from the rows there and reshaped its status index.
     let stats = server.stats();
     assert_eq!(stats["calls"], 1, "{stats}");
     assert_eq!(stats["by_status"], json!({"succeeded": 1}), "{stats}");

@@ -137,19 +137,23 @@ pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// For the bench's write-path comparison only: take out of the file at
-/// `path` what migration 9 added to every write — the list's index
-/// (`list_index`) and the count tables' triggers (`count_triggers`) — so a
-/// service on it writes as the release before did. Its counts are wrong
-/// from then on: never on a database that serves anyone.
+/// For the bench's write-path comparison only: undo in the file at `path`
+/// what migration 9 changed on every write — put `idx_calls_status` back on
+/// `(status, lease_until, attempt)` (`old_status_index`), drop the count
+/// tables' triggers (`count_triggers`) — so that a service on it writes as
+/// the release before did. Its counts and lists are wrong from then on:
+/// never on a database that serves anyone.
 pub fn strip_console_writes(
     path: &Path,
-    list_index: bool,
+    old_status_index: bool,
     count_triggers: bool,
 ) -> Result<(), StoreError> {
     let conn = Connection::open(path)?;
-    if list_index {
-        conn.execute_batch("DROP INDEX idx_calls_list")?;
+    if old_status_index {
+        conn.execute_batch(
+            "DROP INDEX idx_calls_status;
+             CREATE INDEX idx_calls_status ON calls(status, lease_until, attempt);",
+        )?;
     }
     if count_triggers {
         conn.execute_batch(

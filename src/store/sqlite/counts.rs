@@ -51,13 +51,11 @@ AFTER UPDATE OF tenant, tool, status, attempt ON calls
 WHEN old.tenant IS NOT new.tenant OR old.tool IS NOT new.tool
   OR old.status IS NOT new.status OR old.attempt IS NOT new.attempt
 BEGIN
-  UPDATE call_counts SET calls = calls - 1
-   WHERE tenant = old.tenant AND tool = old.tool AND status = old.status
-     AND attempt = old.attempt;
   INSERT INTO call_counts (tenant, tool, status, attempt, calls, inserted, entered)
-  VALUES (new.tenant, new.tool, new.status, new.attempt, 1, 0, 1)
+  VALUES (old.tenant, old.tool, old.status, old.attempt, -1, 0, 0),
+         (new.tenant, new.tool, new.status, new.attempt, 1, 0, 1)
   ON CONFLICT (tenant, tool, status, attempt)
-  DO UPDATE SET calls = calls + 1, entered = entered + 1;
+  DO UPDATE SET calls = calls + excluded.calls, entered = entered + excluded.entered;
 END;
 
 CREATE TRIGGER IF NOT EXISTS calls_counted_on_delete AFTER DELETE ON calls
@@ -108,12 +106,19 @@ SELECT coalesce(c.tenant, ''), count(*), count(*) - count(c.call_id)
  GROUP BY coalesce(c.tenant, '');
 ";
 
-/// The list's index: a tenant's calls by tool and status, newest last.
-/// Every new call adds one entry at the right end of its group and every
-/// transition moves it to the right end of another, so the pages written
-/// are the few at the groups' ends (see docs/performance.md).
-pub(super) const LIST_INDEX: &str =
-    "CREATE INDEX IF NOT EXISTS idx_calls_list ON calls(tenant, tool, status, call_id)";
+/// `idx_calls_status` reshaped from `(status, lease_until, attempt)` to
+/// `(status, tenant, tool, call_id)`: calls by status, then tenant and tool,
+/// newest last. The claim's scan of pending calls and recovery's of running
+/// ones search it by status as before; the list reads each (status, tenant,
+/// tool) group of it newest first. No index is added to the hot path: a new
+/// call still writes one entry and each transition still moves it (to the
+/// right end of its new group, as ids grow), and a lease's extension, which
+/// changes only `lease_until`, no longer moves it at all. `attempt` was
+/// there for `/stats`, which the count tables now answer.
+pub(super) const STATUS_INDEX: &str = "
+DROP INDEX IF EXISTS idx_calls_status;
+CREATE INDEX idx_calls_status ON calls(status, tenant, tool, call_id);
+";
 
 /// `scope`'s counts, in the caller's read transaction.
 pub(super) fn counts(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Counts> {
@@ -161,7 +166,7 @@ pub(super) fn count_rows(conn: &Connection, scope: Scope<'_>) -> rusqlite::Resul
 }
 
 /// The oldest pending call's `created_at`: in each (tenant, tool) with
-/// pending calls, the first of `idx_calls_list`'s pending entries (ids grow
+/// pending calls, the first of `idx_calls_status`' pending entries (ids grow
 /// with time), one index seek each.
 fn oldest_pending(conn: &Connection, counts: &Counts) -> rusqlite::Result<Option<f64>> {
     let mut first = conn.prepare_cached(

@@ -3,8 +3,8 @@
 //! run on a connection they are given, inside the caller's one read
 //! transaction, after the counts the plan was made from.
 //!
-//! Every statement here is driven by an index: `idx_calls_list` (tenant,
-//! tool, status, call_id), the primary key, `UNIQUE (tenant, idem_key)`, or
+//! Every statement here is driven by an index: `idx_calls_status` (status,
+//! tenant, tool, call_id), the primary key, `UNIQUE (tenant, idem_key)`, or
 //! `business_keys`' `idx_business_keys_key`; `docs/performance.md` shows
 //! their plans. This module never writes, and never reads a group or a
 //! tenant the plan did not name.
@@ -15,7 +15,7 @@ use super::super::model::Call;
 use super::sql::{call_from_row, CALL_COLUMNS};
 use rusqlite::{params, Connection, Params, ToSql};
 
-/// Newest first within one group of `idx_calls_list`, between two ids.
+/// Newest first within one group of `idx_calls_status`, between two ids.
 pub const GROUP_IDS: &str = "SELECT call_id FROM calls
   WHERE tenant = ?1 AND tool = ?2 AND status = ?3 AND call_id >= ?4 AND call_id < ?5
   ORDER BY call_id DESC LIMIT ?6";

@@ -98,15 +98,15 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 9,
         name:
-            "call_counts, effect_counts and idx_calls_list: counts and lists without reading calls",
+            "call_counts, effect_counts, idx_calls_status by tenant and tool: counts and lists without reading calls",
         // The counts `/stats`, `/metrics` and the overview read, kept by
         // triggers and filled once from the rows already here; and the
-        // index the list reads each (tenant, tool, status) group by. See
-        // `counts`.
+        // status index reshaped so that the list reads each (status, tenant,
+        // tool) group of it. See `counts`.
         apply: |conn| {
             conn.execute_batch(super::counts::COUNT_TABLES)?;
             conn.execute_batch(super::counts::BACKFILL_COUNTS)?;
-            conn.execute_batch(super::counts::LIST_INDEX)
+            conn.execute_batch(super::counts::STATUS_INDEX)
         },
     },
 ];
