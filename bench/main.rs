@@ -27,7 +27,9 @@
 //! baselines), `error` (`BenchError`, why a run could not start or finish), `measure` (load, drain, `/stats`),
 //! `invariants` (the checks after a run), `sweep` (the `--sweep` run and its
 //! pre-filled database), `report` (text and JSON), `cluster` (`--db
-//! postgres://…`: PostgreSQL with one and several nodes beside SQLite).
+//! postgres://…`: PostgreSQL with one and several nodes beside SQLite),
+//! `list_latency` and `console_load` (`--console`: the list's latency at a
+//! million calls, and what the console costs the write path).
 #![forbid(unsafe_code)]
 
 mod calibrate;

@@ -20,9 +20,11 @@
 //! (`StoreError`), `database` (which backend a `--db` names), `ids` (call
 //! and effect ids, the local clock), `options` (`StoreOptions`,
 //! `DueLimits`), `instance` (instance identity and the liveness rules of
-//! recovery: `Reclaimable`), `audit` (the audit events and their detail
-//! texts), `wake` (another node's news), `business_key` (the second layer's
-//! types) and `verify` (the offline checker's invariants and report); this
+//! recovery: `Reclaimable`; `Node`, what `GET /v1/nodes` shows), `audit`
+//! (the audit events and their detail texts), `wake` (another node's news),
+//! `business_key` (the second layer's types), `mixed` (the bench's mixed
+//! million, row by row) and `verify` (the offline checker's invariants and
+//! report); this
 //! file is the map, and the one dispatch from a database to its wing
 //! (`open_backend`, `verify_backend`, `tools_outside_backend`).
 //!
@@ -31,8 +33,9 @@
 //! group-commit writer thread, its syncer and checkpointer, a read pool)
 //! and `postgres/` (for several nodes on one database: a connection pool,
 //! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
-//! `schema`, `instances`, `business_key`, `retention`, `report_reads` and
-//! `verify`, in its own SQL.
+//! `schema`, `instances`, `business_key`, `retention`, `report_reads`,
+//! `counts` (the count tables and their triggers), `list` (the list's
+//! statements), `bulk` (the bench's loaders) and `verify`, in its own SQL.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
 //! the tenant, and another tenant's call reads as absent.

@@ -113,7 +113,8 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
     ] {
         let plan = plan_of(&conn, sql);
         assert!(
-            plan.iter().any(|step| step.contains("USING INDEX idx_calls_status (status=?)")),
+            plan.iter()
+                .any(|step| step.contains("USING INDEX idx_calls_status (status=?)")),
             "{plan:?}"
         );
     }

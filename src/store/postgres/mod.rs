@@ -7,7 +7,9 @@
 //! `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
-//! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
+//! (key purge), `report_reads` (audit, health), `counts` (the count tables,
+//! sharded by backend, and their fold), `list` (the list's statements),
+//! `bulk` (the bench's loader), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
 //! business key, schema step 2), `listen` (`LISTEN`/`NOTIFY` wake-ups
 //! between the nodes). `open` is the wing's one entry point; `PgStore`

@@ -4,9 +4,11 @@
 //! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
 //! own (`checkpointer`); reads go to a bounded pool of read connections
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
-//! (the process registry and recovery), `business_key`, `retention`,
-//! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
-//! migrations); and the offline `verify` and the bench's `bulk` loader.
+//! (the process registry and recovery, the nodes), `business_key`,
+//! `retention`, `report_reads` (the operations endpoints), `counts` (the
+//! count tables, their triggers and reads), `list` (the list's statements),
+//! `schema` (DDL, pragmas, migrations); and the offline `verify` and the
+//! bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
