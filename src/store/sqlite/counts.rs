@@ -20,6 +20,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 /// Migration 9, first part: the tables and their triggers. `call_counts`
 /// is keyed like the groups the list reads; `WITHOUT ROWID` keeps each row
 /// in its key's B-tree, one page for every counter a batch touches.
+///
+/// A trigger on `calls` reads `effects` and one on `effects` reads `calls`.
+/// So a later migration that rebuilds either table (create a copy, drop,
+/// rename) must drop these triggers first and make them again after, or
+/// run with `PRAGMA legacy_alter_table=ON`: a rename checks every trigger
+/// against the schema, and finds the other table's triggers naming one
+/// that is gone.
 pub(super) const COUNT_TABLES: &str = "
 CREATE TABLE IF NOT EXISTS call_counts (
   tenant    TEXT NOT NULL,
