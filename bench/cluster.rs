@@ -58,7 +58,8 @@ impl Row {
 
 /// Run every row, print the table; `Ok(false)` when an invariant failed.
 pub fn run_cluster(config: &Config, url: &str) -> Result<bool, BenchError> {
-    let postgres = Database::parse(url).map_err(BenchError::Database)?;
+    let mut postgres = Database::parse(url).map_err(BenchError::Database)?;
+    postgres.set_schema(&config.db_schema);
     let ceiling = match config.pgbench {
         true => Some(pgbench_ceiling(url, config)?),
         false => None,

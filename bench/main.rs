@@ -51,6 +51,7 @@ use idempotent_tool::client::authority;
 use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::flag::{FlagError, Flags};
 use idempotent_tool::log::{self, parse_access_log, Level, Logger};
+use idempotent_tool::store::{DbSchema, DB_SCHEMA_RULE};
 use idempotent_tool::temp::TempDir;
 use measure::{measure, measure_without_http, peak_rss_kib};
 use std::path::{Path, PathBuf};
@@ -68,6 +69,8 @@ usage: bench [options]
                        one in-process service on a temp SQLite file, one on this
                        database, and --nodes N on it, load spread over them;
                        one table (an empty database is best: rows accumulate)
+  --db-schema NAME     with --db postgres://: the schema of the services' tables
+                       (default idempotent_tool)
   --nodes N            with --db postgres://: the many-node row (default 3)
   --pgbench            with --db postgres://: measure the pgbench ceiling on the
                        same database first (bench/pgbench_ceiling.sh)
@@ -155,6 +158,8 @@ struct Config {
     db: Option<PathBuf>,
     /// `--db postgres://…`: the PostgreSQL comparison (`cluster`).
     postgres: Option<String>,
+    /// `--db-schema`: the schema its services keep their tables in.
+    db_schema: DbSchema,
     /// Its many-node row's node count.
     nodes: usize,
     /// Measure the pgbench ceiling first.
@@ -188,6 +193,7 @@ impl Config {
             base: None,
             db: None,
             postgres: None,
+            db_schema: DbSchema::default(),
             nodes: 3,
             pgbench: false,
             server_pid: None,
@@ -219,6 +225,14 @@ impl Config {
                     } else {
                         c.db = Some(PathBuf::from(value));
                     }
+                }
+                "--db-schema" => {
+                    let name = value()?;
+                    c.db_schema = DbSchema::parse(&name).ok_or(FlagError::BadValue {
+                        flag: flag.clone(),
+                        value: name,
+                        expected: DB_SCHEMA_RULE,
+                    })?
                 }
                 "--nodes" => c.nodes = number(&flag, &value()?)? as usize,
                 "--pgbench" => c.pgbench = true,

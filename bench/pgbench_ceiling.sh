@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pgbench_ceiling.sh — the fastest a PostgreSQL on this box completes call-shaped
 # work, with no service in front of it: the ceiling the PostgreSQL backend's bench
-# figures are compared with (issue 16: service >= 0.5x of it for distinct keys at
+# figures are compared with (the target: the service at >= 0.5x of it for distinct keys at
 # one node).
 #
 # What it measures: pgbench, CLIENTS connections (default 20), each looping over one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fault_inject.sh — fault injection against the real binaries (design chapter 12.11, 12.13, 12.15).
+# fault_inject.sh — fault injection against the real binaries.
 #
 # What it proves: a client that retries with the same Idempotency-Key never
 # causes a second side effect, whatever goes wrong in between —
@@ -8,36 +8,43 @@
 #                      on the same database, and the client retries the same key
 #   concurrent         many clients send the same key at the same moment
 #   duplicate-request  the proxy delivers every request twice
-#   new-key            the two endings of 12.15: same key K1 -> calls=1 effects=1;
+#   new-key            two clients, a lost answer each: same key K1 -> calls=1 effects=1;
 #                      a new key per retry -> 2 calls, 2 effects (the bug, reproduced on purpose)
 #   downstream         an http tool pointing at the reference downstream: the server dies
 #                      after the downstream applied the effect and before the local commit
-#                      (12.7.3), is restarted, and re-runs the call with the same key
+#                      (the effect happened, its record did not), is restarted, and re-runs the call with the same key
 #   mcp                an MCP client (tools/call on /mcp, key in _meta) whose answer the proxy
 #                      loses re-sends with the same key -> one effect; the same with a new key
 #                      per attempt and a tool with a business key -> one effect and a
-#                      duplicate_intent (the second layer, chapter 12.15.4)
+#                      duplicate_intent (the second layer: business keys)
 #   pause              a server paused (SIGSTOP) while an http tool's downstream works; a
 #                      second server on the same db takes the call over after the lease and
 #                      runs it under the same key; resumed (SIGCONT), the first is fenced off
 #   postgres           three servers on one PostgreSQL database under load spread over them;
-#                      one server killed, then PostgreSQL restarted (immediate) mid-load
-#                      (issue 16); part of --all where PostgreSQL is installed
+#                      one server killed, then PostgreSQL restarted (immediate) mid-load;
+#                      part of --all where PostgreSQL is installed. --postgres
+#                      also runs the two below
+#   pg-failover        two servers on a multi-host URL over a primary and its synchronous
+#                      standby; the primary killed under load, the standby promoted (issue 35)
+#   pg-partition       one server cut off from PostgreSQL by tcp_proxy (black hole, then
+#                      reset) while another goes on; its calls move, its late completions
+#                      are fenced (issue 35)
 # For each scenario it prints the evidence (client attempt lines, calls/effects/audit
 # rows, /stats), checks the invariant, and prints PASS or FAIL. Exit status is non-zero
 # if any scenario fails.
 #
 # Usage: scripts/fault_inject.sh [--all | --dry-run | --drop-response | --crash |
 #                                 --concurrent | --duplicate-request | --new-key |
-#                                 --downstream | --mcp | --pause | --postgres]...
+#                                 --downstream | --mcp | --pause | --postgres |
+#                                 --pg-failover | --pg-partition]... (--postgres: all three)
 # Env:   IDEM_BIN_DIR        folder that already holds idempotent-tool, client, chaos_proxy,
-#                            inspect and downstream (skips the release build; the cargo
+#                            tcp_proxy, inspect and downstream (skips the release build; the cargo
 #                            test uses it)
 #        IDEM_FORCE_INSPECT  1 = read the database with `inspect` even if sqlite3 exists
 #
 # Needs only bash, coreutils and the project's binaries: no root, no fixed ports
 # (everything listens on port 0 and reports its port), no curl, no sqlite3 CLI.
-# The postgres scenario also needs PostgreSQL's server package (psql comes with it); run
+# The postgres scenarios also need PostgreSQL's server package (psql comes with it); run
 # as root, it starts its private cluster as the `postgres` user.
 # Every process and temp file it creates is removed on exit, Ctrl-C included.
 
@@ -97,7 +104,7 @@ usage() {
 find_binaries() {
   local dir="${IDEM_BIN_DIR:-}" name
   if [[ -n "$dir" ]]; then
-    for name in idempotent-tool client chaos_proxy inspect downstream; do
+    for name in idempotent-tool client chaos_proxy tcp_proxy inspect downstream; do
       if [[ ! -x "$dir/$name" ]]; then
         log "IDEM_BIN_DIR=$dir lacks $name"
         return 1
@@ -109,7 +116,7 @@ find_binaries() {
   fi
   log "building release binaries (once)"
   (cd "$ROOT" && cargo build --release --quiet --bin idempotent-tool --bin client \
-    --bin chaos_proxy --bin inspect --bin downstream) || return 1
+    --bin chaos_proxy --bin tcp_proxy --bin inspect --bin downstream) || return 1
   BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 }
 
@@ -158,7 +165,7 @@ start_proxy() {
   local name="$1" upstream="$2" mode="$3"
   PROXY_LOG="$WORK/$1.err"
   shift 3
-  start_listening "proxy $name did not start" "$WORK/$name.out" "$PROXY_LOG" 'listening on ' \
+  start_listening "proxy $name did not start" "$WORK/$name.out" "$PROXY_LOG" 'listening on http://' \
     "$BIN/chaos_proxy" --listen 127.0.0.1:0 --upstream "$upstream" --mode "$mode" "$@" || return 1
   PROXY_PID=$STARTED_PID
   PROXY_BASE="http://$STARTED_ADDR"
@@ -207,7 +214,7 @@ run_client() {
 
 use_sqlite3() { [[ "${IDEM_FORCE_INSPECT:-0}" != 1 ]] && command -v sqlite3 >/dev/null; }
 
-# db_rows DB NAME SQL: the seed's query NAME, through sqlite3 if present, else inspect.
+# db_rows DB NAME SQL: the named inspection query, through sqlite3 if present, else inspect.
 db_rows() {
   if use_sqlite3; then sqlite3 "$1" "$3"; else "$BIN/inspect" --db "$1" --query "$2"; fi
 }
@@ -280,14 +287,16 @@ source "$ROOT/scripts/faults/mcp.sh"
 source "$ROOT/scripts/faults/pause.sh"
 # shellcheck source=faults/postgres.sh
 source "$ROOT/scripts/faults/postgres.sh"
+# shellcheck source=faults/postgres_ha.sh
+source "$ROOT/scripts/faults/postgres_ha.sh"
 
 # ---------------------------------------------------------------- driver
 
-# Every scenario: postgres too where PostgreSQL is installed (said when it is not).
+# Every scenario: the PostgreSQL ones too where it is installed (said when it is not).
 all_scenarios() {
   echo "${ALL_SCENARIOS[@]}"
   if pg_available; then
-    echo postgres
+    echo postgres pg-failover pg-partition
   else
     log "postgres: not part of --all here: $(pg_bin_dir 2>&1)" >&2
   fi
@@ -312,8 +321,9 @@ main() {
     case "$arg" in
       --dry-run) dry_run=1 ;;
       --all) selected+=($(all_scenarios)) ;;
-      --drop-response | --crash | --concurrent | --duplicate-request | --new-key | --downstream | --mcp | --pause | --postgres)
+      --drop-response | --crash | --concurrent | --duplicate-request | --new-key | --downstream | --mcp | --pause | --pg-failover | --pg-partition)
         selected+=("${arg#--}") ;;
+      --postgres) selected+=(postgres pg-failover pg-partition) ;;
       -h | --help) usage; return 0 ;;
       *) log "unknown argument $arg"; usage; return 2 ;;
     esac
@@ -344,7 +354,11 @@ main() {
     log "FAILED: ${failed[*]} (of ${#selected[@]})"
     return 1
   fi
-  log "all ${#selected[@]} scenarios passed"
+  if ((${#selected[@]} == 1)); then
+    log "scenario ${selected[0]} passed"
+  else
+    log "all ${#selected[@]} scenarios passed"
+  fi
 }
 
 main "$@"

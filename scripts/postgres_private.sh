@@ -8,7 +8,11 @@
 # PG_URL (postgresql://postgres@127.0.0.1:PORT/postgres, trust authentication on
 # the loopback address of a cluster nobody else knows about). pg_private_restart
 # is `pg_ctl restart -m immediate` (a crash: every session dies);
-# pg_private_stop stops it at once. It never touches another PostgreSQL on the
+# pg_private_stop stops it (and its standby) at once. For failover:
+# pg_standby_start DIR makes a streaming standby of it (pg_basebackup -R) and
+# sets PG_STANDBY_PORT, pg_private_kill kills every process of the primary at
+# once (kill -9: its machine died), pg_standby_promote promotes the standby.
+# It never touches another PostgreSQL on the
 # machine, and the caller removes DIR (its trap) after pg_private_stop.
 #
 # Env: PG_BIN  PostgreSQL's bin folder (default: the newest /usr/lib/postgresql/*/bin)
@@ -16,6 +20,8 @@
 PG_PRIVATE_DIR=""
 PG_PRIVATE_PORT=""
 PG_URL=""
+PG_STANDBY_DIR=""
+PG_STANDBY_PORT=""
 
 # The newest installed PostgreSQL's bin folder, or PG_BIN; fails with one line
 # saying what to install.
@@ -69,18 +75,33 @@ pg_private_start() {
   fi
   pg_as_owner "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 \
     >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; return 1; }
-  PG_PRIVATE_PORT="$(pg_free_port)" || return 1
   # In postgresql.auto.conf, so a restart keeps them.
   cat >>"$dir/data/postgresql.auto.conf" <<CONF
-port = $PG_PRIVATE_PORT
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$dir'
 fsync = on
 synchronous_commit = on
 max_connections = $max_connections
 CONF
-  pg_ctl_private start -t 60 || { cat "$dir/server.log" >&2; return 1; }
+  pg_start_on_a_free_port "$dir/data" "$dir/server.log" || return 1
+  PG_PRIVATE_PORT=$PG_STARTED_PORT
   PG_URL="postgresql://postgres@127.0.0.1:$PG_PRIVATE_PORT/postgres"
+}
+
+# pg_start_on_a_free_port DATA LOG: start the cluster in DATA on a free port, set
+# in its postgresql.auto.conf (a later line wins); another process may take the
+# port between the probe and the bind, so a few ports are tried. Sets
+# PG_STARTED_PORT.
+pg_start_on_a_free_port() {
+  local data="$1" log="$2" bin tries
+  bin="$(pg_bin_dir)" || return 1
+  for ((tries = 0; tries < 5; tries++)); do
+    PG_STARTED_PORT="$(pg_free_port)" || return 1
+    echo "port = $PG_STARTED_PORT" >>"$data/postgresql.auto.conf"
+    pg_as_owner "$bin/pg_ctl" -D "$data" -l "$log" -w start -t 60 >/dev/null && return 0
+  done
+  cat "$log" >&2
+  return 1
 }
 
 pg_ctl_private() {
@@ -94,16 +115,66 @@ pg_ctl_private() {
 pg_private_restart() { pg_ctl_private restart -m immediate -t 60; }
 
 pg_private_stop() {
+  pg_standby_stop
   [[ -n "$PG_PRIVATE_DIR" && -f "$PG_PRIVATE_DIR/data/postmaster.pid" ]] || return 0
   pg_ctl_private stop -m immediate -t 60 2>/dev/null || true
 }
 
-# pg_psql URL ARGS...: psql without the user's ~/.psqlrc, stopping at the first error.
+# pg_standby_start DIR: a streaming standby of the private cluster in DIR
+# (pg_basebackup -R: primary_conninfo and standby.signal), on a free port;
+# sets PG_STANDBY_PORT. Synchronous once the primary is told so.
+pg_standby_start() {
+  local dir="$1" bin
+  bin="$(pg_bin_dir)" || return 1
+  PG_STANDBY_DIR="$dir"
+  mkdir -p "$dir"
+  ((EUID == 0)) && chown postgres: "$dir"
+  pg_as_owner "$bin/pg_basebackup" -D "$dir/data" -R -X stream -c fast \
+    -d "host=127.0.0.1 port=$PG_PRIVATE_PORT user=postgres" >"$dir/basebackup.log" 2>&1 ||
+    { cat "$dir/basebackup.log" >&2; return 1; }
+  # The copy names the primary's socket folder (and port); the later lines win.
+  echo "unix_socket_directories = '$dir'" >>"$dir/data/postgresql.auto.conf"
+  pg_start_on_a_free_port "$dir/data" "$dir/server.log" || return 1
+  PG_STANDBY_PORT=$PG_STARTED_PORT
+}
+
+# Promote the standby: it accepts writes when this returns.
+pg_standby_promote() {
+  local bin
+  bin="$(pg_bin_dir)" || return 1
+  pg_as_owner "$bin/pg_ctl" -D "$PG_STANDBY_DIR/data" -w promote -t 60 >/dev/null
+}
+
+pg_standby_stop() {
+  local bin
+  [[ -n "$PG_STANDBY_DIR" && -f "$PG_STANDBY_DIR/data/postmaster.pid" ]] || return 0
+  bin="$(pg_bin_dir)" || return 0
+  pg_as_owner "$bin/pg_ctl" -D "$PG_STANDBY_DIR/data" -w stop -m immediate -t 60 \
+    >/dev/null 2>&1 || true
+}
+
+# kill -9 of every process of the primary at once, as when its machine dies.
+# PostgreSQL's children call setsid(), so each is found by its parent's pid;
+# the postmaster is stopped first so none is forked or orphaned meanwhile.
+pg_private_kill() {
+  local pid stat child parent children=()
+  pid=$(head -n1 "$PG_PRIVATE_DIR/data/postmaster.pid" 2>/dev/null) || return 1
+  kill -STOP "$pid" || return 1
+  for stat in /proc/[0-9]*/stat; do
+    read -r child _ _ parent _ 2>/dev/null <"$stat" || continue
+    [[ "$parent" == "$pid" ]] && children+=("$child")
+  done
+  kill -KILL "$pid" "${children[@]}" 2>/dev/null
+  rm -f "$PG_PRIVATE_DIR/data/postmaster.pid"
+}
+
+# pg_psql URL ARGS...: psql without the user's ~/.psqlrc, stopping at the first error;
+# the service's schema (--db-schema's default) comes first on its search_path.
 pg_psql() {
   local url="$1" bin
   shift
   bin="$(pg_bin_dir)" || return 1
-  "$bin/psql" -X -q -v ON_ERROR_STOP=1 "$url" "$@"
+  PGOPTIONS="-c search_path=idempotent_tool,public" "$bin/psql" -X -q -v ON_ERROR_STOP=1 "$url" "$@"
 }
 
 # pg_value URL SQL: one value, unaligned.

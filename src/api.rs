@@ -27,7 +27,9 @@
 //!   read routes' scope (`tenant=`);
 //! - `overview`: `GET /v1/overview` and `GET /v1/nodes`;
 //! - `query`: the query string of the read routes, decoded and checked.
+//! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`.
 
+mod cancel;
 mod error;
 mod exchange;
 mod list;

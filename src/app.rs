@@ -19,8 +19,9 @@ use crate::metrics::rates::TotalsProbe;
 use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError, RateSampler};
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
-use crate::store::{now, CallStore, Scope, StoreError, Wake, WakeHandler};
+use crate::store::{now, CallStore, Rate, Scope, StoreError, ToolLimit, Wake, WakeHandler};
 use crate::sync::lock;
+use crate::tools::ToolRegistry;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, Weak};
@@ -34,7 +35,8 @@ pub enum StartError {
     /// The database file could not be opened, migrated or checked.
     Database {
         /// Printed masked: a PostgreSQL password never reaches the message.
-        db: crate::store::Database,
+        /// Boxed: a PostgreSQL target (every host's settings) is large.
+        db: Box<crate::store::Database>,
         error: StoreError,
     },
     /// The open-file limit leaves no room for a single connection.
@@ -122,11 +124,11 @@ impl Service {
         config.limits.max_connections = descriptors.max_connections;
         let listener =
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
-        let store = CallStore::open(&config.db, config.store.clone()).map_err(|error| {
-            StartError::Database {
-                db: config.db.clone(),
-                error,
-            }
+        let mut options = config.store.clone();
+        options.limits = tool_limits(&config.tools);
+        let store = CallStore::open(&config.db, options).map_err(|error| StartError::Database {
+            db: Box::new(config.db.clone()),
+            error,
         })?;
         let metrics = Arc::new(Metrics::new());
         crate::log::global()
@@ -179,7 +181,11 @@ impl Service {
                 max_pending: config.max_pending,
             },
         ));
-        let mcp = Mcp::new(Arc::clone(&calls), config.mcp_wait);
+        let mcp = Mcp::new(
+            Arc::clone(&calls),
+            config.mcp_wait,
+            config.mcp_origins.clone(),
+        );
         let mcp: Endpoint =
             Box::new(move |req, tenant, exchange| mcp.handle(req, tenant, exchange));
         let api = Arc::new(Api::new(
@@ -351,7 +357,8 @@ fn totals_probe(store: Weak<CallStore>) -> TotalsProbe {
 }
 
 /// A wake-up from another node on the same PostgreSQL database: the
-/// requests waiting here re-read their calls, and new work there is claimed
+/// requests waiting here re-read their calls, a cancel asked there stops
+/// the tool if it runs here (`Runner::check_cancels`), and new work there is claimed
 /// here at once by the runner's poll — which claims only as many calls as
 /// this node has free workers (and capped tools free slots), so a busy node
 /// claims nothing and the idle ones help (each node runs what it accepts).
@@ -363,6 +370,9 @@ fn on_wake_from_other_nodes(runner: Weak<Runner>, notifier: Weak<Notifier>) -> W
             // A call the sender could not name is found by its waiters' own
             // re-read (`WAIT_RECHECK`, 100 ms).
             notifier.notify(wake.calls.iter().map(String::as_str));
+        }
+        if let (true, Some(runner)) = (wake.cancel, runner.upgrade()) {
+            runner.check_cancels();
         }
         if let (true, Some(runner)) = (wake.work, runner.upgrade()) {
             runner.claim_due_work();
@@ -378,6 +388,23 @@ fn forget_purged_keys(keys: Arc<KeyCache>) -> OnPurged {
             keys.forget(&scoped_key(&call.tenant, &call.idem_key));
         }
     })
+}
+
+/// Each tool's `max_concurrency` and `rate`, as the store takes them: it
+/// holds in the database those its backend shares across processes.
+fn tool_limits(tools: &ToolRegistry) -> Vec<ToolLimit> {
+    tools
+        .specs()
+        .filter(|spec| spec.max_concurrency.is_some() || spec.rate.is_some())
+        .map(|spec| ToolLimit {
+            tool: spec.name.clone(),
+            max_concurrency: spec.max_concurrency,
+            rate: spec.rate.map(|r| Rate {
+                per_second: r.per_second,
+                burst: r.burst,
+            }),
+        })
+        .collect()
 }
 
 impl Drop for Service {

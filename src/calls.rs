@@ -24,10 +24,13 @@
 //! - `request`: `CallRequest`, `Submitted`, and the bounds both transports
 //!   hold a request to;
 //! - `pushback`: `--max-pending`, the bound on calls waiting for a worker;
+//! - `cancel`: a call cancelled (pending: at once; running: its tool
+//!   halted), and the bounded wait for a running one to end;
 //! - `key_cache`: what this process knows about keys, and the settled
 //!   answers kept for retries;
 //! - `error`: `CallError`, every way the call path refuses.
 
+mod cancel;
 mod check;
 mod error;
 mod key_cache;
@@ -36,6 +39,7 @@ mod request;
 mod service;
 mod submit;
 
+pub use cancel::{Cancelled, DEFAULT_CANCEL_WAIT};
 pub use error::CallError;
 pub use key_cache::{scoped_key, KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
 pub use request::{CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};

@@ -11,6 +11,7 @@
 //! through [`console`]) and never prints a secret: usage errors and start-up
 //! failures name files and flags, never a value read from a secret.
 
+mod backup;
 pub mod console;
 mod failure;
 mod notify;
@@ -35,11 +36,18 @@ pub struct Subcommand {
 }
 
 /// Every subcommand, in the order `--help` lists them.
-pub const SUBCOMMANDS: &[Subcommand] = &[Subcommand {
-    name: "verify",
-    summary: "check a database against every invariant, read-only",
-    run: verify::run,
-}];
+pub const SUBCOMMANDS: &[Subcommand] = &[
+    Subcommand {
+        name: "verify",
+        summary: "check a database against every invariant, read-only",
+        run: verify::run,
+    },
+    Subcommand {
+        name: "backup",
+        summary: "copy a live SQLite database consistently, then check the copy",
+        run: backup::run,
+    },
+];
 
 /// Run the command `args` (the arguments after the program name) asks for,
 /// and report how it ended.

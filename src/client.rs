@@ -21,6 +21,6 @@ pub use connection::{
 };
 
 pub use retry::{
-    call_tool, call_tool_with, is_terminal, poll_until_terminal, AttemptRecord, CallOptions,
-    CallOutcome, CallResult, PollError,
+    bearer, call_tool, call_tool_with, is_terminal, poll_until_terminal, with_authorization,
+    AttemptRecord, CallOptions, CallOutcome, CallResult, PollError,
 };

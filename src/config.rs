@@ -24,9 +24,10 @@ pub use flags::{Flag, FLAGS};
 use crate::flag::{FlagError, Flags};
 use crate::http::TrustedProxies;
 use crate::log::Level;
+use crate::mcp::origin::OriginPolicy;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
-use crate::store::{Database, Retention, StoreOptions};
+use crate::store::{Database, DbSchema, Retention, StoreOptions};
 use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -39,11 +40,21 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
   --db PATH|URL               SQLite database file (default idem.db), or a
                               postgres://user:password@host:port/dbname URL
                               (sslmode=disable|prefer|require|verify-ca|verify-full)
+  --db-schema NAME            PostgreSQL: the schema holding the service's tables
+                              (default idempotent_tool); two deployments may share
+                              a database under two names
   --db-password-file FILE     PostgreSQL: the password of the --db URL, read
                               from this file (a container secret); the URL
                               then gives none
   --db-pool N                 PostgreSQL: most connections this node opens (default 16)
   --db-ca-file FILE           PostgreSQL: trust these PEM roots for TLS, not the system's
+  --db-timeout-ms MS          PostgreSQL: every operation (waiting for a connection,
+                              connecting, its statements) ends within this, or is
+                              answered 503 and its connection dropped (default 4000)
+  --db-connect-timeout-ms MS  PostgreSQL: one attempt to connect to one host; a
+                              multi-host URL then tries the next (default 2000)
+  --db-tcp-timeout-ms MS      PostgreSQL: TCP_USER_TIMEOUT and keepalive: a peer that
+                              stops acknowledging is dropped within this (default 10000)
   --workers N                 worker threads running tools (default 8)
   --lease-secs SECS           lease per attempt, fractions allowed (default 30);
                               extended every third of it while the tool runs
@@ -74,6 +85,11 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               settle before answering \"running\" with its call_id
                               (default 50, below the 60 s MCP clients time out
                               at; 0 answers at once; fractions allowed)
+  --public-host NAMES         names (no port, comma-separated) clients reach /mcp
+                              by, besides loopback ones; any other Host is
+                              refused 403 (a DNS-rebinding guard)
+  --allowed-origin ORIGINS    web page origins (http[s]://host[:port],
+                              comma-separated) allowed to call /mcp across origins
   --key-ttl SECS              keep terminal calls this long after their last
                               update, then purge them (default 86400; fractions
                               allowed; 0 keeps them forever)
@@ -141,10 +157,16 @@ pub struct Config {
     pub tools: Arc<ToolRegistry>,
     /// How long an MCP `tools/call` waits for its call to settle.
     pub mcp_wait: Duration,
+    /// The `Host` names and `Origin`s `/mcp` trusts beyond loopback
+    /// (`--public-host`, `--allowed-origin`).
+    pub mcp_origins: OriginPolicy,
     /// `--log-file`: where the log goes instead of stderr.
     pub log_file: Option<PathBuf>,
     /// Whose `X-Forwarded-For` names the client in the access log.
     pub trusted_proxies: TrustedProxies,
+    /// `--db-schema`: the PostgreSQL schema of the service's tables, given to
+    /// `db` once the flags are parsed.
+    pub db_schema: DbSchema,
     /// `--db-password-file`: read into `db` once the flags are parsed.
     pub db_password_file: Option<PathBuf>,
     /// Where each flag given came from (for `--print-config`).
@@ -180,8 +202,10 @@ impl Default for Config {
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
             mcp_wait: DEFAULT_MCP_WAIT,
+            mcp_origins: OriginPolicy::default(),
             log_file: None,
             trusted_proxies: TrustedProxies::default(),
+            db_schema: DbSchema::default(),
             db_password_file: None,
             origins: Origins::default(),
         }
@@ -264,6 +288,8 @@ impl Config {
             config.origins.set(flag.name, Origin::CommandLine);
         }
         environment::apply_password_file(&mut config)?;
+        let schema = config.db_schema.clone();
+        config.db.set_schema(&schema);
         if config.auth_file.is_none() && !config.insecure_no_auth && !is_loopback(&config.host) {
             return Err(ConfigError::ExposedWithoutAuth {
                 host: config.host.chars().take(64).collect(),

@@ -33,6 +33,7 @@ use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -190,6 +191,11 @@ impl Logger {
             return;
         }
         match &self.access_writer {
+            // A captured line must be written by the request's own thread,
+            // whose capture is its test's (the writer thread is shared).
+            Some(_) if captured() && matches!(self.sink, Sink::Stderr) => {
+                self.write_line(record.to_line())
+            }
             Some(writer) => ACCESS_LINE.with(|line| {
                 let mut line = line.borrow_mut();
                 line.clear();
@@ -222,6 +228,8 @@ impl Logger {
     fn write_line(&self, mut line: String) {
         line.push_str("}\n");
         match &self.sink {
+            // Test processes only (see `CAPTURED`): the one macro libtest captures.
+            Sink::Stderr if captured() => eprint!("{line}"), // libtest capture
             Sink::Stderr => {
                 // Nowhere to report a failed write to stderr: drop the line.
                 let _ = std::io::stderr().lock().write_all(line.as_bytes());
@@ -562,6 +570,24 @@ fn start_access_writer(sink: Box<dyn std::io::Write + Send>) -> Option<Arc<Acces
 }
 
 static GLOBAL: OnceLock<Logger> = OnceLock::new();
+
+/// Whether lines bound for stderr go through the test harness's output
+/// capture (`eprint!`) instead of straight to the descriptor. libtest shows
+/// captured output only for a test that failed, so a green `cargo test` is
+/// quiet, and a red one shows what its service said. Never in the service:
+/// `eprint!` panics on a stderr it cannot write, where the service must not.
+static CAPTURED: AtomicBool = AtomicBool::new(cfg!(test));
+
+/// Route this process's stderr log lines through the test harness's capture
+/// (see `CAPTURED`). For test processes only: `temp` calls it when a test
+/// makes a temporary folder or database.
+pub fn capture_for_tests() {
+    CAPTURED.store(true, Ordering::Relaxed);
+}
+
+fn captured() -> bool {
+    CAPTURED.load(Ordering::Relaxed)
+}
 
 /// Set the process's logger once, from the flags, before any thread logs.
 /// A second call is refused (the first logger stays) and gets its logger back.

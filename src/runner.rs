@@ -29,13 +29,19 @@
 //! asserts it never goes below zero and a lease or completion that its
 //! attempt is at least 1.
 //!
-//! Three rules keep real tools from hurting each other or the guarantees:
+//! Four rules keep real tools from hurting each other or the guarantees:
 //! - a retryable failure with attempts left goes back to `pending` with a
 //!   not-before time (`retry_scheduled`); no worker waits for it: the
 //!   maintenance ticker's poll claims it once it is due;
+//! - a cancelled call's tool is halted (`cancels`: each worker's `Stop`, asked
+//!   in-process at once, or by the check every heartbeat interval, or by
+//!   another node's notification), and its attempt completed under the
+//!   same fence as any other;
 //! - a tool's `max_concurrency` is enforced before a worker is involved: calls
 //!   over the cap wait in the task table, `pending`, so a slow downstream
-//!   cannot take every worker;
+//!   cannot take every worker; a tool whose limits the database holds for
+//!   every process (its cap on PostgreSQL, its `rate` on both) is claimed by
+//!   the poll alone, through the store's claim that counts them (`limited`);
 //! - while a tool runs, its lease is extended every third of the lease
 //!   (`maintenance`), through the same fence as a completion, and never after
 //!   the tool has returned.
@@ -46,14 +52,16 @@
 //!   start-up use (`submit`, `reserve` + `adopt`, `recover_once`, the poll);
 //! - `dispatch`: `Dispatch` — the task table, the workers' queue and the
 //!   capacity they share: submit, the poll, reserve + adopt, slots passed on;
-//! - `capacity`: `Capacity`, how many workers are spoken for;
+//! - `capacity`: `Capacity`, how many workers are spoken for; `limited`:
+//!   `LimitedTools`, the tools claimed by the poll alone and their books;
 //! - `tasks`: `TaskTable`, one entry per call taken on, and the slots;
 //! - `pool`: `WorkerPool`, the threads (`worker-N`); `worker`: `Worker`, what
 //!   each does with an assignment (claim, run, hand the completion over);
 //! - `completion`: the `Completer` thread (`completer`), which records each
 //!   completion once its commit is known and hands a refused one again;
 //! - `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
-//!   lease extension, heartbeat, `recovery`, key purge (`retention`);
+//!   lease extension, heartbeat, `recovery`, key purge (`retention`), and
+//!   the check for cancels of the calls running here (`cancels`);
 //! - `notifier`: `Notifier`; `stored_args`: a claimed call's args re-checked.
 //!
 //! Threads: `worker-N`, `maintenance`, `completer`; the poll runs on
@@ -61,10 +69,12 @@
 //! joins all of them, except workers still inside a tool when the grace
 //! period ends.
 
+mod cancels;
 mod capacity;
 mod completion;
 mod dispatch;
 mod lifecycle;
+mod limited;
 mod maintenance;
 mod notifier;
 mod pool;

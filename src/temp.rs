@@ -1,7 +1,9 @@
 //! Temporary folders and databases for the tests and the bench: a folder with
 //! a name no other run uses, removed with everything in it on drop, even when
 //! a test fails; and `TempDb`, the one temp-database helper of the unit tests
-//! and the integration tests alike. The service itself never uses this module.
+//! and the integration tests alike. The service itself never uses this module;
+//! making a folder here tells the log that this is a test process
+//! (`log::capture_for_tests`), so service logs stay out of a green test run.
 
 pub mod postgres;
 
@@ -23,6 +25,9 @@ impl TempDir {
 
     /// A new folder under `parent`.
     pub fn new_in(parent: &Path, prefix: &str) -> std::io::Result<TempDir> {
+        // Only tests (and the bench) make these: their service logs go
+        // through the test harness's capture, shown only if a test fails.
+        crate::log::capture_for_tests();
         let path = parent.join(unique_name(prefix));
         std::fs::create_dir_all(&path)?;
         Ok(TempDir { path })

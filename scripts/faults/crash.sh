@@ -3,7 +3,7 @@
 #
 # A server that dies in the middle of a call: right after or right before its
 # commit (crash), and after an http tool's downstream applied the effect but before
-# the local commit (downstream, 12.7.3). Restarted on the same database, the same
+# the local commit (downstream). Restarted on the same database, the same
 # key gets the original result, or the call is recovered and re-run once.
 #
 # Each scenario is a pair: plan_NAME prints what it does and expects, scenario_NAME
@@ -62,7 +62,7 @@ readonly DOWNSTREAM_TOOLS_FILE_TEMPLATE='{"tools": {"refund": {"kind": "http",
                    "properties": {"amount": {"type": "integer", "minimum": 1}},
                    "additionalProperties": false}}}}'
 plan_downstream() {
-  echo "downstream (12.7.3): the reference downstream (deduplicating on Idempotency-Key) and a"
+  echo "downstream: the reference downstream (deduplicating on Idempotency-Key) and a"
   echo "  server --chaos --lease-secs 1 --tools FILE with an http tool 'refund' pointing at it."
   echo "  The client posts refund 5 with _crash_before_commit: the downstream applies the effect,"
   echo "  the server dies before its local commit. Restart on the same db; the same key is"

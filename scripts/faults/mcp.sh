@@ -3,7 +3,7 @@
 #
 # An MCP client (tools/call on /mcp, the key in _meta) whose answer the proxy
 # loses: the same key replays the call; a new key per attempt on a tool with a
-# business key is caught as a duplicate_intent (chapter 12.15.4).
+# business key is caught as a duplicate_intent (the second layer).
 #
 # Each scenario is a pair: plan_NAME prints what it does and expects, scenario_NAME
 # runs it and reports through check; both use fault_inject.sh's helpers and state

@@ -2,7 +2,7 @@
 # scripts/faults/postgres.sh — sourced by scripts/fault_inject.sh (never run alone).
 #
 # Three servers on one PostgreSQL database under load spread over them; one
-# server killed, then PostgreSQL restarted (immediate) mid-load (issue 16).
+# server killed, then PostgreSQL restarted (immediate) mid-load.
 # Needs PostgreSQL's server package; scripts/postgres_private.sh runs the cluster.
 #
 # Each scenario is a pair: plan_NAME prints what it does and expects, scenario_NAME
@@ -13,7 +13,7 @@ readonly PG_NODES_COUNT=3
 readonly PG_LOOPS=6
 readonly PG_CALLS_PER_LOOP=25
 plan_postgres() {
-  echo "postgres (issue 16): a private PostgreSQL, $PG_NODES_COUNT servers on one database. $PG_LOOPS client"
+  echo "postgres: a private PostgreSQL, $PG_NODES_COUNT servers on one database. $PG_LOOPS client"
   echo "  loops send $((PG_LOOPS * PG_CALLS_PER_LOOP)) charges with new keys, each request to the next node"
   echo "  in turn; a request refused (503) or unanswered is retried with the same key on the next"
   echo "  node. A third of the way in, node 0 is killed (-9); two thirds in, PostgreSQL is"

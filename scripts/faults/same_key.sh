@@ -3,8 +3,9 @@
 #
 # The same Idempotency-Key arriving again: after a lost answer (drop-response),
 # from many clients at once (concurrent), twice from the proxy (duplicate-request),
-# and the two endings of 12.15 (new-key). One call, one effect, except where a new
-# key per retry reproduces the duplicate on purpose.
+# and new-key (a retry with the same key, and one with a new key per attempt). One
+# call, one effect, except where a new key per retry reproduces the duplicate on
+# purpose.
 #
 # Each scenario is a pair: plan_NAME prints what it does and expects, scenario_NAME
 # runs it and reports through check; both use fault_inject.sh's helpers and state
@@ -77,7 +78,7 @@ scenario_duplicate_request() {
 }
 
 plan_new_key() {
-  echo "new-key (12.15): two fresh servers, each behind proxy(drop-response --times 1)."
+  echo "new-key: two fresh servers, each behind proxy(drop-response --times 1)."
   echo "  Ending A, same key K1 on every retry -> calls=1, effects=1."
   echo "  Ending B, --new-key-on-retry (K2-0, K2-1) -> calls=2, effects=2: the duplicate"
   echo "  charge the idempotency key exists to prevent, reproduced on purpose."

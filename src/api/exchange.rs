@@ -52,6 +52,7 @@ pub fn route_of(path: &str) -> Route {
         _ if path.starts_with("/v1/tool-calls/by-key/") => Route::GetToolCallByKey,
         _ => match path.strip_prefix("/v1/tool-calls/") {
             Some(rest) if rest.ends_with("/audit") => Route::GetAudit,
+            Some(rest) if rest.ends_with("/cancel") => Route::CancelToolCall,
             Some(_) => Route::GetToolCall,
             None => Route::Other,
         },
@@ -166,6 +167,7 @@ mod tests {
             ("/v1/tool-calls", Route::PostToolCall),
             ("/v1/tool-calls/c_1", Route::GetToolCall),
             ("/v1/tool-calls/c_1/audit", Route::GetAudit),
+            ("/v1/tool-calls/c_1/cancel", Route::CancelToolCall),
             ("/v1/tool-calls/by-key/a%2Faudit", Route::GetToolCallByKey),
             ("/v1/tools", Route::ListTools),
             ("/stats", Route::Stats),

@@ -44,6 +44,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/tool-calls"),
     ("GET", "/v1/nodes"),
     ("GET", "/v1/overview"),
+    ("POST", "/v1/tool-calls/{call_id}/cancel"),
 ];
 
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
@@ -171,6 +172,10 @@ impl Api {
                     exchange.call_id = Some(call.call_id.clone());
                     self.respond_with_call(call, wait_param(req)?, &req.client)
                 } else if let Some(rest) = path.strip_prefix("/v1/tool-calls/") {
+                    if let Some(call_id) = rest.strip_suffix("/cancel") {
+                        allow("POST")?;
+                        return self.cancel(req, &tenant, call_id, exchange);
+                    }
                     allow("GET")?;
                     if let Some(call_id) = rest.strip_suffix("/audit") {
                         return self.audit(&tenant, call_id, exchange);
@@ -274,7 +279,7 @@ impl Api {
 /// `Retry-After`, a poll interval) while it is pending or running; marked
 /// `"duplicate_intent": true` when it is another key's call that holds the
 /// request's business key.
-fn render(call: &Call, duplicate_intent: bool) -> Response {
+pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
     let mut json = call.to_json();
     if duplicate_intent {
         json["duplicate_intent"] = true.into();

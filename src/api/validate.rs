@@ -11,6 +11,7 @@ use crate::calls::{MAX_KEY_LEN, MAX_WAIT_SECS};
 use crate::fingerprint::as_integer;
 use crate::http::Request;
 use crate::input::{parse_strict, quote};
+use crate::store::MAX_CANCEL_REASON_BYTES;
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -153,6 +154,35 @@ fn depth(value: &Value) -> usize {
     }
 }
 
+/// A cancel's optional body: nothing, or `{"reason": "..."}` — a string of
+/// at most `MAX_CANCEL_REASON_BYTES` (or `null`), parsed strictly, no other
+/// member. The reason, if one was given.
+pub(super) fn cancel_reason(body: &[u8]) -> Result<Option<String>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value = parse_strict(body)
+        .map_err(|e| ApiError::BadRequest(format!("a cancel's body is not valid JSON: {e}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(ApiError::BadRequest(
+            "a cancel's body must be a JSON object".into(),
+        ));
+    };
+    if let Some(field) = map.keys().find(|k| k.as_str() != "reason") {
+        return Err(ApiError::BadRequest(format!(
+            "{} is not a field of a cancel (expected: reason)",
+            quote(field)
+        )));
+    }
+    match map.remove("reason") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(reason)) if reason.len() <= MAX_CANCEL_REASON_BYTES => Ok(Some(reason)),
+        Some(_) => Err(ApiError::BadRequest(format!(
+            "reason must be a string of at most {MAX_CANCEL_REASON_BYTES} bytes"
+        ))),
+    }
+}
+
 /// Decode `%XX` escapes; `None` when an escape is malformed or the result is
 /// not UTF-8. `+` stays `+`: this is a path, not a form.
 pub fn percent_decode(s: &str) -> Option<String> {
@@ -210,5 +240,33 @@ mod tests {
         assert!(err(r#"{"tool":"x","args":{"a":1,"a":1}}"#).contains("more than once"));
         let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
         assert!(err(&deep).contains("deeper"));
+    }
+
+    /// A cancel's body: nothing, or a bounded `reason` and nothing else,
+    /// never read two ways.
+    #[test]
+    fn a_cancel_reason_is_optional_bounded_and_alone() {
+        assert_eq!(cancel_reason(b"").unwrap(), None);
+        assert_eq!(cancel_reason(b" \n").unwrap(), None);
+        assert_eq!(cancel_reason(b"{}").unwrap(), None);
+        assert_eq!(cancel_reason(br#"{"reason":null}"#).unwrap(), None);
+        let said = cancel_reason(br#"{"reason":"wrong amount"}"#).unwrap();
+        assert_eq!(said.as_deref(), Some("wrong amount"));
+        let longest = format!(r#"{{"reason":"{}"}}"#, "x".repeat(MAX_CANCEL_REASON_BYTES));
+        assert!(cancel_reason(longest.as_bytes()).unwrap().is_some());
+        let refused = |body: &str| match cancel_reason(body.as_bytes()) {
+            Err(ApiError::BadRequest(m)) => m,
+            other => panic!("{body}: {other:?}"),
+        };
+        let too_long = format!(
+            r#"{{"reason":"{}"}}"#,
+            "x".repeat(MAX_CANCEL_REASON_BYTES + 1)
+        );
+        assert!(refused(&too_long).contains("at most 500 bytes"));
+        assert!(refused(r#"{"reason":1}"#).contains("must be a string"));
+        assert!(refused(r#"{"reason":"a","why":"b"}"#).contains("why"));
+        assert!(refused(r#"{"reason":"a","reason":"b"}"#).contains("not valid JSON"));
+        assert!(refused("[]").contains("JSON object"));
+        assert!(refused("{").contains("not valid JSON"));
     }
 }

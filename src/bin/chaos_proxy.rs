@@ -153,7 +153,7 @@ fn announce(listener: &TcpListener, config: &Config) {
         .times
         .map_or_else(|| "all".to_string(), |n| n.to_string());
     idempotent_tool::outln!(
-        "chaos_proxy listening on {local} upstream={} mode={} times={times}",
+        "chaos_proxy listening on http://{local} upstream={} mode={} times={times}",
         config.upstream,
         config.mode
     );
@@ -363,7 +363,7 @@ fn bad_gateway(error: &io::Error) -> HttpResponse {
     HttpResponse {
         status: 502,
         headers: vec![("content-type".into(), "application/json".into())],
-        body: body.to_string().into_bytes(),
+        body: format!("{body}\n").into_bytes(),
     }
 }
 

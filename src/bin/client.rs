@@ -13,7 +13,9 @@
 
 #![forbid(unsafe_code)]
 
-use idempotent_tool::client::{call_tool_with, request_once, CallOptions};
+use idempotent_tool::client::{
+    bearer, call_tool_with, request_once, with_authorization, CallOptions,
+};
 use idempotent_tool::flag::{FlagError, Flags};
 use serde_json::{json, Value};
 use std::fmt;
@@ -27,6 +29,7 @@ usage: client --base URL --key K --tool T [--args JSON | --amount N]
        client --base URL --mcp --tool T [--key K] [--args JSON | --amount N]
               [--timeout SECONDS] [--retries N] [--new-key-on-retry]
        client --base URL --get PATH [--timeout SECONDS]
+  every form also takes --token TOKEN (default: $IDEMPOTENT_TOOL_TOKEN)
 
   --timeout SECONDS    per-request socket timeout, fractional (default 1.0)
   --retries N          attempts after the first (default 3); same key every time
@@ -35,6 +38,9 @@ usage: client --base URL --key K --tool T [--args JSON | --amount N]
   --new-key-on-retry   DELIBERATE MISTAKE: attempt i uses key K-i (reproduces duplicate effects)
   --mcp                send the call as an MCP tools/call to BASE/mcp (revision 2025-11-25,
                        the key in _meta), re-sent as it was when no answer came back
+  --token TOKEN        send Authorization: Bearer TOKEN (a server with --auth-file needs
+                       one); prefer the IDEMPOTENT_TOOL_TOKEN variable, which other
+                       users cannot read in the process list
   --get PATH           print the body of one GET (e.g. /stats) and exit";
 
 /// What the command line asked for.
@@ -45,6 +51,7 @@ enum Command {
         base: String,
         path: String,
         timeout: Option<Duration>,
+        token: Option<String>,
     },
 }
 
@@ -104,7 +111,8 @@ fn main() -> ExitCode {
             base,
             path,
             timeout,
-        }) => run_get(&base, &path, timeout),
+            token,
+        }) => run_get(&base, &path, timeout, token.as_deref()),
         Err(error) => {
             idempotent_tool::cli::console::usage_error("client", &error);
             ExitCode::from(2)
@@ -140,11 +148,15 @@ fn run_mcp(opts: &CallOptions) -> ExitCode {
         };
         let body = json!({"jsonrpc": "2.0", "id": attempt + 1, "method": "tools/call",
             "params": {"name": opts.tool, "arguments": opts.args, "_meta": {MCP_META_KEY: key}}});
-        let headers = [
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ];
+        let authorization = bearer(opts.token.as_deref());
+        let headers = with_authorization(
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ],
+            &authorization,
+        );
         let sent = request_once(
             &opts.base,
             "POST",
@@ -191,8 +203,10 @@ fn run_mcp(opts: &CallOptions) -> ExitCode {
 }
 
 /// One GET, body to stdout; exit 0 on any 2xx.
-fn run_get(base: &str, path: &str, timeout: Option<Duration>) -> ExitCode {
-    match request_once(base, "GET", path, &[], None, timeout) {
+fn run_get(base: &str, path: &str, timeout: Option<Duration>, token: Option<&str>) -> ExitCode {
+    let authorization = bearer(token);
+    let headers = with_authorization(&[], &authorization);
+    match request_once(base, "GET", path, &headers, None, timeout) {
         Ok(response) => {
             idempotent_tool::outln!("{}", String::from_utf8_lossy(&response.body).trim_end());
             if (200..300).contains(&response.status) {
@@ -239,14 +253,22 @@ fn parse_args(args: &[String]) -> Result<Command, UsageError> {
             "--new-key-on-retry" => opts.new_key_on_retry = true,
             "--get" => get_path = Some(value()?),
             "--mcp" => mcp = true,
+            "--token" => opts.token = Some(value()?),
             other => return Err(FlagError::Unknown(other.to_string()).into()),
         }
+    }
+    if opts.token.is_none() {
+        opts.token = std::env::var(TOKEN_VARIABLE).ok().filter(|t| !t.is_empty());
+    }
+    if let Some(token) = &opts.token {
+        check_token(token)?;
     }
     if let Some(path) = get_path {
         return Ok(Command::Get {
             base,
             path,
             timeout: opts.timeout,
+            token: opts.token,
         });
     }
     opts.base = base;
@@ -268,6 +290,23 @@ fn generated_key() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!("cli-{}-{nanos}", std::process::id())
+}
+
+/// Where a token comes from when `--token` is not given.
+const TOKEN_VARIABLE: &str = "IDEMPOTENT_TOOL_TOKEN";
+
+/// A token goes into a header line: visible ASCII only, so that it can
+/// neither break the request nor add a header. It is never echoed.
+fn check_token(token: &str) -> Result<(), UsageError> {
+    if token.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(())
+    } else {
+        Err(UsageError::Flag(FlagError::BadValue {
+            flag: "--token".into(),
+            value: "(not shown)".into(),
+            expected: "visible ASCII characters only",
+        }))
+    }
 }
 
 fn parse_json_object(text: &str) -> Result<Value, UsageError> {

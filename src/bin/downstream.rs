@@ -11,8 +11,8 @@
 //! transaction and its answer stored, so a repeat (a retry after a timeout, or
 //! after the service crashed before recording the answer) gets the same answer
 //! and no second effect. The same key with other `tool`/`args` is `422`.
-//! `GET /requests/{key}` and `GET /stats` report counts and the most requests
-//! seen at once.
+//! `GET /requests/{key}` and `GET /stats` report counts, the most requests
+//! seen at once, and the most that arrived within one second.
 //!
 //! It is a separate program with its own SQLite file, so its SQL lives here,
 //! not in the service's store. It must never apply an effect twice for a key,
@@ -28,13 +28,14 @@ use idempotent_tool::http::{Request, Response};
 use idempotent_tool::server::{self, Handler, Limits};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const USAGE: &str = "\
 usage: downstream [--host H] [--port N] [--db PATH] [--fail-first N] [--status CODE]
@@ -67,6 +68,11 @@ struct Downstream {
     in_flight: AtomicUsize,
     /// The most POSTs this process has had in progress at once.
     max_in_flight: AtomicUsize,
+    /// When each POST of the last second arrived, oldest first.
+    last_second: Mutex<VecDeque<Instant>>,
+    /// The most POSTs that arrived within any one second (a sliding window:
+    /// the count is taken at each arrival, over the second before it).
+    max_per_second: AtomicUsize,
 }
 
 /// Counts one POST in progress for as long as it lives.
@@ -77,6 +83,23 @@ impl<'a> InFlight<'a> {
         let now = downstream.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         downstream.max_in_flight.fetch_max(now, Ordering::SeqCst);
         InFlight(downstream)
+    }
+}
+
+impl Downstream {
+    /// Count one arrival in the sliding second behind it.
+    fn arrived(&self) {
+        let now = Instant::now();
+        let mut window = self.last_second.lock().unwrap_or_else(|p| p.into_inner());
+        while window
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1))
+        {
+            window.pop_front();
+        }
+        window.push_back(now);
+        self.max_per_second
+            .fetch_max(window.len(), Ordering::SeqCst);
     }
 }
 
@@ -153,6 +176,8 @@ impl Downstream {
             options,
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            last_second: Mutex::new(VecDeque::new()),
+            max_per_second: AtomicUsize::new(0),
         })
     }
 
@@ -184,6 +209,7 @@ impl Downstream {
                 "the Idempotency-Key header is required",
             ));
         };
+        self.arrived();
         let _counted = InFlight::enter(self);
         let seen = self.count_request(key)?;
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
@@ -314,6 +340,7 @@ impl Downstream {
                 "effects": effects,
                 "in_flight": self.in_flight.load(Ordering::SeqCst),
                 "max_in_flight": self.max_in_flight.load(Ordering::SeqCst),
+                "max_per_second": self.max_per_second.load(Ordering::SeqCst),
             }),
         ))
     }

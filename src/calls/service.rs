@@ -29,8 +29,8 @@ pub struct CallsOptions {
 pub struct Calls {
     pub(super) store: Arc<CallStore>,
     pub(super) runner: Arc<Runner>,
-    /// Wakes a wait when a call of this process completes.
-    notifier: Arc<Notifier>,
+    /// Wakes a wait when a call of this process completes (or is cancelled).
+    pub(super) notifier: Arc<Notifier>,
     /// The tools calls may name, with their argument rules.
     pub(super) tools: Arc<ToolRegistry>,
     /// Whether chaos hooks are accepted in `args`.

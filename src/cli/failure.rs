@@ -1,6 +1,7 @@
 //! Every way the binary ends early, and `Failure::exit_status`, the one place
 //! that picks the exit status (README: bad usage and a bad tools, auth or
-//! secret file exit 2, a failed start 1; `verify`'s are in its usage).
+//! secret file exit 2, a failed start 1; `verify`'s and `backup`'s are in their
+//! usage).
 //!
 //! Each failure is reported as one plain line on stderr: a person reads it,
 //! before any service (and any JSON log) exists.
@@ -8,6 +9,7 @@
 use super::console::{err_line, usage_error};
 use super::PROGRAM;
 use crate::app::StartError;
+use crate::store::backup::BackupError;
 use crate::store::verify::VerifyError;
 use crate::tools::ToolFileError;
 use std::error::Error;
@@ -43,6 +45,8 @@ pub enum Failure {
     Violations,
     /// `verify` could not read the file as a service database.
     Unverifiable(VerifyError),
+    /// `backup` made no copy.
+    Backup(BackupError),
     /// `verify` without `--tools` on calls of tools that are not built in:
     /// which of them write effects is in the tools file.
     NeedsToolsFile(Vec<String>),
@@ -50,6 +54,9 @@ pub enum Failure {
 
 /// The prefix of `verify`'s lines on stderr.
 pub const VERIFY: &str = "idempotent-tool verify";
+
+/// The prefix of `backup`'s lines on stderr.
+pub const BACKUP: &str = "idempotent-tool backup";
 
 impl Failure {
     pub fn exit_status(&self) -> u8 {
@@ -62,6 +69,9 @@ impl Failure {
             | Failure::WritesFailed
             | Failure::Violations => 1,
             Failure::Unverifiable(_) => 3,
+            Failure::Backup(BackupError::DestinationExists(_)) => 2,
+            Failure::Backup(BackupError::Source(..) | BackupError::NotOurs(..)) => 3,
+            Failure::Backup(BackupError::Copy(..)) => 4,
         }
     }
 
@@ -81,6 +91,7 @@ impl Failure {
             Failure::Start(e) => err_line(format_args!("{PROGRAM}: {e}")),
             Failure::WritesFailed | Failure::Violations => {}
             Failure::Unverifiable(e) => err_line(format_args!("{VERIFY}: {e}")),
+            Failure::Backup(e) => err_line(format_args!("{BACKUP}: {e}")),
             Failure::NeedsToolsFile(tools) => err_line(format_args!(
                 "{VERIFY}: calls name tools that are not built in ({}); which of them write \
                  effects is in the tools file the server ran with: pass it with --tools FILE",

@@ -56,6 +56,9 @@ pub struct CallOptions {
     pub new_key_on_retry: bool,
     /// Optional `client_id` sent in the body (the server records it).
     pub client_id: Option<String>,
+    /// A bearer token sent as `Authorization: Bearer ...` on every request
+    /// (a server with `--auth-file` needs one).
+    pub token: Option<String>,
 }
 
 impl CallOptions {
@@ -72,6 +75,7 @@ impl CallOptions {
             poll: false,
             poll_timeout: Duration::from_secs(10),
             new_key_on_retry: false,
+            token: None,
             client_id: None,
         }
     }
@@ -307,7 +311,7 @@ pub fn call_tool_with(
     // been executed. Ask by key before giving up, never invent a new key.
     let key = opts.key_for_attempt(opts.retries);
     let lookup_attempt = opts.retries + 1;
-    match lookup_by_key(&opts.base, &key, opts.timeout) {
+    match lookup_by_key(opts, &key) {
         Ok(response) => {
             record(
                 AttemptRecord::from_response(lookup_attempt, &key, true, &response),
@@ -337,7 +341,7 @@ fn post_once(opts: &CallOptions, key: &str, body: &[u8]) -> io::Result<HttpRespo
         &opts.base,
         "POST",
         &opts.post_path(),
-        &[("Idempotency-Key", key)],
+        &with_authorization(&[("Idempotency-Key", key)], &bearer(opts.token.as_deref())),
         Some(body),
         opts.timeout,
     )
@@ -363,7 +367,8 @@ fn finish_call(opts: &CallOptions, call: Value) -> Value {
     let Some(call_id) = call["call_id"].as_str() else {
         return call;
     };
-    match poll_until_terminal(&opts.base, call_id, Instant::now() + opts.poll_timeout) {
+    let deadline = Instant::now() + opts.poll_timeout;
+    match poll_until_terminal_as(&opts.base, opts.token.as_deref(), call_id, deadline) {
         Ok(done) => done,
         Err(stuck) => stuck.last_seen.unwrap_or(call),
     }
@@ -371,7 +376,10 @@ fn finish_call(opts: &CallOptions, call: Value) -> Value {
 
 /// Whether a call JSON is in a state that will never change again.
 pub fn is_terminal(call: &Value) -> bool {
-    matches!(call["status"].as_str(), Some("succeeded" | "failed"))
+    matches!(
+        call["status"].as_str(),
+        Some("succeeded" | "failed" | "cancelled")
+    )
 }
 
 /// Why polling stopped without a terminal call.
@@ -409,6 +417,18 @@ pub fn poll_until_terminal(
     call_id: &str,
     deadline: Instant,
 ) -> Result<Value, PollError> {
+    poll_until_terminal_as(base, None, call_id, deadline)
+}
+
+/// `poll_until_terminal`, sending `token` as a bearer token.
+fn poll_until_terminal_as(
+    base: &str,
+    token: Option<&str>,
+    call_id: &str,
+    deadline: Instant,
+) -> Result<Value, PollError> {
+    let authorization = bearer(token);
+    let headers = with_authorization(&[], &authorization);
     let path = format!("{TOOL_CALLS_PATH}/{}", encode_path_segment(call_id));
     let mut failure = PollError {
         last_seen: None,
@@ -421,7 +441,7 @@ pub fn poll_until_terminal(
             return Err(failure);
         }
         let timeout = remaining.min(POLL_REQUEST_TIMEOUT);
-        match request_once(base, "GET", &path, &[], None, Some(timeout)) {
+        match request_once(base, "GET", &path, &headers, None, Some(timeout)) {
             Ok(response) if response.status == 200 => {
                 let call = response.json();
                 if is_terminal(&call) {
@@ -439,9 +459,28 @@ pub fn poll_until_terminal(
 }
 
 /// `GET /v1/tool-calls/by-key/{key}`: find a call whose creating response was lost.
-fn lookup_by_key(base: &str, key: &str, timeout: Option<Duration>) -> io::Result<HttpResponse> {
+fn lookup_by_key(opts: &CallOptions, key: &str) -> io::Result<HttpResponse> {
     let path = format!("{TOOL_CALLS_PATH}/by-key/{}", encode_path_segment(key));
-    request_once(base, "GET", &path, &[], None, timeout)
+    let authorization = bearer(opts.token.as_deref());
+    let headers = with_authorization(&[], &authorization);
+    request_once(&opts.base, "GET", &path, &headers, None, opts.timeout)
+}
+
+/// The `Authorization` value that sends `token`: `Bearer TOKEN`.
+pub fn bearer(token: Option<&str>) -> Option<String> {
+    token.map(|token| format!("Bearer {token}"))
+}
+
+/// `headers`, plus `Authorization` when there is one.
+pub fn with_authorization<'a>(
+    headers: &[(&'a str, &'a str)],
+    authorization: &'a Option<String>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut all = headers.to_vec();
+    if let Some(value) = authorization {
+        all.push(("Authorization", value));
+    }
+    all
 }
 
 /// The pause before retry number `attempt + 1`: `min(2^attempt * 0.1 s, 1 s)`

@@ -7,6 +7,7 @@
 use crate::flag::FlagError;
 use crate::http::NotAnAddress;
 use crate::log::SettingError;
+use crate::mcp::origin::BadName;
 use crate::store::DatabaseUrlError;
 use std::fmt;
 use std::path::PathBuf;
@@ -28,6 +29,8 @@ pub enum ConfigError {
     Database(DatabaseUrlError),
     /// `--trusted-proxy` holds something that is not an address or network.
     TrustedProxy(NotAnAddress),
+    /// A `--public-host` or `--allowed-origin` that could never match.
+    Origin(BadName),
     /// A non-loopback `--host` without `--auth-file` or `--insecure-no-auth`
     /// (the host as given, at most 64 characters).
     ExposedWithoutAuth { host: String },
@@ -66,6 +69,7 @@ impl fmt::Display for ConfigError {
             ConfigError::Setting(e) => e.fmt(f),
             ConfigError::Database(e) => e.fmt(f),
             ConfigError::TrustedProxy(e) => write!(f, "--trusted-proxy: {e}"),
+            ConfigError::Origin(e) => e.fmt(f),
             ConfigError::ExposedWithoutAuth { host } => write!(
                 f,
                 "--host {host:?} is not a loopback address: anyone who can reach it could read \
@@ -97,6 +101,7 @@ impl std::error::Error for ConfigError {
             ConfigError::Setting(e) => Some(e),
             ConfigError::Database(e) => Some(e),
             ConfigError::TrustedProxy(e) => Some(e),
+            ConfigError::Origin(e) => Some(e),
             ConfigError::Variable { error, .. } => Some(error.as_ref()),
             _ => None,
         }

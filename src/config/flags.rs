@@ -9,7 +9,8 @@ use super::{Config, ConfigError};
 use crate::flag::FlagError;
 use crate::http::TrustedProxies;
 use crate::log::Level;
-use crate::store::Database;
+use crate::mcp::origin::BadName;
+use crate::store::{Database, DbSchema, DB_SCHEMA_RULE};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -41,9 +42,13 @@ pub const FLAGS: &[Flag] = &[
     value("--host"),
     value("--port"),
     value("--db"),
+    value("--db-schema"),
     value("--db-password-file"),
     value("--db-pool"),
     value("--db-ca-file"),
+    value("--db-timeout-ms"),
+    value("--db-connect-timeout-ms"),
+    value("--db-tcp-timeout-ms"),
     value("--workers"),
     value("--lease-secs"),
     value("--tools"),
@@ -58,6 +63,8 @@ pub const FLAGS: &[Flag] = &[
     value("--auth-file"),
     switch("--insecure-no-auth"),
     value("--mcp-wait-secs"),
+    value("--public-host"),
+    value("--allowed-origin"),
     value("--key-ttl"),
     value("--log-level"),
     value("--access-log"),
@@ -92,9 +99,16 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--host" => config.host = value.to_string(),
         "--port" => config.port = number(name, value, 0..=65535)? as u16,
         "--db" => config.db = Database::parse(value).map_err(ConfigError::Database)?,
+        "--db-schema" => {
+            config.db_schema =
+                DbSchema::parse(value).ok_or_else(|| bad_value(name, value, DB_SCHEMA_RULE))?
+        }
         "--db-password-file" => config.db_password_file = Some(PathBuf::from(value)),
         "--db-pool" => config.store.pool_size = number(name, value, 1..=10_000)? as usize,
         "--db-ca-file" => config.store.ca_file = Some(PathBuf::from(value)),
+        "--db-timeout-ms" => config.store.pg_timeouts.operation = millis(name, value, 1)?,
+        "--db-connect-timeout-ms" => config.store.pg_timeouts.connect = millis(name, value, 1)?,
+        "--db-tcp-timeout-ms" => config.store.pg_timeouts.tcp = millis(name, value, 1000)?,
         "--tools" => config.tools_file = Some(PathBuf::from(value)),
         "--workers" => config.runner.workers = number(name, value, 1..=1024)? as usize,
         "--lease-secs" => config.runner.lease = seconds(name, value)?,
@@ -103,6 +117,10 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--request-timeout-ms" => config.limits.request_timeout = millis(name, value, 1)?,
         "--idle-timeout-ms" => config.limits.idle_timeout = millis(name, value, 1)?,
         "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(name, value)?,
+        "--public-host" => each(value, |name| config.mcp_origins.add_public_host(name))?,
+        "--allowed-origin" => each(value, |origin| {
+            config.mcp_origins.add_allowed_origin(origin)
+        })?,
         "--shutdown-grace-secs" => config.shutdown_grace = seconds(name, value)?,
         "--max-connections" => {
             config.limits.max_connections = number(name, value, 1..=1_000_000)? as usize
@@ -123,6 +141,10 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         Some(path) => path.display().to_string(),
         None => "none".to_string(),
     };
+    let list = |items: &[String]| match items {
+        [] => "none".to_string(),
+        items => items.join(","),
+    };
     let on_off = |on: bool| if on { "on" } else { "off" }.to_string();
     let millis = |d: Duration| d.as_millis().to_string();
     let secs = |d: Duration| d.as_secs_f64().to_string();
@@ -131,9 +153,13 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--port" => config.port.to_string(),
         // `Display` masks a URL's password.
         "--db" => config.db.to_string(),
+        "--db-schema" => config.db_schema.to_string(),
         "--db-password-file" => path(&config.db_password_file),
         "--db-pool" => config.store.pool_size.to_string(),
         "--db-ca-file" => path(&config.store.ca_file),
+        "--db-timeout-ms" => millis(config.store.pg_timeouts.operation),
+        "--db-connect-timeout-ms" => millis(config.store.pg_timeouts.connect),
+        "--db-tcp-timeout-ms" => millis(config.store.pg_timeouts.tcp),
         "--workers" => config.runner.workers.to_string(),
         "--lease-secs" => secs(config.runner.lease),
         "--tools" => path(&config.tools_file),
@@ -148,6 +174,8 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--auth-file" => path(&config.auth_file),
         "--insecure-no-auth" => on_off(config.insecure_no_auth),
         "--mcp-wait-secs" => secs(config.mcp_wait),
+        "--public-host" => list(&config.mcp_origins.public_hosts),
+        "--allowed-origin" => list(&config.mcp_origins.allowed_origins),
         "--key-ttl" => secs(config.store.retention.key_ttl.unwrap_or_default()),
         "--log-level" => config.log_level.as_str().to_string(),
         "--access-log" => on_off(config.access_log),
@@ -157,6 +185,14 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--chaos" => on_off(config.runner.chaos),
         _ => return None,
     })
+}
+
+/// Each name of a comma-separated list (a flag given twice adds to it).
+fn each(value: &str, mut add: impl FnMut(&str) -> Result<(), BadName>) -> Result<(), ConfigError> {
+    value
+        .split(',')
+        .try_for_each(|item| add(item.trim()))
+        .map_err(ConfigError::Origin)
 }
 
 /// A value `flag` does not take: what it must be.

@@ -59,6 +59,12 @@ error_codes! {
     /// (`/metrics`, `/stats?scope=all`). Never for another tenant's call:
     /// that is `not_found`, so existence does not leak.
     Forbidden => (403, "forbidden"),
+    /// `POST /mcp` reached by a `Host` that is neither loopback nor a
+    /// `--public-host` name: a DNS-rebinding page, or a missing flag.
+    HostNotAllowed => (403, "host_not_allowed"),
+    /// `POST /mcp` from a web page whose `Origin` is neither the `Host`'s own
+    /// nor on `--allowed-origin`'s list.
+    OriginNotAllowed => (403, "origin_not_allowed"),
     /// Unknown call, key or path.
     NotFound => (404, "not_found"),
     /// A known path with the wrong method; the answer carries `Allow`.
@@ -71,6 +77,10 @@ error_codes! {
     /// key within its window (the tool's `business_key`, `on_duplicate:
     /// "reject"`); `error.call_id` and `Location` name it.
     DuplicateIntent => (409, "duplicate_intent"),
+    /// A cancel of a call that had already succeeded or failed (or whose
+    /// tool's answer was recorded before the stop took effect);
+    /// `error.call_id` and `error.status` name it, and `call` is the call.
+    CallSettled => (409, "call_settled"),
     /// The body, or the canonical `args`, is over its limit.
     PayloadTooLarge => (413, "payload_too_large"),
     /// The request line is over its limit.

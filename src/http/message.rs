@@ -139,8 +139,13 @@ impl Response {
         Response::json_bytes(status, body.to_string().into_bytes())
     }
 
-    /// A JSON response from an already-serialized body.
-    pub fn json_bytes(status: u16, body: Vec<u8>) -> Response {
+    /// A JSON response from an already-serialized body. Every JSON body ends
+    /// with a newline, as a text document does: `curl` then leaves the shell
+    /// prompt on a line of its own, and line-reading tools see a whole line.
+    pub fn json_bytes(status: u16, mut body: Vec<u8>) -> Response {
+        if body.last() != Some(&b'\n') {
+            body.push(b'\n');
+        }
         Response {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
@@ -170,6 +175,23 @@ impl Response {
         }
         let mut body = serde_json::Map::new();
         body.insert("error".into(), error);
+        Response::error_body(code, body)
+    }
+
+    /// `from_error`, with more members in `error` (`about`: `call_id`,
+    /// `status`) and beside it (`beside`: the call a `409 call_settled`
+    /// is about); neither can replace `code`, `message` or `error`.
+    pub fn from_error_about(
+        code: ErrorCode,
+        message: impl fmt::Display,
+        about: serde_json::Map<String, serde_json::Value>,
+        beside: serde_json::Map<String, serde_json::Value>,
+    ) -> Response {
+        let mut error = about;
+        error.insert("code".into(), code.as_str().into());
+        error.insert("message".into(), message.to_string().into());
+        let mut body = beside;
+        body.insert("error".into(), serde_json::Value::Object(error));
         Response::error_body(code, body)
     }
 

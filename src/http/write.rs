@@ -140,15 +140,15 @@ mod tests {
         let ok = Response::json(200, &serde_json::json!({"ok": true}));
         assert_eq!(
             written(&ok, true, Version::Http11, false),
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}"
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"ok\":true}\n"
         );
         assert_eq!(
             written(&ok, false, Version::Http11, false),
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}"
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\nConnection: close\r\n\r\n{\"ok\":true}\n"
         );
         assert_eq!(
             written(&ok, true, Version::Http10, true),
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\nConnection: keep-alive\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\nConnection: keep-alive\r\n\r\n"
         );
         let busy = Response::from_error(ErrorCode::Unavailable, "x");
         assert!(written(&busy, false, Version::Http11, false).starts_with(&format!(

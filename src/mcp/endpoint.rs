@@ -1,4 +1,4 @@
-//! `Mcp`: the endpoint behind `POST /mcp` — the `Origin` check, the JSON-RPC
+//! `Mcp`: the endpoint behind `POST /mcp` — the `Host` and `Origin` checks, the JSON-RPC
 //! body parsed strictly, a batch where its revision allows one, and each
 //! message answered: `initialize` and the handshake methods, `tools/list`,
 //! and `tools/call` (`tools_call`), over the `Calls` service the REST routes
@@ -12,6 +12,7 @@ use super::handshake::{self, Refused, Revision};
 use super::jsonrpc::{
     self, Message, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
+use super::origin::OriginPolicy;
 use super::{tools_call, tools_list};
 use crate::auth::Tenant;
 use crate::calls::Calls;
@@ -27,20 +28,25 @@ pub struct Mcp {
     /// How long a `tools/call` waits for its call to settle
     /// (`--mcp-wait-secs`) before answering `running` with the call's id.
     pub(super) wait: Duration,
+    /// The `Host` names and `Origin`s served (`--public-host`,
+    /// `--allowed-origin`): the DNS-rebinding guard.
+    origins: OriginPolicy,
 }
 
 impl Mcp {
-    pub fn new(calls: Arc<Calls>, wait: Duration) -> Mcp {
-        Mcp { calls, wait }
+    pub fn new(calls: Arc<Calls>, wait: Duration, origins: OriginPolicy) -> Mcp {
+        Mcp {
+            calls,
+            wait,
+            origins,
+        }
     }
 
     /// Answer one `POST /mcp`.
     pub fn handle(&self, req: &Request, tenant: &Tenant, exchange: &mut Exchange) -> Response {
-        if let Some(origin) = req.header("origin") {
-            if !origin_allowed(origin, req.header("host")) {
-                let body = jsonrpc::error(None, INVALID_REQUEST, "Origin not allowed", None);
-                return Response::json(403, &body);
-            }
+        let (host, origin) = (req.header("host"), req.header("origin"));
+        if let Err(refusal) = self.origins.check(host, origin) {
+            return refusal.into();
         }
         let value = match crate::input::parse_strict(&req.body) {
             Ok(value) => value,
@@ -112,7 +118,14 @@ fn answer_one(
 ) -> Option<(u16, Value)> {
     let (id, method, params) = match jsonrpc::classify(value) {
         Ok(Message::Request { id, method, params }) => (id, method, params),
-        Ok(Message::Notification { method }) => {
+        Ok(Message::Notification { method, params }) => {
+            // A notification is not answered, but one in a version this
+            // server does not speak is refused like a request (400).
+            let header = req.header("mcp-protocol-version");
+            if let Err(refused) = handshake::revision_of(&params, header) {
+                let body = jsonrpc::error(None, refused.code, refused.message, refused.data);
+                return Some((400, body));
+            }
             notified(&method);
             return None;
         }
@@ -193,42 +206,5 @@ fn notified(method: &str) {
             .event("mcp_cancelled")
             .label("transport", "mcp")
             .emit();
-    }
-}
-
-/// A browser's `Origin` must be this server's own (`Host`) or a loopback
-/// one; a missing `Origin` (not a browser) is fine.
-fn origin_allowed(origin: &str, host: Option<&str>) -> bool {
-    let Some(authority) = origin
-        .strip_prefix("http://")
-        .or_else(|| origin.strip_prefix("https://"))
-    else {
-        return false;
-    };
-    let hostname = match authority.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => authority,
-    };
-    let loopback = matches!(hostname, "localhost" | "127.0.0.1" | "[::1]");
-    loopback || host.is_some_and(|h| h.eq_ignore_ascii_case(authority))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_loopback_or_own_origin_is_allowed() {
-        assert!(origin_allowed("http://localhost:3000", Some("x:1")));
-        assert!(origin_allowed("http://127.0.0.1", None));
-        assert!(origin_allowed(
-            "https://svc.example:8081",
-            Some("svc.example:8081")
-        ));
-        assert!(!origin_allowed(
-            "https://evil.example",
-            Some("127.0.0.1:8081")
-        ));
-        assert!(!origin_allowed("null", None));
     }
 }

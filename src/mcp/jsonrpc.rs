@@ -41,6 +41,7 @@ pub enum Message {
     },
     Notification {
         method: String,
+        params: Map<String, Value>,
     },
     /// A response to a request this server never sends: ignored.
     Response,
@@ -87,7 +88,7 @@ pub fn classify(value: &Value) -> Result<Message, Malformed> {
         Some(_) => return Err(bad("\"params\" must be an object")),
     };
     match id {
-        None => Ok(Message::Notification { method }),
+        None => Ok(Message::Notification { method, params }),
         Some(_) if usable_id.is_none() => Err(bad("\"id\" must be a string or an integer")),
         Some(id) => Ok(Message::Request { id, method, params }),
     }

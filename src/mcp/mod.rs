@@ -5,7 +5,7 @@
 //! the client posts, with `202` and no body. `GET /mcp` is `405`: there is no
 //! server-to-client stream, because nothing here is ever pushed.
 //!
-//! Map (this file holds no type): `endpoint` (`Mcp`: the `Origin` check,
+//! Map (this file holds no type): `endpoint` (`Mcp`: the `Host` and `Origin` checks,
 //! batches, and each message answered), `jsonrpc` (the message shape and the
 //! error codes), `handshake` (revisions: `initialize`, `server/discover`,
 //! `ping`, the `MCP-Protocol-Version` header and 2026-07-28's mirrored
@@ -16,8 +16,9 @@
 //! (errors included, as JSON-RPC over HTTP is usually spoken); `400` for a
 //! body that is not JSON-RPC, a batch the revision forbids, an unsupported
 //! version or a header mismatch; 2026-07-28's unknown method is `404`, as
-//! that revision requires. `403` for a browser `Origin` that is not this
-//! server's own or a loopback one (DNS rebinding).
+//! that revision requires. `403` (`host_not_allowed`, `origin_not_allowed`)
+//! for a `Host` or `Origin` this server does not trust (`origin`: DNS
+//! rebinding).
 //!
 //! This module never runs a tool, keeps no session, and never puts a token,
 //! a header value or a call's arguments in a log line.
@@ -25,6 +26,7 @@
 mod endpoint;
 pub mod handshake;
 pub mod jsonrpc;
+pub mod origin;
 pub mod tools_call;
 pub mod tools_list;
 

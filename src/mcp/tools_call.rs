@@ -60,7 +60,7 @@ pub fn call(
         return get_tool_call(mcp, req, tenant, exchange, revision, &arguments);
     }
     let Some(spec) = mcp.calls.tools().get(name) else {
-        let known: Vec<&str> = mcp.calls.tools().specs().map(|s| s.name.as_str()).collect();
+        let known = super::tools_list::names(mcp.calls.tools());
         return Err((
             INVALID_PARAMS,
             format!("Unknown tool: {}", quote(name)),
@@ -224,8 +224,9 @@ fn settle(mcp: &Mcp, req: &Request, call: Call, wait: Duration) -> Result<Call, 
 }
 
 /// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
-/// as `structuredContent` (from 2025-06-18) and as text; `isError` when the
-/// call failed.
+/// (and `cancel_requested_at` once a cancel was asked) as
+/// `structuredContent` (from 2025-06-18) and as text; `isError` when the
+/// call failed or was cancelled.
 pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
     let mut state = json!({
         "call_id": call.call_id,
@@ -239,12 +240,17 @@ pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Re
     }
     match call.status {
         Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
-        Status::Failed => state["error"] = call.error.clone().unwrap_or(Value::Null),
+        Status::Failed | Status::Cancelled => {
+            state["error"] = call.error.clone().unwrap_or(Value::Null)
+        }
         Status::Pending | Status::Running => {}
+    }
+    if let Some(at) = call.cancel_requested_at {
+        state["cancel_requested_at"] = at.into();
     }
     let mut answer = json!({
         "content": [{"type": "text", "text": state.to_string()}],
-        "isError": call.status == Status::Failed,
+        "isError": matches!(call.status, Status::Failed | Status::Cancelled),
     });
     if revision.has_structured_output() {
         answer["structuredContent"] = state;
@@ -275,23 +281,23 @@ fn get_tool_call(
     revision: Revision,
     arguments: &Map<String, Value>,
 ) -> Result<Value, RpcError> {
-    let Some(call_id) = arguments.get("call_id").and_then(Value::as_str) else {
-        return Ok(tool_error(
-            ErrorCode::BadRequest,
-            "call_id (a string) is required",
-            None,
-        ));
-    };
-    let wait = match arguments.get("wait_secs") {
-        None => Duration::ZERO,
-        Some(w) => match w.as_f64() {
-            Some(s) if (0.0..=MAX_WAIT_SECS).contains(&s) => Duration::from_secs_f64(s),
-            _ => {
-                let message = format!("wait_secs must be a number from 0 to {MAX_WAIT_SECS}");
-                return Ok(tool_error(ErrorCode::BadRequest, &message, None));
-            }
-        },
-    };
+    if let Err(e) = super::tools_list::check_get_tool_call(arguments) {
+        // Its schema is held like any tool's: a protocol error before
+        // 2025-11-25, a tool execution error the model can read from it.
+        return if revision.schema_failure_is_tool_error() {
+            Ok(tool_error(ErrorCode::BadRequest, &e.to_string(), None))
+        } else {
+            Err(invalid(e.to_string()))
+        };
+    }
+    // The schema has checked both: a string, and a number within bounds.
+    let call_id = arguments["call_id"].as_str().unwrap_or_default();
+    let wait = arguments
+        .get("wait_secs")
+        .and_then(Value::as_f64)
+        .map_or(Duration::ZERO, |s| {
+            Duration::from_secs_f64(s.clamp(0.0, MAX_WAIT_SECS))
+        });
     let call = match mcp.calls.get(&tenant.name, call_id) {
         Ok(Some(call)) => call,
         Ok(None) => {

@@ -9,8 +9,11 @@
 //! `GET /v1/tools` shows), and never runs anything.
 
 use super::handshake::Revision;
-use crate::tools::{ToolRegistry, ToolSpec};
-use serde_json::{json, Value};
+use crate::calls::MAX_WAIT_SECS;
+use crate::tools::schema::Schema;
+use crate::tools::{ArgsError, ToolRegistry, ToolSpec};
+use serde_json::{json, Map, Value};
+use std::sync::OnceLock;
 
 /// The MCP-only tool that reads a call by id.
 pub const GET_TOOL_CALL: &str = "get_tool_call";
@@ -27,12 +30,13 @@ pub fn output_schema() -> Value {
         "properties": {
             "call_id": {"type": "string", "description": "the call's handle: get_tool_call reads it"},
             "idempotency_key": {"type": "string"},
-            "status": {"type": "string", "enum": ["pending", "running", "succeeded", "failed"]},
+            "status": {"type": "string", "enum": ["pending", "running", "succeeded", "failed", "cancelled"]},
             "attempt": {"type": "integer", "minimum": 0},
             "replayed": {"type": "boolean", "description": "true: an existing call's outcome, nothing ran again"},
             "duplicate_intent": {"type": "boolean", "description": "true: another key's call with the same business key"},
             "result": {"description": "the tool's result, when status is succeeded"},
-            "error": {"type": "object", "description": "why it failed, when status is failed"}
+            "error": {"type": "object", "description": "why it failed, when status is failed; {code: cancelled, message: the reason} when cancelled"},
+            "cancel_requested_at": {"type": "number", "description": "Unix time its cancel was asked (POST /v1/tool-calls/{call_id}/cancel); absent if never"}
         }
     })
 }
@@ -142,20 +146,45 @@ fn description(spec: &ToolSpec) -> String {
     text
 }
 
+/// Every tool name `tools/list` shows, in its order.
+pub fn names(registry: &ToolRegistry) -> Vec<&str> {
+    let mut names: Vec<&str> = registry
+        .specs()
+        .map(|spec| spec.name.as_str())
+        .filter(|name| *name != GET_TOOL_CALL)
+        .collect();
+    names.push(GET_TOOL_CALL);
+    names
+}
+
+/// `get_tool_call`'s arguments: what `tools/list` shows, and what
+/// `check_get_tool_call` holds them to.
+fn get_tool_call_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["call_id"],
+        "properties": {
+            "call_id": {"type": "string"},
+            "wait_secs": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECS}
+        },
+        "additionalProperties": false
+    })
+}
+
+/// Hold `get_tool_call`'s arguments to the schema it advertises.
+pub fn check_get_tool_call(arguments: &Map<String, Value>) -> Result<(), ArgsError> {
+    static SCHEMA: OnceLock<Schema> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| Schema::compile(&get_tool_call_schema()).expect("a valid 2020-12 schema"))
+        .check(arguments)
+}
+
 fn get_tool_call(revision: Revision) -> Value {
     let mut tool = json!({
         "name": GET_TOOL_CALL,
         "description": "Read a call's current state by its call_id (the handle every tools/call answers with). \
     Optionally wait up to wait_secs for it to settle. Never runs anything.",
-        "inputSchema": {
-            "type": "object",
-            "required": ["call_id"],
-            "properties": {
-                "call_id": {"type": "string"},
-                "wait_secs": {"type": "number", "minimum": 0, "maximum": 30}
-            },
-            "additionalProperties": false
-        },
+        "inputSchema": get_tool_call_schema(),
         "annotations": {
             "readOnlyHint": true,
             "destructiveHint": false,

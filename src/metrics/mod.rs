@@ -24,7 +24,8 @@ pub use rates::{RateHistory, RateSampler, Rates};
 pub use registry::{format_value, ComputedSample, Registry, CONTENT_TYPE};
 pub use series::{Counter, Family, Gauge, Histogram};
 pub use service::{
-    DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome, Transport,
+    CancelOutcome, DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome,
+    Transport, WaitedOn,
 };
 
 #[cfg(test)]

@@ -40,6 +40,9 @@ pub const QUEUED_CALLS: &str = "idempotent_tool_queued_calls";
 pub const SUBMISSIONS: &str = "idempotent_tool_submissions_total";
 pub const OVERLOADED: &str = "idempotent_tool_overloaded_total";
 pub const ACCESS_LOG_DROPPED: &str = "idempotent_tool_access_log_dropped_lines_total";
+pub const CANCELS: &str = "idempotent_tool_cancels_total";
+pub const LIMIT_WAIT: &str = "idempotent_tool_limit_wait_seconds";
+pub const LIMIT_DEFERRALS: &str = "idempotent_tool_limit_deferrals_total";
 
 /// A request's wait may last 30 s, so the buckets reach past it.
 const REQUEST_SECONDS: &[f64] = &[
@@ -55,7 +58,7 @@ const COMMIT_SECONDS: &[f64] = &[
 const BATCH_OPERATIONS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 
 /// The statuses a call can have, so each has a series even at zero.
-const CALL_STATUSES: [&str; 4] = ["pending", "running", "succeeded", "failed"];
+const CALL_STATUSES: [&str; 5] = ["pending", "running", "succeeded", "failed", "cancelled"];
 
 /// The routes the router knows, as `route` label values (path templates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,12 +76,13 @@ pub enum Route {
     Mcp,
     Nodes,
     Overview,
+    CancelToolCall,
     /// Any path the router does not know (a `404`).
     Other,
 }
 
 impl Route {
-    pub const ALL: [Route; 13] = [
+    pub const ALL: [Route; 14] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -91,6 +95,7 @@ impl Route {
         Route::Mcp,
         Route::Nodes,
         Route::Overview,
+        Route::CancelToolCall,
         Route::Other,
     ];
 
@@ -109,6 +114,7 @@ impl Route {
             Route::Nodes => "/v1/nodes",
             Route::Overview => "/v1/overview",
             Route::Other => "other",
+            Route::CancelToolCall => "/v1/tool-calls/{call_id}/cancel",
         }
     }
 }
@@ -167,6 +173,37 @@ impl SubmitOutcome {
     }
 }
 
+/// What a cancel (`POST /v1/tool-calls/{call_id}/cancel`) answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// `200`: the call is `cancelled`.
+    Cancelled,
+    /// `202`: still running, its tool asked to stop.
+    Stopping,
+    /// `409 call_settled`: it had succeeded or failed.
+    Settled,
+    /// `404`: no such call for the tenant.
+    NotFound,
+}
+
+impl CancelOutcome {
+    const ALL: [CancelOutcome; 4] = [
+        CancelOutcome::Cancelled,
+        CancelOutcome::Stopping,
+        CancelOutcome::Settled,
+        CancelOutcome::NotFound,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CancelOutcome::Cancelled => "cancelled",
+            CancelOutcome::Stopping => "stopping",
+            CancelOutcome::Settled => "settled",
+            CancelOutcome::NotFound => "not_found",
+        }
+    }
+}
+
 /// How one run of a tool ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolOutcome {
@@ -174,6 +211,8 @@ pub enum ToolOutcome {
     /// Failed, and may be tried again (by a retry or a same-key POST).
     RetryableFailure,
     PermanentFailure,
+    /// Halted because its call was cancelled.
+    Stopped,
 }
 
 impl ToolOutcome {
@@ -182,6 +221,23 @@ impl ToolOutcome {
             ToolOutcome::Succeeded => "succeeded",
             ToolOutcome::RetryableFailure => "retryable_failure",
             ToolOutcome::PermanentFailure => "permanent_failure",
+            ToolOutcome::Stopped => "stopped",
+        }
+    }
+}
+
+/// The limit a tool's calls waited on: its `max_concurrency`, or its `rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitedOn {
+    Concurrency,
+    Rate,
+}
+
+impl WaitedOn {
+    pub fn label(self) -> &'static str {
+        match self {
+            WaitedOn::Concurrency => "concurrency",
+            WaitedOn::Rate => "rate",
         }
     }
 }
@@ -220,7 +276,10 @@ pub struct Metrics {
     pub retries_scheduled: Arc<Counter>,
     tool_runs: Arc<Family<Counter>>,
     submissions: Arc<Family<Counter>>,
+    cancels: Arc<Family<Counter>>,
     tool_run_duration: Arc<Family<Histogram>>,
+    limit_wait: Arc<Family<Histogram>>,
+    limit_deferrals: Arc<Family<Counter>>,
     pub writer_batches: Arc<Counter>,
     pub writer_batch_operations: Arc<Histogram>,
     pub writer_commit_duration: Arc<Histogram>,
@@ -316,11 +375,33 @@ impl Metrics {
                 }
                 family
             },
+            cancels: {
+                let family = r.counter_family(
+                    CANCELS,
+                    "Cancel requests, by what they answered (cancelled, stopping, settled, not_found).",
+                    &["outcome"],
+                );
+                for outcome in CancelOutcome::ALL {
+                    family.with(&[outcome.label()]);
+                }
+                family
+            },
             tool_run_duration: r.histogram_family(
                 TOOL_RUN_DURATION,
                 "Time a tool ran, outside any transaction, by tool.",
                 &["tool"],
                 TOOL_SECONDS,
+            ),
+            limit_wait: r.histogram_family(
+                LIMIT_WAIT,
+                "Time a call of a limited tool waited, from due to claimed, by tool and its tighter limit.",
+                &["tool", "limit"],
+                TOOL_SECONDS,
+            ),
+            limit_deferrals: r.counter_family(
+                LIMIT_DEFERRALS,
+                "Claims by this process that left due calls of a tool pending because a limit had no room.",
+                &["tool", "limit"],
             ),
             retries_scheduled: r.counter(
                 RETRIES_SCHEDULED,
@@ -439,16 +520,41 @@ impl Metrics {
             .inc();
     }
 
+    /// One cancel request, by what it answered.
+    pub fn observe_cancel(&self, outcome: CancelOutcome) {
+        self.cancels.with(&[outcome.label()]).inc();
+    }
+
     /// Create the zero series of a tool, so its rates exist before it first runs.
     pub fn declare_tool(&self, tool: &str) {
         for outcome in [
             ToolOutcome::Succeeded,
             ToolOutcome::RetryableFailure,
             ToolOutcome::PermanentFailure,
+            ToolOutcome::Stopped,
         ] {
             self.tool_runs.with(&[tool, outcome.label()]);
         }
         self.tool_run_duration.with(&[tool]);
+    }
+
+    /// Create the zero series of a tool's limit, so its rates exist before
+    /// its first call waits.
+    pub fn declare_limit(&self, tool: &str, limit: WaitedOn) {
+        self.limit_wait.with(&[tool, limit.label()]);
+        self.limit_deferrals.with(&[tool, limit.label()]);
+    }
+
+    /// A call of a limited tool claimed after `waited` since it was due.
+    pub fn observe_limit_wait(&self, tool: &str, limit: WaitedOn, waited: Duration) {
+        self.limit_wait
+            .with(&[tool, limit.label()])
+            .observe_duration(waited);
+    }
+
+    /// A claim left due calls of `tool` pending: `limit` had no room.
+    pub fn count_limit_deferral(&self, tool: &str, limit: WaitedOn) {
+        self.limit_deferrals.with(&[tool, limit.label()]).inc();
     }
 
     /// One write transaction of the writer thread.

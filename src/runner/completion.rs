@@ -100,6 +100,7 @@ impl Handed {
             (Outcome::Succeeded { effect, .. }, _) => (Transition::Succeeded, effect.is_some()),
             (Outcome::Failed { .. }, Some(_)) => (Transition::RetryScheduled, false),
             (Outcome::Failed { .. }, None) => (Transition::Failed, false),
+            (Outcome::Stopped { .. }, _) => (Transition::Cancelled, false),
         };
         Handed {
             task,
@@ -131,6 +132,7 @@ impl Handed {
                 Some(delay) => store.retry_later_then(lease, &error.to_json(), *delay, then),
                 None => store.fail_then(lease, &error.to_json(), then),
             },
+            Outcome::Stopped { sent, how } => store.stopped_then(lease, *sent, how, then),
         }
     }
 }
@@ -165,6 +167,8 @@ enum Transition {
     /// A retryable failure with attempts left: back to `pending` until its
     /// retry is due.
     RetryScheduled,
+    /// The tool was stopped because its call was cancelled.
+    Cancelled,
 }
 
 impl Transition {
@@ -173,6 +177,7 @@ impl Transition {
             Transition::Succeeded => "succeeded",
             Transition::Failed => "failed",
             Transition::RetryScheduled => "retry_scheduled",
+            Transition::Cancelled => "cancelled",
         }
     }
 
@@ -181,6 +186,7 @@ impl Transition {
             Transition::Succeeded => "succeeded",
             Transition::Failed => "failed",
             Transition::RetryScheduled => "pending",
+            Transition::Cancelled => "cancelled",
         }
     }
 }
@@ -387,6 +393,14 @@ impl Recorder {
                     chaos::crash("after the completion committed, before any response");
                 }
             }
+            // Its cancel had been asked: the failure or the retry it asked
+            // for ended the call `cancelled` instead.
+            Ok(Completion::Cancelled) => log::info("call cancelled: its cancel was asked")
+                .event("cancelled")
+                .call_id(call_id)
+                .attempt(attempt)
+                .transition("running", "cancelled")
+                .emit(),
             Ok(Completion::Stale) => {
                 self.metrics.stale_completions.inc();
                 log::warn("stale completion discarded: the lease was lost")

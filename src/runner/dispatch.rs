@@ -26,6 +26,8 @@
 
 use super::capacity::Capacity;
 use super::completion::Completions;
+use super::limited::LimitedTools;
+use super::maintenance::Doorbell;
 use super::notifier::Notifier;
 use super::pool::WorkerPool;
 use super::tasks::{Task, TaskTable};
@@ -66,6 +68,10 @@ pub(super) struct Dispatch {
     pool: RwLock<Option<WorkerPool<Assignment>>>,
     /// How many workers are spoken for; what a poll may claim is the rest.
     capacity: Capacity,
+    /// The tools whose limits the database holds: claimed by the poll alone.
+    limited: LimitedTools,
+    /// Rung to poll at once (a new call of a limited tool).
+    doorbell: Arc<Doorbell>,
     /// The last poll claimed all it was allowed (every free worker, or every
     /// free slot of a capped tool), so more calls may be due: the completer
     /// asks for a poll once a completion frees a worker or a slot, instead
@@ -86,13 +92,15 @@ impl Dispatch {
         workers: usize,
         lease: Duration,
         store: Arc<CallStore>,
-        notifier: Arc<Notifier>,
+        (notifier, doorbell): (Arc<Notifier>, Arc<Doorbell>),
         metrics: Arc<Metrics>,
     ) -> Dispatch {
         Dispatch {
             tasks,
             pool: RwLock::new(None),
             capacity: Capacity::new(workers),
+            limited: LimitedTools::new(&store.limits_in_database(), &metrics),
+            doorbell,
             more_due: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             lease,
@@ -145,6 +153,10 @@ impl Dispatch {
             // The call stays `pending` in the database, the safe place for
             // it, and the next process runs it.
             return;
+        }
+        if self.limited.holds(tool) {
+            // Claimed by the poll alone, under its limit (`limited`).
+            return self.request_poll();
         }
         if let Some(task) = self.tasks.submit(call_id, tool, quick) {
             self.enqueue(task);
@@ -211,6 +223,15 @@ impl Dispatch {
                     .emit();
                 true
             }
+            Ok(Completion::Cancelled) => {
+                log::info("a stopping process ended a call whose cancel was asked")
+                    .event("cancelled")
+                    .call_id(&lease.call_id)
+                    .attempt(lease.attempt)
+                    .transition("running", "cancelled")
+                    .emit();
+                false
+            }
             Ok(Completion::Stale) => false,
             Err(e) => {
                 log::error("could not release a lease")
@@ -223,13 +244,29 @@ impl Dispatch {
         }
     }
 
+    /// A call's cancel was asked (of `attempt`, when known): if its tool runs
+    /// here, ask its worker's `Stop`, which halts it (the worker then
+    /// records the fenced `cancelled` completion); if it is about to start
+    /// here, it never starts. `true` when a running tool was asked to stop.
+    pub(super) fn stop_running(&self, call_id: &str, attempt: Option<i64>) -> bool {
+        let Some((stop, run)) = self.tasks.cancel(call_id, attempt) else {
+            return false;
+        };
+        stop.request(run);
+        log::info("a cancelled call's tool asked to stop")
+            .event("cancel_stop")
+            .call_id(call_id)
+            .emit();
+        true
+    }
+
     /// Hold a free worker and a slot of `tool` for a call this process is
     /// about to claim itself (e.g. create it already `running`). `None` when
     /// every worker is spoken for, the tool is at its `max_concurrency`, or
     /// a stop has begun: claim nothing then, and `submit` instead.
     /// `quick`: as for `submit`.
     pub(super) fn reserve(&self, tool: &str, quick: bool) -> Option<Reservation<'_>> {
-        if self.is_stopping() || self.capacity.reserve(1, quick) == 0 {
+        if self.is_stopping() || self.limited.holds(tool) || self.capacity.reserve(1, quick) == 0 {
             return None;
         }
         if !self.tasks.reserve_slot(tool) {
@@ -275,34 +312,36 @@ impl Dispatch {
     /// slots — and hand each lease to a worker. Returns how many were
     /// claimed. When the claim took all it was allowed (every free worker,
     /// or a capped tool's every free slot), more may be due: the next
-    /// completion asks for another poll (`take_more_due`).
+    /// completion asks for another poll (`take_more_due`). Tools whose limits
+    /// the database holds are claimed first, by a claim of their own
+    /// (`CallStore::claim_limited`, see `limited`); the rest of the workers
+    /// go to the others' one-statement claim, which passes them over.
     pub(super) fn claim_due_work(&self) -> usize {
         if self.is_stopping() {
             return 0;
         }
+        self.limited.poll_started();
         let workers = self.capacity.reserve(usize::MAX, false);
         if workers == 0 {
             return 0;
         }
-        let per_tool = self.tasks.reserve_free_slots(workers);
-        let limits = DueLimits {
-            total: workers,
-            per_tool: per_tool.clone(),
-        };
+        let reserved = self.tasks.reserve_free_slots(workers);
+        let split = self.limited.split(&reserved, workers);
         let owner = owner_name(self.store.instance(), "poll");
-        let leases = match self.store.claim_due_within(&limits, &owner, self.lease) {
-            Ok(leases) => leases,
-            Err(e) => {
-                log::error("could not claim due calls")
-                    .event("recovery_failed")
-                    .cause(&e)
-                    .emit_or_count(&CLAIM_DUE_FAILED);
-                Vec::new()
-            }
-        };
+        let (mut leases, mut filled) = self.claim_limited(split.limited, workers, &owner);
+        let left = workers - leases.len().min(workers);
+        if left > 0 {
+            let limits = DueLimits {
+                total: left,
+                per_tool: split.others,
+            };
+            let others = self.claim_due(&limits, &owner);
+            filled |= others.len() == left;
+            leases.extend(others);
+        }
         let claimed = leases.len();
-        let mut filled = claimed == workers;
-        let mut slots: HashMap<String, usize> = per_tool.into_iter().collect();
+        filled |= claimed == workers;
+        let mut slots: HashMap<String, usize> = reserved.into_iter().collect();
         let mut unused_workers = workers;
         for lease in leases {
             match slots.get_mut(&lease.tool) {
@@ -334,6 +373,66 @@ impl Dispatch {
             self.more_due.store(true, Ordering::SeqCst);
         }
         claimed
+    }
+
+    /// The claim of the tools whose limits the database holds, each within
+    /// its share of this poll (`per_tool`); the leases, and whether due
+    /// calls of them were left. Nothing, and no store operation, when no
+    /// such tool has room here.
+    fn claim_limited(
+        &self,
+        per_tool: Vec<(String, usize)>,
+        total: usize,
+        owner: &str,
+    ) -> (Vec<Lease>, bool) {
+        if per_tool.iter().all(|(_, free)| *free == 0) {
+            return (Vec::new(), false);
+        }
+        let limits = DueLimits { total, per_tool };
+        match self.store.claim_limited(&limits, owner, self.lease) {
+            Ok(claim) => {
+                self.limited.record(&claim, &self.metrics);
+                (claim.leases, claim.more_due)
+            }
+            Err(e) => {
+                log::error("could not claim due calls of limited tools")
+                    .event("recovery_failed")
+                    .cause(&e)
+                    .emit_or_count(&CLAIM_DUE_FAILED);
+                (Vec::new(), false)
+            }
+        }
+    }
+
+    /// The one-statement claim of every other due call, within `limits`.
+    fn claim_due(&self, limits: &DueLimits, owner: &str) -> Vec<Lease> {
+        self.store
+            .claim_due_within(limits, owner, self.lease)
+            .unwrap_or_else(|e| {
+                log::error("could not claim due calls")
+                    .event("recovery_failed")
+                    .cause(&e)
+                    .emit_or_count(&CLAIM_DUE_FAILED);
+                Vec::new()
+            })
+    }
+
+    /// Poll at once (on the maintenance thread): once however many ask
+    /// before the poll starts.
+    fn request_poll(&self) {
+        if self.limited.want_poll() {
+            self.doorbell.ring();
+        }
+    }
+
+    /// How long until a poll scheduled for a rate's next token is due.
+    pub(super) fn scheduled_poll_in(&self) -> Option<Duration> {
+        self.limited.poll_due_in()
+    }
+
+    /// Take the scheduled poll if it is due.
+    pub(super) fn take_scheduled_poll(&self) -> bool {
+        self.limited.take_due_poll()
     }
 
     /// Queue an adopted task on the worker its reservation holds. Once the

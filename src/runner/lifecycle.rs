@@ -2,7 +2,8 @@
 //! started once (`start`: the completer, the workers, the maintenance
 //! ticker), stopped once (`stop`), and in between the few doors the call
 //! path and the start-up wiring use: `submit`, `reserve` + `adopt`,
-//! `recover_once`, `claim_due_work`. Each door hands straight to the part
+//! `recover_once`, `claim_due_work`, and `cancel` + `check_cancels` (a
+//! cancelled call's tool stopped). Each door hands straight to the part
 //! that owns the work (`Dispatch`, `Recovery`); nothing here runs a tool or
 //! records a completion.
 //!
@@ -11,6 +12,7 @@
 //! are still extended, leases still held then are given back, and only then
 //! do the ticker and the completer end.
 
+use super::cancels::CancelCheck;
 use super::completion::Completer;
 use super::dispatch::{Assignment, Dispatch, Reservation};
 use super::maintenance::{self, Doorbell, Heartbeat, LeaseExtension, Ticker};
@@ -46,6 +48,8 @@ pub struct Runner {
     dispatch: Arc<Dispatch>,
     /// What `recover_once` runs (and the ticker, on its interval).
     recovery: Recovery,
+    /// What `check_cancels` runs (and the ticker, every heartbeat).
+    cancels: CancelCheck,
     /// Taken and dropped (joined) by `stop`, after the grace period: the
     /// heartbeats go on while running tools finish.
     ticker: Mutex<Option<Ticker>>,
@@ -66,12 +70,14 @@ impl Runner {
         on_purged: OnPurged,
     ) -> std::io::Result<Arc<Runner>> {
         let (completions, handoffs) = mpsc::channel();
+        let (doorbell, listener) = Doorbell::new();
+        let doorbell = Arc::new(doorbell);
         let dispatch = Arc::new(Dispatch::new(
             TaskTable::new(&tools, options.lease, completions),
             options.workers,
             options.lease,
             Arc::clone(&store),
-            Arc::clone(&notifier),
+            (Arc::clone(&notifier), Arc::clone(&doorbell)),
             Arc::clone(&metrics),
         ));
         let recovery = Recovery {
@@ -80,14 +86,17 @@ impl Runner {
             metrics: Arc::clone(&metrics),
             every: options.recover_interval,
         };
+        let cancels = CancelCheck {
+            dispatch: Arc::clone(&dispatch),
+            store: Arc::clone(&store),
+        };
         let runner = Arc::new(Runner {
             dispatch,
             recovery,
+            cancels,
             ticker: Mutex::new(None),
             completer: Mutex::new(None),
         });
-        let (doorbell, listener) = Doorbell::new();
-        let doorbell = Arc::new(doorbell);
         let completer = Completer::start(
             Arc::clone(&runner.dispatch),
             Arc::clone(&store),
@@ -157,6 +166,7 @@ impl Runner {
                 metrics,
                 on_purged,
             },
+            self.cancels.clone(),
         );
         let ticker = Ticker::start(Arc::clone(dispatch), chores, doorbell, listener)?;
         *lock(&self.ticker) = Some(ticker);
@@ -239,6 +249,20 @@ impl Runner {
     /// One pass of recovery (see `recovery`); also what runs at start-up.
     pub fn recover_once(&self) {
         self.recovery.run_once();
+    }
+
+    /// A call's cancel was just recorded (of `attempt`): if its tool runs in
+    /// this process, it is halted now, and if it is about to start here, it
+    /// never starts. `true` when a running tool was asked to stop.
+    pub fn cancel(&self, call_id: &str, attempt: i64) -> bool {
+        self.dispatch.stop_running(call_id, Some(attempt))
+    }
+
+    /// Ask the store which calls running here were cancelled (elsewhere),
+    /// and halt their tools (see `cancels`): what a cancel wake-up from
+    /// another node runs. Returns how many were asked to stop.
+    pub fn check_cancels(&self) -> usize {
+        self.cancels.run_once()
     }
 
     /// The poll: claim as many due calls as there are free workers, in one

@@ -9,15 +9,21 @@
 //! - recover (`Recovery`, `--recover-interval-ms`, see `recovery`): expired
 //!   leases back to `pending`, then as many due calls (retries included) as
 //!   there are free workers claimed in one operation and handed to them;
-//! - key purge (`Purge`, `PURGE_EVERY`, see `retention`).
+//! - key purge (`Purge`, `PURGE_EVERY`, see `retention`);
+//! - the check for cancels of the calls running here (`CancelCheck`,
+//!   `HEARTBEAT_EVERY`, see `cancels`).
 //!
 //! It sleeps until the next job is due, polls at once when its `Doorbell`
 //! rings (the last poll filled what it could claim, and a completion has
-//! since freed a worker or a slot), and ends at once when the doorbell is
-//! silenced (`Ticker`'s drop). During a stop's grace period only the
-//! heartbeat and lease extension go on, so the tools still running keep
-//! their leases while they finish. It never decides who executes a call.
+//! since freed a worker or a slot; or a call of a tool whose limits the
+//! database holds was created) and when a rate that held calls back has a
+//! token again (`Dispatch::scheduled_poll_in`), and ends at once when the
+//! doorbell is silenced (`Ticker`'s drop). During a stop's grace period only
+//! the heartbeat, lease extension and the cancel check go on, so the tools
+//! still running keep their leases while they finish (or are stopped). It
+//! never decides who executes a call.
 
+use super::cancels::CancelCheck;
 use super::dispatch::Dispatch;
 use super::recovery::Recovery;
 use super::retention::Purge;
@@ -65,12 +71,14 @@ pub(super) fn chores(
     heartbeat: Heartbeat,
     recovery: Recovery,
     purge: Purge,
+    cancels: CancelCheck,
 ) -> Vec<Box<dyn Chore>> {
     vec![
         Box::new(extension),
         Box::new(heartbeat),
         Box::new(recovery),
         Box::new(purge),
+        Box::new(cancels),
     ]
 }
 
@@ -164,11 +172,19 @@ fn tick_until_silenced(
     listener: &mpsc::Receiver<()>,
 ) {
     loop {
-        let next = scheduled.iter().map(|s| s.next).min().expect("four jobs");
-        let idle = next.saturating_duration_since(Instant::now());
+        let next = scheduled.iter().map(|s| s.next).min().expect("five jobs");
+        let mut idle = next.saturating_duration_since(Instant::now());
+        if let Some(token) = dispatch.scheduled_poll_in() {
+            idle = idle.min(token);
+        }
         match listener.recv_timeout(idle) {
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
             Ok(()) if !dispatch.is_stopping() => {
+                dispatch.claim_due_work();
+            }
+            Err(mpsc::RecvTimeoutError::Timeout)
+                if dispatch.take_scheduled_poll() && !dispatch.is_stopping() =>
+            {
                 dispatch.claim_due_work();
             }
             Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -308,7 +324,7 @@ mod tests {
             let task = tasks.submit(&call_id, "sleep", false).unwrap();
             assert!(tasks.take(&task));
             let lease = store.claim(&call_id, "1:w@i", short).unwrap().unwrap();
-            assert!(tasks.claimed(&task, &lease));
+            assert!(tasks.claimed(&task, &lease, None));
             task
         });
         tasks.returned(&c);

@@ -26,10 +26,17 @@
 //! Each transition asserts the state it leaves (`assert_leaves`), and a lease
 //! taken on that its attempt is at least 1, in a debug build: a step out of
 //! order is a bug in the runner, and the table must not smooth it over.
+//!
+//! A running entry also holds its worker's `Stop`, and each entry whether
+//! its call's cancel was asked (`cancel`): a cancel that finds the tool
+//! running asks its `Stop` (by the entry's generation, the run's id); one
+//! that comes before the worker has started the tool is kept, and the
+//! worker's `Stop` is asked as it attaches — so the tool never starts
+//! (`tasks/cancel.rs`).
 
 use crate::store::{Lease, LeaseHeld};
 use crate::sync::lock;
-use crate::tools::ToolRegistry;
+use crate::tools::{Stop, ToolRegistry};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -61,12 +68,19 @@ pub(super) enum State {
         /// When the lease is next extended (every third of the lease); `None`
         /// once the store reported it lost: it is never extended again.
         next_heartbeat: Option<Instant>,
+        /// The worker's stop handle, once a worker has it (an adopted call
+        /// waits in the queue without one).
+        stop: Option<Stop>,
     },
     /// The tool returned: the lease is held but no longer extended, so a
     /// worker stalled here lets it expire and its completion is fenced off.
     Returned { lease: Lease },
-    /// The fenced completion is with the store's writer.
-    Completing,
+    /// The fenced completion is with the store's writer. Its executor is
+    /// alive and holds the outcome, so this process's recovery leaves the
+    /// lease alone, lapsed or not, as it does a `Held` one: on PostgreSQL a
+    /// completion waits here for as long as `--db-timeout-ms` when the
+    /// database froze, and its lease lapses meanwhile.
+    Completing { lease: LeaseHeld },
     /// Its completion could not be committed and the completer hands it to
     /// the store again (`completion`): the tool has returned, its executor
     /// is alive, so this process's recovery leaves the lease alone, lapsed
@@ -84,7 +98,7 @@ impl State {
             State::Claiming => "Claiming",
             State::Running { .. } => "Running",
             State::Returned { .. } => "Returned",
-            State::Completing => "Completing",
+            State::Completing { .. } => "Completing",
             State::Held { .. } => "Held",
         }
     }
@@ -113,6 +127,9 @@ fn assert_claimed(lease: &Lease) {
 struct Entry {
     generation: u64,
     state: State,
+    /// Its call's cancel was asked while this process had it: the worker's
+    /// `Stop` is asked as soon as the entry has one.
+    cancel_asked: bool,
 }
 
 /// The slots of one capped tool.
@@ -202,9 +219,12 @@ impl<H: Clone> TaskTable<H> {
             State::WaitingForSlot
         };
         let generation = task.generation;
-        table
-            .entries
-            .insert(call_id.to_string(), Entry { generation, state });
+        let entry = Entry {
+            generation,
+            state,
+            cancel_asked: false,
+        };
+        table.entries.insert(call_id.to_string(), entry);
         admitted.then_some(task)
     }
 
@@ -270,23 +290,31 @@ impl<H: Clone> TaskTable<H> {
             generation: table.next_generation,
             quick,
         };
-        table.set_running(&task, lease, next_heartbeat);
+        table.set_running(&task, lease, next_heartbeat, None);
         Some(task)
     }
 
     /// A worker took an adopted task from the queue: `true` if it is still
-    /// this submission's and running, so its tool may run. `false`: a stop
-    /// took its lease to give back, or recovery took the call away.
-    pub(super) fn starts(&self, task: &Task) -> bool {
+    /// this submission's and running, so its tool may run — under `stop`,
+    /// which a cancel asked meanwhile is asked at once. `false`: a stop took
+    /// its lease to give back, or recovery took the call away.
+    pub(super) fn starts(&self, task: &Task, stop: Option<&Stop>) -> bool {
         let mut table = lock(&self.table);
-        table.completions.is_some()
-            && matches!(
-                table.own_entry(task),
-                Some(Entry {
+        if table.completions.is_none() {
+            return false;
+        }
+        match table.own_entry(task) {
+            Some(
+                entry @ Entry {
                     state: State::Running { .. },
                     ..
-                })
-            )
+                },
+            ) => {
+                entry.attach(stop);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A worker took `task` from the queue: `true` if it is still this
@@ -303,22 +331,28 @@ impl<H: Clone> TaskTable<H> {
         }
     }
 
-    /// The claim won `lease`: the tool may run, with its lease extended from
-    /// now on. `false` when the table was closed meanwhile (the process is
-    /// stopping): the caller gives the lease back instead of running the tool.
-    /// A submission that replaced this one while it was claiming is replaced
-    /// in turn: this one holds the lease.
-    pub(super) fn claimed(&self, task: &Task, lease: &Lease) -> bool {
+    /// The claim won `lease`: the tool may run under `stop`, with its lease
+    /// extended from now on. `false` when the table was closed meanwhile
+    /// (the process is stopping): the caller gives the lease back instead of
+    /// running the tool. A submission that replaced this one while it was
+    /// claiming is replaced in turn: this one holds the lease.
+    pub(super) fn claimed(&self, task: &Task, lease: &Lease, stop: Option<&Stop>) -> bool {
         assert_claimed(lease);
         let next_heartbeat = Some(Instant::now() + self.heartbeat_every);
         let mut table = lock(&self.table);
         if table.completions.is_none() {
             return false;
         }
-        if let Some(entry) = table.own_entry(task) {
-            assert_leaves("claimed", entry, |s| *s == State::Claiming);
-        }
-        table.set_running(task, lease, next_heartbeat);
+        let cancel_asked = match table.own_entry(task) {
+            Some(entry) => {
+                assert_leaves("claimed", entry, |s| *s == State::Claiming);
+                entry.cancel_asked
+            }
+            None => false,
+        };
+        let entry = table.set_running(task, lease, next_heartbeat, None);
+        entry.cancel_asked = cancel_asked;
+        entry.attach(stop);
         true
     }
 
@@ -327,7 +361,8 @@ impl<H: Clone> TaskTable<H> {
         let mut table = lock(&self.table);
         if let Some(entry) = table.own_entry(task) {
             assert_leaves("returned", entry, |s| matches!(s, State::Running { .. }));
-            let state = std::mem::replace(&mut entry.state, State::Completing);
+            // `Queued` only holds the place until the line below.
+            let state = std::mem::replace(&mut entry.state, State::Queued);
             entry.state = match state {
                 State::Running { lease, .. } => State::Returned { lease },
                 other => other,
@@ -348,7 +383,11 @@ impl<H: Clone> TaskTable<H> {
             assert_leaves("completing", entry, |s| {
                 matches!(s, State::Running { .. } | State::Returned { .. })
             });
-            entry.state = State::Completing;
+            let lease = match &entry.state {
+                State::Running { lease, .. } | State::Returned { lease } => LeaseHeld::from(lease),
+                _ => return Some(handle),
+            };
+            entry.state = State::Completing { lease };
         }
         Some(handle)
     }
@@ -367,7 +406,7 @@ impl<H: Clone> TaskTable<H> {
         let mut table = lock(&self.table);
         if let Some(entry) = table.own_entry(task) {
             assert_leaves("held", entry, |s| {
-                matches!(s, State::Completing | State::Held { .. })
+                matches!(s, State::Completing { .. } | State::Held { .. })
             });
             entry.state = State::Held { lease };
         }
@@ -406,6 +445,7 @@ impl<H: Clone> TaskTable<H> {
             if let State::Running {
                 lease,
                 next_heartbeat: Some(at),
+                ..
             } = &mut entry.state
             {
                 if *at <= horizon {
@@ -418,7 +458,8 @@ impl<H: Clone> TaskTable<H> {
     }
 
     /// The leases of tools running now that this process goes on extending,
-    /// and of completions it is handing to the store again (`Held`): their
+    /// and of completions it is handing to the store (`Completing`) or
+    /// handing to it again (`Held`): their
     /// executors are alive, so recovery must not take them back even when a
     /// stalled or refused write let them lapse (`CallStore::recover`).
     pub(super) fn extended_leases(&self) -> Vec<LeaseHeld> {
@@ -429,8 +470,9 @@ impl<H: Clone> TaskTable<H> {
                 State::Running {
                     lease,
                     next_heartbeat: Some(_),
+                    ..
                 } => Some(LeaseHeld::from(lease)),
-                State::Held { lease } => Some(lease.clone()),
+                State::Completing { lease } | State::Held { lease } => Some(lease.clone()),
                 _ => None,
             })
             .collect()
@@ -447,6 +489,7 @@ impl<H: Clone> TaskTable<H> {
             State::Running {
                 lease: held,
                 next_heartbeat,
+                ..
             } if entry.generation == generation
                 && held.attempt == lease.attempt
                 && next_heartbeat.is_some() =>
@@ -511,14 +554,30 @@ impl<H: Clone> Drop for ToolRuns<'_, H> {
 
 impl<H> Table<H> {
     /// `task`'s entry, now running under `lease` (its own submission's).
-    fn set_running(&mut self, task: &Task, lease: &Lease, next_heartbeat: Option<Instant>) {
+    fn set_running(
+        &mut self,
+        task: &Task,
+        lease: &Lease,
+        next_heartbeat: Option<Instant>,
+        stop: Option<Stop>,
+    ) -> &mut Entry {
         let state = State::Running {
             lease: lease.clone(),
             next_heartbeat,
+            stop,
         };
-        let generation = task.generation;
-        self.entries
-            .insert(task.call_id.clone(), Entry { generation, state });
+        let entry = Entry {
+            generation: task.generation,
+            state,
+            cancel_asked: false,
+        };
+        match self.entries.entry(task.call_id.clone()) {
+            std::collections::hash_map::Entry::Occupied(mut held) => {
+                held.insert(entry);
+                held.into_mut()
+            }
+            std::collections::hash_map::Entry::Vacant(free) => free.insert(entry),
+        }
     }
 
     /// The call's entry, if it still belongs to `task`'s submission.
@@ -551,5 +610,6 @@ impl<H> Table<H> {
     }
 }
 
+mod cancel;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,14 @@
 //! is completed as `retry_later`: back to `pending` until its backoff ends,
 //! with no worker waiting for it.
 //!
+//! Each worker thread has one `Stop` for its life; every attempt it runs is
+//! a run of it, named by its task's generation, which the task table keeps
+//! beside the running entry: a cancel asks it, the tool is halted (a
+//! command's process group signalled, an http request abandoned, a sleep
+//! woken), and the attempt is completed as stopped — the store records
+//! `cancelled` under the usual fence, or the tool's success if it won. A
+//! cancel asked before the tool starts means it never starts.
+//!
 //! Every failure here leaves a call where recovery finds it: `pending`, or
 //! `running` with a lease that will expire. It never decides who executes a
 //! call (the claim does) and never records a completion itself (the
@@ -26,9 +34,16 @@ use crate::chaos;
 use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
 use crate::store::{owner_name, CallStore, Lease};
-use crate::tools::{self, Outcome, RunContext, ToolError, ToolErrorCode, ToolRegistry, ToolSpec};
+use crate::tools::{
+    self, Outcome, RunContext, Stop, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+thread_local! {
+    /// This worker thread's stop handle, made once, asked by cancels.
+    static STOP: Stop = Stop::new();
+}
 
 /// The work function of every worker thread, with what it needs.
 pub(super) struct Worker {
@@ -53,12 +68,13 @@ impl Worker {
         self.metrics.queued_calls.add(-(assignments as f64));
         let stopping = || self.dispatch.is_stopping();
         let tasks = self.dispatch.tasks();
+        let stop = STOP.with(Stop::clone);
         let mut to_claim = Vec::new();
         for assignment in taken {
             match assignment {
                 Assignment::Claim(task) if !stopping() && tasks.take(&task) => to_claim.push(task),
-                Assignment::Run(task, lease) if !stopping() && tasks.starts(&task) => {
-                    self.run_claimed(task, lease)
+                Assignment::Run(task, lease) if !stopping() && tasks.starts(&task, Some(&stop)) => {
+                    self.run_claimed(task, lease, &stop)
                 }
                 Assignment::Run(task, lease) => {
                     self.dispatch.finish(&task);
@@ -70,13 +86,13 @@ impl Worker {
             }
         }
         if !to_claim.is_empty() {
-            self.execute(to_claim);
+            self.execute(to_claim, &stop);
         }
         self.dispatch.worked_off(assignments, slow);
     }
 
     /// Claim the tasks in one operation, then run each one won, in order.
-    fn execute(&self, tasks: Vec<Task>) {
+    fn execute(&self, tasks: Vec<Task>, stop: &Stop) {
         let owner = owner_name(
             self.store.instance(),
             std::thread::current().name().unwrap_or("unnamed"),
@@ -100,8 +116,8 @@ impl Worker {
             };
             self.metrics.claims.inc();
             log_claimed(&lease.call_id, lease.attempt, &owner);
-            if self.dispatch.tasks().claimed(&task, &lease) {
-                self.run_claimed(task, lease);
+            if self.dispatch.tasks().claimed(&task, &lease, Some(stop)) {
+                self.run_claimed(task, lease, stop);
             } else {
                 // A stop closed the table while this claim committed: give
                 // the lease back rather than run a tool nobody tracks.
@@ -111,8 +127,9 @@ impl Worker {
         }
     }
 
-    /// Run one claimed call's tool and hand its completion to the store.
-    fn run_claimed(&self, task: Task, lease: Lease) {
+    /// Run one claimed call's tool, as run `task.generation` of `stop`, and
+    /// hand its completion to the store.
+    fn run_claimed(&self, task: Task, lease: Lease, stop: &Stop) {
         self.metrics.busy_workers.inc();
         let (prepared, args, hooks) = match parse_stored_args(&self.tools, &lease) {
             Ok(parsed) => parsed,
@@ -127,17 +144,28 @@ impl Worker {
             chaos::Hooks::default()
         };
         let started = Instant::now();
+        stop.begin(task.generation);
         let outcome = {
             // Its lease is extended until the tool returns (or panics).
             let _runs = ToolRuns::new(self.dispatch.tasks(), &task);
-            prepared.spec.run(&RunContext {
-                call_id: &lease.call_id,
-                effect_id: &lease.effect_id,
-                attempt: lease.attempt,
-                tool: &lease.tool,
-                args: &args,
-            })
+            if stop.is_requested() {
+                Outcome::Stopped {
+                    sent: false,
+                    how: "its cancel came before its tool started".into(),
+                }
+            } else {
+                prepared.spec.run(&RunContext {
+                    call_id: &lease.call_id,
+                    effect_id: &lease.effect_id,
+                    attempt: lease.attempt,
+                    tool: &lease.tool,
+                    args: &args,
+                    stop: Some(stop),
+                })
+            }
         };
+        let outcome = stopped_if_asked(outcome, stop);
+        stop.end();
         self.metrics
             .observe_tool_run(&lease.tool, tool_outcome(&outcome), started.elapsed());
         let retry = retry_delay(&prepared.spec, &lease, &outcome);
@@ -178,12 +206,29 @@ impl Worker {
     }
 }
 
+/// A failure of a run that was asked to stop is its stop: the tool failed
+/// as it was being halted (or just before), and the call is cancelled, not
+/// failed. A success stands: its effect happened.
+fn stopped_if_asked(outcome: Outcome, stop: &Stop) -> Outcome {
+    match outcome {
+        Outcome::Failed { error, .. } if stop.is_requested() => Outcome::Stopped {
+            sent: stop.sent(),
+            how: format!(
+                "its tool failed ({}) as it was being stopped",
+                error.code.as_str()
+            ),
+        },
+        other => other,
+    }
+}
+
 /// The metrics label of a tool run's outcome.
 fn tool_outcome(outcome: &Outcome) -> ToolOutcome {
     match outcome {
         Outcome::Succeeded { .. } => ToolOutcome::Succeeded,
         Outcome::Failed { error, .. } if error.retryable => ToolOutcome::RetryableFailure,
         Outcome::Failed { .. } => ToolOutcome::PermanentFailure,
+        Outcome::Stopped { .. } => ToolOutcome::Stopped,
     }
 }
 

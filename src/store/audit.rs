@@ -35,12 +35,19 @@ pub(in crate::store) enum Event {
     Recover,
     /// A completion whose lease was lost, discarded (`stale_completion`).
     StaleCompletion,
+    /// Its tenant asked to cancel a `running` call: who, why, and which
+    /// attempt under whose lease (`cancel_requested`).
+    CancelRequested,
+    /// The call ended `cancelled`: a pending one at once (who and why), a
+    /// running one once its attempt stopped or ended without an effect
+    /// (how, and whether its request had gone out).
+    Cancelled,
 }
 
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 9] = [
+    pub(in crate::store) const ALL: [Event; 11] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -50,6 +57,8 @@ impl Event {
         Event::Released,
         Event::Recover,
         Event::StaleCompletion,
+        Event::CancelRequested,
+        Event::Cancelled,
     ];
 
     /// The name in `audit.event`, and in the API's timeline.
@@ -64,6 +73,8 @@ impl Event {
             Event::Released => "released",
             Event::Recover => "recover",
             Event::StaleCompletion => "stale_completion",
+            Event::CancelRequested => "cancel_requested",
+            Event::Cancelled => "cancelled",
         }
     }
 }
@@ -98,7 +109,77 @@ pub(in crate::store) fn released(attempt: i64) -> String {
 pub(in crate::store) fn stale_completion(attempt: i64, would_have: Event) -> String {
     let outcome = match would_have {
         Event::RetryScheduled => "been retried",
+        Event::Cancelled => "been cancelled",
         other => other.as_str(),
     };
     format!("attempt {attempt} would have {outcome}; discarded")
+}
+
+/// Who asked for a cancel (the tenant) and why, if they said.
+fn asked(by: &str, reason: Option<&str>) -> String {
+    match reason {
+        Some(reason) => format!("by {by}: {reason}"),
+        None => format!("by {by}"),
+    }
+}
+
+/// `cancel_requested`'s detail: who asked and why, and which attempt is to
+/// stop, under whose lease.
+pub(in crate::store) fn cancel_requested(
+    by: &str,
+    reason: Option<&str>,
+    attempt: i64,
+    owner: Option<&str>,
+) -> String {
+    let owner = owner.unwrap_or("no owner");
+    format!(
+        "{}; attempt {attempt} runs under {owner}",
+        asked(by, reason)
+    )
+}
+
+/// `cancelled`'s detail for a call cancelled at once: who asked and why, and
+/// that nothing ran since it was accepted (or since its last failed attempt,
+/// for a call waiting for an automatic retry).
+pub(in crate::store) fn cancelled_pending(by: &str, reason: Option<&str>, attempt: i64) -> String {
+    let state = match attempt {
+        0 => "pending, never ran".to_string(),
+        n => format!(
+            "waiting to retry after attempt {n}; attempt {} never ran",
+            n + 1
+        ),
+    };
+    format!("{}; {state}", asked(by, reason))
+}
+
+/// `cancelled`'s detail when the owner stopped the attempt: whether its
+/// tool had reached the outside (`sent`: the http request went out, the
+/// command's process started) and how it was stopped.
+pub(in crate::store) fn stopped(attempt: i64, sent: bool, how: &str) -> String {
+    format!("attempt {attempt} stopped, sent={sent}: {how}")
+}
+
+/// `cancelled`'s detail when the attempt ended short of a success after the
+/// cancel was asked (its tool failed, or was due for a retry), before its
+/// owner had stopped it.
+pub(in crate::store) fn ended_after_cancel(attempt: i64, code: &str) -> String {
+    format!("attempt {attempt} ended ({code}) after the cancel was asked, sent=true; no effect recorded")
+}
+
+/// `cancelled`'s detail when a stopping process gave back the lease of an
+/// attempt whose cancel was asked.
+pub(in crate::store) fn released_after_cancel(attempt: i64) -> String {
+    format!(
+        "attempt {attempt} released by a stopping process after the cancel was asked, \
+         sent=unknown; no effect recorded"
+    )
+}
+
+/// `cancelled`'s detail when recovery took back a call whose cancel was
+/// asked from an owner that is gone (`why`): its attempt may have run.
+pub(in crate::store) fn recovered_after_cancel(attempt: i64, why: &str) -> String {
+    format!(
+        "taken back ({why}) after the cancel was asked: attempt {attempt} may have run, \
+         sent=unknown; no effect recorded"
+    )
 }

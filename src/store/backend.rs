@@ -9,9 +9,11 @@
 //! speaks SQL and imports neither wing.
 
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::Cancel;
 use super::counts::Counts;
 use super::error::StoreError;
 use super::instance::{Instance, Node};
+use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
@@ -71,6 +73,8 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// `claimed` audit rows in the same transaction — and its lease comes
     /// back; the lease is fenced and recovered like any claim's. A known key
     /// is answered exactly as `create_or_get` answers it, with no lease.
+    /// Never for a tool `limits_in_database` names: its calls are claimed by
+    /// `claim_limited` alone.
     fn create_claimed(
         &self,
         new: NewCall,
@@ -80,8 +84,9 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
 
     /// Take the lease on each call for one attempt, as one operation. Only
     /// one claimer can win a call: its conditional `UPDATE` matches a
-    /// `pending` row, or a `running` row whose lease has expired, and its row
-    /// count decides. The answers come in the order of `call_ids`.
+    /// `pending` row, or a `running` row whose lease has expired and whose
+    /// cancel was not asked, and its row count decides. The answers come in the order of `call_ids`.
+    /// Never for a tool `limits_in_database` names, like `create_claimed`.
     fn claim_many(
         &self,
         call_ids: &[String],
@@ -95,12 +100,41 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// its capped tools' free slots. Calls another claimer holds at that
     /// moment are skipped rather than waited for, so several nodes claiming
     /// at once each get different calls.
+    /// The runner names each tool `limits_in_database` holds in `per_tool`
+    /// at zero, so this claim never takes one.
     fn claim_due_within(
         &self,
         limits: &DueLimits,
         owner: &str,
         lease: Duration,
     ) -> Result<Vec<Lease>, StoreError>;
+
+    /// The tools whose limits this backend holds in the database for every
+    /// process on it (of `StoreOptions::limits`; see `limits`). Their calls
+    /// must be claimed by `claim_limited` alone — never created claimed,
+    /// never by `claim_many` or `claim_due_within` — or a claim elsewhere
+    /// could pass the limit. None by default.
+    fn limits_in_database(&self) -> Vec<ToolLimit> {
+        Vec::new()
+    }
+
+    /// Claim due calls of the tools `limits_in_database` names, oldest first,
+    /// within `limits` (`total` calls; of each tool in `per_tool`, no more
+    /// than its number: this process's free slots or workers for it) and
+    /// within each tool's shared limits: no more `running` than its
+    /// `max_concurrency` counting every process's calls (a dead one's too,
+    /// until recovery takes them back), and one token of its `rate` per
+    /// claim, the bucket refilled by the database's clock. Claims of one tool
+    /// are serialised across processes for the length of the claim, so two
+    /// never spend the same room. A call left waiting stays `pending`.
+    fn claim_limited(
+        &self,
+        _limits: &DueLimits,
+        _owner: &str,
+        _lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        Ok(LimitedClaim::default())
+    }
 
     /// Record success, fenced by the lease: the effect row (if the tool wrote
     /// one) and the `succeeded` update commit together, and only if this
@@ -118,12 +152,15 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
         then: Then<Completion>,
     );
 
-    /// Record failure, fenced like `succeed_then`.
+    /// Record failure, fenced like `succeed_then`. A call whose cancel was
+    /// asked ends `cancelled` instead (`Completion::Cancelled`), under the
+    /// same fence and only with no effect row.
     fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>);
 
     /// Record a retryable failure that has attempts left: the call returns to
     /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced like `fail_then`.
+    /// `retry_scheduled`; fenced like `fail_then`, and like it ends a call
+    /// whose cancel was asked `cancelled` instead: it never runs again.
     fn retry_later_then(
         &self,
         lease: &Lease,
@@ -140,7 +177,8 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
 
     /// Give back a lease whose tool is still running when this process stops:
     /// the call returns to `pending` (audited `released`) unless the lease was
-    /// already lost, in which case nothing changes (`Stale`).
+    /// already lost, in which case nothing changes (`Stale`). A call whose
+    /// cancel was asked ends `cancelled` instead (`Cancelled`).
     fn release(&self, lease: &Lease) -> Result<Completion, StoreError>;
 
     /// Return `running` calls whose lease has expired, or whose owner's process
@@ -148,8 +186,35 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// alone: it may still be executing, and the effect would then run twice.
     /// So are `running_here`: the leases this process's own workers hold on
     /// tools running now, even once lapsed (a write stall let them lapse; the
-    /// next extension renews them). `Reclaimable` judges each call.
+    /// next extension renews them). `Reclaimable` judges each call. A call
+    /// whose cancel was asked is taken back to `cancelled` instead (its
+    /// attempt may have run; no effect was recorded), and named too.
     fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError>;
+
+    /// Cancel `tenant`'s call by the rules of `store::cancel`: a `pending`
+    /// one (new, or waiting for a retry) becomes `cancelled` at once, so no
+    /// claim can take it; a `running` one has its cancel recorded (when, why,
+    /// and a `cancel_requested` audit row naming who asked) for its owner to
+    /// stop it — a backend that can reach the other nodes tells them at once;
+    /// a settled or unknown call is left alone. Another tenant's call reads
+    /// as absent. Idempotent: a second cancel finds what the first left.
+    fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError>;
+
+    /// The owner stopped `lease`'s attempt because its cancel was asked:
+    /// `cancelled`, fenced like a completion (still `running` under this
+    /// attempt, its cancel recorded, and no effect row), audited with
+    /// whether the tool had reached the outside (`sent`) and `how` it
+    /// stopped; otherwise only a `stale_completion` row (`Stale`).
+    fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>);
+
+    /// Which of `running` (attempts this process runs) have their cancel
+    /// asked: their tools must stop. One read.
+    fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError>;
 
     /// Up to `limit` `pending` calls that may be claimed now (none whose
     /// automatic retry is scheduled for later), oldest first.

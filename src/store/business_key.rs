@@ -41,7 +41,7 @@ pub struct IntentLedger {
     pub business_key: String,
     /// Calls that carried this key (any status).
     pub calls: i64,
-    /// Of those, calls that are not `failed`.
+    /// Of those, calls that are neither `failed` nor `cancelled`.
     pub live_calls: i64,
     pub effects: i64,
     /// Sum of the effects' amounts (`charge`), if any.

@@ -10,10 +10,12 @@
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::Cancel;
 use super::counts::Counts;
 use super::database::DatabaseRef;
 use super::error::StoreError;
 use super::instance::{Instance, Node};
+use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
@@ -165,6 +167,21 @@ impl CallStore {
         self.backend.claim_due_within(limits, owner, lease)
     }
 
+    /// `Backend::limits_in_database`.
+    pub fn limits_in_database(&self) -> Vec<ToolLimit> {
+        self.backend.limits_in_database()
+    }
+
+    /// `Backend::claim_limited`.
+    pub fn claim_limited(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        self.backend.claim_limited(limits, owner, lease)
+    }
+
     /// `Backend::succeed_then`.
     pub fn succeed_then(
         &self,
@@ -205,6 +222,30 @@ impl CallStore {
     /// `Backend::recover`.
     pub fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
         self.backend.recover(running_here)
+    }
+
+    /// `Backend::cancel`.
+    pub fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError> {
+        let cancel = self.backend.cancel(tenant, call_id, reason)?;
+        Ok(cancel.map(|c| self.stamp(c)))
+    }
+
+    /// `Backend::stopped_then`.
+    pub fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>) {
+        self.backend.stopped_then(lease, sent, how, then)
+    }
+
+    /// `Backend::cancels_asked`.
+    pub fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError> {
+        if running.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.backend.cancels_asked(running)
     }
 
     /// `Backend::due_calls`.

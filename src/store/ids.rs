@@ -13,37 +13,55 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// `eff_` + the call id's 16 hex: derived from the call alone, so every attempt
-/// of a call hands the same downstream idempotency key to its tool. Like the
-/// call id it grows with time, so `effects`' primary-key index is written at
-/// its edge rather than at a random page per effect.
+/// The effect id of a call created before effect ids had a random part
+/// (its row stores none): `eff_` + the call id's 16 hex. Such a call keeps
+/// this id for every attempt, as it always had; a new call gets
+/// `new_effect_id`'s.
 pub fn effect_id_for(call_id: &str) -> String {
     format!("eff_{}", call_id.trim_start_matches("c_"))
 }
 
-/// The call an effect id belongs to: `eff_` + the call id's 16 hex, then
-/// (issue 35's form) `_` + 32 random hex, or nothing (the form every call
-/// had before). `None` for anything else. The caller must still compare the
-/// whole effect id with the call's own (`effect_id` as stored, or
-/// `effect_id_for` when none is): the call id alone does not make it this
-/// call's effect id.
-pub fn call_id_of_effect(effect_id: &str) -> Option<String> {
-    let rest = effect_id.strip_prefix("eff_")?;
-    let is_hex = |s: &str| {
-        s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    let (call_hex, tail) = rest.split_at_checked(CALL_ID_HEX)?;
-    let tail_ok = tail.is_empty()
-        || tail
-            .strip_prefix('_')
-            .is_some_and(|random| random.len() == 32 && is_hex(random));
-    (is_hex(call_hex) && tail_ok).then(|| format!("c_{call_hex}"))
+/// The effect id a call's row stores, or for a row that stores none (made
+/// before effect ids had a random part) the one it always had.
+pub(super) fn stored_effect_id(stored: Option<String>, call_id: &str) -> String {
+    stored.unwrap_or_else(|| effect_id_for(call_id))
 }
 
-/// Hex digits of a call id after `c_`, and of them the milliseconds'.
-pub(super) const CALL_ID_HEX: usize = 16;
+/// The call whose effect id this is (`c_` + its 16 hex), for either format:
+/// `eff_<16 hex>` (a call created before effect ids had a random part) or
+/// `eff_<16 hex>_<32 hex>`. `None` for anything else. The call id comes
+/// first in both, so a call is found from its effect id by primary key.
+pub fn call_id_of_effect(effect_id: &str) -> Option<String> {
+    let rest = effect_id.strip_prefix("eff_")?;
+    let (call_hex, random) = match rest.split_once('_') {
+        Some((call_hex, random)) => (call_hex, Some(random)),
+        None => (rest, None),
+    };
+    let is_hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !is_hex(call_hex, 16) || random.is_some_and(|r| !is_hex(r, 32)) {
+        return None;
+    }
+    Some(format!("c_{call_hex}"))
+}
+
+/// A new call's effect id: `eff_` + the call id's 16 hex + `_` + 32 hex of
+/// 128 bits from the operating system's random source. Stored with the call
+/// when it is created, so every attempt sends the same one. The random part
+/// is what keeps two deployments apart: their call ids (time and a
+/// per-process counter) can coincide, and a downstream both of them call
+/// must never take one's call for a replay of the other's. The call id
+/// first keeps `effects`' primary-key index growing at its edge, as before.
+/// Hex digits of a call id's milliseconds, the first part after `c_`.
 pub(super) const MILLIS_HEX: usize = 11;
+
+pub(super) fn new_effect_id(call_id: &str) -> String {
+    let mut random = [0u8; 16];
+    // The OS source does not fail on Linux once booted; if it ever did, a
+    // call must not get a guessable key, so this is a bug-level stop.
+    getrandom::fill(&mut random).expect("the operating system's random source");
+    let random: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}_{random}", effect_id_for(call_id))
+}
 
 /// `c_` + 16 hex: 11 hex of milliseconds since the epoch, then 5 hex of a
 /// per-process counter that starts at an offset hashed from the process id and
@@ -69,33 +87,49 @@ pub(super) fn new_call_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
-    /// Both effect id forms name their call; nothing else names one.
+    /// The same call id drawn by two deployments (it is time and a counter,
+    /// so it can be) still gets two different effect ids; each is the call
+    /// id's hex, then 32 hex of randomness.
     #[test]
-    fn an_effect_id_names_its_call() {
-        let call_id = "c_0190f3a2b4c5d6e7";
+    fn one_call_id_in_two_deployments_gets_two_effect_ids() {
+        let call_id = new_call_id();
+        let hex = call_id.trim_start_matches("c_");
+        let ids: HashSet<String> = (0..1000).map(|_| new_effect_id(&call_id)).collect();
+        assert_eq!(ids.len(), 1000, "no two draws alike");
+        for id in &ids {
+            let random = id
+                .strip_prefix(&format!("eff_{hex}_"))
+                .unwrap_or_else(|| panic!("{id} starts with the call id"));
+            assert_eq!(random.len(), 32, "{id}");
+            assert!(random.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
+    }
+
+    /// Both formats give their call back; anything else gives none.
+    #[test]
+    fn the_call_is_found_from_either_format_of_effect_id() {
+        let call_id = new_call_id();
         assert_eq!(
-            call_id_of_effect(&effect_id_for(call_id)).as_deref(),
-            Some(call_id)
+            call_id_of_effect(&new_effect_id(&call_id)),
+            Some(call_id.clone())
         );
-        let new_form = format!("eff_0190f3a2b4c5d6e7_{}", "a".repeat(32));
-        assert_eq!(call_id_of_effect(&new_form).as_deref(), Some(call_id));
+        assert_eq!(
+            call_id_of_effect(&effect_id_for(&call_id)),
+            Some(call_id.clone())
+        );
         for bad in [
             "",
             "eff_",
-            "eff_0190f3a2b4c5d6e",
-            "eff_0190F3A2B4C5D6E7",
-            "eff_0190f3a2b4c5d6e7_",
-            "eff_0190f3a2b4c5d6e7x",
-            "c_0190f3a2b4c5d6e7",
-            "eff_0190f3a2b4c5d6é7",
+            "eff_xyz",
+            "eff_1a2b3c4d5e6f7a8",
+            "eff_1a2b3c4d5e6f7a8b_",
+            "eff_1a2b3c4d5e6f7a8b_00",
+            "eff_1a2b3c4d5e6f7a8b_0123456789abcdef0123456789abcdeg",
+            "c_1a2b3c4d5e6f7a8b",
         ] {
             assert_eq!(call_id_of_effect(bad), None, "{bad:?}");
         }
-        assert_eq!(
-            call_id_of_effect(&format!("eff_0190f3a2b4c5d6e7_{}", "g".repeat(32))),
-            None
-        );
-        assert!(new_call_id().len() == 2 + CALL_ID_HEX);
     }
 }

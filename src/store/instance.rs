@@ -134,10 +134,40 @@ impl Reclaimable {
     /// lock), which the next extension makes good. Taking it back would run
     /// the call a second time.
     fn held_by_a_worker_here(&self, me: &Instance, running_here: &[LeaseHeld]) -> bool {
-        let mine = self.owner.as_deref().and_then(instance_of) == Some(me.id.as_str());
-        mine && running_here
-            .iter()
-            .any(|lease| lease.call_id == self.call_id && lease.attempt == self.attempt)
+        self.owned_by(me)
+            && running_here
+                .iter()
+                .any(|lease| lease.call_id == self.call_id && lease.attempt == self.attempt)
+    }
+
+    /// Whether the owner is this process's instance.
+    pub(super) fn owned_by(&self, me: &Instance) -> bool {
+        self.owner.as_deref().and_then(instance_of) == Some(me.id.as_str())
+    }
+
+    /// Whether the owner's instance is marked stopped: certainly gone.
+    pub(super) fn owner_stopped(&self) -> bool {
+        self.stopped_at.is_some()
+    }
+
+    /// Whether the owner has an instance row to judge it by (an owner
+    /// written before instances existed, or unregistered, has none: only
+    /// its lease speaks for it).
+    pub(super) fn owner_registered(&self) -> bool {
+        self.heartbeat_at.is_some()
+    }
+
+    /// Whether the owner ran on this host and its pid is gone: the kernel
+    /// says it is dead, whatever its heartbeat.
+    pub(super) fn owner_is_dead_here(&self, me: &Instance) -> bool {
+        self.host.as_deref() == Some(me.host.as_str()) && self.pid.is_some_and(|p| !pid_is_alive(p))
+    }
+
+    /// Whether the owner's last heartbeat is `DEAD_AFTER` old or older, by
+    /// the clock the lease is judged by.
+    pub(super) fn heartbeat_is_stale(&self) -> bool {
+        self.heartbeat_at
+            .is_some_and(|at| at <= self.now - DEAD_AFTER.as_secs_f64())
     }
 
     /// The audit detail: whose lease, and why it was taken.

@@ -80,7 +80,13 @@ impl MixedCalls {
         };
         let later = self.now + 86_400.0;
         MixedRow {
-            effect_id: effect_id_for(&call_id),
+            // The stored form since issue 35: the call id's hex, then 32 hex
+            // (here from the call id, so a row is the same on every draw).
+            effect_id: format!(
+                "{}_{}",
+                effect_id_for(&call_id),
+                &crate::fingerprint::hex_sha256(call_id.as_bytes())[..32]
+            ),
             call_id,
             tenant: self.tenant_of(n),
             idem_key: format!("order-{n}"),

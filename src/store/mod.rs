@@ -5,7 +5,9 @@
 //! State machine: `pending → running → succeeded | failed`, and `failed` (when
 //! its error says `retryable`) `→ pending` on a same-key retry; `running →
 //! pending` with a `next_attempt_at` when a retryable failure has attempts
-//! left (an automatic retry, claimed no earlier than that). Every transition
+//! left (an automatic retry, claimed no earlier than that); `pending →
+//! cancelled` at once, and `running → cancelled` once its cancel was asked
+//! and the attempt stopped or ended short of a success (`cancel`). Every transition
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
@@ -16,15 +18,18 @@
 //! `model` (the types of the API, `Then`, `CallCounts`), `counts` (what
 //! the count tables hold: `/stats`, `/metrics` and the overview without
 //! reading `calls`), `list` (`ListQuery`, and the plan both wings follow to
-//! answer it from indexes), `error`
-//! (`StoreError`), `database` (which backend a `--db` names), `ids` (call
-//! and effect ids, the local clock), `options` (`StoreOptions`,
-//! `DueLimits`), `instance` (instance identity and the liveness rules of
-//! recovery: `Reclaimable`; `Node`, what `GET /v1/nodes` shows), `audit`
-//! (the audit events and their detail texts), `wake` (another node's news),
-//! `business_key` (the second layer's types), `mixed` (the bench's mixed
-//! million, row by row) and `verify` (the offline checker's invariants and
-//! report); this
+//! answer it from indexes), `error` (`StoreError`), `database` (which
+//! backend a `--db` names), `db_schema` (`--db-schema`, the PostgreSQL
+//! schema a deployment's tables live in), `ids` (call and effect ids, the
+//! local clock), `options` (`StoreOptions`, `DueLimits`), `limits` (the
+//! limits a tool's calls share across processes: `ToolLimit`, the token
+//! bucket, `LimitedClaim`), `instance` (instance identity and the liveness
+//! rules of recovery: `Reclaimable`; `Node`, what `GET /v1/nodes` shows),
+//! `audit` (the audit events and their detail texts), `cancel`
+//! (cancelling: its rules, `Cancel`, the steps a wing runs), `wake`
+//! (another node's news), `business_key` (the second layer's types),
+//! `mixed` (the bench's mixed million, row by row) and `verify` (the
+//! offline checker's invariants and report); this
 //! file is the map, and the one dispatch from a database to its wing
 //! (`open_backend`, `verify_backend`, `tools_outside_backend`).
 //!
@@ -35,7 +40,8 @@
 //! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
 //! `schema`, `instances`, `business_key`, `retention`, `report_reads`,
 //! `counts` (the count tables and their triggers), `list` (the list's
-//! statements), `bulk` (the bench's loaders) and `verify`, in its own SQL.
+//! statements), `bulk` (the bench's loaders), `limits` and `verify`, in
+//! its own SQL.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
 //! the tenant, and another tenant's call reads as absent.
@@ -63,11 +69,14 @@ mod audit;
 mod backend;
 mod business_key;
 mod call_store;
+mod cancel;
 mod counts;
 mod database;
+mod db_schema;
 mod error;
 mod ids;
 mod instance;
+mod limits;
 mod list;
 mod mixed;
 mod model;
@@ -81,19 +90,25 @@ mod wake;
 
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
+pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
 pub use counts::{CountRow, Counts, Totals};
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
+pub use db_schema::{DbSchema, DB_SCHEMA_RULE, DEFAULT_DB_SCHEMA};
 pub use error::{Cause, StoreError};
 pub use ids::{call_id_of_effect, effect_id_for, now};
 pub use instance::{owner_name, Instance, Node, DEAD_AFTER, HEARTBEAT_EVERY, NODES_LISTED};
+pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
 pub use list::{ListPage, ListQuery};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
 };
-pub use options::{DueLimits, StoreOptions, DEFAULT_POOL_SIZE, WRITER_STUCK_AFTER};
+pub use options::{
+    DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
+    WRITER_STUCK_AFTER,
+};
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::{LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub use sqlite::{backup, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 
 /// The bench's bulk loaders and its write-path comparison: for measurement
 /// only, never on a database that serves anyone (see each wing's `bulk`).

@@ -4,7 +4,7 @@
 //! decided by the store's conditional statements.
 
 use super::error::StoreError;
-use super::ids::effect_id_for;
+use super::ids::new_effect_id;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -15,6 +15,10 @@ pub enum Status {
     Running,
     Succeeded,
     Failed,
+    /// Stopped at its tenant's request before any effect was recorded: a
+    /// pending call that never ran, or a running one whose tool was stopped
+    /// (or ended without an effect) after the cancel was asked.
+    Cancelled,
 }
 
 impl Status {
@@ -24,6 +28,7 @@ impl Status {
             Status::Running => "running",
             Status::Succeeded => "succeeded",
             Status::Failed => "failed",
+            Status::Cancelled => "cancelled",
         }
     }
 
@@ -32,14 +37,15 @@ impl Status {
             "pending" => Status::Pending,
             "running" => Status::Running,
             "succeeded" => Status::Succeeded,
+            "cancelled" => Status::Cancelled,
             _ => Status::Failed,
         }
     }
 
-    /// `succeeded` and `failed` are never executed again (a retryable failure is
-    /// first reset to `pending` by its client's retry).
+    /// `succeeded`, `failed` and `cancelled` are never executed again (a
+    /// retryable failure is first reset to `pending` by its client's retry).
     pub fn is_terminal(self) -> bool {
-        matches!(self, Status::Succeeded | Status::Failed)
+        matches!(self, Status::Succeeded | Status::Failed | Status::Cancelled)
     }
 }
 
@@ -65,7 +71,10 @@ pub struct Call {
     pub lease_until: Option<f64>,
     /// `pid:thread` of the worker holding the lease.
     pub owner: Option<String>,
-    /// `eff_` + the call id's 16 hex: the same on every attempt.
+    /// The downstream idempotency key every attempt sends: `eff_` + the
+    /// call id's 16 hex + `_` + 32 random hex, stored when the call is
+    /// created (`ids::new_effect_id`); a call created before that stores
+    /// none and keeps `eff_` + its 16 hex (`ids::effect_id_for`).
     pub effect_id: String,
     pub created_at: f64,
     pub updated_at: f64,
@@ -76,6 +85,10 @@ pub struct Call {
     /// For a `pending` call whose last attempt failed retryably: wall-clock
     /// seconds before which no claim takes it. `None`: at once.
     pub next_attempt_at: Option<f64>,
+    /// When its tenant asked to cancel it (`POST .../cancel`); `None` if never.
+    /// A `running` call with one set is being stopped: no claim takes it
+    /// over, and whatever ends it short of a success makes it `cancelled`.
+    pub cancel_requested_at: Option<f64>,
 }
 
 impl Call {
@@ -90,17 +103,18 @@ impl Call {
                 .unwrap_or(false)
     }
 
-    /// Whether the call can never change again: `succeeded`, or a failure its
-    /// client may not retry.
+    /// Whether the call can never change again: `succeeded`, `cancelled`, or a
+    /// failure its client may not retry.
     pub fn is_settled(&self) -> bool {
         self.status == Status::Succeeded
+            || self.status == Status::Cancelled
             || (self.status == Status::Failed && !self.is_retryable_failure())
     }
 
     /// The row `insert_call` writes, built here so it need not be read back.
     pub(super) fn pending(call_id: String, new: NewCall, now: f64) -> Call {
         Call {
-            effect_id: effect_id_for(&call_id),
+            effect_id: new_effect_id(&call_id),
             call_id,
             tenant: new.tenant,
             idem_key: new.idem_key,
@@ -119,6 +133,7 @@ impl Call {
             updated_at: now,
             expires_at: None,
             next_attempt_at: None,
+            cancel_requested_at: None,
         }
     }
 
@@ -172,6 +187,7 @@ impl Call {
             "query_url": self.url(),
             "expires_at": self.expires_at,
             "next_attempt_at": self.next_attempt_at,
+            "cancel_requested_at": self.cancel_requested_at,
         })
     }
 }
@@ -282,6 +298,9 @@ pub enum Completion {
     /// The lease was lost (another attempt took over, or the call is terminal):
     /// the completion was discarded and audited as `stale_completion`.
     Stale,
+    /// The call's cancel had been asked: this completion, short of a
+    /// success, ended it `cancelled` instead (see `store::cancel`).
+    Cancelled,
 }
 
 /// What to do with a write's outcome once it is durable (a completion's,

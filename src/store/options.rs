@@ -4,6 +4,7 @@
 //!
 //! Plain values only: this file never opens a connection or reads a row.
 
+use super::limits::ToolLimit;
 use super::Retention;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -35,6 +36,12 @@ pub struct StoreOptions {
     /// PostgreSQL: trust these roots for TLS instead of the system's
     /// (`--db-ca-file`).
     pub ca_file: Option<PathBuf>,
+    /// The tools' `max_concurrency` and `rate`, for the backend to hold those
+    /// it shares across processes (`limits`).
+    pub limits: Vec<ToolLimit>,
+    /// PostgreSQL: the client's own deadlines (`--db-timeout-ms`,
+    /// `--db-connect-timeout-ms`, `--db-tcp-timeout-ms`).
+    pub pg_timeouts: PgTimeouts,
 }
 
 /// `--db-pool`'s default: as many connections as a node has workers by
@@ -48,6 +55,45 @@ impl Default for StoreOptions {
             retention: Retention::default(),
             pool_size: DEFAULT_POOL_SIZE,
             ca_file: None,
+            limits: Vec::new(),
+            pg_timeouts: PgTimeouts::default(),
+        }
+    }
+}
+
+/// How long the PostgreSQL client waits, by its own clock. A server that is
+/// frozen (every process stopped, a host that hangs, a full disk under the
+/// database) still has its kernel acknowledge TCP, so neither keepalive nor
+/// `TCP_USER_TIMEOUT` ever fires and the server's own `statement_timeout`
+/// never runs: only the client can bound the wait, and it does here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgTimeouts {
+    /// Everything one operation does — waiting for a pooled connection,
+    /// connecting, its statements — must end within this, or the operation
+    /// is answered `Unavailable` and its connection dropped (never lent
+    /// again). Also the sessions' `statement_timeout`.
+    pub operation: Duration,
+    /// One attempt to connect to one host (TCP, TLS, start-up,
+    /// authentication, the session settings), unless the URL gives
+    /// `connect_timeout`; a multi-host URL tries the next host after it.
+    pub connect: Duration,
+    /// `TCP_USER_TIMEOUT` (unless the URL gives `tcp_user_timeout`), and
+    /// keepalive probes from half of it idle: a peer that stops
+    /// acknowledging (a host gone, a partition) is dropped by the kernel
+    /// within about this.
+    pub tcp: Duration,
+}
+
+/// `--db-timeout-ms`'s default: a `POST` or `GET` that needs a frozen
+/// database is answered `503` within about 4 s (under 5 s).
+pub const DEFAULT_PG_OPERATION_TIMEOUT: Duration = Duration::from_secs(4);
+
+impl Default for PgTimeouts {
+    fn default() -> Self {
+        PgTimeouts {
+            operation: DEFAULT_PG_OPERATION_TIMEOUT,
+            connect: Duration::from_secs(2),
+            tcp: Duration::from_secs(10),
         }
     }
 }

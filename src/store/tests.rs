@@ -13,11 +13,14 @@ use std::time::Duration;
 
 mod audit;
 pub(super) mod backends;
+mod cancel;
 mod claim_due;
 mod claims;
 mod counts;
 mod create;
 mod create_claimed;
+mod effect_ids;
+mod limits;
 mod list;
 mod recovery;
 mod retry;

@@ -23,6 +23,10 @@ pub struct Wake {
     /// names a bounded number). With `done` set and a call missing here, its
     /// waiters find out by their own re-read.
     pub calls: Vec<String>,
+    /// A running call's cancel was asked: the node that runs it checks its
+    /// own calls now (`CallStore::cancels_asked`) rather than at its next
+    /// heartbeat.
+    pub cancel: bool,
 }
 
 /// What a process does when woken; it runs on the thread that heard it.
@@ -35,17 +39,19 @@ impl Wake {
             work: true,
             done: true,
             calls: Vec::new(),
+            cancel: true,
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        !self.work && !self.done
+        !self.work && !self.done && !self.cancel
     }
 
     /// Both wake-ups in one.
     pub(in crate::store) fn merge(&mut self, other: Wake) {
         self.work |= other.work;
         self.done |= other.done;
+        self.cancel |= other.cancel;
         self.calls.extend(other.calls);
     }
 }

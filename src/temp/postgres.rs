@@ -13,6 +13,11 @@
 //! Where PostgreSQL is not installed, starting fails with one line saying
 //! what to install: the PostgreSQL tests never skip silently.
 
+mod signals;
+mod standby;
+
+pub use signals::Frozen;
+
 use super::unique_name;
 use std::fmt;
 use std::io;
@@ -105,18 +110,28 @@ impl PgServer {
 
     /// A new server of its own (a test that restarts or stops it).
     pub fn start() -> Result<PgServer, PgServerError> {
+        let password = format!("pw-{}", unique_name("s").replace('-', ""));
+        let mut server = PgServer::in_new_folder("idem-pg", password)?;
+        server.initdb()?;
+        server.start_on_a_free_port()?;
+        Ok(server)
+    }
+
+    /// A server on a new folder of its own, with its reaper; nothing in the
+    /// folder yet, nothing started.
+    fn in_new_folder(prefix: &str, password: String) -> Result<PgServer, PgServerError> {
         let bin = find_bin_dir().ok_or(PgServerError::Missing { no_user: false })?;
         let as_postgres = running_as_root();
         // Kept by the reaper and by Drop, not by a TempDir: the folder has to
         // outlive this value when the process is killed.
-        let dir = std::env::temp_dir().join(unique_name("idem-pg"));
+        let dir = std::env::temp_dir().join(unique_name(prefix));
         std::fs::create_dir_all(&dir)
             .map_err(PgServerError::io(format!("make {}", dir.display())))?;
         let mut server = PgServer {
             bin,
             dir,
             port: 0,
-            password: format!("pw-{}", unique_name("s").replace('-', "")),
+            password,
             reaper: None,
             as_postgres,
         };
@@ -124,8 +139,6 @@ impl PgServer {
         if as_postgres {
             chown_to_postgres(&server.dir)?;
         }
-        server.initdb()?;
-        server.start_on_a_free_port()?;
         Ok(server)
     }
 
@@ -192,6 +205,21 @@ impl PgServer {
     /// Start a stopped server again on the same port.
     pub fn start_again(&self) -> Result<(), PgServerError> {
         self.pg_ctl(&["start", "-w", "-t", "60"])
+    }
+
+    /// `ALTER SYSTEM SET name = value` and a reload: a setting that
+    /// survives restarts.
+    pub fn set(&self, name: &str, value: &str) {
+        let mut admin = self.connect_admin();
+        // Two statements: ALTER SYSTEM refuses to run in a transaction block.
+        for statement in [
+            format!("ALTER SYSTEM SET {name} = '{value}'"),
+            "SELECT pg_reload_conf()".to_string(),
+        ] {
+            admin
+                .batch_execute(&statement)
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
     }
 
     /// Write `contents` to `name` in the server's data folder, owned by the
@@ -289,6 +317,14 @@ impl PgServer {
             path_str(&self.dir)
         );
         let file = self.data().join("postgresql.auto.conf");
+        // A standby's link to its primary (`pg_basebackup -R` wrote it) stays.
+        let kept: String = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.starts_with("primary_conninfo"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let settings = settings + &kept;
         std::fs::write(&file, settings).map_err(PgServerError::io("write settings"))?;
         if self.as_postgres {
             chown_to_postgres(&file)?;
@@ -334,6 +370,15 @@ impl PgServer {
         let script = r#"
             while kill -0 "$1" 2>/dev/null; do sleep 1; done
             pid=$(head -n 1 "$2/data/postmaster.pid" 2>/dev/null)
+            # A frozen server (a test's SIGSTOP) must run to see the stop; its
+            # children called setsid(), so each is found by its parent pid.
+            if [ -n "$pid" ]; then
+                for stat in /proc/[0-9]*/stat; do
+                    read -r child _ _ parent _ 2>/dev/null <"$stat" || continue
+                    [ "$parent" = "$pid" ] && kill -CONT "$child" 2>/dev/null
+                done
+                kill -CONT "$pid" 2>/dev/null
+            fi
             [ -n "$pid" ] && kill -QUIT "$pid" 2>/dev/null
             for _ in 1 2 3 4 5 6 7 8 9 10; do
                 [ -e "$2/data/postmaster.pid" ] || break
@@ -355,6 +400,8 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
+        // A stopped (frozen) server would never see the stop signal.
+        let _ = self.signal_all(nix::sys::signal::Signal::SIGCONT);
         let _ = self.stop_immediate();
         if let Some(mut reaper) = self.reaper.take() {
             let _ = reaper.kill();
@@ -365,11 +412,18 @@ impl Drop for PgServer {
 }
 
 /// Connect with the plain client (no TLS), retrying for a few seconds: the
-/// server may have just been restarted.
+/// server may have just been restarted. The session's `search_path` is the
+/// service's default schema, then `public`: a test reads the service's
+/// tables by their names, and makes its own where they always were.
 pub fn connect(url: &str) -> postgres::Client {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match postgres::Client::connect(url, postgres::NoTls) {
+        let connected = postgres::Client::connect(url, postgres::NoTls).and_then(|mut client| {
+            let schema = crate::store::DEFAULT_DB_SCHEMA;
+            client.batch_execute(&format!("SET search_path = {schema}, public"))?;
+            Ok(client)
+        });
+        match connected {
             Ok(client) => return client,
             Err(e) if Instant::now() > deadline => panic!("connect to the test PostgreSQL: {e}"),
             Err(_) => std::thread::sleep(Duration::from_millis(100)),

@@ -13,6 +13,7 @@ use super::business_key::AgentFacing;
 use super::error_code::ToolErrorCode;
 use super::outcome::{Effect, Outcome, ToolError};
 use super::spec::{Backoff, Executor, Kind, ToolSpec, DEFAULT_TIMEOUT};
+use super::stop::Stop;
 use crate::fingerprint::as_integer;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -107,10 +108,35 @@ impl Tool {
         }
     }
 
+    /// `sleep`'s answer once it has slept.
+    fn slept(&self, seconds: f64) -> Outcome {
+        Outcome::Succeeded {
+            result: json!({"slept": seconds}),
+            effect: None,
+        }
+    }
+
     /// Whether the tool returns at once (everything but `sleep`): a worker may
     /// then take a second call with it, whose lease starts ticking meanwhile.
     pub fn is_quick(&self) -> bool {
         !matches!(self, Tool::Sleep { .. })
+    }
+
+    /// `run`, except that a `sleep` ends early when `stop` is asked
+    /// (`Outcome::Stopped`: it reached nothing outside).
+    pub fn run_stoppable(&self, attempt: i64, effect_id: &str, stop: Option<&Stop>) -> Outcome {
+        match (self, stop) {
+            (Tool::Sleep { seconds }, Some(stop)) => {
+                if stop.sleep(Duration::from_secs_f64(*seconds)) {
+                    return Outcome::Stopped {
+                        sent: false,
+                        how: "its sleep was woken".into(),
+                    };
+                }
+                self.slept(*seconds)
+            }
+            _ => self.run(attempt, effect_id),
+        }
     }
 
     /// Run the tool for attempt number `attempt` (1-based). `effect_id` is the
@@ -133,10 +159,7 @@ impl Tool {
             },
             Tool::Sleep { seconds } => {
                 std::thread::sleep(Duration::from_secs_f64(*seconds));
-                Outcome::Succeeded {
-                    result: json!({"slept": seconds}),
-                    effect: None,
-                }
+                self.slept(*seconds)
             }
             Tool::Fail {
                 retryable,
@@ -230,6 +253,7 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
         timeout: DEFAULT_TIMEOUT,
         backoff: Backoff::default(),
         max_concurrency: None,
+        rate: None,
         business_key: None,
         agent: AgentFacing::default_for(name, false),
         executor: Executor::Builtin,

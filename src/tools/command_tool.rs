@@ -5,7 +5,10 @@
 //!
 //! It owns the child's whole life: the run ends by the timeout at the latest
 //! (SIGTERM to the group, SIGKILL after a short grace, so a child that ignores
-//! SIGTERM and the processes it started die too), stdout is capped at 1 MiB,
+//! SIGTERM and the processes it started die too), or as soon as its call is
+//! cancelled (the run's `Stop` sends the same SIGTERM, then SIGKILL after
+//! the same grace; `Outcome::Stopped`, unless the command still exits 0
+//! within the grace, which is its answer), stdout is capped at 1 MiB,
 //! only the last 4 KiB of stderr are kept, and whatever the command left
 //! running in its group is killed when it exits. It must never wait on a
 //! child without a deadline, never read output without a cap, and never put
@@ -27,7 +30,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Variables the executor sets itself; the tools file may not set them.
 pub const RESERVED_ENV: [&str; 4] = ["IDEMPOTENCY_KEY", "CALL_ID", "EFFECT_ID", "ATTEMPT"];
@@ -56,10 +59,21 @@ impl fmt::Debug for CommandTool {
     }
 }
 
+/// What the waiting worker hears: the child's end, or a cancel's stop
+/// (whose halt has already sent SIGTERM to the group).
+enum Waited {
+    Exited(io::Result<ExitStatus>),
+    Stop,
+}
+
 /// How the child's run ended, before classification.
 enum Ended {
     Exited(ExitStatus),
     TimedOut,
+    /// Its call was cancelled; `killed`: it outlived SIGTERM's grace.
+    Stopped {
+        killed: bool,
+    },
     /// The child could not be waited for (should not happen).
     Lost(io::Error),
 }
@@ -79,18 +93,31 @@ impl CommandTool {
         }
     }
 
-    /// One attempt: run the command to its end or its timeout, classify.
+    /// One attempt: run the command to its end, its timeout or its stop,
+    /// classify.
     pub fn run(&self, ctx: &RunContext) -> Outcome {
         let mut child = match self.spawn(ctx) {
             Ok(child) => child,
             Err(e) => return Outcome::failed(spawn_failure(&e)),
         };
         let group = Pid::from_raw(child.id() as i32);
+        let waited = mpsc::channel();
+        if let Some(stop) = ctx.stop {
+            stop.mark_sent();
+            let woken = waited.0.clone();
+            stop.arm(Box::new(move || {
+                let _ = killpg(group, Signal::SIGTERM);
+                let _ = woken.send(Waited::Stop);
+            }));
+        }
         feed_stdin(&mut child, ctx.request_body().to_string());
         let overflow = Arc::new(AtomicBool::new(false));
         let stdout = Capture::head(child.stdout.take(), group, Arc::clone(&overflow));
         let stderr = Capture::tail(child.stderr.take());
-        let ended = self.wait_bounded(child, group);
+        let ended = self.wait_bounded(child, group, waited);
+        if let Some(stop) = ctx.stop {
+            stop.disarm();
+        }
         // The command is done; anything it left in its group goes with it, so
         // the pipes close and nothing outlives the attempt.
         let _ = killpg(group, Signal::SIGKILL);
@@ -124,41 +151,55 @@ impl CommandTool {
         command.spawn()
     }
 
-    /// Wait for the child until the timeout; past it, SIGTERM the group, and
-    /// SIGKILL it after `TERM_GRACE`.
-    fn wait_bounded(&self, mut child: Child, group: Pid) -> Ended {
-        let (done, exited) = mpsc::channel();
+    /// Wait for the child until the timeout or a stop; past the timeout,
+    /// SIGTERM the group, and SIGKILL it after `TERM_GRACE`; after a stop's
+    /// SIGTERM, the same grace, then SIGKILL.
+    fn wait_bounded(
+        &self,
+        mut child: Child,
+        group: Pid,
+        (done, waited): (mpsc::Sender<Waited>, mpsc::Receiver<Waited>),
+    ) -> Ended {
         let waiter = thread::Builder::new()
             .name("command-wait".into())
             .spawn(move || {
-                let _ = done.send(child.wait());
+                let _ = done.send(Waited::Exited(child.wait()));
             });
         if let Err(e) = waiter {
             let _ = killpg(group, Signal::SIGKILL);
             return Ended::Lost(e);
         }
-        let status = match exited.recv_timeout(self.timeout) {
-            Ok(status) => status,
+        match waited.recv_timeout(self.timeout) {
+            Ok(Waited::Exited(Ok(status))) => Ended::Exited(status),
+            Ok(Waited::Exited(Err(e))) => Ended::Lost(e),
+            Ok(Waited::Stop) => match end_group(group, &waited) {
+                // Within the grace it still answered: that is its outcome.
+                Some(status) if status.success() => Ended::Exited(status),
+                Some(_) => Ended::Stopped { killed: false },
+                None => Ended::Stopped { killed: true },
+            },
             Err(_) => {
                 let _ = killpg(group, Signal::SIGTERM);
-                if exited.recv_timeout(TERM_GRACE).is_err() {
-                    let _ = killpg(group, Signal::SIGKILL);
-                    // SIGKILL cannot be ignored; the bound only guards a
-                    // process stuck in the kernel.
-                    let _ = exited.recv_timeout(Duration::from_secs(5));
-                }
-                return Ended::TimedOut;
+                end_group(group, &waited);
+                Ended::TimedOut
             }
-        };
-        match status {
-            Ok(status) => Ended::Exited(status),
-            Err(e) => Ended::Lost(e),
         }
     }
 
     fn classify(&self, ended: Ended, stdout: &[u8], stderr: String) -> Outcome {
         let status = match ended {
             Ended::Exited(status) => status,
+            Ended::Stopped { killed } => {
+                let how = if killed {
+                    format!(
+                        "its process group got SIGTERM, then SIGKILL after {} ms",
+                        TERM_GRACE.as_millis()
+                    )
+                } else {
+                    "its process group got SIGTERM and ended".to_string()
+                };
+                return Outcome::Stopped { sent: true, how };
+            }
             Ended::TimedOut => {
                 let mut error = ToolError::new(
                     ToolErrorCode::CommandTimeout,
@@ -221,6 +262,24 @@ impl CommandTool {
     fn redact(&self, text: &str) -> String {
         redact_all(text, self.env.iter().map(|(_, value)| value))
     }
+}
+
+/// After SIGTERM: the group's end within `TERM_GRACE` (its exit status), or
+/// SIGKILL and `None`. Another stop heard meanwhile changes nothing.
+fn end_group(group: Pid, waited: &mpsc::Receiver<Waited>) -> Option<ExitStatus> {
+    let deadline = Instant::now() + TERM_GRACE;
+    loop {
+        match waited.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Waited::Exited(status)) => return status.ok(),
+            Ok(Waited::Stop) => continue,
+            Err(_) => break,
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    // SIGKILL cannot be ignored; the bound only guards a process stuck in
+    // the kernel.
+    let _ = waited.recv_timeout(Duration::from_secs(5));
+    None
 }
 
 /// Most spawn failures are configuration (a missing or non-executable file);

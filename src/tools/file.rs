@@ -13,6 +13,7 @@ use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::command_tool::{CommandTool, RESERVED_ENV};
 use super::file_error::{field_error, FieldError, ToolFileError};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
+use super::rate::Rate;
 use super::registry::ToolRegistry;
 use super::schema::Schema;
 use super::secret::Secret;
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Fields every kind accepts.
-const COMMON_FIELDS: [&str; 9] = [
+const COMMON_FIELDS: [&str; 10] = [
     "kind",
     "description",
     "annotations",
@@ -33,6 +34,7 @@ const COMMON_FIELDS: [&str; 9] = [
     "timeout_ms",
     "backoff_ms",
     "max_concurrency",
+    "rate",
 ];
 const HTTP_FIELDS: [&str; 3] = ["url", "headers", "ca_file"];
 const COMMAND_FIELDS: [&str; 2] = ["argv", "env"];
@@ -80,9 +82,8 @@ impl ToolRegistry {
         base_dir: &Path,
         vars: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ToolRegistry, ToolFileError> {
-        let root: Value = serde_json::from_str(text).map_err(|e| {
-            FieldError::entry(format!("is not valid JSON: {e}")).in_tool(file, None)
-        })?;
+        let root = crate::input::parse_strict(text.as_bytes())
+            .map_err(|e| FieldError::entry(unreadable(&e)).in_tool(file, None))?;
         let tools = tools_object(&root).map_err(|e| e.in_tool(file, None))?;
         let context = Context { base_dir, vars };
         let mut registry = ToolRegistry::default();
@@ -108,8 +109,8 @@ pub fn effect_tools(path: &Path) -> Result<Vec<String>, ToolFileError> {
     };
     let text = std::fs::read_to_string(path)
         .map_err(|e| error(None, None, format!("cannot read it: {e}")))?;
-    let root: Value = serde_json::from_str(&text)
-        .map_err(|e| error(None, None, format!("is not valid JSON: {e}")))?;
+    let root = crate::input::parse_strict(text.as_bytes())
+        .map_err(|e| error(None, None, unreadable(&e)))?;
     let tools = tools_object(&root).map_err(|e| error(None, e.field, e.message))?;
     let mut names = Vec::new();
     for (name, entry) in tools {
@@ -125,6 +126,16 @@ pub fn effect_tools(path: &Path) -> Result<Vec<String>, ToolFileError> {
         }
     }
     Ok(names)
+}
+
+/// Why the file's text was refused: not JSON, or JSON with a member name
+/// repeated in one object (which a reader could take either way).
+fn unreadable(e: &serde_json::Error) -> String {
+    if e.is_data() {
+        format!("cannot be read one way: {e}")
+    } else {
+        format!("is not valid JSON: {e}")
+    }
 }
 
 /// `{"tools": {...}}` with at least one tool, and nothing else at the top.
@@ -189,6 +200,9 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
     if let Some(n) = bounded_integer(entry, "max_concurrency", 1, MAX_CONCURRENCY_LIMIT)? {
         spec.max_concurrency = Some(n as usize);
     }
+    if let Some(rate) = entry.get("rate") {
+        spec.rate = Some(Rate::parse(rate)?);
+    }
     spec.backoff = backoff(entry.get("backoff_ms"))?;
     if let Some(rule) = entry.get("business_key") {
         let rule = BusinessKeyRule::parse(rule)?;
@@ -228,6 +242,7 @@ fn external_spec(
         timeout,
         backoff: Backoff::default(),
         max_concurrency: None,
+        rate: None,
         business_key: None,
         agent: AgentFacing::default_for(name, true),
         executor,

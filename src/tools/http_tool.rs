@@ -12,6 +12,7 @@
 
 use super::error_code::ToolErrorCode;
 use super::excerpt::{excerpt, MAX_OUTPUT_BYTES};
+use super::http_stop::{StoppableConnector, Watched};
 use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
 use super::spec::RunContext;
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+use ureq::unversioned::resolver::DefaultResolver;
 
 /// Headers the executor sets itself; the tools file may not replace them.
 pub const RESERVED_HEADERS: [&str; 8] = [
@@ -34,6 +36,25 @@ pub const RESERVED_HEADERS: [&str; 8] = [
     "expect",
     "upgrade",
 ];
+
+/// Whether the downstream's whole answer was read (a status, then a body
+/// within the cap): a stop that comes after it changes nothing.
+fn is_answer(outcome: &Outcome) -> bool {
+    match outcome {
+        Outcome::Succeeded { .. } => true,
+        Outcome::Failed { error, .. } => error.http_status.is_some(),
+        Outcome::Stopped { .. } => false,
+    }
+}
+
+/// How an abandoned request was stopped, in the audit's words.
+fn abandoned(sent: bool) -> String {
+    if sent {
+        "its request had gone out; its connection was shut down and any answer left unread".into()
+    } else {
+        "its request had not gone out; its connection was shut down".into()
+    }
+}
 
 /// Idle connections each tool keeps for reuse (ureq's default is 3 per host).
 /// Attempts run in parallel on up to `--workers` threads; with 3 kept, a burst
@@ -178,15 +199,36 @@ impl HttpTool {
             .user_agent("idempotent-tool")
             .tls_config(tls)
             .build();
+        // ureq's own connectors, each transport stoppable by a cancel.
+        let agent = ureq::Agent::with_parts(
+            config,
+            StoppableConnector::default(),
+            DefaultResolver::default(),
+        );
         Ok(HttpTool {
             url,
             headers,
-            agent: config.into(),
+            agent,
         })
     }
 
-    /// One attempt: `POST` the call, classify the answer.
+    /// One attempt: `POST` the call, classify the answer. Asked to stop
+    /// (`ctx.stop`), the request is abandoned: its socket is shut down, and
+    /// unless the whole answer was already read, the outcome is
+    /// `Outcome::Stopped`, saying whether the request had gone out.
     pub fn run(&self, ctx: &RunContext) -> Outcome {
+        let _watched = Watched::new(ctx.stop);
+        let outcome = self.post(ctx);
+        match ctx.stop {
+            Some(stop) if stop.is_requested() && !is_answer(&outcome) => Outcome::Stopped {
+                sent: stop.sent(),
+                how: abandoned(stop.sent()),
+            },
+            _ => outcome,
+        }
+    }
+
+    fn post(&self, ctx: &RunContext) -> Outcome {
         let body = ctx.request_body().to_string();
         let mut request = self
             .agent

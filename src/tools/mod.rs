@@ -19,7 +19,7 @@
 //! [`ToolError`], what an attempt produced), `registry` ([`ToolRegistry`],
 //! [`PrepareError`]), `spec` ([`ToolSpec`], [`RunContext`], [`Backoff`]),
 //! `args_error` ([`ArgsError`], why args fail a tool's rules), `file_error`
-//! ([`ToolFileError`]), `excerpt` (bounded excerpts of output). This file is
+//! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second), `excerpt` (bounded excerpts of output). This file is
 //! the map and holds no type.
 
 mod args_error;
@@ -30,12 +30,15 @@ mod error_code;
 mod excerpt;
 pub mod file;
 mod file_error;
+mod http_stop;
 pub mod http_tool;
 mod outcome;
+mod rate;
 mod registry;
 pub mod schema;
 mod secret;
 mod spec;
+mod stop;
 
 pub use args_error::ArgsError;
 pub use builtin::{Tool, EFFECT_TOOLS, MAX_SLEEP_SECS, TOOL_NAMES};
@@ -44,6 +47,8 @@ pub use error_code::ToolErrorCode;
 pub use excerpt::{excerpt, tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 pub use file_error::ToolFileError;
 pub use outcome::{Effect, Outcome, ToolError};
+pub use rate::Rate;
 pub use registry::{PrepareError, Prepared, ToolRegistry};
 pub use secret::Secret;
 pub use spec::{jitter, Backoff, Executor, Kind, RunContext, ToolSpec, DEFAULT_TIMEOUT};
+pub use stop::{Halt, Stop};

@@ -1,6 +1,6 @@
 //! What one attempt produced: an [`Outcome`], which is either a success with
-//! its result and maybe an [`Effect`], or a failure, a [`ToolError`] with one
-//! of the codes in [`ToolErrorCode`].
+//! its result and maybe an [`Effect`], a failure, a [`ToolError`] with one
+//! of the codes in [`ToolErrorCode`], or a stop (its call was cancelled).
 //!
 //! This file owns those values and the JSON a failure is stored as. It must
 //! never know how they are stored: the runner turns them into the store's
@@ -24,6 +24,11 @@ pub enum Outcome {
         error: ToolError,
         retry_after: Option<Duration>,
     },
+    /// Stopped before it had an answer, because its call was cancelled
+    /// (its run's [`Stop`](super::Stop) was asked). `sent`: the tool had
+    /// reached the outside (the request went out, the process started), so
+    /// its effect may have happened anyway; `how` it was stopped, in words.
+    Stopped { sent: bool, how: String },
 }
 
 impl Outcome {

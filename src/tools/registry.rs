@@ -163,6 +163,7 @@ mod tests {
             attempt: 1,
             tool: "charge",
             args: &a,
+            stop: None,
         };
         assert_eq!(
             spec.run(&ctx),
@@ -192,6 +193,7 @@ mod tests {
                 "max_attempts",
                 "max_concurrency",
                 "name",
+                "rate",
                 "timeout_ms"
             ]
         );

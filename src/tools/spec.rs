@@ -12,6 +12,8 @@ use super::builtin::Tool;
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::error_code::ToolErrorCode;
 use super::outcome::{Outcome, ToolError};
+use super::rate::Rate;
+use super::stop::Stop;
 use super::{command_tool, http_tool, schema};
 use serde_json::{json, Map, Value};
 use std::fmt;
@@ -115,8 +117,12 @@ pub struct ToolSpec {
     /// Bounds one attempt; the executor stops the run when it passes.
     pub timeout: Duration,
     pub backoff: Backoff,
-    /// Most attempts of this tool running at once in this process; `None`: no cap.
+    /// On PostgreSQL, the most attempts of this tool running at once on every
+    /// node together; on SQLite, in this process. `None`: no cap.
     pub max_concurrency: Option<usize>,
+    /// The most attempts started per second, on every process on the database
+    /// together, after a burst. `None`: no rate.
+    pub rate: Option<Rate>,
     /// The second layer: one live call per business key (`None`: keys only).
     pub business_key: Option<BusinessKeyRule>,
     /// Its description and hints for agents (`tools/list`).
@@ -134,6 +140,7 @@ impl fmt::Debug for ToolSpec {
             .field("timeout", &self.timeout)
             .field("backoff", &self.backoff)
             .field("max_concurrency", &self.max_concurrency)
+            .field("rate", &self.rate)
             .finish_non_exhaustive()
     }
 }
@@ -150,6 +157,9 @@ pub struct RunContext<'a> {
     pub tool: &'a str,
     /// The validated args, chaos hooks removed.
     pub args: &'a Map<String, Value>,
+    /// How the runner stops this attempt when its call is cancelled; `None`
+    /// for a run nothing can cancel (a test's).
+    pub stop: Option<&'a Stop>,
 }
 
 impl RunContext<'_> {
@@ -184,11 +194,13 @@ impl ToolSpec {
     }
 
     /// Run one attempt. Blocks for at most about `timeout` (built-ins: for as
-    /// long as they take, `sleep` at most 10 s).
+    /// long as they take, `sleep` at most 10 s), less when `ctx.stop` is
+    /// asked: a `command` tool's process group is signalled, an `http`
+    /// tool's request abandoned, a `sleep` woken (`Outcome::Stopped`).
     pub fn run(&self, ctx: &RunContext) -> Outcome {
         match &self.executor {
             Executor::Builtin => match Tool::parse(&self.name, ctx.args) {
-                Ok(tool) => tool.run(ctx.attempt, ctx.effect_id),
+                Ok(tool) => tool.run_stoppable(ctx.attempt, ctx.effect_id, ctx.stop),
                 Err(e) => Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, e.to_string())),
             },
             Executor::Http(http) => http.run(ctx),
@@ -205,6 +217,7 @@ impl ToolSpec {
             "max_attempts": self.max_attempts,
             "timeout_ms": self.timeout.as_millis() as u64,
             "max_concurrency": self.max_concurrency,
+            "rate": self.rate.as_ref().map(Rate::public_view),
             "business_key": self.business_key.as_ref().map(BusinessKeyRule::public_view),
         })
     }

@@ -3,6 +3,7 @@
 //! (exit 1 with a clear message).
 
 use crate::support::downstream::DOWNSTREAM_BIN;
+use crate::support::pg_faults::TCP_PROXY_BIN;
 use crate::support::{unique_name, CLIENT_BIN, INSPECT_BIN, PROXY_BIN, SERVER_BIN};
 use std::process::Command;
 
@@ -77,11 +78,12 @@ const BENCH_BIN: &str = env!("CARGO_BIN_EXE_bench");
 
 /// Every binary, by the name its usage line starts with, and a flag of its
 /// own that takes a value.
-const BINARIES: [(&str, &str, &str); 6] = [
+const BINARIES: [(&str, &str, &str); 7] = [
     ("idempotent-tool", SERVER_BIN, "--port"),
     ("downstream", DOWNSTREAM_BIN, "--port"),
     ("client", CLIENT_BIN, "--base"),
     ("chaos_proxy", PROXY_BIN, "--listen"),
+    ("tcp_proxy", TCP_PROXY_BIN, "--listen"),
     ("inspect", INSPECT_BIN, "--db"),
     ("bench", BENCH_BIN, "--n"),
 ];

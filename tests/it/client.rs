@@ -7,7 +7,9 @@ use crate::support;
 
 use crate::support::Counts;
 use crate::support::Http;
-use crate::support::{run_client, FakeUpstream, Local, Proxy, Reply, TempDb};
+use crate::support::{
+    run_client, run_client_with_env, AuthFile, FakeUpstream, Local, Proxy, Reply, TempDb,
+};
 use idempotent_tool::client::{call_tool, poll_until_terminal, CallOptions, CallResult};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -262,4 +264,56 @@ fn polling_returns_the_terminal_call() {
     let call = poll_until_terminal(&upstream.base(), "c_1", deadline).unwrap();
     assert_eq!(call["status"], "succeeded");
     assert_eq!(upstream.seen().len(), 3);
+}
+
+/// Against a server with `--auth-file`, the client sends its bearer token —
+/// from `--token`, else `IDEMPOTENT_TOOL_TOKEN` — on the POST and the polls
+/// after it, on `--get` and on `--mcp`; without one it is refused `401`.
+#[test]
+fn a_token_from_the_flag_or_the_variable_reaches_every_request() {
+    let auth = AuthFile::new(&[("acme", "tok-acme", true)]);
+    let db = TempDb::new("client-token");
+    let server = Local::start(&db, &["--auth-file", auth.path_str()]);
+    let charge = |key: &str, extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["--base", &server.base, "--tool", "charge", "--amount", "5"];
+        args.extend_from_slice(&["--key", key, "--poll"]);
+        args.extend_from_slice(extra);
+        run_client_with_env(&args, env)
+    };
+    let refused = charge("tok-0", &[], &[]);
+    assert_eq!(
+        refused.last()["error"]["code"],
+        "unauthorized",
+        "{}",
+        refused.describe()
+    );
+    for (key, extra, env) in [
+        ("tok-1", &["--token", "tok-acme"][..], &[][..]),
+        ("tok-2", &[], &[("IDEMPOTENT_TOOL_TOKEN", "tok-acme")]),
+        (
+            "tok-3",
+            &["--token", "tok-acme"],
+            &[("IDEMPOTENT_TOOL_TOKEN", "wrong")],
+        ),
+        ("tok-4", &["--mcp", "--token", "tok-acme"], &[]),
+    ] {
+        let run = charge(key, extra, env);
+        assert!(run.output.status.success(), "{key}: {}", run.describe());
+        assert_eq!(run.last()["status"], "succeeded", "{}", run.describe());
+    }
+    assert_eq!(db.calls(), 4);
+    let get = |env: &[(&str, &str)]| {
+        std::process::Command::new(support::CLIENT_BIN)
+            .args(["--base", &server.base, "--get", "/stats"])
+            .env_remove("IDEMPOTENT_TOOL_TOKEN")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
+    assert!(!get(&[]).status.success());
+    assert!(get(&[("IDEMPOTENT_TOOL_TOKEN", "tok-acme")])
+        .status
+        .success());
+    let bad = charge("tok-5", &["--token", "tok\r\nX-Injected: 1"], &[]);
+    assert_eq!(bad.output.status.code(), Some(2), "{}", bad.describe());
 }

@@ -1,6 +1,7 @@
 //! `scripts/fault_inject.sh`, run by `cargo test` so the script cannot rot:
 //! every scenario (the `--downstream` one with a real http tool included, and
-//! `--postgres`: three nodes on one PostgreSQL database) must
+//! the PostgreSQL ones: three nodes on one database, a failover to a promoted
+//! standby, a partition of one node) must
 //! PASS against the binaries cargo just built (the script
 //! finds them through `IDEM_BIN_DIR`, so no release build happens here).
 
@@ -50,6 +51,8 @@ fn every_fault_injection_scenario_passes() {
         "pause",
         // PostgreSQL is installed wherever the tests run (.ci/run installs it).
         "postgres",
+        "pg-failover",
+        "pg-partition",
     ] {
         assert!(
             stdout.contains(&format!("PASS {scenario}")),
@@ -57,6 +60,20 @@ fn every_fault_injection_scenario_passes() {
         );
     }
     assert!(!stdout.contains("MISMATCH"), "{text}");
+    assert!(stdout.contains("all 11 scenarios passed"), "{text}");
+}
+
+/// One scenario run alone is summed up as one, not as "all 1 scenarios".
+#[test]
+fn one_scenario_alone_is_summed_up_as_one() {
+    let output = run_script(&["--duplicate-request"], false);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        stdout.contains("scenario duplicate-request passed"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("all 1 scenarios"), "{stdout}");
 }
 
 /// `--dry-run` prints the plan and starts nothing.
@@ -66,6 +83,6 @@ fn dry_run_prints_the_plan_and_runs_nothing() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", describe(&output));
     assert!(stdout.contains("nothing is built or started"));
-    assert!(stdout.contains("new-key (12.15)"));
+    assert!(stdout.contains("new-key: two fresh servers"));
     assert!(!stdout.contains("listening on"), "{stdout}");
 }

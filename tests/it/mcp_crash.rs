@@ -76,7 +76,13 @@ fn a_resent_tools_call_after_kill_9_returns_the_one_outcome() {
     assert_eq!(state["idempotency_key"], KEY);
     assert_eq!(state["attempt"], 2);
     let call_id = state["call_id"].as_str().unwrap();
-    let effect_id = format!("eff_{}", call_id.trim_start_matches("c_"));
+    let (_, call) = second.get(&format!("/v1/tool-calls/{call_id}"));
+    let effect_id = call["effect_id"].as_str().unwrap_or_default();
+    assert_eq!(
+        idempotent_tool::store::call_id_of_effect(effect_id).as_deref(),
+        Some(call_id),
+        "{call}"
+    );
     assert_eq!(
         state["result"],
         json!({"charged": 25, "effect_id": effect_id})

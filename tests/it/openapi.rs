@@ -186,6 +186,7 @@ fn it_describes_every_route_of_the_api() {
         "GET /v1/tool-calls",
         "GET /v1/nodes",
         "GET /v1/overview",
+        "POST /v1/tool-calls/{call_id}/cancel",
     ]
     .into_iter()
     .map(String::from)
@@ -252,8 +253,10 @@ fn the_headers_are_where_the_api_sets_them() {
             if status == "405" {
                 assert!(names.contains("Allow"), "{place}: Allow");
             }
-            let returns_call =
-                method == "post" && path != "/mcp" && (status == "200" || status == "202");
+            // Create-or-get's answers: a cancel's call is not a replay.
+            let returns_call = method == "post"
+                && path == "/v1/tool-calls"
+                && (status == "200" || status == "202");
             for header in ["Location", "Idempotent-Replayed"] {
                 // A `409 duplicate_intent` names the live call in `Location`.
                 let optional = status == "409" && header == "Location";
@@ -298,6 +301,7 @@ fn the_call_and_conflict_bodies_carry_the_new_fields() {
         "query_url",
         "expires_at",
         "next_attempt_at",
+        "cancel_requested_at",
     ] {
         assert!(call.contains(&field.to_string()), "Call requires {field}");
         assert!(

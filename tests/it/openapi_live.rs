@@ -293,6 +293,40 @@ fn samples(server: &Local) -> Vec<Sample> {
         "get",
         get("/v1/tool-calls/c_0000000000000000/audit"),
     );
+    let cancel = |path: &str, body: Option<&str>| server.call("POST", path, &acme, body);
+    let running = post(
+        "s-cancel",
+        &json!({"tool": "sleep", "args": {"seconds": 5}}),
+    );
+    let running = running.json()["call_id"].as_str().unwrap().to_string();
+    let cancel_path = format!("/v1/tool-calls/{running}/cancel");
+    let template = "/v1/tool-calls/{call_id}/cancel";
+    push(
+        template,
+        "post",
+        cancel(&format!("{cancel_path}?wait=0"), None),
+    );
+    push(
+        template,
+        "post",
+        cancel(&cancel_path, Some(r#"{"reason":"r"}"#)),
+    );
+    push(
+        template,
+        "post",
+        cancel(&format!("/v1/tool-calls/{id}/cancel"), None),
+    );
+    push(
+        template,
+        "post",
+        cancel("/v1/tool-calls/c_0000000000000000/cancel", None),
+    );
+    push(template, "post", cancel(&cancel_path, Some(r#"{"why":1}"#)));
+    push(
+        template,
+        "post",
+        server.call("GET", &cancel_path, &acme, None),
+    );
     push("/stats", "get", get("/stats"));
     push("/stats", "get", get("/stats?scope=all"));
     push(

@@ -193,6 +193,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         if thread::panicking() {
             if let Ok(mut db) = postgres::Client::connect(&self.url, postgres::NoTls) {
+                let _ = db.batch_execute("SET search_path = idempotent_tool");
                 let rows = db.query(
                     "SELECT call_id || '|' || idem_key || '|' || status || '|' || attempt \
                             || '|' || coalesce(owner, '') FROM calls ORDER BY created_at LIMIT 50",

@@ -163,3 +163,44 @@ fn oversized_args_are_413_and_create_nothing() {
     let fits = json!({"tool": "send_email", "args": {"to": "a@b", "body": "x".repeat(60 * 1024)}});
     assert_eq!(server.post("k-fits", &fits).0, 202);
 }
+
+/// Every JSON body ends with a newline — a created call, its replay from
+/// memory, a read, an error, `/healthz`, `/stats`, `/v1/tools` and MCP — so
+/// a pasted `curl` leaves the prompt on its own line.
+#[test]
+fn every_json_body_ends_with_a_newline() {
+    let db = TempDb::new("newline");
+    let server = Local::start(&db, &[]);
+    let body = charge(1).to_string();
+    let post = |key: &str| {
+        server.call(
+            "POST",
+            "/v1/tool-calls?wait=5",
+            &[("Idempotency-Key", key)],
+            Some(&body),
+        )
+    };
+    let first = post("nl-1");
+    let call_id = first.json()["call_id"].as_str().unwrap().to_string();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let answers = [
+        first,
+        post("nl-1"),
+        post("nl-1"),
+        server.call("GET", &format!("/v1/tool-calls/{call_id}"), &[], None),
+        server.call("GET", "/v1/tool-calls/c_0000000000000000", &[], None),
+        server.call("POST", "/v1/tool-calls", &[], Some(&body)),
+        server.call("GET", "/healthz", &[], None),
+        server.call("GET", "/stats", &[], None),
+        server.call("GET", "/v1/tools", &[], None),
+        server.call("POST", "/mcp", &[], Some(&ping)),
+    ];
+    for answer in answers {
+        let text = String::from_utf8_lossy(&answer.body).into_owned();
+        assert!(
+            text.ends_with("}\n") && !text.ends_with("\n\n"),
+            "{} {text:?}",
+            answer.status
+        );
+    }
+}

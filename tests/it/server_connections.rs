@@ -221,6 +221,11 @@ fn idle_connection_is_closed_silently() {
     assert!(silent.closed_by_server());
 }
 
+/// A handler that panics (`/panic` here, on purpose) is answered `500
+/// internal_error` and the connection closed; other connections are still
+/// served. The one error line this logs, `handler panicked; answered 500`
+/// (`event: handler_panic`), is this test's: no other test makes a handler
+/// panic, and outside this test that line means a bug.
 #[test]
 fn handler_panic_answers_500_and_others_are_still_served() {
     let addr = start(quick_limits(), echo());

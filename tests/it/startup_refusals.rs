@@ -128,3 +128,81 @@ fn a_database_it_cannot_write_exits_1() {
     drop(db);
     drop(fs);
 }
+
+/// A misspelled scheme (`postgress://`) is a usage error naming the
+/// schemes, never a SQLite file created under that name, and never printed
+/// with its password.
+#[test]
+fn a_url_of_another_scheme_is_refused_not_taken_for_a_file() {
+    let dir = idempotent_tool::temp::TempDir::new("odd-scheme").unwrap();
+    let out = Command::new(SERVER_BIN)
+        .args([
+            "--port",
+            "0",
+            "--db",
+            "postgress://idem:s3cret@db.example/calls",
+        ])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the server binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("postgres://"), "{stderr}");
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "start-up created {left:?}");
+}
+
+/// Another program's SQLite file is refused in one line and left as it was
+/// (not a byte changed, no WAL made): one with tables of its own, and one
+/// whose `calls` table only shares the name. An empty file is taken.
+#[test]
+fn another_programs_sqlite_file_is_refused_in_one_line_and_left_alone() {
+    for (name, ddl, why) in [
+        (
+            "theirs",
+            "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); \
+             INSERT INTO users VALUES (1, 'ann');",
+            "tables this service does not make (users)",
+        ),
+        (
+            "other-calls",
+            "CREATE TABLE calls (id INTEGER PRIMARY KEY, phone TEXT);",
+            "its calls table is another program's",
+        ),
+    ] {
+        let db = TempDb::new(name);
+        rusqlite::Connection::open(&db.path)
+            .unwrap()
+            .execute_batch(ddl)
+            .unwrap();
+        let before = std::fs::read(&db.path).unwrap();
+        let out = refused_start(&["--port", "0", "--db", db.path_str()]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{name}: {stderr}");
+        assert!(
+            stderr.contains("not an idempotent-tool database") && stderr.contains(why),
+            "{stderr}"
+        );
+        assert_eq!(
+            std::fs::read(&db.path).unwrap(),
+            before,
+            "{name} was changed"
+        );
+        let wal = PathBuf::from(format!("{}-wal", db.path.display()));
+        assert!(!wal.exists(), "{name}: a WAL was made");
+    }
+    let empty = TempDb::new("empty-file");
+    std::fs::write(&empty.path, b"").unwrap();
+    let server = Server::start(&empty, &[]);
+    let (status, _) = server.post("k-empty", &charge(1));
+    assert_eq!(status, 202);
+}
+
+/// Run the server expecting it to refuse to start: if it is still running
+/// after a generous deadline, it started, which fails the test.
+fn refused_start(args: &[&str]) -> std::process::Output {
+    support::run_bounded(SERVER_BIN, args)
+}

@@ -35,6 +35,7 @@ fn run(registry: &ToolRegistry, attempt: i64) -> Outcome {
         attempt,
         tool: "notify",
         args: &args,
+        stop: None,
     };
     let outcome = registry.get("notify").unwrap().run(&ctx);
     if let Outcome::Failed { error, .. } = &outcome {
@@ -243,6 +244,7 @@ fn a_command_that_cannot_start_is_a_permanent_failure() {
         attempt: 1,
         tool: "notify",
         args: &args,
+        stop: None,
     };
     let error = failure(tools.get("notify").unwrap().run(&ctx));
     assert_eq!(

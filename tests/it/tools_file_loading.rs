@@ -119,6 +119,32 @@ fn every_mistake_exits_2_with_one_line_naming_tool_and_field() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot read it"));
 }
 
+/// A file two readers could take differently is refused at start-up (exit 2,
+/// one line), never resolved by keeping the last: a tool named twice, or a
+/// member repeated inside one tool.
+#[test]
+fn a_repeated_tool_or_member_exits_2_instead_of_last_one_wins() {
+    for (text, name) in [
+        (
+            r#"{"tools": {"refund": {"kind": "builtin"}, "refund": {"kind": "builtin"}}}"#,
+            "\"refund\" appears more than once",
+        ),
+        (
+            r#"{"tools": {"charge": {"kind": "builtin", "kind": "http"}}}"#,
+            "\"kind\" appears more than once",
+        ),
+    ] {
+        let file = ToolsFile::write_text(text);
+        let db = TempDb::new("tools-file-twice");
+        let output = start_with(&file, &db);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{text}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(name), "{stderr}");
+        assert!(!db.path.exists(), "the database was created");
+    }
+}
+
 fn verify(db: &TempDb, tools: Option<&ToolsFile>) -> (Option<i32>, String) {
     let mut command = Command::new(SERVER_BIN);
     command.args(["verify", "--db", db.path_str()]);

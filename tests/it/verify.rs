@@ -260,9 +260,49 @@ fn an_unknown_status_is_named() {
     let fail = call_id(&db, FAIL);
     assert_breaks(
         &db,
-        &format!("UPDATE calls SET status = 'cancelled' WHERE call_id = '{fail}'"),
+        &format!("UPDATE calls SET status = 'paused' WHERE call_id = '{fail}'"),
         &["unknown_status"],
-        &format!("call {fail}: status 'cancelled'"),
+        &format!("call {fail}: status 'paused'"),
+    );
+}
+
+/// Cancelled calls — one that never ran, one stopped while it ran — are in
+/// the state machine and pass; a cancelled call with an effect row (a
+/// cancel that would have hidden an effect) is named.
+#[test]
+fn cancelled_calls_pass_and_one_with_an_effect_is_named() {
+    let db = TempDb::new("verify-cancelled");
+    let mut server = Server::start(&db, &["--workers", "1"]);
+    let sleep = json!({"tool": "sleep", "args": {"seconds": 10}});
+    let (_, running) = server.post("k-running", &sleep);
+    let (_, pending) = server.post(
+        "k-pending",
+        &json!({"tool": "charge", "args": {"amount": 3}}),
+    );
+    assert_eq!(pending["status"], "pending", "{pending}");
+    for call in [&pending, &running] {
+        let path = format!(
+            "/v1/tool-calls/{}/cancel?wait=30",
+            call["call_id"].as_str().unwrap()
+        );
+        let (status, cancelled) = server.request("POST", &path, &[], None);
+        assert_eq!(
+            (status, &cancelled["status"]),
+            (200, &json!("cancelled")),
+            "{cancelled}"
+        );
+    }
+    server.kill();
+    support::assert_verify_passes(&db);
+    let charge = call_id(&db, "k-pending");
+    assert_breaks(
+        &db,
+        &format!(
+            "INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+             SELECT effect_id, call_id, tool, 3, created_at FROM calls WHERE call_id = '{charge}'"
+        ),
+        &["effect_without_succeeded_call"],
+        &format!("of call {charge}: the call is 'cancelled'"),
     );
 }
 

@@ -40,6 +40,47 @@ fn lease_ids<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> Vec<&'a str> {
     ids
 }
 
+/// A cancel finds the running call's worker `Stop` and run (once: a second
+/// one is no news), ignores another attempt's, and one that comes while
+/// the call is still being claimed (or adopted, not yet started) is kept:
+/// the worker's `Stop` is asked as it attaches, so the tool never starts.
+#[test]
+fn a_cancel_reaches_the_running_tool_or_waits_for_its_worker() {
+    let tasks = table();
+    let task = tasks.submit("c1", "charge", false).expect("admitted");
+    assert!(tasks.take(&task));
+    assert_eq!(
+        tasks.cancel("c1", Some(1)),
+        None,
+        "claiming: kept for later"
+    );
+    let stop = Stop::new();
+    assert!(tasks.claimed(&task, &lease("c1", 1), Some(&stop)));
+    stop.begin(task.generation);
+    assert!(stop.is_requested(), "asked as the worker attached");
+    stop.end();
+
+    let adopted = tasks.adopt(&lease("c2", 1), false).expect("open");
+    assert_eq!(tasks.cancel("c2", Some(2)), None, "another attempt's");
+    assert_eq!(tasks.cancel("c2", Some(1)), None, "no worker yet");
+    assert!(tasks.starts(&adopted, Some(&stop)));
+    stop.begin(adopted.generation);
+    assert!(stop.is_requested());
+    stop.end();
+
+    let running = tasks.adopt(&lease("c3", 1), false).expect("open");
+    assert!(tasks.starts(&running, Some(&stop)));
+    assert_eq!(
+        tasks.cancel("c3", None),
+        Some((stop.clone(), running.generation))
+    );
+    assert_eq!(tasks.cancel("c3", None), None, "told already");
+    assert_eq!(tasks.cancel("unknown", None), None);
+    let mut running_ids: Vec<String> = tasks.running().into_iter().map(|l| l.call_id).collect();
+    running_ids.sort();
+    assert_eq!(running_ids, ["c1", "c2", "c3"]);
+}
+
 /// A call goes Queued → Claiming → Running → Returned → Completing and
 /// leaves the table when finished; a second submission meanwhile is
 /// refused, and after the finish the call may be taken on again.
@@ -52,7 +93,7 @@ fn a_call_moves_through_every_state_once() {
     assert!(tasks.take(&task));
     assert_eq!(tasks.state("c1"), Some(State::Claiming));
     assert!(!tasks.take(&task), "taken once");
-    assert!(tasks.claimed(&task, &lease("c1", 1)));
+    assert!(tasks.claimed(&task, &lease("c1", 1), None));
     assert!(matches!(
         tasks.state("c1"),
         Some(State::Running {
@@ -68,7 +109,17 @@ fn a_call_moves_through_every_state_once() {
         })
     );
     assert_eq!(tasks.completing(&task), Some("handle"));
-    assert_eq!(tasks.state("c1"), Some(State::Completing));
+    assert_eq!(
+        tasks.state("c1"),
+        Some(State::Completing {
+            lease: LeaseHeld::from(&lease("c1", 1))
+        })
+    );
+    assert_eq!(
+        tasks.extended_leases(),
+        [LeaseHeld::from(&lease("c1", 1))],
+        "a completion in hand keeps its lease from recovery here"
+    );
     assert_eq!(tasks.finish(&task), None);
     assert_eq!(tasks.state("c1"), None);
     assert!(tasks.submit("c1", "charge", true).is_some());
@@ -108,7 +159,7 @@ fn a_newer_submission_owns_the_call() {
     let tasks = table();
     let old = tasks.submit("c1", "charge", false).unwrap();
     assert!(tasks.take(&old));
-    assert!(tasks.claimed(&old, &lease("c1", 1)));
+    assert!(tasks.claimed(&old, &lease("c1", 1), None));
     tasks.forget("c1");
     let new = tasks.submit("c1", "charge", false).expect("taken on again");
     assert_ne!(old.generation, new.generation);
@@ -132,7 +183,7 @@ fn leases_are_due_every_third_and_never_once_lost_or_returned() {
     let [a, b, c] = ["a", "b", "c"].map(|id| {
         let task = tasks.submit(id, "charge", false).unwrap();
         assert!(tasks.take(&task));
-        assert!(tasks.claimed(&task, &lease(id, 1)));
+        assert!(tasks.claimed(&task, &lease(id, 1), None));
         task
     });
     let soon = Instant::now() + Duration::from_secs(20);
@@ -158,7 +209,7 @@ fn close_hands_back_held_leases_and_takes_nothing_on() {
     let run = |id: &str, tool: &str| {
         let task = tasks.submit(id, tool, false).unwrap();
         assert!(tasks.take(&task));
-        assert!(tasks.claimed(&task, &lease(id, 1)));
+        assert!(tasks.claimed(&task, &lease(id, 1), None));
         task
     };
     let (running, returned) = (run("r1", "sleep"), run("r2", "sleep"));
@@ -171,7 +222,10 @@ fn close_hands_back_held_leases_and_takes_nothing_on() {
     assert_eq!(tasks.state("w1"), None, "left pending for the next process");
     assert_eq!(tasks.state("q1"), Some(State::Queued));
     assert_eq!(tasks.submit("n1", "charge", false), None, "closed");
-    assert!(!tasks.claimed(&claiming, &lease("k1", 1)), "give it back");
+    assert!(
+        !tasks.claimed(&claiming, &lease("k1", 1), None),
+        "give it back"
+    );
     assert_eq!(tasks.completing(&running), None, "released");
     assert_eq!(tasks.finish(&running), None, "nobody waits any more");
     assert!(tasks.take(&queued), "its worker finds it");
@@ -204,7 +258,7 @@ fn a_call_arriving_claimed_runs_under_its_lease_in_a_reserved_slot() {
     ));
     assert!(!tasks.take(&queued), "the queued submission claims nothing");
     assert_eq!(tasks.finish(&queued), None);
-    assert!(tasks.starts(&adopted));
+    assert!(tasks.starts(&adopted, None));
     let soon = Instant::now() + Duration::from_secs(20);
     let due = tasks.leases_due(soon);
     assert_eq!(lease_ids(due.iter().map(|(l, _)| l)), ["c1"], "extended");
@@ -219,26 +273,33 @@ fn a_call_arriving_claimed_runs_under_its_lease_in_a_reserved_slot() {
     };
     assert!(tasks.adopt(&s1, false).is_some());
     assert_eq!(lease_ids(&tasks.close()), ["c1", "s1"]);
-    assert!(!tasks.starts(&adopted), "its lease is being given back");
+    assert!(
+        !tasks.starts(&adopted, None),
+        "its lease is being given back"
+    );
     assert!(tasks.adopt(&lease("c2", 1), false).is_none(), "closed");
     assert!(!tasks.reserve_slot("charge"), "closed");
     assert!(tasks.reserve_free_slots(5).is_empty(), "closed");
 }
 
-/// A completion held for another try keeps its lease out of recovery's
-/// reach, as a running tool's is, through every later hand-over to the
-/// store, until the call is finished; a stop's close keeps it for the last
+/// A completion handed to the store, then held for another try, keeps its
+/// lease out of recovery's reach, as a running tool's is, through every
+/// later hand-over to the store, until the call is finished; a stop's close keeps it for the last
 /// try rather than releasing it.
 #[test]
 fn a_held_completion_keeps_its_lease_from_recovery_until_finished() {
     let tasks = table();
     let task = tasks.submit("c1", "charge", true).expect("admitted");
     assert!(tasks.take(&task));
-    assert!(tasks.claimed(&task, &lease("c1", 1)));
+    assert!(tasks.claimed(&task, &lease("c1", 1), None));
     tasks.returned(&task);
     assert_eq!(tasks.completing(&task), Some("handle"));
-    assert_eq!(tasks.extended_leases(), vec![]);
     let held = LeaseHeld::from(&lease("c1", 1));
+    assert_eq!(
+        tasks.extended_leases(),
+        vec![held.clone()],
+        "in the store's hands"
+    );
     tasks.held(&task, held.clone());
     assert_eq!(tasks.extended_leases(), vec![held.clone()]);
     assert_eq!(tasks.completions(), Some("handle"), "handed again");
@@ -259,7 +320,7 @@ fn claiming(tasks: &TaskTable<&'static str>) -> Task {
 /// A call whose tool runs under attempt 1's lease.
 fn running(tasks: &TaskTable<&'static str>) -> Task {
     let task = claiming(tasks);
-    assert!(tasks.claimed(&task, &lease("c1", 1)));
+    assert!(tasks.claimed(&task, &lease("c1", 1), None));
     task
 }
 
@@ -273,7 +334,7 @@ fn every_illegal_transition_is_caught_in_a_debug_build() {
     let cases: [(&str, Steps); 8] = [
         ("claimed from Queued", |tasks| {
             let task = tasks.submit("c1", "charge", true).expect("admitted");
-            tasks.claimed(&task, &lease("c1", 1));
+            tasks.claimed(&task, &lease("c1", 1), None);
         }),
         ("returned from Claiming", |tasks| {
             tasks.returned(&claiming(tasks));
@@ -293,7 +354,7 @@ fn every_illegal_transition_is_caught_in_a_debug_build() {
             let _ = tasks.give_back_slot("sleep");
         }),
         ("a lease of attempt 0", |tasks| {
-            tasks.claimed(&claiming(tasks), &lease("c1", 0));
+            tasks.claimed(&claiming(tasks), &lease("c1", 0), None);
         }),
         ("a lease of attempt 0", |tasks| {
             let _ = tasks.adopt(&lease("c1", 0), false);

@@ -12,9 +12,9 @@
 use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::mixed::{MixedCalls, MixedRow};
+use super::connect::connect_once;
 use super::counts::BACKFILL_COUNTS;
 use super::error::store_error;
-use super::pool::connect_once;
 use std::fmt::Write as _;
 use std::io::Write as _;
 

@@ -18,8 +18,8 @@ use super::super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::super::ids::new_call_id;
 use super::super::model::{Created, NewCall};
 use super::error::violates;
+use super::session::{GenericClient, Session, Transaction};
 use super::sql::{self, now};
-use ::postgres::{Client, Transaction};
 
 /// Schema step 2. `holding` marks the one row per key that blocks; the other
 /// rows stay for the ledger and for a retryable failure to take its key back.
@@ -43,7 +43,7 @@ const RELEASE_DEAD_HOLDER: &str = concat!(
         AND (expires_at <= ",
     now!(),
     " OR NOT EXISTS (SELECT 1 FROM calls c WHERE c.call_id = business_keys.call_id
-                              AND c.status <> 'failed'))"
+                              AND c.status NOT IN ('failed', 'cancelled')))"
 );
 
 const HOLD_NEW: &str = concat!(
@@ -72,7 +72,7 @@ const HOLDER: &str = "SELECT call_id FROM business_keys
                        WHERE tenant = $1 AND tool = $2 AND bkey = $3 AND holding";
 
 const LEDGER: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
-        count(c.call_id) FILTER (WHERE c.status <> 'failed'),
+        count(c.call_id) FILTER (WHERE c.status NOT IN ('failed', 'cancelled')),
         count(e.effect_id), sum(e.amount)::bigint
    FROM business_keys b
    LEFT JOIN calls c ON c.call_id = b.call_id
@@ -86,7 +86,7 @@ const LEDGER: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
 /// the transaction is then rolled back and the read, done again, finds the
 /// call.
 pub(super) fn create_or_get(
-    client: &mut Client,
+    client: &mut Session,
     new: &NewCall,
     key: &BusinessKey,
 ) -> Result<Guarded, ::postgres::Error> {
@@ -105,7 +105,7 @@ pub(super) fn create_or_get(
 }
 
 pub(super) fn ledger(
-    client: &mut Client,
+    client: &mut Session,
     limit: usize,
 ) -> Result<Vec<IntentLedger>, ::postgres::Error> {
     let rows = client.query(LEDGER, &[&(limit as i64)])?;

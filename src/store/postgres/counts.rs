@@ -1,4 +1,4 @@
-//! The count tables on PostgreSQL (schema step 3; see `store::counts` for
+//! The count tables on PostgreSQL (schema step 5; see `store::counts` for
 //! what they hold): DDL, the triggers that keep them in the transaction of
 //! every change to `calls` and `effects`, the backfill, the reads, and the
 //! fold that keeps them small.
@@ -21,9 +21,9 @@
 
 use super::super::counts::{CountRow, Counts};
 use super::super::model::Scope;
-use ::postgres::{Client, GenericClient};
+use super::session::{GenericClient, Session};
 
-/// Schema step 3, the count tables: DDL and triggers, then
+/// Schema step 5, the count tables: DDL and triggers, then
 /// `BACKFILL_COUNTS` (under the migration's lock, in its transaction:
 /// `CREATE TRIGGER` takes a lock on `calls` that waits for writers in
 /// flight and holds off new ones until the step commits, so no write falls
@@ -240,7 +240,7 @@ ON CONFLICT (tenant, shard) DO UPDATE
 
 /// `FOLD_*` in one transaction, unless another node is folding now.
 /// Returns whether this one did.
-pub(super) fn fold(client: &mut Client) -> Result<bool, ::postgres::Error> {
+pub(super) fn fold(client: &mut Session) -> Result<bool, ::postgres::Error> {
     let mut tx = client.transaction()?;
     let locked: bool = tx
         .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&FOLD_LOCK])?

@@ -6,16 +6,16 @@
 //! Every statement is driven by an index: `calls_list` (tenant, tool,
 //! status, call_id) once per group through a `LATERAL` join, the primary
 //! key, `calls_tenant_idem_key` (whose `idem_key` is in the "C" collation
-//! since step 3, so a prefix is a range of it), or `business_keys_key`;
+//! since step 5, so a prefix is a range of it), or `business_keys_key`;
 //! `docs/performance.md` shows their plans. This module never writes, and
 //! never reads a group or a tenant the plan did not name.
 
 use super::super::ids::effect_id_for;
 use super::super::list::{ListQuery, Ordered, Plan, PREFIX_CANDIDATES};
 use super::super::model::Call;
+use super::session::GenericClient;
 use super::sql::{call_columns, call_from_row};
 use ::postgres::types::ToSql;
-use ::postgres::GenericClient;
 
 /// Newest first in each (tenant, tool, status) group, between two ids, at
 /// most `$6` from each and `$6` in all.

@@ -1,7 +1,8 @@
 //! Wake-ups between the nodes of one PostgreSQL database, over
 //! `LISTEN`/`NOTIFY`: how a node learns, without waiting for its next poll,
 //! that another node committed new pending work (a call created, a lease
-//! released, a retry scheduled) or a completion (a `?wait` here may be for it).
+//! released, a retry scheduled), a completion (a `?wait` here may be for it),
+//! or a running call's cancel (the node that runs it stops its tool).
 //!
 //! Sending is throttled and kept out of every call's transaction. `announce`
 //! only sets a bit; the `pg-notify` thread sends at most one `NOTIFY` per
@@ -18,6 +19,10 @@
 //! backoff and then calls the handler with everything set, since anything may
 //! have been missed meanwhile.
 //!
+//! Both sessions are the store's own (`session`): every statement they send
+//! must be answered within `--db-timeout-ms`, so a frozen server holds
+//! neither thread past it, and a stopping node never waits for the database.
+//!
 //! A wake-up is a hint, never a message anyone relies on: the runner's
 //! recovery pass (every `--recover-interval-ms`) and every `?wait`'s re-read
 //! (every 100 ms) find the same work and the same completions without it, so
@@ -27,19 +32,18 @@
 //! database.
 
 use super::super::database::PgTarget;
+use super::super::error::StoreError;
+use super::super::options::PgTimeouts;
 use super::super::wake::{Wake, WakeHandler};
+use super::connect::Connector;
+use super::session::{GenericClient, Session};
 use super::tls::TlsSetupError;
 use crate::sync::lock;
-use postgres::fallible_iterator::FallibleIterator;
-use postgres::Client;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// The channel every node of one database listens on.
-pub const CHANNEL: &str = "idempotent_tool_wake";
 
 /// At most one `NOTIFY` per node per this interval: well under the ~100 ms a
 /// `?wait` on another node may take to learn of a completion.
@@ -62,11 +66,14 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 impl Wake {
-    /// `"{w|-}{d|-} {sender} {call,call,...}"`.
+    /// `"{w|-}{d|-} {sender} {call,call,...}"`, and a third flag `c` when a
+    /// cancel was asked (only then: a node of an earlier release, which
+    /// reads two flags, still hears every other wake-up).
     fn payload(&self, sender: &str) -> String {
         let flag = |set: bool, c: char| if set { c } else { '-' };
+        let cancel = if self.cancel { "c" } else { "" };
         format!(
-            "{}{} {sender} {}",
+            "{}{}{cancel} {sender} {}",
             flag(self.work, 'w'),
             flag(self.done, 'd'),
             self.calls.join(",")
@@ -78,13 +85,16 @@ impl Wake {
     fn from_payload(payload: &str, me: &str) -> Option<Wake> {
         let mut parts = payload.splitn(3, ' ');
         let (flags, sender) = (parts.next()?, parts.next()?);
-        if sender == me || flags.len() != 2 {
+        let flags = flags.as_bytes();
+        let known = flags.len() == 2 || (flags.len() == 3 && flags[2] == b'c');
+        if sender == me || !known {
             return None;
         }
         let calls = parts.next().unwrap_or("");
         Some(Wake {
-            work: flags.starts_with('w'),
-            done: flags.ends_with('d'),
+            work: flags[0] == b'w',
+            done: flags[1] == b'd',
+            cancel: flags.len() == 3,
             calls: calls
                 .split(',')
                 .filter(|c| !c.is_empty())
@@ -94,22 +104,20 @@ impl Wake {
     }
 }
 
-/// Opens a new session on the database (the store's own settings and TLS).
-pub type Connect = Arc<dyn Fn() -> Result<Client, postgres::Error> + Send + Sync>;
+/// Opens a new session on the database (the store's URL, TLS and timeouts).
+pub(super) type Connect = Arc<dyn Fn() -> Result<Session, StoreError> + Send + Sync>;
 
-/// Sessions for the wake-ups, opened like the pool's (the same URL, TLS and
-/// CA file, the same connect timeout), without its transaction settings:
+/// Sessions for the wake-ups, opened like the pool's (the same URL, TLS, CA
+/// file and timeouts, each host in turn), without its transaction settings:
 /// they run no transaction an answer depends on.
 pub(super) fn connector(
     target: &PgTarget,
     ca_file: Option<&Path>,
+    timeouts: &PgTimeouts,
 ) -> Result<Connect, TlsSetupError> {
-    let tls = super::tls::connector(target.ssl_mode(), ca_file)?;
-    let config = target.config().clone();
-    Ok(Arc::new(move || match &tls {
-        Some(tls) => config.connect(tls.clone()),
-        None => config.connect(postgres::NoTls),
-    }))
+    let connector = Connector::new(target, ca_file, timeouts)?;
+    let within = timeouts.operation;
+    Ok(Arc::new(move || connector.open(Instant::now() + within)))
 }
 
 /// The two threads, and what they share.
@@ -120,6 +128,12 @@ pub struct ClusterWake {
 
 struct Shared {
     connect: Connect,
+    /// The channel this deployment's nodes `LISTEN` on (one per schema).
+    channel: String,
+    /// How long each statement of ours may take (`--db-timeout-ms`): a
+    /// frozen server holds neither thread past it, so a stop never waits
+    /// for the database.
+    within: Duration,
     /// Tags this node's notifications, so its own listener skips them.
     sender: String,
     /// Announced and not yet sent.
@@ -133,9 +147,19 @@ struct Shared {
 impl ClusterWake {
     /// Start the announcer and the listener. `sender` names this node (its
     /// instance id); notifications carrying it are its own and are skipped.
-    pub fn start(connect: Connect, sender: &str) -> std::io::Result<ClusterWake> {
+    /// `channel` is the deployment's (`DbSchema::wake_channel`): nodes of
+    /// another schema on the same database are not woken. Each statement
+    /// they send must be answered `within`.
+    pub(super) fn start(
+        connect: Connect,
+        channel: String,
+        sender: &str,
+        within: Duration,
+    ) -> std::io::Result<ClusterWake> {
         let shared = Arc::new(Shared {
             connect,
+            channel,
+            within,
             sender: sender.replace(' ', "_"),
             unsent: Mutex::new(Wake::default()),
             handler: Mutex::new(None),
@@ -171,6 +195,13 @@ impl ClusterWake {
     /// new pending work. Call it after the commit; it never blocks on I/O.
     pub fn announce_work(&self) {
         lock(&self.shared.unsent).work = true;
+    }
+
+    /// Tell the other nodes, within `NOTIFY_EVERY`, that a running call's
+    /// cancel was asked (whichever node runs it checks its calls). Call it
+    /// after the commit.
+    pub fn announce_cancel(&self) {
+        lock(&self.shared.unsent).cancel = true;
     }
 
     /// Tell the other nodes, within `NOTIFY_EVERY`, that these calls reached
@@ -217,7 +248,7 @@ impl Shared {
     /// Every `NOTIFY_EVERY`: if anything was announced, one `NOTIFY` with all
     /// of it. A failed send puts it back and reconnects with backoff.
     fn announce_until_stopped(&self) {
-        let mut session: Option<Client> = None;
+        let mut session: Option<Session> = None;
         let mut backoff = Backoff::default();
         while !self.stopping() {
             std::thread::park_timeout(NOTIFY_EVERY.max(backoff.current()));
@@ -226,11 +257,11 @@ impl Shared {
                 continue;
             }
             match self.send(&mut session, &wake) {
-                Ok(()) => {
+                Some(()) => {
                     backoff.reset();
                     self.sent.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(_) => {
+                None => {
                     session = None;
                     self.put_back(wake);
                     backoff.grow();
@@ -251,18 +282,36 @@ impl Shared {
         unsent.calls.truncate(MAX_CALLS_NAMED);
     }
 
-    fn send(&self, session: &mut Option<Client>, wake: &Wake) -> Result<(), postgres::Error> {
+    /// Send one `NOTIFY` with `wake`, connecting first if need be; `None`
+    /// if it could not be sent.
+    fn send(&self, session: &mut Option<Session>, wake: &Wake) -> Option<()> {
         if session.is_none() {
-            let mut client = (self.connect)()?;
+            let mut fresh = (self.connect)().ok()?;
             // A wake-up need not survive a crash: never wait for a WAL flush.
-            client.batch_execute("SET synchronous_commit = off")?;
-            *session = Some(client);
+            self.bounded(&mut fresh, |s| {
+                s.batch_execute("SET synchronous_commit = off")
+            })?;
+            *session = Some(fresh);
         }
-        let client = session.as_mut().expect("connected just above");
+        let live = session.as_mut()?;
         let payload = wake.payload(&self.sender);
-        client
-            .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
-            .map(|_| ())
+        self.bounded(live, |s| {
+            s.execute("SELECT pg_notify($1, $2)", &[&self.channel, &payload])
+        })
+        .map(|_| ())
+    }
+
+    /// Run `op` on `session` within `self.within`; `None` if it failed or
+    /// the deadline passed.
+    fn bounded<T>(
+        &self,
+        session: &mut Session,
+        op: impl FnOnce(&mut Session) -> Result<T, postgres::Error>,
+    ) -> Option<T> {
+        session.set_deadline(Some(Instant::now() + self.within));
+        let outcome = op(session);
+        session.set_deadline(None);
+        outcome.ok()
     }
 
     /// Connect, `LISTEN`, and hand each batch of notifications to the
@@ -272,13 +321,10 @@ impl Shared {
         let mut backoff = Backoff::default();
         let mut connected_before = false;
         while !self.stopping() {
-            let mut client = match self.open_listening() {
-                Ok(client) => client,
-                Err(_) => {
-                    std::thread::park_timeout(backoff.current().max(BACKOFF_FIRST));
-                    backoff.grow();
-                    continue;
-                }
+            let Some(mut session) = self.open_listening() else {
+                std::thread::park_timeout(backoff.current().max(BACKOFF_FIRST));
+                backoff.grow();
+                continue;
             };
             backoff.reset();
             if connected_before {
@@ -288,7 +334,7 @@ impl Shared {
                 self.handle(Wake::everything());
             }
             connected_before = true;
-            self.listen_on(&mut client);
+            self.listen_on(&mut session);
             if !self.stopping() {
                 crate::log::warn("LISTEN session lost; polling alone finds work until it is back")
                     .event("listen_lost")
@@ -297,28 +343,30 @@ impl Shared {
         }
     }
 
-    fn open_listening(&self) -> Result<Client, postgres::Error> {
-        let mut client = (self.connect)()?;
-        client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
-        Ok(client)
+    fn open_listening(&self) -> Option<Session> {
+        let mut session = (self.connect)().ok()?;
+        self.bounded(&mut session, |s| {
+            s.batch_execute(&format!("LISTEN {}", self.channel))
+        })?;
+        Some(session)
     }
 
-    /// Until stopped or the session dies.
-    fn listen_on(&self, client: &mut Client) {
+    /// Until stopped or the session dies (or a probe goes unanswered).
+    fn listen_on(&self, session: &mut Session) {
         let mut last_heard = Instant::now();
         while !self.stopping() {
-            let Ok(wake) = self.next_batch(client) else {
+            let Ok(wake) = self.next_batch(session) else {
                 return;
             };
             if !wake.is_empty() {
                 last_heard = Instant::now();
                 self.handle(wake);
             }
-            if client.is_closed() {
+            if session.is_broken() {
                 return;
             }
             if last_heard.elapsed() >= PROBE_EVERY {
-                if client.batch_execute("").is_err() {
+                if self.bounded(session, |s| s.batch_execute("")).is_none() {
                     return;
                 }
                 last_heard = Instant::now();
@@ -326,23 +374,14 @@ impl Shared {
         }
     }
 
-    /// Wait up to a tick for a notification, then take every other one
-    /// already there: one batch, one wake-up. Own notifications are skipped.
-    fn next_batch(&self, client: &mut Client) -> Result<Wake, postgres::Error> {
-        let mut notifications = client.notifications();
+    /// Wait up to a tick for notifications, and take every one there: one
+    /// batch, one wake-up. Own notifications are skipped.
+    fn next_batch(&self, session: &mut Session) -> Result<Wake, postgres::Error> {
         let mut wake = Wake::default();
-        let Some(first) = notifications.timeout_iter(LISTEN_TICK).next()? else {
-            return Ok(wake);
-        };
-        let mut from_others = |payload: &str| {
-            if let Some(other) = Wake::from_payload(payload, &self.sender) {
+        for note in session.notifications(LISTEN_TICK)? {
+            if let Some(other) = Wake::from_payload(note.payload(), &self.sender) {
                 wake.merge(other);
             }
-        };
-        from_others(first.payload());
-        let mut more = notifications.iter();
-        while let Some(note) = more.next()? {
-            from_others(note.payload());
         }
         Ok(wake)
     }
@@ -386,13 +425,15 @@ mod tests {
     use std::sync::mpsc;
 
     fn connector(url: &str) -> Connect {
-        let url = url.to_string();
-        Arc::new(move || postgres::Client::connect(&url, postgres::NoTls))
+        let target = PgTarget::parse(url).expect("a test URL");
+        super::connector(&target, None, &PgTimeouts::default()).expect("no TLS")
     }
 
     /// A node whose wake-ups arrive on a channel.
     fn node(url: &str, name: &str) -> (ClusterWake, mpsc::Receiver<Wake>) {
-        let wake = ClusterWake::start(connector(url), name).expect("start");
+        let channel = crate::store::DbSchema::default().wake_channel();
+        let wake = ClusterWake::start(connector(url), channel, name, Duration::from_secs(10))
+            .expect("start");
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         wake.set_handler(Arc::new(move |w| {
@@ -472,12 +513,20 @@ mod tests {
             work: false,
             done: true,
             calls: vec!["c_1".into(), "c_2".into()],
+            cancel: false,
         };
         let payload = wake.payload("i_me");
         assert_eq!(payload, "-d i_me c_1,c_2");
         assert_eq!(Wake::from_payload(&payload, "i_other"), Some(wake));
         assert_eq!(Wake::from_payload(&payload, "i_me"), None, "our own");
         assert_eq!(Wake::from_payload("garbage", "i_other"), None);
+        let cancel = Wake {
+            cancel: true,
+            ..Wake::default()
+        };
+        assert_eq!(cancel.payload("i_me"), "--c i_me ");
+        assert_eq!(Wake::from_payload("--c i_me ", "x"), Some(cancel));
+        assert_eq!(Wake::from_payload("--x i_me ", "x"), None, "a newer flag");
         let everything = Wake::everything().payload("i_me");
         assert_eq!(
             Wake::from_payload(&everything, "x"),

@@ -3,16 +3,21 @@
 //! connection (`pool`), and most are one statement (`sql`) — a transition,
 //! its audit row and its effect committed together in one round trip.
 //!
-//! Map: `pool` (at most `--db-pool` connections, broken ones replaced),
-//! `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
+//! Map: `pool` (at most `--db-pool` connections, broken ones replaced,
+//! every operation within `--db-timeout-ms`), `session` (one connection whose
+//! every wait ends at a deadline), `connect` (the URL's hosts in turn, TCP
+//! timeouts), `contact` (whether this node may judge others dead), `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (audit, health), `counts` (the count tables,
 //! sharded by backend, and their fold), `list` (the list's statements),
 //! `bulk` (the bench's loader), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
-//! business key, schema step 2), `listen` (`LISTEN`/`NOTIFY` wake-ups
-//! between the nodes). `open` is the wing's one entry point; `PgStore`
+//! business key, schema step 2), `cancel` (cancelling, schema step 3),
+//! `limits` (a tool's `max_concurrency` and `rate` shared by every node,
+//! schema step 4), `home_schema` (`--db-schema` made, an earlier release's
+//! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the
+//! nodes, a cancel's included). `open` is the wing's one entry point; `PgStore`
 //! implements `Backend`.
 //!
 //! The guarantees are `Backend`'s, as on SQLite, with these differences:
@@ -27,15 +32,21 @@
 
 pub(super) mod bulk;
 mod business_key;
+mod cancel;
+mod connect;
+mod contact;
 mod counts;
 mod error;
+mod home_schema;
 mod instances;
+mod limits;
 mod list;
 mod listen;
 mod pool;
 mod report_reads;
 mod retention;
 mod schema;
+mod session;
 mod sql;
 #[cfg(test)]
 mod tests;
@@ -52,10 +63,12 @@ pub use schema::PG_SCHEMA_VERSION;
 use super::audit::{self, Event};
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::{cancel_with, Cancel};
 use super::counts::Counts;
 use super::database::PgTarget;
 use super::error::StoreError;
 use super::instance::{Instance, Node};
+use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
@@ -63,18 +76,46 @@ use super::model::{
 };
 use super::options::{DueLimits, StoreOptions};
 use super::wake::WakeHandler;
-use ::postgres::IsolationLevel;
 use pool::Pool;
 use serde_json::Value;
+use session::{Session, Transaction};
 use sql::Finish;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long bringing the schema up to date may take: longer than an
+/// operation, since nodes starting at once queue on the migration lock.
+const MIGRATION_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How many times a cancel reads its call again after losing a race.
+const CANCEL_TRIES: usize = 4;
+
+/// A completion short of a success that its fence refused: if its call's
+/// cancel was asked it ends `cancelled` (audited `detail`); otherwise the
+/// lease was lost, and only a `stale_completion` row says so.
+fn cancelled_or_stale(
+    client: &mut Session,
+    lease: &Lease,
+    detail: &str,
+    would_have: Event,
+) -> Result<Completion, ::postgres::Error> {
+    if would_have != Event::Succeeded
+        && cancel::end_cancelled(client, &lease.call_id, lease.attempt, detail)?
+    {
+        return Ok(Completion::Cancelled);
+    }
+    sql::audit_stale(client, lease, would_have)?;
+    Ok(Completion::Stale)
+}
 
 struct PgStore {
     pool: Pool,
     options: StoreOptions,
     /// This node in `instances`; its workers' owner strings name it.
     instance: Instance,
+    /// The tools whose `max_concurrency` and `rate` this database holds for
+    /// every node (`limits`).
+    limited: Vec<ToolLimit>,
     /// Set by `stop`: later operations are answered `Unavailable`.
     stopped: AtomicBool,
     /// Wake-ups to and from the other nodes on this database: announced
@@ -99,25 +140,42 @@ pub(super) fn open(
 
 impl PgStore {
     fn open(target: &PgTarget, options: StoreOptions) -> Result<PgStore, StoreError> {
+        let ca_file = options.ca_file.as_deref();
+        let timeouts = options.pg_timeouts;
         let pool = Pool::new(
             target,
             options.pool_size,
             options.busy_timeout,
-            options.ca_file.as_deref(),
+            ca_file,
+            &timeouts,
         )?;
         let instance = Instance::this_process();
-        let connect = listen::connector(target, options.ca_file.as_deref())?;
-        let wake = listen::ClusterWake::start(connect, &instance.id)
+        let connect = listen::connector(target, ca_file, &timeouts)?;
+        let channel = target.schema().wake_channel();
+        let wake = listen::ClusterWake::start(connect, channel, &instance.id, timeouts.operation)
             .map_err(|e| StoreError::internal(format!("start the LISTEN threads: {e}")))?;
+        let limited: Vec<ToolLimit> = options
+            .limits
+            .iter()
+            .filter(|l| l.held_by(true))
+            .cloned()
+            .collect();
         let store = PgStore {
             pool,
             options,
+            limited,
             instance,
             stopped: AtomicBool::new(false),
             wake,
             beats_since_fold: AtomicU32::new(0),
         };
-        store.pool.with(|c| Ok(schema::migrate(c)))??;
+        let migrated_by = Instant::now() + MIGRATION_DEADLINE;
+        store
+            .pool
+            .with_deadline(migrated_by, |c| Ok(schema::migrate(c, target.schema())))??;
+        if !store.limited.is_empty() {
+            store.run(|c| limits::declare(c, &store.limited))?;
+        }
         let me = store.instance.clone();
         let gone = store.run(|c| instances::register(c, &me))?;
         super::instance::log_gone(gone);
@@ -125,16 +183,23 @@ impl PgStore {
     }
 
     /// A fenced completion; a lost lease leaves only a `stale_completion`
-    /// audit row.
-    fn finish(&self, lease: &Lease, finish: &Finish<'_>) -> Result<Completion, StoreError> {
+    /// audit row. One short of a success whose call's cancel was asked ends
+    /// it `cancelled` instead, audited with `if_cancelled`.
+    fn finish(
+        &self,
+        lease: &Lease,
+        finish: &Finish<'_>,
+        if_cancelled: &str,
+    ) -> Result<Completion, StoreError> {
         let done = self.run(|c| {
-            if sql::finish_fenced(c, lease, finish)? {
+            if sql::finish_fenced(c, lease, finish)?
+                || sql::already_recorded(c, lease, finish.event)?
+            {
                 return Ok(Completion::Applied);
             }
-            sql::audit_stale(c, lease, finish.event)?;
-            Ok(Completion::Stale)
+            cancelled_or_stale(c, lease, if_cancelled, finish.event)
         })?;
-        if done == Completion::Applied {
+        if done != Completion::Stale {
             self.wake.announce_done([lease.call_id.as_str()]);
         }
         Ok(done)
@@ -144,6 +209,16 @@ impl PgStore {
     fn announce_work_if(&self, made_work: bool) {
         if made_work {
             self.wake.announce_work();
+        }
+    }
+
+    /// After a completion that gave `lease`'s call back (`Applied`: it is
+    /// claimable again) or ended it `cancelled` (its waiters may be here).
+    fn announce(&self, lease: &Lease, done: Completion) {
+        match done {
+            Completion::Applied => self.wake.announce_work(),
+            Completion::Cancelled => self.wake.announce_done([lease.call_id.as_str()]),
+            Completion::Stale => {}
         }
     }
 
@@ -158,7 +233,7 @@ impl PgStore {
     /// it returns.
     fn run<T>(
         &self,
-        op: impl FnOnce(&mut ::postgres::Client) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
     ) -> Result<T, StoreError> {
         if self.stopped.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable("the store is stopping"));
@@ -170,14 +245,10 @@ impl PgStore {
     /// that describe one moment.
     fn snapshot<T>(
         &self,
-        op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, ::postgres::Error>,
     ) -> Result<T, StoreError> {
         self.run(|c| {
-            let mut tx = c
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()?;
+            let mut tx = c.snapshot()?;
             let out = op(&mut tx)?;
             tx.commit()?;
             Ok(out)
@@ -279,6 +350,21 @@ impl Backend for PgStore {
         self.run(|c| sql::claim_due_within(c, limits, owner, lease.as_secs_f64()))
     }
 
+    fn limits_in_database(&self) -> Vec<ToolLimit> {
+        self.limited.clone()
+    }
+
+    /// A short transaction of two statements under the tools' row locks.
+    fn claim_limited(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        let lease = lease.as_secs_f64();
+        self.run(|c| limits::claim(c, &self.limited, limits, owner, lease))
+    }
+
     fn succeed_then(
         &self,
         lease: &Lease,
@@ -295,10 +381,13 @@ impl Backend for PgStore {
             event: Event::Succeeded,
             detail: &lease.effect_id,
         };
-        then(self.finish(lease, &finish))
+        // A success's fence ignores a cancel: refused, its lease was lost.
+        then(self.finish(lease, &finish, ""))
     }
 
     fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        let code = error["code"].as_str().unwrap_or_default();
+        let if_cancelled = audit::ended_after_cancel(lease.attempt, code);
         let error = error.to_string();
         let finish = Finish {
             status: Status::Failed,
@@ -308,7 +397,7 @@ impl Backend for PgStore {
             event: Event::Failed,
             detail: &error,
         };
-        then(self.finish(lease, &finish))
+        then(self.finish(lease, &finish, &if_cancelled))
     }
 
     fn retry_later_then(
@@ -320,16 +409,18 @@ impl Backend for PgStore {
     ) {
         let code = error["code"].as_str().unwrap_or_default();
         let detail = audit::retry_scheduled(lease.attempt, code, delay);
+        let if_cancelled = audit::ended_after_cancel(lease.attempt, code);
         let error = error.to_string();
         then(
             self.run(|c| {
-                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)? {
+                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)?
+                    || sql::already_recorded(c, lease, Event::RetryScheduled)?
+                {
                     return Ok(Completion::Applied);
                 }
-                sql::audit_stale(c, lease, Event::RetryScheduled)?;
-                Ok(Completion::Stale)
+                cancelled_or_stale(c, lease, &if_cancelled, Event::RetryScheduled)
             })
-            .inspect(|done| self.announce_work_if(*done == Completion::Applied)),
+            .inspect(|done| self.announce(lease, *done)),
         )
     }
 
@@ -348,18 +439,73 @@ impl Backend for PgStore {
     }
 
     fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        let released = self.run(|c| sql::release(c, lease))?;
-        self.announce_work_if(released);
-        Ok(match released {
-            true => Completion::Applied,
-            false => Completion::Stale,
-        })
+        let released = self.run(|c| {
+            if sql::release(c, lease)? {
+                return Ok(Completion::Applied);
+            }
+            let detail = audit::released_after_cancel(lease.attempt);
+            Ok(
+                match cancel::end_cancelled(c, &lease.call_id, lease.attempt, &detail)? {
+                    true => Completion::Cancelled,
+                    false => Completion::Stale,
+                },
+            )
+        })?;
+        self.announce(lease, released);
+        Ok(released)
     }
 
     fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
-        let recovered = self.run(|c| instances::recover(c, &self.instance, running_here))?;
+        let judge = || self.pool.may_judge_others();
+        let recovered = self.run(|c| instances::recover(c, &self.instance, running_here, judge))?;
         self.announce_work_if(!recovered.is_empty());
         Ok(recovered)
+    }
+
+    /// A lost race (a claim or a completion between the read and the
+    /// update) reads again, a few times. A recorded request is announced at
+    /// once, so the node that runs the call stops it without waiting for its
+    /// next check (`cancels_asked`, every heartbeat).
+    fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError> {
+        let found = self.run(|client| {
+            let mut steps = cancel::Steps {
+                client,
+                tenant,
+                call_id,
+                reason,
+            };
+            cancel_with(&mut steps, reason, CANCEL_TRIES)
+        })?;
+        match &found {
+            Some(Cancel::Requested { now: true, .. }) => self.wake.announce_cancel(),
+            Some(Cancel::Cancelled { now: true, .. }) => self.wake.announce_done([call_id]),
+            _ => {}
+        }
+        found.ok_or_else(|| StoreError::unavailable("the call kept changing; cancel it again"))
+    }
+
+    fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>) {
+        let detail = audit::stopped(lease.attempt, sent, how);
+        let done = self.run(|c| {
+            if cancel::end_cancelled(c, &lease.call_id, lease.attempt, &detail)? {
+                return Ok(Completion::Applied);
+            }
+            sql::audit_stale(c, lease, Event::Cancelled)?;
+            Ok(Completion::Stale)
+        });
+        if let Ok(Completion::Applied) = done {
+            self.wake.announce_done([lease.call_id.as_str()]);
+        }
+        then(done)
+    }
+
+    fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError> {
+        self.run(|c| cancel::cancels_asked(c, running))
     }
 
     fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {

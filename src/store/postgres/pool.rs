@@ -1,27 +1,33 @@
-//! The connection pool: at most `--db-pool` connections to PostgreSQL, made
-//! on demand, each set up for the service (`session settings` below), lent
-//! for one operation at a time.
+//! The connection pool: at most `--db-pool` sessions to PostgreSQL, made on
+//! demand (`connect`), each set up for the service (`session settings`
+//! below), lent for one operation at a time — and every operation bounded
+//! by `--db-timeout-ms` on this node's clock: the wait for a free session,
+//! connecting, and every statement (`session`).
 //!
 //! Written here rather than taken from a crate (`r2d2`, `deadpool`): what it
-//! must do is small — a `Mutex<Vec<Client>>`, a `Condvar`, a cap — and the one
-//! rule that matters is ours to keep: a connection that failed is never lent
-//! again (it is dropped, and the next borrower makes a new one), so a
-//! PostgreSQL restart or failover heals without restarting the node.
+//! must do is small — a `Mutex<Vec<Session>>`, a `Condvar`, a cap — and the
+//! one rule that matters is ours to keep: a session that failed or ran past
+//! its deadline is never lent again (it is dropped, its socket closed, and
+//! the next borrower makes a new one), so a PostgreSQL restart, a failover
+//! or a frozen server heals without restarting the node, and no pool slot
+//! stays stuck on a server that stopped answering.
 //!
-//! It must never lend one connection to two operations, never open more than
-//! the cap, and never wait for a connection longer than the lock timeout
-//! (then the operation is `Unavailable`).
+//! It must never lend one session to two operations, never open more than
+//! the cap, and never let an operation outlast its deadline (then it is
+//! `Unavailable`). It also tells `Contact` whenever the server answered.
 
 use super::super::database::PgTarget;
 use super::super::error::StoreError;
+use super::super::options::PgTimeouts;
+use super::connect::Connector;
+use super::contact::Contact;
 use super::error::store_error;
-use super::tls;
+use super::session::{GenericClient, Session};
+use super::tls::TlsSetupError;
 use crate::sync::lock;
-use ::postgres::Client;
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Settings every session of the service gets.
 ///
@@ -34,48 +40,38 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 ///   tuples) or keep its row locks; no transaction of ours waits on anything
 ///   but SQL, so one idle in a transaction is a node paused or wedged
 ///   mid-way (`tests/it/pg_paused_node.rs`).
-/// - `statement_timeout`, `lock_timeout`: a statement that cannot finish is
-///   answered `503`, not held for ever.
-fn session_settings(lock_timeout: Duration) -> String {
+/// - `statement_timeout`: the operation's deadline, so a statement this node
+///   has given up on (and whose connection it dropped) does not run on for
+///   long on a live server; `lock_timeout`: a statement waiting for a row
+///   lock is answered `503` after `--busy-timeout-ms`.
+fn session_settings(lock_timeout: Duration, statement_timeout: Duration) -> String {
     format!(
         "SET synchronous_commit = on;
          SET idle_in_transaction_session_timeout = '10s';
-         SET statement_timeout = '30s';
+         SET statement_timeout = '{}ms';
          SET lock_timeout = '{}ms';
          SET TIME ZONE 'UTC';",
+        statement_timeout.as_millis().max(1),
         lock_timeout.as_millis().max(1)
     )
 }
 
-/// One connection outside any pool (`verify`), with the URL's TLS mode and
-/// the system's roots.
-pub(super) fn connect_once(target: &PgTarget) -> Result<Client, StoreError> {
-    let tls = tls::connector(target.ssl_mode(), None)?;
-    open(target, tls)
-}
-
-fn open(target: &PgTarget, tls: Option<MakeRustlsConnect>) -> Result<Client, StoreError> {
-    let config = target.config();
-    match tls {
-        Some(tls) => config.connect(tls),
-        None => config.connect(::postgres::NoTls),
-    }
-    .map_err(store_error)
-}
-
 pub(super) struct Pool {
-    target: PgTarget,
-    tls: Option<MakeRustlsConnect>,
+    connector: Connector,
     max: usize,
-    /// How long a borrower waits for a free connection; also `lock_timeout`.
+    /// How long a borrower waits for a free session; also `lock_timeout`.
     wait: Duration,
+    /// Every operation's deadline, from the moment it asks for a session.
+    operation: Duration,
     state: Mutex<PoolState>,
-    /// Signalled whenever a connection is given back or dropped.
+    /// Signalled whenever a session is given back or dropped.
     returned: Condvar,
+    /// Told whenever the server answered.
+    contact: Contact,
 }
 
 struct PoolState {
-    idle: Vec<Client>,
+    idle: Vec<Session>,
     /// Idle plus lent plus being made; never above `max`.
     open: usize,
 }
@@ -86,38 +82,64 @@ impl Pool {
         max: usize,
         wait: Duration,
         ca_file: Option<&Path>,
-    ) -> Result<Pool, StoreError> {
-        let tls = tls::connector(target.ssl_mode(), ca_file)?;
+        timeouts: &PgTimeouts,
+    ) -> Result<Pool, TlsSetupError> {
         Ok(Pool {
-            target: target.clone(),
-            tls,
+            connector: Connector::new(target, ca_file, timeouts)?,
             max: max.max(1),
             wait,
+            operation: timeouts.operation,
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
                 open: 0,
             }),
             returned: Condvar::new(),
+            contact: Contact::new(),
         })
     }
 
-    /// Run `op` on a pooled connection. A connection `op` left broken (the
-    /// server went away, or it is still inside a transaction) is dropped.
+    /// Run `op` on a pooled session within `--db-timeout-ms`. A session
+    /// `op` left broken (the server went away, or the deadline passed) is
+    /// dropped.
     pub(super) fn with<T>(
         &self,
-        op: impl FnOnce(&mut Client) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
     ) -> Result<T, StoreError> {
-        let mut client = self.take()?;
-        let outcome = op(&mut client);
-        if client.is_closed() {
+        self.with_deadline(Instant::now() + self.operation, op)
+    }
+
+    /// `with`, for an operation allowed until `deadline` (a migration).
+    pub(super) fn with_deadline<T>(
+        &self,
+        deadline: Instant,
+        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
+    ) -> Result<T, StoreError> {
+        let mut session = self.take(deadline)?;
+        session.set_deadline(Some(deadline));
+        let outcome = op(&mut session);
+        session.set_deadline(None);
+        let timed_out = session.timed_out();
+        if server_answered(&outcome) {
+            self.contact.answered();
+        }
+        if session.is_broken() {
             self.forget_one();
         } else {
-            self.give_back(client);
+            self.give_back(session);
+        }
+        if timed_out {
+            return Err(self.no_answer());
         }
         outcome.map_err(store_error)
     }
 
-    /// Drop every idle connection (a stopping store).
+    /// Whether this node may judge others dead by their heartbeats (see
+    /// `contact`).
+    pub(super) fn may_judge_others(&self) -> bool {
+        self.contact.may_judge_others()
+    }
+
+    /// Drop every idle session (a stopping store).
     pub(super) fn close_idle(&self) {
         let mut state = lock(&self.state);
         let n = state.idle.len();
@@ -126,30 +148,39 @@ impl Pool {
         self.returned.notify_all();
     }
 
-    /// Connections open now (idle or lent).
+    /// Sessions open now (idle or lent).
     #[cfg(test)]
     pub(super) fn open(&self) -> usize {
         lock(&self.state).open
     }
 
-    fn take(&self) -> Result<Client, StoreError> {
-        let deadline = Instant::now() + self.wait;
+    /// An operation's deadline passed: what its caller is told.
+    fn no_answer(&self) -> StoreError {
+        StoreError::unavailable(format!(
+            "PostgreSQL did not answer within {} ms (--db-timeout-ms); the connection was dropped",
+            self.operation.as_millis()
+        ))
+    }
+
+    fn take(&self, deadline: Instant) -> Result<Session, StoreError> {
+        let waited_from = Instant::now();
+        let wait_until = deadline.min(waited_from + self.wait);
         let mut state = lock(&self.state);
         loop {
-            if let Some(client) = state.idle.pop() {
-                return Ok(client);
+            if let Some(session) = state.idle.pop() {
+                return Ok(session);
             }
             if state.open < self.max {
                 state.open += 1;
                 drop(state);
-                return self.connect().inspect_err(|_| self.forget_one());
+                return self.connect(deadline).inspect_err(|_| self.forget_one());
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = wait_until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(StoreError::unavailable(format!(
                     "all {} PostgreSQL connections (--db-pool) stayed busy for {} ms",
                     self.max,
-                    self.wait.as_millis()
+                    waited_from.elapsed().as_millis()
                 )));
             }
             state = self
@@ -160,22 +191,37 @@ impl Pool {
         }
     }
 
-    /// A new connection with the session settings applied.
-    fn connect(&self) -> Result<Client, StoreError> {
-        let mut client = open(&self.target, self.tls.clone())?;
-        client
-            .batch_execute(&session_settings(self.wait))
-            .map_err(store_error)?;
-        Ok(client)
+    /// A new session with the session settings applied, before `deadline`.
+    fn connect(&self, deadline: Instant) -> Result<Session, StoreError> {
+        let mut session = self.connector.open(deadline)?;
+        self.contact.answered();
+        session.set_deadline(Some(deadline));
+        let settings = session.batch_execute(&session_settings(self.wait, self.operation));
+        session.set_deadline(None);
+        match settings {
+            Ok(()) => Ok(session),
+            Err(_) if session.timed_out() => Err(self.no_answer()),
+            Err(e) => Err(store_error(e)),
+        }
     }
 
-    fn give_back(&self, client: Client) {
-        lock(&self.state).idle.push(client);
+    fn give_back(&self, session: Session) {
+        lock(&self.state).idle.push(session);
         self.returned.notify_one();
     }
 
     fn forget_one(&self) {
         lock(&self.state).open -= 1;
         self.returned.notify_one();
+    }
+}
+
+/// Whether an operation's outcome came from the server: a result, or an
+/// error the server sent (it has a SQLSTATE). A closed connection, a
+/// deadline that passed or a refused connect did not.
+fn server_answered<T>(outcome: &Result<T, ::postgres::Error>) -> bool {
+    match outcome {
+        Ok(_) => true,
+        Err(e) => e.code().is_some(),
     }
 }

@@ -8,7 +8,7 @@
 //! tenant's answer.
 
 use super::super::model::AuditEvent;
-use ::postgres::GenericClient;
+use super::session::GenericClient;
 
 /// A call's audit rows in the order they were written (`audit_call`).
 pub(super) fn audit_timeline(

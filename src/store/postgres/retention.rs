@@ -12,13 +12,13 @@
 //! Never deletes a `pending` or `running` call, and never an `effects` row.
 
 use super::super::model::Purged;
+use super::session::GenericClient;
 use super::sql::now;
-use ::postgres::GenericClient;
 
 const PURGE: &str = concat!(
     "WITH c AS MATERIALIZED (
        SELECT call_id FROM calls
-        WHERE status IN ('succeeded', 'failed') AND updated_at < ",
+        WHERE status IN ('succeeded', 'failed', 'cancelled') AND updated_at < ",
     now!(),
     " - $1
         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED

@@ -11,9 +11,11 @@
 //! attempts, key retention, automatic retries, instances), with PostgreSQL's
 //! own indexes for the queue. This module never reads or writes calls.
 
+use super::super::db_schema::DbSchema;
 use super::super::error::StoreError;
 use super::error::store_error;
-use ::postgres::Client;
+use super::home_schema;
+use super::session::{GenericClient, Session, Transaction};
 
 /// The advisory lock every migration takes ("idem" in ASCII): one number,
 /// so a database shared with other applications is unlikely to collide.
@@ -40,17 +42,27 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
+        name: "cancelled calls: the status, cancel_requested_at and cancel_reason (SQLite's version 9)",
+        sql: &[V3],
+    },
+    Migration {
+        version: 4,
+        name: "tool_limits: max_concurrency and rate shared by every node",
+        sql: &[super::limits::TOOL_LIMITS_TABLE],
+    },
+    Migration {
+        version: 5,
         name: "call_counts, effect_counts, calls_list, idem_key in \"C\": counts and lists \
-               without reading calls (SQLite's version 9)",
+               without reading calls (SQLite's version 11)",
         sql: &[
-            V3,
+            V5,
             super::counts::COUNT_TABLES,
             super::counts::BACKFILL_COUNTS,
         ],
     },
 ];
 
-/// Step 3: the list's index, keys in byte order, and the count tables
+/// Step 5: the list's index, keys in byte order, and the count tables
 /// (`counts`).
 ///
 /// `idem_key` takes the "C" collation: keys are opaque bytes, so equality
@@ -59,7 +71,7 @@ const MIGRATIONS: &[Migration] = &[
 /// a language's collation it is not. `calls_list` is the list's index; its
 /// entries land at the right end of their (tenant, tool, status) group, as
 /// call ids grow.
-const V3: &str = "
+const V5: &str = "
 ALTER TABLE calls ALTER COLUMN idem_key TYPE text COLLATE \"C\";
 CREATE INDEX calls_list ON calls (tenant, tool, status, call_id);
 ";
@@ -140,19 +152,45 @@ CREATE TABLE instances (
 );
 ";
 
+/// Step 3: cancelling (`store::cancel`). `cancelled` joins the statuses
+/// the check allows and the terminal ones key retention scans (the partial
+/// index is made again with it: `retention`'s purge names the same three);
+/// a running call's cancel request is kept on its row.
+const V3: &str = "
+ALTER TABLE calls ADD COLUMN cancel_requested_at double precision,
+                  ADD COLUMN cancel_reason text;
+ALTER TABLE calls DROP CONSTRAINT calls_status_known;
+ALTER TABLE calls ADD CONSTRAINT calls_status_known
+  CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'cancelled'));
+DROP INDEX calls_terminal;
+CREATE INDEX calls_terminal ON calls (updated_at)
+  WHERE status IN ('succeeded', 'failed', 'cancelled');
+";
+
 /// Bring the database up to `PG_SCHEMA_VERSION`; returns the names of the
 /// steps this call applied (each is also logged once, here).
-pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreError> {
-    let found = locked(client, |tx| {
+pub(super) fn migrate(
+    client: &mut Session,
+    schema: &DbSchema,
+) -> Result<Vec<&'static str>, StoreError> {
+    let (moved, found) = locked(client, |tx| {
+        let moved = home_schema::prepare(tx, schema)?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS idem_schema (
                version    integer PRIMARY KEY,
                name       text NOT NULL,
                applied_at timestamptz NOT NULL DEFAULT now()
              )",
-        )?;
-        version(tx)
+        )
+        .map_err(store_error)?;
+        Ok((moved, version(tx)?))
     })?;
+    if !moved.is_empty() {
+        crate::log::info("the tables of an earlier release moved from public into --db-schema")
+            .event("tables_moved")
+            .number("tables", moved.len() as u64)
+            .emit();
+    }
     if found > PG_SCHEMA_VERSION {
         return Err(StoreError::internal(format!(
             "the database has schema version {found}, newer than this release's \
@@ -166,12 +204,13 @@ pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreErr
                 return Ok(false);
             }
             for sql in step.sql {
-                tx.batch_execute(sql)?;
+                tx.batch_execute(sql).map_err(store_error)?;
             }
             tx.execute(
                 "INSERT INTO idem_schema (version, name) VALUES ($1, $2)",
                 &[&step.version, &step.name],
-            )?;
+            )
+            .map_err(store_error)?;
             Ok(true)
         })?;
         if ran {
@@ -188,18 +227,23 @@ pub(super) fn migrate(client: &mut Client) -> Result<Vec<&'static str>, StoreErr
 
 /// Run `op` in a transaction that holds the migration lock until it ends.
 fn locked<T>(
-    client: &mut Client,
-    op: impl FnOnce(&mut ::postgres::Transaction<'_>) -> Result<T, ::postgres::Error>,
+    client: &mut Session,
+    op: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     let mut tx = client.transaction().map_err(store_error)?;
+    // Waiting for another node's migration may take longer than an
+    // operation may: the caller's deadline (`MIGRATION_DEADLINE`) bounds it.
+    tx.batch_execute("SET LOCAL statement_timeout = 0")
+        .map_err(store_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .map_err(store_error)?;
-    let out = op(&mut tx).map_err(store_error)?;
+    let out = op(&mut tx)?;
     tx.commit().map_err(store_error)?;
     Ok(out)
 }
 
-fn version(tx: &mut ::postgres::Transaction<'_>) -> Result<i32, ::postgres::Error> {
+fn version(tx: &mut Transaction<'_>) -> Result<i32, StoreError> {
     tx.query_one("SELECT coalesce(max(version), 0) FROM idem_schema", &[])
         .map(|row| row.get(0))
+        .map_err(store_error)
 }

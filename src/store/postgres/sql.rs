@@ -14,12 +14,13 @@
 //! statement), and never runs a tool.
 
 use super::super::audit::{self, Event};
-use super::super::ids::{effect_id_for, new_call_id};
+use super::super::ids::{new_call_id, new_effect_id, stored_effect_id};
 use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall, Status};
 use super::super::options::DueLimits;
 use super::error::violates;
+use super::session::GenericClient;
 use ::postgres::types::ToSql;
-use ::postgres::{GenericClient, Row};
+use ::postgres::Row;
 use serde_json::Value;
 
 /// The database's clock, in seconds since the epoch.
@@ -34,7 +35,7 @@ macro_rules! call_columns {
     () => {
         "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, status, \
          result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
-         next_attempt_at"
+         next_attempt_at, cancel_requested_at"
     };
 }
 pub(super) use call_columns;
@@ -124,7 +125,7 @@ fn create_or_get_with(
     let mut attempts_left = 8;
     let row = loop {
         let call_id = new_call_id();
-        let effect_id = effect_id_for(&call_id);
+        let effect_id = new_effect_id(&call_id);
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &call_id,
             &new.tenant,
@@ -205,9 +206,18 @@ fn reset_failed(
 /// The end of every claim statement: move the rows the CTE named `$chosen`
 /// picked (and locked) to `running` under a new attempt, a lease from the
 /// database's clock (`$2` seconds) and owner `$3`; audit each `claimed`; and
-/// return the leases. One text, so the two claims cannot drift apart.
+/// return the leases — or, given a tail, whatever it selects, after the CTEs it
+/// adds (`limits` spends tokens this way). One text, so the claims cannot
+/// drift apart.
 macro_rules! claim_chosen {
     ($chosen:literal) => {
+        claim_chosen!(
+            $chosen,
+            "
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+        )
+    };
+    ($chosen:literal, $($tail:tt)+) => {
         concat!(
             "u AS (
        UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
@@ -226,13 +236,15 @@ macro_rules! claim_chosen {
      ), a AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
-     )
-     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
+     )",
+            $($tail)+
         )
     };
 }
+pub(super) use claim_chosen;
 
-/// `claim_many`: the named calls, each only if claimable now. The rows are
+/// `claim_many`: the named calls, each only if claimable now (a lapsed lease
+/// whose cancel was asked is not: recovery ends it `cancelled`). The rows are
 /// locked in `call_id` order, as every statement here that takes several
 /// rows' locks does (`extend`, recovery), so two of them never deadlock; a row
 /// another statement holds at this moment is skipped (it is being claimed or
@@ -243,7 +255,7 @@ const CLAIM_NAMED: &str = concat!(
         WHERE call_id = ANY($1)
           AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
     now!(),
-    ")) OR (status = 'running' AND lease_until <= ",
+    ")) OR (status = 'running' AND cancel_requested_at IS NULL AND lease_until <= ",
     now!(),
     "))
         ORDER BY call_id FOR UPDATE SKIP LOCKED
@@ -326,12 +338,13 @@ pub(super) fn claim_due_within(
 }
 
 fn lease_from_row(r: &Row) -> Lease {
+    let call_id: String = r.get(0);
     Lease {
-        call_id: r.get(0),
+        effect_id: stored_effect_id(r.get(4), &call_id),
+        call_id,
         attempt: r.get(1),
         tool: r.get(2),
         args_json: r.get(3),
-        effect_id: r.get::<_, Option<String>>(4).unwrap_or_default(),
         lease_until: r.get(5),
     }
 }
@@ -348,10 +361,12 @@ pub(super) struct Finish<'a> {
 }
 
 /// The fence: the terminal update applies only while the call is `running`
-/// under this lease's attempt. The effect row (`ON CONFLICT DO NOTHING`:
+/// under this lease's attempt — and, short of a success, while its cancel
+/// was not asked (the caller then ends it `cancelled`, `cancel`). The effect row (`ON CONFLICT DO NOTHING`:
 /// `effects.call_id UNIQUE` is the last gate) and the audit row are written
 /// by the same statement, so they commit with `succeeded` or not at all.
-/// Returns whether it applied.
+/// The effect row carries the lease's effect id: the one the call stores
+/// (and its tool sent downstream). Returns whether it applied.
 pub(super) fn finish_fenced(
     client: &mut impl GenericClient,
     lease: &Lease,
@@ -364,10 +379,11 @@ pub(super) fn finish_fenced(
         now!(),
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
-           RETURNING call_id, tool, effect_id, updated_at
+              AND ($3 = 'succeeded' OR cancel_requested_at IS NULL)
+           RETURNING call_id, tool, updated_at
          ), effect AS (
            INSERT INTO effects (effect_id, call_id, tool, amount, detail, created_at)
-           SELECT effect_id, call_id, tool, $6::int8, $7::text, updated_at FROM done WHERE $8::bool
+           SELECT $11::text, call_id, tool, $6::int8, $7::text, updated_at FROM done WHERE $8::bool
            ON CONFLICT DO NOTHING
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -390,13 +406,14 @@ pub(super) fn finish_fenced(
             &has_effect,
             &finish.event.as_str(),
             &finish.detail,
+            &lease.effect_id,
         ],
     )?;
     Ok(row.get::<_, i64>(0) == 1)
 }
 
 /// A retryable failure with attempts left: back to `pending`, due no earlier
-/// than `delay` from now, fenced like a completion.
+/// than `delay` from now, fenced like a completion (its cancel not asked).
 pub(super) fn retry_later(
     client: &mut impl GenericClient,
     lease: &Lease,
@@ -413,6 +430,7 @@ pub(super) fn retry_later(
         now!(),
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
+              AND cancel_requested_at IS NULL
            RETURNING call_id, updated_at
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -433,7 +451,8 @@ pub(super) fn retry_later(
     Ok(row.get::<_, i64>(0) == 1)
 }
 
-/// Give back a lease (a stopping node): `pending` again, fenced.
+/// Give back a lease (a stopping node): `pending` again, fenced (its cancel
+/// not asked).
 pub(super) fn release(
     client: &mut impl GenericClient,
     lease: &Lease,
@@ -444,6 +463,7 @@ pub(super) fn release(
         now!(),
         "
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
+              AND cancel_requested_at IS NULL
            RETURNING call_id, updated_at
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -454,6 +474,22 @@ pub(super) fn release(
     );
     let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt])?;
     Ok(row.get::<_, i64>(0) == 1)
+}
+
+/// Whether this lease's attempt already recorded `event`: a completion
+/// handed to the store again after an answer that never came back (the
+/// connection dropped past its deadline, or died during the `COMMIT`) may
+/// find its first hand-off committed. Only the attempt's holder completes
+/// it, so the row is this completion's own, and it is not stale.
+pub(super) fn already_recorded(
+    client: &mut impl GenericClient,
+    lease: &Lease,
+    event: Event,
+) -> Result<bool, ::postgres::Error> {
+    const RECORDED: &str = "SELECT EXISTS (SELECT 1 FROM audit
+                              WHERE call_id = $1 AND attempt = $2 AND event = $3)";
+    let row = client.query_one(RECORDED, &[&lease.call_id, &lease.attempt, &event.as_str()])?;
+    Ok(row.get(0))
 }
 
 /// A completion that lost its lease changes nothing but the audit trail.
@@ -583,8 +619,10 @@ pub(super) fn call_from_row(row: &Row) -> Call {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())
     };
+    let call_id: String = row.get(0);
     Call {
-        call_id: row.get(0),
+        effect_id: stored_effect_id(row.get(14), &call_id),
+        call_id,
         tenant: row.get(1),
         idem_key: row.get(2),
         fingerprint: row.get(3),
@@ -598,10 +636,10 @@ pub(super) fn call_from_row(row: &Row) -> Call {
         attempt: row.get(11),
         lease_until: row.get(12),
         owner: row.get(13),
-        effect_id: row.get::<_, Option<String>>(14).unwrap_or_default(),
         created_at: row.get(15),
         updated_at: row.get(16),
         next_attempt_at: row.get(17),
+        cancel_requested_at: row.get(18),
         expires_at: None,
     }
 }

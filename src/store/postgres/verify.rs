@@ -20,7 +20,7 @@ pub(in crate::store) fn verify(
     effect_tools: &[&str],
 ) -> Result<Report, VerifyError> {
     let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
-    let mut client = super::pool::connect_once(target)
+    let mut client = super::connect::connect_once(target)
         .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
     let mut tx = client
         .build_transaction()
@@ -130,7 +130,7 @@ pub(in crate::store) fn tools_outside(
     known: &[&str],
 ) -> Result<Vec<String>, VerifyError> {
     let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
-    let mut client = super::pool::connect_once(target)
+    let mut client = super::connect::connect_once(target)
         .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
     let rows = client
         .query("SELECT DISTINCT tool FROM calls ORDER BY tool", &[])

@@ -10,7 +10,7 @@
 //! no service is writing to at the same moment.
 
 use super::super::error::StoreError;
-use super::super::ids::{effect_id_for, now};
+use super::super::ids::{new_effect_id, now};
 use super::super::mixed::MixedCalls;
 use rusqlite::{params, Connection};
 use serde_json::json;
@@ -56,7 +56,7 @@ pub fn insert_succeeded_charges(
                     "c_{}",
                     &crate::fingerprint::hex_sha256(key.as_bytes())[..16]
                 );
-                let effect_id = effect_id_for(&call_id);
+                let effect_id = new_effect_id(&call_id);
                 let result = json!({"charged": charge.amount, "effect_id": effect_id}).to_string();
                 call.execute(params![
                     call_id,
@@ -138,7 +138,7 @@ pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
 }
 
 /// For the bench's write-path comparison only: undo in the file at `path`
-/// what migration 9 changed on every write — put `idx_calls_status` back on
+/// what migration 11 changed on every write — put `idx_calls_status` back on
 /// `(status, lease_until, attempt)` (`old_status_index`), drop the count
 /// tables' triggers (`count_triggers`) — so that a service on it writes as
 /// the release before did. Its counts and lists are wrong from then on:

@@ -55,7 +55,7 @@ pub(super) fn create_or_get_op(
 }
 
 /// Let go of the key's holder if it no longer blocks: its window is over,
-/// or its call failed (or was purged).
+/// or its call failed, was cancelled (or was purged).
 fn release_dead_holder(
     conn: &Connection,
     tenant: &str,
@@ -69,7 +69,7 @@ fn release_dead_holder(
             AND (expires_at <= ?4
                  OR NOT EXISTS (SELECT 1 FROM calls c
                                  WHERE c.call_id = business_keys.call_id
-                                   AND c.status <> 'failed'))",
+                                   AND c.status NOT IN ('failed', 'cancelled')))",
     )?
     .execute(params![tenant, tool, bkey, now])
 }
@@ -122,11 +122,11 @@ fn duplicate(conn: &Connection, new: &NewCall, key: &BusinessKey) -> rusqlite::R
 }
 
 /// Effects reconciled by business key: per `(tenant, tool, business key)`,
-/// the calls that carried it, those not `failed`, their effects and the
+/// the calls that carried it, those neither `failed` nor `cancelled`, their effects and the
 /// effects' amounts. More than one live call or effect per key within a
 /// window is what the second layer exists to prevent (`verify` says so).
 pub const LEDGER_SQL: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
-        count(c.call_id) FILTER (WHERE c.status <> 'failed'),
+        count(c.call_id) FILTER (WHERE c.status NOT IN ('failed', 'cancelled')),
         count(e.effect_id), sum(e.amount)
    FROM business_keys b
    LEFT JOIN calls c ON c.call_id = b.call_id

@@ -1,4 +1,4 @@
-//! The count tables on SQLite (migration 9; see `store::counts` for what
+//! The count tables on SQLite (migration 11; see `store::counts` for what
 //! they hold): their DDL, the triggers that keep them in the same
 //! transaction as every change to `calls` and `effects`, the backfill from
 //! the rows already there, and the reads behind `/stats`, `/metrics`, the

@@ -7,10 +7,11 @@
 //! Never declares a live process dead: every candidate read here is judged
 //! by `Reclaimable::must_stay` before it is moved.
 
-use super::super::audit::Event;
+use super::super::audit::{self, Event};
 use super::super::ids::now;
 use super::super::instance::{pid_is_alive, Instance, Node, Reclaimable, DEAD_AFTER, NODES_LISTED};
 use super::super::model::LeaseHeld;
+use super::cancel::end_cancelled;
 use super::sql::audit;
 use rusqlite::{params, Connection};
 
@@ -73,7 +74,8 @@ fn heartbeat_cutoff(now: f64) -> f64 {
 
 /// Return to `pending` every `running` call whose lease has expired or whose
 /// owner's process is gone (`RECLAIMABLE`), naming each with the owner it
-/// was taken from and why — except those that must stay
+/// was taken from and why — or end it `cancelled` if its cancel was asked
+/// (`cancel::end_cancelled`: still no effect row) — except those that must stay
 /// (`Reclaimable::must_stay`). The owners are read first,
 /// inside the same write transaction; each row is then moved by its own
 /// conditional `UPDATE` on the attempt that was read, whose row count decides.
@@ -112,12 +114,22 @@ pub(super) fn recover_expired(
             .prepare_cached(
                 "UPDATE calls
                     SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
-                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
+                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3
+                    AND cancel_requested_at IS NULL",
             )?
             .execute(params![now, call.call_id, call.attempt])?;
+        let why = call.why();
         if changed == 1 {
-            let why = call.why();
             audit(conn, now, &call.call_id, call.attempt, Event::Recover, &why)?;
+            recovered.push(call.call_id);
+        } else if end_cancelled(
+            conn,
+            now,
+            &call.call_id,
+            call.attempt,
+            &audit::recovered_after_cancel(call.attempt, &why),
+        )? {
+            // Its cancel was asked: it never runs again (`store::cancel`).
             recovered.push(call.call_id);
         }
     }

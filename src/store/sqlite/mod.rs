@@ -5,21 +5,27 @@
 //! own (`checkpointer`); reads go to a bounded pool of read connections
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
 //! (the process registry and recovery, the nodes), `business_key`,
-//! `retention`, `report_reads` (the operations endpoints), `counts` (the
-//! count tables, their triggers and reads), `list` (the list's statements),
-//! `schema` (DDL, pragmas, migrations); and the offline `verify` and the
-//! bench's `bulk` loader.
+//! `cancel`, `retention`, `limits` (a tool's `rate`, shared by every
+//! process on the file), `report_reads` (the operations endpoints), `counts`
+//! (the count tables, their triggers and reads), `list` (the list's
+//! statements), `schema` (DDL, pragmas, migrations), `ownership` (a file
+//! another program made is refused), `backup` (a consistent copy of a live
+//! file); and the offline `verify` and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
 //! PostgreSQL wing, and must never hand a `rusqlite` type across the facade.
 
+pub mod backup;
 pub mod bulk;
 mod business_key;
+mod cancel;
 mod checkpointer;
 mod counts;
 mod instances;
+mod limits;
 mod list;
+mod ownership;
 mod reader_pool;
 mod report_reads;
 mod retention;
@@ -41,10 +47,12 @@ pub(super) use verify::{tools_outside, verify};
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
+use super::cancel::Cancel;
 use super::counts::Counts;
 use super::error::StoreError;
 use super::ids::now;
 use super::instance::{log_gone, Instance, Node};
+use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
@@ -77,6 +85,8 @@ struct SqliteStore {
     readers: Readers,
     /// This process in `instances`; its workers' owner strings name it.
     instance: Instance,
+    /// The tools whose `rate` this file holds for every process (`limits`).
+    limited: Vec<ToolLimit>,
     stopped: std::sync::atomic::AtomicBool,
     /// Where the retention scan goes on from (a `rowid`; 0: the beginning).
     purge_cursor: AtomicI64,
@@ -96,8 +106,15 @@ impl SqliteStore {
         // Reads wait for the sync that covers what they saw (`syncer`): no
         // answer shows state a power cut could take back.
         let readers = Readers::new(path, &options).gated_by(writer.durability());
+        let limited: Vec<ToolLimit> = options
+            .limits
+            .iter()
+            .filter(|l| l.held_by(false))
+            .cloned()
+            .collect();
         let store = SqliteStore {
             path: path.to_path_buf(),
+            limited,
             writer,
             readers,
             instance: Instance::this_process(),
@@ -105,6 +122,9 @@ impl SqliteStore {
             purge_cursor: AtomicI64::new(0),
             options,
         };
+        if !store.limited.is_empty() {
+            store.write(limits::declare_op(store.limited.clone()))?;
+        }
         let me = store.instance.clone();
         let gone = store.write(move |conn| instances::register(conn, &me))?;
         log_gone(gone);
@@ -228,6 +248,30 @@ impl Backend for SqliteStore {
         })
     }
 
+    fn limits_in_database(&self) -> Vec<ToolLimit> {
+        self.limited.clone()
+    }
+
+    /// One writer operation: the buckets are read and spent in the writer's
+    /// transaction, which every process on the file takes in turn.
+    fn claim_limited(
+        &self,
+        limits: &DueLimits,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<LimitedClaim, StoreError> {
+        if limits.total == 0 || self.limited.is_empty() {
+            return Ok(LimitedClaim::default());
+        }
+        let op = limits::claim_op(
+            self.limited.clone(),
+            limits.clone(),
+            owner.to_string(),
+            lease,
+        );
+        self.write(op)
+    }
+
     /// Does not wait: a worker hands its completion over and takes its next
     /// call while the commit is grouped with others.
     fn succeed_then(
@@ -245,8 +289,9 @@ impl Backend for SqliteStore {
 
     /// Does not wait either.
     fn fail_then(&self, lease: &Lease, error: &Value, then: Then<Completion>) {
+        let code = error["code"].as_str().unwrap_or_default().to_string();
         self.writer
-            .submit(sql::fail_op(lease.clone(), error.to_string()), then)
+            .submit(sql::fail_op(lease.clone(), error.to_string(), code), then)
     }
 
     /// Unwaited like `fail_then`.
@@ -331,6 +376,32 @@ impl Backend for SqliteStore {
         let me = self.instance.clone();
         let running_here = running_here.to_vec();
         self.write(move |conn| instances::recover_expired(conn, &me, &running_here))
+    }
+
+    /// One writer operation: the read and the update share its transaction.
+    fn cancel(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        reason: Option<&str>,
+    ) -> Result<Cancel, StoreError> {
+        let op = cancel::cancel_op(
+            tenant.to_string(),
+            call_id.to_string(),
+            reason.map(str::to_string),
+        );
+        self.write(op)
+    }
+
+    /// Unwaited like `fail_then`.
+    fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>) {
+        let op = cancel::stopped_op(lease.clone(), sent, how.to_string());
+        self.writer.submit(op, then)
+    }
+
+    /// On a read connection: another process's cancel is on the file.
+    fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError> {
+        self.read(|conn| cancel::cancels_asked(conn, running))
     }
 
     fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {

@@ -6,7 +6,7 @@
 //! calls in `rowid` order, which is creation order, from a cursor, stopping at
 //! the first call created after the cutoff (nothing later can have been
 //! updated before it). Deleting is a write: each candidate goes by its own
-//! conditional `DELETE ... WHERE status IN ('succeeded', 'failed') AND
+//! conditional `DELETE ... WHERE status IN ('succeeded', 'failed', 'cancelled') AND
 //! updated_at < cutoff`, whose row count decides, so a call that a same-key
 //! retry reset to `pending` in between, or that another process purged, is
 //! left alone.
@@ -46,7 +46,7 @@ pub(super) fn candidates(
             return Ok((found, 0));
         }
         last = rowid;
-        let terminal = status == "succeeded" || status == "failed";
+        let terminal = matches!(status.as_str(), "succeeded" | "failed" | "cancelled");
         if terminal && updated_at < cutoff {
             found.push(call_id);
             if found.len() >= limit {
@@ -71,7 +71,8 @@ pub(super) fn purge_op(
             let deleted: Option<(String, String)> = conn
                 .prepare_cached(
                     "DELETE FROM calls
-                      WHERE call_id = ?1 AND status IN ('succeeded', 'failed') AND updated_at < ?2
+                      WHERE call_id = ?1 AND status IN ('succeeded', 'failed', 'cancelled')
+                        AND updated_at < ?2
                   RETURNING tenant, idem_key",
                 )?
                 .query_row(params![call_id, cutoff], |r| Ok((r.get(0)?, r.get(1)?)))

@@ -97,6 +97,24 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 9,
+        name: "calls.cancel_requested_at and cancel_reason: cancelling a call",
+        // `cancelled` needs no DDL (`status` is free text here, checked by
+        // `verify`); a running call's cancel request is kept on its row, so
+        // its owner, a failure or recovery can end it `cancelled` (see
+        // `cancel`). No index: an owner reads its own calls by primary key.
+        apply: |conn| {
+            add_column(conn, "calls", "cancel_requested_at", "REAL")?;
+            add_column(conn, "calls", "cancel_reason", "TEXT")
+        },
+    },
+    Migration {
+        version: 10,
+        name: "tool_limits: a tool's rate shared by every process",
+        // Written only for tools with a `rate`: their token buckets (`limits`).
+        apply: |conn| conn.execute_batch(super::limits::TOOL_LIMITS_TABLE),
+    },
+    Migration {
+        version: 11,
         name:
             "call_counts, effect_counts, idx_calls_status by tenant and tool: counts and lists without reading calls",
         // The counts `/stats`, `/metrics` and the overview read, kept by
@@ -129,13 +147,13 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS[MIGRATIONS.len() - 1].version;
 ///
 /// And `idx_calls_status` also holds `attempt`, so `/stats` counted calls by
 /// status and by attempt in one pass over that index instead of scanning the
-/// table (at a million calls, 0.2 s instead of 0.8 s), until migration 9 gave
+/// table (at a million calls, 0.2 s instead of 0.8 s), until migration 11 gave
 /// it the count tables. It costs no extra
 /// write: `attempt` changes only on a claim, which rewrites the entry anyway.
 ///
 /// On a database created with the seed's exact schema, or by a release before
 /// migrations existed, every statement here finds its object already there.
-const TABLES: &str = "
+pub(super) const TABLES: &str = "
 CREATE TABLE IF NOT EXISTS calls (
   call_id      TEXT PRIMARY KEY,
   idem_key     TEXT NOT NULL UNIQUE,
@@ -330,6 +348,8 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
     // Before anything reads the file: on a read-only mount, the first read of
     // a WAL database fails as "unable to open database file" (no -shm).
     refuse_read_only(&conn)?;
+    // Before the first write (WAL, page size): another program's file stays as it was.
+    super::ownership::refuse_foreign(&conn)?;
     configure(&conn, options)?;
     // Small pages: a commit writes every page it dirtied, and a batch dirties
     // many pages a little (index leaves, appended rows), so 1 KiB pages cut

@@ -10,17 +10,18 @@
 //! before them is only ever a shortcut, never the decision.
 
 use super::super::audit::{self, Event};
-use super::super::ids::{effect_id_for, new_call_id, now};
+use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
     Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
 };
+use super::cancel::{cancelled_or_stale, end_cancelled};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
 use std::time::Duration;
 
 pub(super) const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
      status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
-     next_attempt_at";
+     next_attempt_at, cancel_requested_at";
 
 pub(super) fn create_or_get_op(
     new: NewCall,
@@ -68,7 +69,8 @@ fn create_or_get(
 }
 
 /// A claim takes a `pending` call that is due (no automatic retry scheduled
-/// for later), or a `running` one whose lease has expired.
+/// for later), or a `running` one whose lease has expired — unless its
+/// cancel was asked: recovery ends that one `cancelled` instead.
 pub(super) fn claim_one(
     conn: &Connection,
     call_id: &str,
@@ -83,7 +85,8 @@ pub(super) fn claim_one(
                     lease_until = ?1, owner = ?2, updated_at = ?3, next_attempt_at = NULL
               WHERE call_id = ?4
                 AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?3))
-                     OR (status = 'running' AND lease_until <= ?3))
+                     OR (status = 'running' AND lease_until <= ?3
+                         AND cancel_requested_at IS NULL))
           RETURNING attempt, tool, args_json, effect_id",
         )?
         .query_row(params![lease_until, owner, now, call_id], |r| {
@@ -92,7 +95,7 @@ pub(super) fn claim_one(
                 attempt: r.get(0)?,
                 tool: r.get(1)?,
                 args_json: r.get(2)?,
-                effect_id: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+                effect_id: stored_effect_id(r.get(3)?, call_id),
                 lease_until,
             })
         })
@@ -145,14 +148,18 @@ pub(super) fn succeed_op(
     }
 }
 
+/// A failure; `code` is its error's, for the audit of a call whose cancel
+/// was asked, which ends `cancelled` instead.
 pub(super) fn fail_op(
     lease: Lease,
     error: String,
+    code: String,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
         if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
-            return discard_stale(conn, now, &lease, Event::Failed);
+            let detail = audit::ended_after_cancel(lease.attempt, &code);
+            return cancelled_or_stale(conn, now, &lease, &detail, Event::Failed);
         }
         audit_lease(conn, now, &lease, Event::Failed, &error)?;
         Ok(Completion::Applied)
@@ -160,7 +167,8 @@ pub(super) fn fail_op(
 }
 
 /// A retryable failure before the tool's last attempt: back to `pending`,
-/// not to be claimed before `now + delay`, fenced like a completion. The
+/// not to be claimed before `now + delay`, fenced like a completion (a call
+/// whose cancel was asked ends `cancelled` instead, never to run again). The
 /// error stays on the call (the client sees why it is waiting); the next
 /// claim's outcome replaces it.
 pub(super) fn retry_later_op(
@@ -176,7 +184,8 @@ pub(super) fn retry_later_op(
                 "UPDATE calls
                     SET status = 'pending', error_json = ?1, next_attempt_at = ?2,
                         lease_until = NULL, owner = NULL, updated_at = ?3
-                  WHERE call_id = ?4 AND status = 'running' AND attempt = ?5",
+                  WHERE call_id = ?4 AND status = 'running' AND attempt = ?5
+                    AND cancel_requested_at IS NULL",
             )?
             .execute(params![
                 error,
@@ -186,7 +195,8 @@ pub(super) fn retry_later_op(
                 lease.attempt
             ])?;
         if changed == 0 {
-            return discard_stale(conn, now, &lease, Event::RetryScheduled);
+            let detail = audit::ended_after_cancel(lease.attempt, &code);
+            return cancelled_or_stale(conn, now, &lease, &detail, Event::RetryScheduled);
         }
         let detail = audit::retry_scheduled(lease.attempt, &code, delay);
         audit_lease(conn, now, &lease, Event::RetryScheduled, &detail)?;
@@ -215,7 +225,8 @@ pub(super) fn extend_leases(
 /// The fence. A terminal update applies only while the call is still `running`
 /// under the attempt this lease claimed; a worker whose lease was taken over
 /// (it paused, its lease expired, recovery re-queued the call) changes nothing.
-/// Returns whether the update applied.
+/// Anything but a success also needs the call's cancel not to have been
+/// asked (the caller then ends it `cancelled`). Returns whether it applied.
 fn finish_fenced(
     conn: &Connection,
     now: f64,
@@ -229,7 +240,8 @@ fn finish_fenced(
             "UPDATE calls
                 SET status = ?1, result_json = ?2, error_json = ?3,
                     lease_until = NULL, owner = NULL, updated_at = ?4
-              WHERE call_id = ?5 AND status = 'running' AND attempt = ?6",
+              WHERE call_id = ?5 AND status = 'running' AND attempt = ?6
+                AND (?1 = 'succeeded' OR cancel_requested_at IS NULL)",
         )?
         .execute(params![
             status.as_str(),
@@ -295,7 +307,7 @@ fn insert_call_as(
             {
                 attempts_left -= 1;
                 call.call_id = new_call_id();
-                call.effect_id = effect_id_for(&call.call_id);
+                call.effect_id = new_effect_id(&call.call_id);
             }
             Err(e) => return Err(e),
         }
@@ -339,7 +351,7 @@ pub(super) fn resolve_existing(
     Ok(Created::RetryReset(call))
 }
 
-fn discard_stale(
+pub(super) fn discard_stale(
     conn: &Connection,
     now: f64,
     lease: &Lease,
@@ -429,8 +441,10 @@ pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
             .get::<_, Option<String>>(i)?
             .and_then(|s| serde_json::from_str(&s).ok()))
     };
+    let call_id: String = row.get(0)?;
     Ok(Call {
-        call_id: row.get(0)?,
+        effect_id: stored_effect_id(row.get(14)?, &call_id),
+        call_id,
         tenant: row.get(1)?,
         idem_key: row.get(2)?,
         fingerprint: row.get(3)?,
@@ -444,17 +458,18 @@ pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
         attempt: row.get(11)?,
         lease_until: row.get(12)?,
         owner: row.get(13)?,
-        effect_id: row.get::<_, Option<String>>(14)?.unwrap_or_default(),
         created_at: row.get(15)?,
         updated_at: row.get(16)?,
         next_attempt_at: row.get(17)?,
+        cancel_requested_at: row.get(18)?,
         expires_at: None,
     })
 }
 
 /// Give a lease back before it expires (a stopping process whose tool is
 /// still running): the call returns to `pending`, fenced like a completion,
-/// so that another process runs it at once with the same `effect_id`.
+/// so that another process runs it at once with the same `effect_id` — or,
+/// its cancel asked, ends `cancelled`.
 pub(super) fn release_op(
     lease: Lease,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
@@ -464,11 +479,18 @@ pub(super) fn release_op(
             .prepare_cached(
                 "UPDATE calls
                     SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
-                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
+                  WHERE call_id = ?2 AND status = 'running' AND attempt = ?3
+                    AND cancel_requested_at IS NULL",
             )?
             .execute(params![now, lease.call_id, lease.attempt])?;
         if changed == 0 {
-            return Ok(Completion::Stale);
+            let detail = audit::released_after_cancel(lease.attempt);
+            return Ok(
+                match end_cancelled(conn, now, &lease.call_id, lease.attempt, &detail)? {
+                    true => Completion::Cancelled,
+                    false => Completion::Stale,
+                },
+            );
         }
         let detail = audit::released(lease.attempt);
         audit_lease(conn, now, &lease, Event::Released, &detail)?;

@@ -15,6 +15,37 @@ fn waited(submit: impl FnOnce(Then<Completion>)) -> Result<Completion, StoreErro
     rx.recv().unwrap()
 }
 
+/// A second call, cancelled while it runs and stopped by its owner: the
+/// two cancel events, as `audit.rs` words them.
+fn cancel_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError> {
+    let call = created_call(store.create_or_get(new_call("cancelled", "fp"))?);
+    let id = call.call_id.as_str();
+    let lease = store.claim(id, "w", Duration::from_secs(30))?.unwrap();
+    store.cancel(crate::auth::ANONYMOUS, id, Some("why"))?;
+    waited(|then| store.stopped_then(&lease, true, "how", then))?;
+    let written: Vec<(String, String)> = store
+        .audit_for(crate::auth::ANONYMOUS, id)?
+        .expect("the call")
+        .into_iter()
+        .map(|e| (e.event, e.detail.unwrap_or_default()))
+        .skip(2)
+        .collect();
+    let by = crate::auth::ANONYMOUS;
+    let expected = [
+        (
+            Event::CancelRequested,
+            audit::cancel_requested(by, Some("why"), 1, Some("w")),
+        ),
+        (Event::Cancelled, audit::stopped(1, true, "how")),
+    ];
+    let expected: Vec<(String, String)> = expected
+        .into_iter()
+        .map(|(event, detail)| (event.as_str().to_string(), detail))
+        .collect();
+    assert_eq!(written, expected);
+    Ok(written)
+}
+
 fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), StoreError> {
     const LONG: Duration = Duration::from_secs(30);
     let store = db.open()?;
@@ -72,6 +103,8 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
         .map(|(event, detail)| (event.as_str().to_string(), detail))
         .collect();
     assert_eq!(written, expected);
+    let mut written = written;
+    written.extend(cancel_events(&store)?);
     for event in Event::ALL {
         assert!(
             written.iter().any(|(name, _)| name == event.as_str()),

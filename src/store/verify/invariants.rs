@@ -83,7 +83,8 @@ pub(in crate::store) fn invariant_checks(
                          || quote(c.effect_id) || ')'
                     FROM effects e JOIN calls c ON c.call_id = e.call_id
                    WHERE c.status = 'succeeded'
-                     AND (e.effect_id IS NOT c.effect_id OR e.tool IS NOT c.tool
+                     AND (e.effect_id <> coalesce(c.effect_id, 'eff_' || substr(c.call_id, 3))
+                          OR e.tool IS NOT c.tool
                           OR c.tool NOT IN ({effect_tools}))"
             ),
         },
@@ -109,23 +110,23 @@ pub(in crate::store) fn invariant_checks(
         },
         Spec {
             name: "unknown_status",
-            invariant: "every status is pending, running, succeeded or failed".into(),
+            invariant: "every status is pending, running, succeeded, failed or cancelled".into(),
             sql: "SELECT 'call ' || call_id || ': status ' || quote(status)
                     FROM calls
                    WHERE status IS NULL
-                      OR status NOT IN ('pending', 'running', 'succeeded', 'failed')"
+                      OR status NOT IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')"
                 .into(),
         },
     ]
 }
 
 /// The second layer (migration 8): two calls of one tenant and tool with the
-/// same business key, neither `failed`, the later created within the
-/// earlier's window, mean a duplicate intent got through.
+/// same business key, neither `failed` nor `cancelled`, the later created
+/// within the earlier's window, mean a duplicate intent got through.
 pub(in crate::store) fn business_key_check() -> Spec {
     Spec {
         name: "duplicate_intent",
-        invariant: "no two non-failed calls share a business key within its window".into(),
+        invariant: "no two live (not failed or cancelled) calls share a business key within its window".into(),
         sql: "SELECT 'tenant ' || quote(a.tenant) || ' tool ' || quote(a.tool) || ' business key '
                      || a.bkey || ': calls ' || a.call_id || ' and ' || b.call_id
                 FROM business_keys a
@@ -135,8 +136,8 @@ pub(in crate::store) fn business_key_check() -> Spec {
                  AND (b.created_at > a.created_at
                       OR (b.created_at = a.created_at AND b.call_id > a.call_id))
                  AND b.created_at < a.expires_at
-                JOIN calls ca ON ca.call_id = a.call_id AND ca.status <> 'failed'
-                JOIN calls cb ON cb.call_id = b.call_id AND cb.status <> 'failed'"
+                JOIN calls ca ON ca.call_id = a.call_id AND ca.status NOT IN ('failed', 'cancelled')
+                JOIN calls cb ON cb.call_id = b.call_id AND cb.status NOT IN ('failed', 'cancelled')"
             .into(),
     }
 }

@@ -9,10 +9,10 @@
 //! | one call per `Idempotency-Key` (per tenant, when `calls` has a `tenant` column) | `duplicate_key` |
 //! | at most one effect per call | `duplicate_effect` |
 //! | every effect belongs to a `succeeded` call, or to one purged by key retention (`effects.call_purged_at`) | `effect_without_succeeded_call` |
-//! | the effect of a `succeeded` call is its own: same `effect_id`, same tool, a tool that writes effects | `effect_not_its_calls` |
+//! | the effect of a `succeeded` call is its own: the `effect_id` the call stores (`eff_` + its 16 hex for a call made before effect ids had a random part, which stores none), same tool, a tool that writes effects | `effect_not_its_calls` |
 //! | every `succeeded` call of a tool that writes effects has its effect | `succeeded_without_effect` |
 //! | a `running` call holds a lease (`lease_until` and `owner`) | `running_without_lease` |
-//! | `status` is one of `pending`, `running`, `succeeded`, `failed` | `unknown_status` |
+//! | `status` is one of `pending`, `running`, `succeeded`, `failed`, `cancelled` | `unknown_status` |
 //!
 //! Which calls must have an effect is decided by the tool, because that is
 //! what decides it in the service: `succeed` writes the `effects` row in the

@@ -455,6 +455,7 @@ fn relative_argv0_resolves_against_the_files_folder() {
         attempt: 1,
         tool: "notify",
         args: &args,
+        stop: None,
     };
     // A fork elsewhere in this test process may still hold the just-written
     // file open (ETXTBSY, a retryable spawn failure): try again then.
@@ -497,4 +498,25 @@ fn load_reads_a_file_and_names_it() {
             .starts_with("tools file /nonexistent/tools.json: cannot read it"),
         "{missing}"
     );
+}
+
+/// A file that could be read two ways is refused, never resolved by keeping
+/// the last member: a tool named twice, or a member repeated inside a tool.
+#[test]
+fn a_repeated_tool_or_member_is_refused_not_last_one_wins() {
+    let twice = r#"{"tools": {"refund": {"kind": "builtin"}, "refund": {"kind": "http", "url": "http://127.0.0.1:9/x"}}}"#;
+    let kind_twice = r#"{"tools": {"charge": {"kind": "builtin", "kind": "http"}}}"#;
+    for (text, name) in [(twice, "refund"), (kind_twice, "kind")] {
+        let error = ToolRegistry::from_json("tools.json", text, Path::new("/"), &vars)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("more than once"), "{text}: {error}");
+        assert!(error.contains(name), "{error}");
+        assert_eq!(error.lines().count(), 1, "{error}");
+        let dir = crate::temp::TempDir::new("tools-twice").unwrap();
+        let path = dir.join("tools.json");
+        std::fs::write(&path, text).unwrap();
+        let error = effect_tools(&path).unwrap_err().to_string();
+        assert!(error.contains("more than once"), "verify --tools: {error}");
+    }
 }

@@ -52,7 +52,7 @@ impl Downstream {
         self.get(&format!("/requests/{}", encode_path_segment(key)))
     }
 
-    /// `{"keys", "requests", "effects", "in_flight", "max_in_flight"}`.
+    /// `{"keys", "requests", "effects", "in_flight", "max_in_flight", "max_per_second"}`.
     pub fn stats(&self) -> Value {
         self.get("/stats")
     }
@@ -87,9 +87,15 @@ pub struct ToolsFile {
 
 impl ToolsFile {
     pub fn write(tools: &Value) -> ToolsFile {
+        ToolsFile::write_text(&tools.to_string())
+    }
+
+    /// A file of exactly this text (for JSON a `Value` cannot hold, such as
+    /// a member named twice).
+    pub fn write_text(text: &str) -> ToolsFile {
         let dir = TempDir::new("tools-file").expect("a temp folder");
         let path = dir.join("tools.json");
-        std::fs::write(&path, tools.to_string()).expect("write the tools file");
+        std::fs::write(&path, text).expect("write the tools file");
         ToolsFile { path, _dir: dir }
     }
 

@@ -18,6 +18,7 @@ pub mod in_process;
 pub mod loop_ext4;
 pub mod openapi;
 pub mod own_process;
+pub mod pg_faults;
 pub mod procfs;
 pub mod raw;
 pub mod requests;
@@ -42,7 +43,7 @@ pub const INSPECT_BIN: &str = env!("CARGO_BIN_EXE_inspect");
 
 pub use auth::AuthFile;
 pub use fake_upstream::{FakeUpstream, Reply};
-pub use idempotent_tool::temp::{unique_name, TempDb};
+pub use idempotent_tool::temp::{unique_name, TempDb, TempDir};
 pub use in_process::Local;
 pub use requests::Http;
 
@@ -229,6 +230,18 @@ impl Server {
         }
     }
 
+    /// Start on a PostgreSQL `url` with `--port 0` and extra flags. Its
+    /// `db` is an unused file in `scratch`: a failing test's dump of a SQLite
+    /// file has nothing to show here.
+    pub fn start_on_postgres(url: &str, extra: &[&str], scratch: &TempDir) -> Server {
+        let mut args = vec!["--port", "0", "--db", url];
+        args.extend_from_slice(extra);
+        let (proc, line) = Proc::start("server", SERVER_BIN, &args, "listening on http://");
+        let base = format!("http://{}", address_after(&line, "listening on http://"));
+        let db = scratch.join("not-used.db");
+        Server { proc, base, db }
+    }
+
     pub fn stderr(&self) -> String {
         self.proc.stderr()
     }
@@ -351,8 +364,8 @@ impl Proxy {
             mode,
         ];
         args.extend_from_slice(extra);
-        let (proc, line) = Proc::start("chaos_proxy", PROXY_BIN, &args, "listening on ");
-        let base = format!("http://{}", address_after(&line, "listening on "));
+        let (proc, line) = Proc::start("chaos_proxy", PROXY_BIN, &args, "listening on http://");
+        let base = format!("http://{}", address_after(&line, "listening on http://"));
         Proxy { proc, base }
     }
 
@@ -395,8 +408,15 @@ impl ClientRun {
 }
 
 pub fn run_client(args: &[&str]) -> ClientRun {
+    run_client_with_env(args, &[])
+}
+
+/// `run_client` with variables set (and no `IDEMPOTENT_TOOL_TOKEN` but theirs).
+pub fn run_client_with_env(args: &[&str], env: &[(&str, &str)]) -> ClientRun {
     let output = Command::new(CLIENT_BIN)
         .args(args)
+        .env_remove("IDEMPOTENT_TOOL_TOKEN")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run the client binary");
@@ -541,4 +561,27 @@ pub fn print_config(args: &[&str], variables: &[(&str, &std::ffi::OsStr)]) -> St
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run `program` to completion and return its output; past the (generous)
+/// deadline it is killed and the test fails, rather than hanging the run
+/// (e.g. a server that starts where it should have refused to).
+pub fn run_bounded(program: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+    let deadline = Instant::now() + DEADLINE;
+    while child.try_wait().expect("wait for the child").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{program} {args:?} was still running after {DEADLINE:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("the child's output")
 }

@@ -107,7 +107,10 @@ pub trait Http {
         loop {
             let (status, call) = self.get(&format!("/v1/tool-calls/{call_id}?wait=1"));
             assert!(status == 200 || status == 202, "{status} {call}");
-            if call["status"] == "succeeded" || call["status"] == "failed" {
+            if matches!(
+                call["status"].as_str(),
+                Some("succeeded" | "failed" | "cancelled")
+            ) {
                 return call;
             }
             assert!(

@@ -118,11 +118,14 @@ fn a_batch_whose_transaction_sqlite_rolled_back_answers_every_operation_with_an_
 #[test]
 fn a_failed_commit_answers_every_operation_of_the_batch_with_an_error() -> Result<(), StoreError> {
     let db = TempDb::new("commit-fails");
-    Connection::open(db.path())?.execute_batch(
-        "CREATE TABLE parent (id INTEGER PRIMARY KEY);
-         CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
-    )?;
     let store = CallStore::open(db.path(), StoreOptions::default())?;
+    // After the open: a file with tables of another program's is refused.
+    store.sqlite().write(|conn| {
+        conn.execute_batch(
+            "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+             CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+    })?;
     let release = hold_writer(&store);
     let answers = queue_creates(&store, &["k-1"]);
     store.sqlite().writer.submit(

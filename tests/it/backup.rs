@@ -1,0 +1,220 @@
+//! `idempotent-tool backup` against the real binaries: a copy taken while
+//! clients post new keys the whole time holds every call acknowledged before
+//! the backup began, verifies clean, and the service kept acknowledging
+//! calls while it ran (a reader does not stop the writer); and its refusals
+//! (an existing destination, another program's file, a PostgreSQL URL) with
+//! their exit statuses, leaving nothing behind.
+
+use crate::support::{charge, run_bounded, Counts, Http, Server, TempDb, SERVER_BIN};
+use idempotent_tool::temp::TempDir;
+use std::collections::HashSet;
+use std::process::Output;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Keys acknowledged (`202`/`200`), when the answer arrived and how long
+/// the request took.
+type Acknowledged = Arc<Mutex<Vec<(String, Instant, Duration)>>>;
+
+/// Clients posting new keys until `stop`, recording each acknowledgement.
+fn start_load(
+    server: &Server,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+    acked: &Acknowledged,
+) -> Vec<thread::JoinHandle<()>> {
+    (0..clients)
+        .map(|client| {
+            let base = server.base.clone();
+            let (stop, acked) = (Arc::clone(stop), Arc::clone(acked));
+            thread::spawn(move || {
+                let server = Remote(base);
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("load-{client}-{n}");
+                    let sent = Instant::now();
+                    let (status, _) = server.post(&key, &charge(1));
+                    if status == 202 || status == 200 {
+                        let now = Instant::now();
+                        acked.lock().unwrap().push((key, now, now - sent));
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect()
+}
+
+/// A server known only by its address, for the load threads.
+struct Remote(String);
+
+impl Http for Remote {
+    fn base(&self) -> &str {
+        &self.0
+    }
+
+    fn context(&self) -> String {
+        String::new()
+    }
+}
+
+/// Run a subcommand to completion (killed past the deadline).
+fn run(args: &[&str]) -> Output {
+    run_bounded(SERVER_BIN, args)
+}
+
+fn keys_in(copy: &std::path::Path) -> HashSet<String> {
+    let conn = rusqlite::Connection::open(copy).expect("open the copy");
+    let mut keys = conn.prepare("SELECT idem_key FROM calls").unwrap();
+    let found = keys
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    found
+}
+
+/// Under a steady load of new keys, the copy holds every call acknowledged
+/// before the backup began and verifies clean, while the service went on
+/// acknowledging calls during the copy.
+#[test]
+fn a_backup_under_load_holds_every_call_acknowledged_before_it_and_verifies_clean() {
+    let db = TempDb::new("backup-load");
+    let server = Server::start(&db, &["--access-log", "off"]);
+    let dir = TempDir::new("backup-copy").unwrap();
+    let copy = dir.join("copy.db");
+    let (stop, acked): (Arc<AtomicBool>, Acknowledged) = Default::default();
+    let load = start_load(&server, 3, &stop, &acked);
+    crate::support::eventually("300 calls acknowledged", || {
+        acked.lock().unwrap().len() >= 300
+    });
+
+    let began = Instant::now();
+    let before: Vec<String> = acked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, ..)| k.clone())
+        .collect();
+    // Small steps with a pause between them: the copy takes a while, and
+    // the load goes on throughout it.
+    let args = [
+        "backup",
+        "--db",
+        db.path_str(),
+        "--to",
+        copy.to_str().unwrap(),
+    ];
+    let out = run(&[&args[..], &["--step-pages", "4", "--pause-ms", "10"]].concat());
+    let ended = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    load.into_iter().for_each(|t| t.join().unwrap());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("backup ok") && stdout.contains("violations 0"),
+        "{stdout}"
+    );
+
+    let in_copy = keys_in(&copy);
+    let missing: Vec<&String> = before.iter().filter(|k| !in_copy.contains(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged before the backup, not in the copy: {missing:?}"
+    );
+    let acked = acked.lock().unwrap();
+    let slowest = |from: Instant, to: Instant| {
+        let answered = acked.iter().filter(|(_, at, _)| *at > from && *at < to);
+        let took: Vec<Duration> = answered.map(|(.., took)| *took).collect();
+        (took.len(), took.into_iter().max().unwrap_or_default())
+    };
+    let (during, slowest_during) = slowest(began, ended);
+    let (_, slowest_before) = slowest(began - (ended - began), began);
+    assert!(
+        during > 0,
+        "no call was acknowledged while the backup ran:\n{stdout}"
+    );
+    let verify = run(&["verify", "--db", copy.to_str().unwrap()]);
+    assert_eq!(verify.status.code(), Some(0), "{verify:?}");
+    // Restored, the copy serves: a key from before the backup replays its call.
+    let copied_id: String = rusqlite::Connection::open(&copy)
+        .unwrap()
+        .query_row(
+            "SELECT call_id FROM calls WHERE idem_key = ?1",
+            [&before[0]],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let restored_db = TempDb::at(copy.clone());
+    let restored = Server::start(&restored_db, &[]);
+    let (status, call) = restored.post(&before[0], &charge(1));
+    assert!(status == 200 || status == 202, "{status} {call}");
+    assert_eq!(call["call_id"].as_str(), Some(copied_id.as_str()), "{call}");
+    println!(
+        "backup under load: {} acknowledged before, {} in the copy, {} acknowledged during \
+         the {} ms backup (slowest POST {:?}; {:?} in as long before it), {} in the live \
+         database after\n{stdout}",
+        before.len(),
+        in_copy.len(),
+        during,
+        (ended - began).as_millis(),
+        slowest_during,
+        slowest_before,
+        db.calls()
+    );
+}
+
+/// An existing destination (2), another program's file or no file (3), and
+/// a PostgreSQL URL (2) are refused, and no copy is left behind.
+#[test]
+fn backup_refuses_what_it_must_not_copy_or_overwrite() {
+    let dir = TempDir::new("backup-refusals").unwrap();
+    let (to, path) = (dir.join("copy.db"), |p: &std::path::PathBuf| {
+        p.to_str().unwrap().to_string()
+    });
+    let other = dir.join("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE users (id INTEGER)")
+        .unwrap();
+    std::fs::write(dir.join("taken.db"), b"mine").unwrap();
+    let db = TempDb::new("backup-source");
+    drop(Server::start(&db, &[]));
+    for (from, dest, status, says) in [
+        (
+            path(&other),
+            path(&to),
+            3,
+            "not an idempotent-tool database",
+        ),
+        (path(&dir.join("none.db")), path(&to), 3, "no such file"),
+        (
+            db.path_str().into(),
+            path(&dir.join("taken.db")),
+            2,
+            "never overwrites",
+        ),
+        ("postgres://u@h/db".into(), path(&to), 2, "pg_dump"),
+    ] {
+        let out = run(&["backup", "--db", &from, "--to", &dest]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{from}: {stderr}");
+        assert!(
+            stderr.contains(says) && stderr.lines().count() == 1,
+            "{stderr}"
+        );
+    }
+    assert!(!to.exists());
+    assert_eq!(std::fs::read(dir.join("taken.db")).unwrap(), b"mine");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let stopped = run(&["backup", "--db", db.path_str(), "--to", &path(&to)]);
+    assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+}
