@@ -43,6 +43,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/openapi.yaml"),
     ("GET", "/v1/tools"),
     ("POST", "/mcp"),
+    ("GET", "/v1/tool-calls"),
+    ("GET", "/v1/nodes"),
+    ("GET", "/v1/overview"),
     ("POST", "/v1/tool-calls/{call_id}/cancel"),
     ("GET", "/v1/verify"),
     ("GET", "/ui"),
@@ -149,8 +152,19 @@ impl Api {
                 Ok(operations::openapi())
             }
             "/v1/tool-calls" => {
-                allow("POST")?;
-                self.post_call(req, &tenant, exchange)
+                allow("GET, POST")?;
+                match method {
+                    "GET" => self.list_calls(req, &tenant),
+                    _ => self.post_call(req, &tenant, exchange),
+                }
+            }
+            "/v1/nodes" => {
+                allow("GET")?;
+                self.nodes(req, &tenant)
+            }
+            "/v1/overview" => {
+                allow("GET")?;
+                self.overview(req, &tenant)
             }
             "/v1/tools" => {
                 allow("GET")?;

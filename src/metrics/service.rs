@@ -74,6 +74,8 @@ pub enum Route {
     OpenApi,
     /// `POST /mcp`: MCP over Streamable HTTP.
     Mcp,
+    Nodes,
+    Overview,
     CancelToolCall,
     /// `GET /v1/verify`: the promise check.
     Verify,
@@ -84,7 +86,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 14] = [
+    pub const ALL: [Route; 16] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -95,6 +97,8 @@ impl Route {
         Route::Metrics,
         Route::OpenApi,
         Route::Mcp,
+        Route::Nodes,
+        Route::Overview,
         Route::CancelToolCall,
         Route::Verify,
         Route::Console,
@@ -113,6 +117,8 @@ impl Route {
             Route::Metrics => "/metrics",
             Route::OpenApi => "/openapi.yaml",
             Route::Mcp => "/mcp",
+            Route::Nodes => "/v1/nodes",
+            Route::Overview => "/v1/overview",
             Route::Verify => "/v1/verify",
             Route::Console => "/ui",
             Route::Other => "other",
@@ -296,6 +302,9 @@ pub struct Metrics {
     probe: Mutex<Option<Probe>>,
     /// What the probe read for the scrape being rendered.
     snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
+    /// Calls created and failed per second, per tenant, for the overview
+    /// (sampled by the `rates` thread the service starts).
+    pub rates: Arc<super::RateHistory>,
 }
 
 impl Default for Metrics {
@@ -439,6 +448,7 @@ impl Metrics {
             request_duration,
             probe: Mutex::new(None),
             snapshot: Self::register_database_gauges(&r, snapshot.clone()),
+            rates: Arc::default(),
             registry: r,
         }
     }

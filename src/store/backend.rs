@@ -10,9 +10,11 @@
 
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
+use super::counts::Counts;
 use super::error::StoreError;
-use super::instance::Instance;
+use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
+use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
@@ -256,12 +258,33 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
         None
     }
 
-    /// Calls by status and the oldest pending call, in one read (a scrape).
+    /// Calls by status and the oldest pending call, in one read (a scrape),
+    /// from the count tables (`counts`).
     fn backlog(&self) -> Result<Backlog, StoreError>;
 
     /// Every call's counts (`Scope::All`), or one tenant's, read in one
-    /// snapshot so the statuses never outnumber the calls.
+    /// snapshot so the statuses never outnumber the calls; from the count
+    /// tables, exactly what `GROUP BY status, attempt` over `calls` and
+    /// `count(*)` over `effects` (for a tenant: those of its calls still
+    /// kept) would answer.
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError>;
+
+    /// `scope`'s count rows, its effects and its oldest pending call, in
+    /// one snapshot, without reading `calls` but for one index seek per
+    /// (tenant, tool) with pending calls. The count tables change in the
+    /// same transaction as the rows they count, so they are exact.
+    fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError>;
+
+    /// A page of `query` (`ListQuery::page`), newest first: the counts the
+    /// plan is made from (`ListQuery::plan`) and the rows read in one
+    /// snapshot, each by an index, every row checked against the whole
+    /// query (`ListQuery::admits`). Never a row outside the query's tenant.
+    fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError>;
+
+    /// The instances heard from last, at most `NODES_LISTED`, most recent
+    /// first, each judged alive by recovery's rule (`instance::is_alive`)
+    /// on the clock its heartbeat is written by, with its running calls.
+    fn nodes(&self) -> Result<Vec<Node>, StoreError>;
 
     /// Every business key's calls and effects, grouped (the chapter's
     /// reconciliation by business key rather than by request), largest

@@ -11,10 +11,12 @@
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
+use super::counts::Counts;
 use super::database::DatabaseRef;
 use super::error::StoreError;
-use super::instance::Instance;
+use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
+use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
@@ -303,6 +305,23 @@ impl CallStore {
     /// `Backend::stats`.
     pub fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
         self.backend.stats(scope)
+    }
+
+    /// `Backend::counts`.
+    pub fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {
+        self.backend.counts(scope)
+    }
+
+    /// `Backend::list`, each call stamped.
+    pub fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let mut page = self.backend.list(query)?;
+        page.calls = page.calls.into_iter().map(|c| self.stamp(c)).collect();
+        Ok(page)
+    }
+
+    /// `Backend::nodes`.
+    pub fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        self.backend.nodes()
     }
 
     /// `Backend::intent_ledger`.

@@ -93,25 +93,23 @@ fn the_overview_counts_match_stats_and_nothing_leaves_the_origin() {
     });
     for status in ["pending", "running", "succeeded", "failed", "cancelled"] {
         let expected = stats["by_status"][status].as_i64().unwrap_or(0).to_string();
-        assert_eq!(
-            browser.text(&format!("#count-{status}")),
-            expected,
-            "{status}"
-        );
+        browser.wait_text(&format!("#count-{status}"), &expected);
     }
-    assert_eq!(browser.text("#count-effects"), stats["effects"].to_string());
-    assert_eq!(browser.count(".chart-box[data-chart] svg path.line"), 2);
-    assert_eq!(
-        browser.count("#tool-load tr[data-tool]"),
-        4,
-        "the four built-ins"
-    );
+    browser.wait_text("#count-effects", &stats["effects"].to_string());
+    browser.wait("two chart lines", || {
+        browser.count(".chart-box[data-chart] svg path.line") == 2
+    });
+    browser.wait("the four built-ins' load", || {
+        browser.count("#tool-load tr[data-tool]") == 4
+    });
     browser.click("[data-tab=verify]");
     browser.click("#verify-run");
-    assert_eq!(browser.text("#verdict"), "Every invariant holds.");
-    assert!(browser.count("#checks li.check-ok") >= 7);
+    browser.wait_text("#verdict", "Every invariant holds.");
+    browser.wait("seven checks or more", || {
+        browser.count("#checks li.check-ok") >= 7
+    });
     browser.click("[data-tab=tools]");
-    assert_eq!(browser.count(".tool[data-tool]"), 4);
+    browser.wait("the four tools", || browser.count(".tool[data-tool]") == 4);
     assert_clean_and_same_origin(&browser, &server);
 }
 
@@ -202,14 +200,14 @@ fn a_call_shows_its_audit_timeline_and_markup_in_it_is_only_text() {
         owner.contains('@') && owner.contains(':'),
         "owner pid:thread@instance: {owner}"
     );
-    assert_eq!(browser.text("[data-fact=key] dd"), XSS_KEY);
+    browser.wait_text("[data-fact=key] dd", XSS_KEY);
     let args = browser.text("#call-args");
     assert!(args.contains(&json!(XSS_ARG).to_string()), "{args}");
-    assert_eq!(browser.text("#call-status"), "✓succeeded");
+    browser.wait_text("#call-status", "✓succeeded");
 
     browser.goto(&format!("{}/ui/calls", server.base));
     browser.wait("the call listed", || browser.count("tr[data-call-id]") == 1);
-    assert_eq!(browser.text("tr[data-call-id] .idem-key"), XSS_KEY);
+    browser.wait_text("tr[data-call-id] .idem-key", XSS_KEY);
     assert_eq!(
         browser.eval("return window.xss === undefined;", vec![]),
         true
@@ -295,7 +293,7 @@ fn a_wrong_token_sees_nothing_and_each_tenant_only_its_own_calls() {
 
     browser.goto(&format!("{}/ui/calls", server.base));
     sign_in("not-a-token");
-    assert!(browser.text("#sign-in-message").contains("refused"));
+    browser.wait_text_containing("#sign-in-message", "refused");
     let page = browser.eval("return document.body.innerText", vec![]);
     for secret in [&acme, &globex] {
         assert!(!page.as_str().unwrap().contains(secret.as_str()), "{page}");
@@ -304,19 +302,19 @@ fn a_wrong_token_sees_nothing_and_each_tenant_only_its_own_calls() {
     assert_eq!(browser.eval("return document.cookie", vec![]), "");
 
     sign_in("acme-token");
-    assert_eq!(browser.text("#role"), "tenant");
+    browser.wait_text("#role", "tenant");
     browser.wait("acme's call alone", || {
         browser.attributes("tr[data-call-id]", "data-call-id") == [acme.clone()]
     });
     browser.goto(&format!("{}/ui/calls/{globex}", server.base));
-    assert!(browser.text("#call-body").contains("No such call"));
+    browser.wait_text_containing("#call-body", "No such call");
     browser.goto(&format!("{}/ui/calls?q=globex-order", server.base));
-    assert!(browser.text("#results").contains("Nothing found"));
+    browser.wait_text_containing("#results", "Nothing found");
     assert_eq!(browser.count("[data-tab=verify]:not([hidden])"), 0);
 
     browser.click("#sign-out");
     sign_in("ops-token");
-    assert_eq!(browser.text("#role"), "admin");
+    browser.wait_text("#role", "admin");
     browser.goto(&format!("{}/ui/calls", server.base));
     browser.wait("both tenants' calls", || {
         browser.count("tr[data-call-id]") == 2

@@ -32,6 +32,7 @@ mod client_address;
 mod closed_output;
 mod configuration;
 mod console;
+mod console_api;
 mod crash;
 mod created_claimed;
 mod deploy;

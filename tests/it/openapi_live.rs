@@ -239,8 +239,31 @@ fn samples(server: &Local) -> Vec<Sample> {
     push(
         "/v1/tool-calls",
         "post",
-        server.call("GET", "/v1/tool-calls", &acme, None),
+        server.call("DELETE", "/v1/tool-calls", &acme, None),
     );
+    for (path, who) in [
+        ("/v1/tool-calls", &acme),
+        ("/v1/tool-calls?status=succeeded&limit=1", &acme),
+        ("/v1/tool-calls?tenant=*&key_prefix=s-", &ops),
+        ("/v1/tool-calls?status=done", &acme),
+        ("/v1/tool-calls?tenant=*", &acme),
+    ] {
+        push("/v1/tool-calls", "get", server.call("GET", path, who, None));
+    }
+    for (path, who) in [
+        ("/v1/overview", &acme),
+        ("/v1/overview?tenant=*", &ops),
+        ("/v1/overview?tenant=*", &acme),
+        ("/v1/overview?x=1", &acme),
+    ] {
+        push("/v1/overview", "get", server.call("GET", path, who, None));
+    }
+    push(
+        "/v1/nodes",
+        "get",
+        server.call("GET", "/v1/nodes", &ops, None),
+    );
+    push("/v1/nodes", "get", get("/v1/nodes"));
     push(
         "/v1/tool-calls/by-key/{key}",
         "get",

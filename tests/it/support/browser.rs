@@ -190,6 +190,21 @@ impl Browser {
         last.unwrap_or_default()
     }
 
+    /// Wait until the text of `css` is `expected` (a page may show "Loading…"
+    /// or an older answer first); time out naming what it showed.
+    pub fn wait_text(&self, css: &str, expected: &str) {
+        self.wait(&format!("{css} to read {expected:?}"), || {
+            self.text_now(css).as_deref() == Some(expected)
+        });
+    }
+
+    /// Wait until the text of `css` contains `needle`.
+    pub fn wait_text_containing(&self, css: &str, needle: &str) {
+        self.wait(&format!("{css} to contain {needle:?}"), || {
+            self.text_now(css).is_some_and(|t| t.contains(needle))
+        });
+    }
+
     /// The text of `css` now, if it matches.
     pub fn text_now(&self, css: &str) -> Option<String> {
         let found = self.eval(
