@@ -532,7 +532,7 @@ fn one_call(
 
 /// One `calls` row, its columns in the order every statement here returns
 /// them: `call_id` first, `cancel_requested_at` last.
-fn call_from_row(row: &Row) -> Call {
+pub(super) fn call_from_row(row: &Row) -> Call {
     let json_col = |i: usize| -> Option<Value> {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())

@@ -4,11 +4,13 @@
 //! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
 //! own (`checkpointer`); reads go to a bounded pool of read connections
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
-//! (the process registry and recovery), `business_key`, `cancel`, `retention`,
-//! `limits` (a tool's `rate`, shared by every process on the file),
-//! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
-//! migrations), `ownership` (a file another program made is refused), `backup`
-//! (a consistent copy of a live file); and the offline `verify` and the bench's `bulk` loader.
+//! (the process registry and recovery, the nodes), `business_key`,
+//! `cancel`, `retention`, `limits` (a tool's `rate`, shared by every
+//! process on the file), `report_reads` (the operations endpoints), `counts`
+//! (the count tables, their triggers and reads), `list` (the list's
+//! statements), `schema` (DDL, pragmas, migrations), `ownership` (a file
+//! another program made is refused), `backup` (a consistent copy of a live
+//! file); and the offline `verify` and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
@@ -20,8 +22,10 @@ pub mod bulk;
 mod business_key;
 mod cancel;
 mod checkpointer;
+mod counts;
 mod instances;
 mod limits;
+mod list;
 mod ownership;
 mod reader_pool;
 mod report_reads;
@@ -37,23 +41,28 @@ mod write_queue;
 mod writer;
 
 pub use business_key::LEDGER_SQL;
+#[cfg(any(test, feature = "testing"))]
+pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
 pub use reader_pool::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
-pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
+use verify::verify_within;
 pub(super) use verify::{tools_outside, verify};
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
+use super::counts::Counts;
 use super::error::StoreError;
 use super::ids::now;
-use super::instance::{log_gone, Instance};
+use super::instance::{log_gone, Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
+use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
 };
 use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
+use super::verify::{Report, VerifyError};
 use crate::metrics::Metrics;
 use reader_pool::Readers;
 use rusqlite::Connection;
@@ -62,7 +71,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use writer::{Lane, Writer};
 
 /// How many due calls `claim_due_within` reads past those of a tool with no
@@ -78,9 +87,6 @@ struct SqliteStore {
     writer: Writer,
     /// At most `MAX_READERS` read connections, shared by every reader.
     readers: Readers,
-    /// Whether `idx_calls_status` holds `attempt` (not in databases made by
-    /// the seed's DDL or an earlier version), which decides how `stats` counts.
-    status_index_has_attempt: bool,
     /// This process in `instances`; its workers' owner strings name it.
     instance: Instance,
     /// The tools whose `rate` this file holds for every process (`limits`).
@@ -99,7 +105,6 @@ pub(super) fn open(path: &Path, options: StoreOptions) -> Result<Box<dyn Backend
 impl SqliteStore {
     fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
         let conn = schema::open_writer(path, &options)?;
-        let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
         let writer =
             Writer::start(conn).map_err(|e| StoreError::internal(format!("spawn writer: {e}")))?;
         // Reads wait for the sync that covers what they saw (`syncer`): no
@@ -116,7 +121,6 @@ impl SqliteStore {
             limited,
             writer,
             readers,
-            status_index_has_attempt,
             instance: Instance::this_process(),
             stopped: Default::default(),
             purge_cursor: AtomicI64::new(0),
@@ -476,38 +480,78 @@ impl Backend for SqliteStore {
         self.writer.failure()
     }
 
+    /// From the count tables, and one seek per tool with pending calls.
     fn backlog(&self) -> Result<Backlog, StoreError> {
-        self.read(|conn| {
-            let snapshot = conn.unchecked_transaction()?;
-            let backlog = report_reads::backlog(conn)?;
-            snapshot.commit()?;
-            Ok(backlog)
+        let counts = self.counts(Scope::All)?;
+        Ok(Backlog {
+            calls_by_status: counts.by_status(),
+            oldest_pending_created_at: counts.oldest_pending_created_at,
         })
     }
 
+    /// From the count tables: no read of `calls` beyond the seeks for the
+    /// oldest pending call.
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
+        let counts = self.counts(scope)?;
+        let effects = counts.effects;
+        Ok(counts
+            .call_counts()
+            .into_stats(effects, self.writer.stats()))
+    }
+
+    /// One read transaction, so the counts describe one moment even while
+    /// the writer commits between the queries.
+    fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {
         self.read(|conn| {
-            // One read transaction, so the counts describe one moment even while
-            // the writer commits between the queries (each would otherwise see
-            // its own snapshot, and the statuses could outnumber the calls).
             let snapshot = conn.unchecked_transaction()?;
-            let counts = match scope {
-                Scope::Tenant(tenant) => report_reads::count_tenant_calls(conn, tenant)?,
-                Scope::All if self.status_index_has_attempt => {
-                    sql::count_calls_in_status_index(conn)?
-                }
-                Scope::All => sql::count_calls_in_table(conn)?,
-            };
-            let effects = match scope {
-                Scope::Tenant(tenant) => report_reads::count_tenant_effects(conn, tenant)?,
-                Scope::All => sql::count_effects(conn)?,
-            };
+            let counts = counts::counts(conn, scope)?;
             snapshot.commit()?;
-            Ok(counts.into_stats(effects, self.writer.stats()))
+            Ok(counts)
         })
+    }
+
+    /// The counts that plan it and the rows in one read transaction, so a
+    /// group the counts say is empty has no rows to miss.
+    fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        self.read(|conn| {
+            let snapshot = conn.unchecked_transaction()?;
+            let scope = match &query.tenant {
+                Some(tenant) => Scope::Tenant(tenant),
+                None => Scope::All,
+            };
+            let counts = Counts {
+                rows: counts::count_rows(conn, scope)?,
+                ..Counts::default()
+            };
+            let plan = query.plan(&counts);
+            let rows = list::rows(conn, query, &plan)?;
+            snapshot.commit()?;
+            Ok(query.page(rows))
+        })
+    }
+
+    fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        self.read(instances::nodes)
     }
 
     fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
         self.read(|conn| business_key::ledger(conn, limit))
+    }
+
+    /// The check opens the file itself, read-only; what it saw is then
+    /// gated like any read (`syncer`).
+    fn verify_until(
+        &self,
+        effect_tools: &[&str],
+        deadline: Instant,
+    ) -> Result<Report, VerifyError> {
+        let report = verify_within(&self.path, effect_tools, deadline)?;
+        // At least a moment for the sync in flight, even at the deadline.
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.writer
+            .durability()
+            .wait_until_visible_is_synced(left.max(Duration::from_secs(1)))
+            .map_err(VerifyError::NotDurable)?;
+        Ok(report)
     }
 }

@@ -1,34 +1,14 @@
-//! The reads behind the operations endpoints: a tenant's counts for
-//! `/stats`, a call's audit timeline, the backlog a metrics scrape reports,
-//! and the fresh read `/healthz` makes. Each runs on a connection it is
-//! given, inside the caller's read transaction.
+//! The reads behind the operations endpoints: a call's audit timeline and
+//! the fresh read `/healthz` makes (the counts of `/stats` and `/metrics`
+//! are `counts`'). Each runs on a connection it is given, inside the
+//! caller's read transaction.
 //!
 //! This module never writes, and never reads another tenant's rows for a
 //! tenant's answer.
 
-use super::super::model::{AuditEvent, Backlog, CallCounts};
+use super::super::model::AuditEvent;
 use rusqlite::{params, Connection, OpenFlags};
 use std::path::Path;
-
-/// One tenant's calls by status and by attempt, through the
-/// `UNIQUE (tenant, idem_key)` index (the status index holds no tenant, and
-/// another index would cost every call a write).
-pub(super) fn count_tenant_calls(conn: &Connection, tenant: &str) -> rusqlite::Result<CallCounts> {
-    conn.prepare_cached(
-        "SELECT status, attempt, count(*) FROM calls WHERE tenant = ?1 GROUP BY status, attempt",
-    )?
-    .query_map(params![tenant], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-    .collect()
-}
-
-/// The effects of a tenant's calls still kept (a purged call's effect stays
-/// in the ledger but no longer has a tenant to count it under).
-pub(super) fn count_tenant_effects(conn: &Connection, tenant: &str) -> rusqlite::Result<i64> {
-    conn.prepare_cached(
-        "SELECT count(*) FROM effects e JOIN calls c ON c.call_id = e.call_id WHERE c.tenant = ?1",
-    )?
-    .query_row(params![tenant], |r| r.get(0))
-}
 
 /// A call's audit rows in the order they were written (`idx_audit_call`).
 pub(super) fn audit_timeline(
@@ -47,22 +27,6 @@ pub(super) fn audit_timeline(
         })
     })?
     .collect()
-}
-
-/// Calls by status (one pass over `idx_calls_status`, as `/stats` makes) and
-/// the oldest pending call's creation time (a range of that index).
-pub(super) fn backlog(conn: &Connection) -> rusqlite::Result<Backlog> {
-    let calls_by_status = conn
-        .prepare_cached("SELECT status, count(*) FROM calls GROUP BY status")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    let oldest_pending_created_at = conn
-        .prepare_cached("SELECT min(created_at) FROM calls WHERE status = 'pending'")?
-        .query_row([], |r| r.get(0))?;
-    Ok(Backlog {
-        calls_by_status,
-        oldest_pending_created_at,
-    })
 }
 
 /// Whether the file can be opened and read now, on a new connection: the
