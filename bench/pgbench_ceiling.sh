@@ -19,8 +19,8 @@
 # only where one statement claims several calls at once.
 #
 # The tables are the backend's, read from its source: every migration step, in the
-# order of MIGRATIONS in src/store/postgres/schema.rs, each the text of the constant
-# it names, run in a schema of their own (pgbench_ceiling). The rows and indexes each
+# order of MIGRATIONS in src/store/postgres/schema.rs, each the text of the constants
+# it lists, run in a schema of their own (pgbench_ceiling). The rows and indexes each
 # call writes are the service's, and cannot drift from them.
 #
 # Usage: bench/pgbench_ceiling.sh [--seconds N] [--clients N] [--db postgres://...]
@@ -109,22 +109,58 @@ fs_type() { stat -f -c %T "$1" 2>/dev/null || echo unknown; }
 
 # ---------------------------------------------------------------- tables and script
 
-# The PostgreSQL backend's DDL, read from src/store/postgres/: the constant each step
-# of MIGRATIONS names (`sql: V1,`, `sql: super::limits::TOOL_LIMITS_TABLE,`), in that
-# order, each from its `const NAME: &str = "` line to its closing `";`.
+# The PostgreSQL backend's DDL, read from src/store/postgres/: the constants each
+# step of MIGRATIONS lists (`sql: &[V5, super::counts::COUNT_TABLES, ...]`), in that
+# order, each the Rust string literal of its `const NAME: &str =` unescaped and
+# ended with a `;` where it has none.
 backend_ddl() {
   local dir="$ROOT/src/store/postgres" name text
   local -a steps
-  mapfile -t steps < <(sed -n 's/^ *sql: \([a-z_]*::\)*\([A-Z0-9_]*\),$/\2/p' "$dir/schema.rs")
+  mapfile -t steps < <(
+    sed -n '/^const MIGRATIONS/,/^];/p' "$dir/schema.rs" | tr '\n' ' ' |
+      grep -o 'sql: &\[[^]]*\]' | grep -o '[A-Z][A-Z0-9_]*'
+  )
   ((${#steps[@]})) || die "no migration steps found in $dir/schema.rs"
   for name in "${steps[@]}"; do
-    text="$(awk -v name="$name" '
-      index($0, "const " name ": &str = \"") { on = 1; sub(/.*= "/, ""); }
-      on && /^";$/ { exit }
-      on { print }' "$dir"/*.rs)"
+    text="$(rust_str_const "$name" "$dir"/*.rs)"
     [[ -n "$text" ]] || die "migration step $name: no constant $name in $dir"
+    [[ "$text" == *";" ]] || text+=";"
     printf '%s\n' "$text"
   done
+}
+
+# The string literal of `const NAME: &str = "...";` in FILES, as the program sees
+# it: \" and \\ unescaped, a \ at the end of a line joined to the next line's text.
+rust_str_const() {
+  local name="$1"
+  shift
+  awk -v name="$name" '
+    !on && index($0, "const " name ": &str =") { on = 1; found = 0 }
+    !on { next }
+    {
+      line = $0
+      if (!found) {
+        at = index(line, "\"")
+        if (!at) next
+        line = substr(line, at + 1); found = 1
+      } else if (joined) {
+        sub(/^[ \t]+/, "", line)
+      }
+      joined = 0; out = ""
+      for (i = 1; i <= length(line); i++) {
+        c = substr(line, i, 1)
+        if (c == "\\") {
+          n = substr(line, i + 1, 1)
+          if (n == "") { joined = 1; break }
+          out = out n; i++
+        } else if (c == "\"") {
+          printf "%s\n", out; exit
+        } else {
+          out = out c
+        }
+      }
+      if (joined) printf "%s", out; else printf "%s\n", out
+    }' "$@"
 }
 
 # The backend's tables, in a schema of their own; refused if it exists.
