@@ -6,8 +6,10 @@
 //!
 //! The topics: `create`, `create_claimed`, `claims`, `claim_due`,
 //! `recovery`, `retry`, `cancel`, `limits`, `tenants`, `audit`,
-//! `effect_ids`; `backends` (the two backends each test runs on) and `wings`
-//! (neither wing names the other).
+//! `effect_ids`, `counts` (the count tables against counting the rows),
+//! `list` (every plan of the list, pages, tenants kept apart); `backends`
+//! (the two backends each test runs on) and `wings` (neither wing names
+//! the other).
 
 use super::*;
 use rusqlite::Connection;
