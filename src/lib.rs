@@ -61,9 +61,10 @@
 //!
 //! The public surface is what the binaries (`src/bin/`, `bench/`), the
 //! integration tests and the fuzz targets use; every other module is
-//! `pub(crate)`. `temp` and `store::bulk` (the bench's loader that bypasses
-//! the writer) exist only with the `testing` feature, which `cargo test`
-//! and the bench turn on and a release build of the service leaves out.
+//! `pub(crate)`. `temp`, `store::bulk` (the bench's loaders, which bypass the
+//! writer) and `store::list_sql` (the list's statements, whose plans tests
+//! read) exist only with the `testing` feature, which `cargo test` and the
+//! bench turn on and a release build of the service leaves out.
 #![forbid(unsafe_code)]
 
 pub mod api;

@@ -28,10 +28,11 @@
 //! `audit` (the audit events and their detail texts), `cancel`
 //! (cancelling: its rules, `Cancel`, the steps a wing runs), `wake`
 //! (another node's news), `business_key` (the second layer's types),
-//! `mixed` (the bench's mixed million, row by row) and `verify` (the
-//! offline checker's invariants and report); this
-//! file is the map, and the one dispatch from a database to its wing
-//! (`open_backend`, `verify_backend`, `tools_outside_backend`).
+//! `mixed` (the bench's mixed million, row by row; feature `testing`)
+//! and `verify` (the offline checker's invariants and report); this file
+//! is the map, and the one dispatch from a database to its wing
+//! (`open_backend`, `verify_backend`, `tools_outside_backend`; the bench's
+//! `bulk::insert_mixed_calls`).
 //!
 //! The wings, each with its own map and one `open`, neither importing the
 //! other (`tests/wings.rs` holds that): `sqlite/` (the embedded default: a
@@ -150,8 +151,9 @@ pub use wake::{Wake, WakeHandler};
 use backend::Backend;
 use verify::{Report, VerifyError};
 
-// Besides the `mod` lines and the re-exports above, the one place the root
-// names a wing: which backend a database is. Every operation that starts
+// Besides the `mod` lines and the re-exports above (the bench's `bulk` and
+// the tests' `list_sql` among them), the one place the root names a wing:
+// which backend a database is. Every operation of the service that starts
 // from a `Database` goes through one of these three.
 
 /// The backend `db` names, opened: its schema brought up to date and this
