@@ -48,9 +48,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               then gives none
   --db-pool N                 PostgreSQL: most connections this node opens (default 16)
   --db-ca-file FILE           PostgreSQL: trust these PEM roots for TLS, not the system's
-  --db-timeout-ms MS          PostgreSQL: every operation (waiting for a connection,
-                              connecting, its statements) ends within this, or is
-                              answered 503 and its connection dropped (default 4000)
+  --db-timeout-ms MS          every wait on the database ends within this, or is
+                              answered 503: PostgreSQL's connections and statements,
+                              SQLite's writes, reads and health check (default 4000)
   --db-connect-timeout-ms MS  PostgreSQL: one attempt to connect to one host; a
                               multi-host URL then tries the next (default 2000)
   --db-tcp-timeout-ms MS      PostgreSQL: TCP_USER_TIMEOUT and keepalive: a peer that
@@ -62,8 +62,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               (default: the built-ins charge, send_email,
                               sleep, fail); a mistake in it exits 2
   --recover-interval-ms MS    how often recovery runs (default 200)
-  --busy-timeout-ms MS        SQLite busy timeout; PostgreSQL lock_timeout and
-                              wait for a pooled connection (default 5000)
+  --busy-timeout-ms MS        SQLite busy timeout (a lock held by another process);
+                              PostgreSQL lock_timeout and wait for a pooled
+                              connection (default 5000)
   --request-timeout-ms MS     a request's head, then its body, must arrive
                               within this (default 10000)
   --idle-timeout-ms MS        idle keep-alive connections close after this

@@ -95,8 +95,8 @@ impl ApiError {
     }
 }
 
-/// A store failure: `503 unavailable` (nothing changed; retry with the same
-/// key) or `500 internal_error`, its cause logged.
+/// A store failure: `503 unavailable` (retry with the same key: a write that
+/// timed out may still commit) or `500 internal_error`, its cause logged.
 fn store_failure(e: StoreError) -> Response {
     match e {
         StoreError::Unavailable(_) => {

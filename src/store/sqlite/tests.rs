@@ -1,5 +1,5 @@
-//! The SQLite wing's own tests: the writer thread and the migrations, which
-//! PostgreSQL does not have. They share the store tests' helpers.
+//! The SQLite wing's own tests: the writer thread, the deadline of a wait on
+//! it, and the migrations, which PostgreSQL does not have. They share the store tests' helpers.
 
 use super::{schema, SqliteStore};
 use crate::store::tests::{audit_events, new_call, rows};
@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod deadline;
 mod migrations;
 mod writer;
 
