@@ -76,6 +76,7 @@ mod same_key;
 mod server_connections;
 mod shutdown_on_signal;
 mod sqlite_file;
+mod sqlite_frozen;
 mod startup_refusals;
 mod stats;
 mod stop_joins_every_thread;

@@ -71,3 +71,20 @@ pub fn all_threads_stopped(pid: u32) -> bool {
             .unwrap_or(false)
     })
 }
+
+/// The names of the process's threads in uninterruptible sleep (`D`) now:
+/// blocked in the kernel, as on a file system that stopped answering, where
+/// no signal or timeout wakes them.
+pub fn threads_blocked_in_the_kernel(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let (name, rest) = stat.split_once(" (")?.1.rsplit_once(')')?;
+            rest.trim_start().starts_with('D').then(|| name.to_string())
+        })
+        .collect()
+}
