@@ -7,6 +7,7 @@
 
 use crate::support;
 
+use crate::support::procfs;
 use crate::support::raw::{RawClient, ReplyText, SOCKET_PATIENCE};
 use crate::support::Http;
 use crate::support::TempDb;
@@ -358,8 +359,9 @@ fn connections_over_the_cap_get_503() {
 }
 
 /// How many sockets and threads the server process holds now. Sockets, not all
-/// descriptors: the store keeps a pool of SQLite read connections, which is a
-/// cache, not a leak.
+/// descriptors, and threads but the store's read threads: the store keeps a
+/// pool of SQLite read connections, each on a thread of its own, started when
+/// reads first need them — a cache, not a leak.
 fn sockets_and_threads(pid: u32) -> (usize, usize) {
     let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|entries| {
@@ -372,9 +374,7 @@ fn sockets_and_threads(pid: u32) -> (usize, usize) {
                 .count()
         })
         .unwrap_or(usize::MAX);
-    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|entries| entries.count())
-        .unwrap_or(usize::MAX);
+    let threads = procfs::threads_but_the_read_pool(pid);
     (sockets, threads)
 }
 

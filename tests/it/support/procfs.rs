@@ -20,6 +20,20 @@ pub fn thread_count(pid: u32) -> usize {
         .count()
 }
 
+/// How many threads the process has now, less the store's read threads
+/// (`store-reader-N`): those start when reads first need them and are kept,
+/// so they are not what a test of a request's own thread counts.
+pub fn threads_but_the_read_pool(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("read task")
+        .flatten()
+        .filter(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            !comm.starts_with("store-reader-")
+        })
+        .count()
+}
+
 /// How many of the process's descriptors are open on `db` or its `-wal`
 /// (each SQLite connection holds both; the `-shm` is shared, so not counted).
 pub fn database_descriptors(pid: u32, db: &Path) -> usize {
