@@ -44,6 +44,7 @@ mod docs_commands;
 mod effect_ids;
 mod fault_inject;
 mod headers;
+mod host_check;
 mod http_hostile;
 mod limits;
 mod log_file;
