@@ -27,14 +27,18 @@
 //! baselines), `error` (`BenchError`, why a run could not start or finish), `measure` (load, drain, `/stats`),
 //! `invariants` (the checks after a run), `sweep` (the `--sweep` run and its
 //! pre-filled database), `report` (text and JSON), `cluster` (`--db
-//! postgres://…`: PostgreSQL with one and several nodes beside SQLite).
+//! postgres://…`: PostgreSQL with one and several nodes beside SQLite),
+//! `list_latency` and `console_load` (`--console`: the list's latency at a
+//! million calls, and what the console costs the write path).
 #![forbid(unsafe_code)]
 
 mod calibrate;
 mod cluster;
+mod console_load;
 mod downstream;
 mod error;
 mod invariants;
+mod list_latency;
 mod load;
 mod measure;
 mod report;
@@ -93,6 +97,18 @@ usage: bench [options]
   --access-log on|off  the in-process server's access log (default on, as the
                        server's), written to a temp file; either way the report
                        says what one line costs
+  --console WHAT       the console's costs (docs/performance.md): list: a page of
+                       GET /v1/tool-calls under each filter, the overview and
+                       /stats, p50/p99, with --rows mixed calls in a temp
+                       SQLite file (or in --db postgres://, which must be empty);
+                       poll: the distinct load with and without a console
+                       polling every 2 s; writes: the distinct load with and
+                       without the list index and the count triggers; each
+                       comparison interleaved, --rounds rounds, --duration per
+                       run (default 10 s)
+  --rows N             with --console list: calls to load (default 1000000)
+  --samples N          with --console list: requests per query (default 200)
+  --rounds N           with --console poll or writes: rounds (default 3)
   --json               print one JSON object instead of the text report
   --help               print this help
 ";
@@ -127,6 +143,14 @@ enum Stop {
     After(Duration),
 }
 
+/// What `--console` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Console {
+    List,
+    Poll,
+    Writes,
+}
+
 /// What the command line asked for.
 #[derive(Debug)]
 struct Config {
@@ -147,6 +171,14 @@ struct Config {
     keep_alive: bool,
     drain_timeout: Duration,
     sweep: bool,
+    /// `--console`: the console's costs instead of a load run.
+    console: Option<Console>,
+    /// `--rows`: calls `--console list` loads.
+    rows: u64,
+    /// `--samples`: requests per query of `--console list`.
+    samples: usize,
+    /// `--rounds`: rounds of `--console poll` and `writes`.
+    rounds: usize,
     json: bool,
     /// The in-process service writes an access log (to a temp file).
     access_log: bool,
@@ -171,6 +203,10 @@ impl Config {
             keep_alive: true,
             drain_timeout: Duration::from_secs(60),
             sweep: false,
+            console: None,
+            rows: 1_000_000,
+            samples: 200,
+            rounds: 3,
             json: false,
             access_log: true,
             setup: Setup::default(),
@@ -221,6 +257,17 @@ impl Config {
                 "--new-connection" => c.keep_alive = false,
                 "--drain-timeout" => c.drain_timeout = seconds(&flag, &value()?)?,
                 "--sweep" => c.sweep = true,
+                "--console" => {
+                    c.console = Some(match value()?.as_str() {
+                        "list" => Console::List,
+                        "poll" => Console::Poll,
+                        "writes" => Console::Writes,
+                        other => return Err(bad_value("--console", other, "list, poll or writes")),
+                    })
+                }
+                "--rows" => c.rows = number(&flag, &value()?)?,
+                "--samples" => c.samples = number(&flag, &value()?)? as usize,
+                "--rounds" => c.rounds = number(&flag, &value()?)? as usize,
                 "--json" => c.json = true,
                 "--access-log" => {
                     c.access_log = parse_access_log(&value()?).map_err(BenchError::Setting)?
@@ -242,12 +289,24 @@ impl Config {
             c.stop = Stop::Count(n);
         } else if c.sweep {
             c.stop = Stop::After(Duration::from_secs(3));
+        } else if c.console.is_some() {
+            c.stop = Stop::After(Duration::from_secs(10));
         } else if c.mode == Mode::HttpTool {
             c.stop = Stop::Count((c.ideal_per_s().unwrap_or(60.0) * 5.0).ceil() as u64);
         }
         if c.setup.workers.is_some_and(|w| w > 1024) {
             return Err(BenchError::Usage(
                 "--workers must be at most 1024, as the service's",
+            ));
+        }
+        if c.console.is_some() && (c.base.is_some() || c.sweep || c.mode != Mode::Distinct) {
+            return Err(BenchError::Usage(
+                "--console starts its own services with distinct keys; no --base, --sweep or --mode",
+            ));
+        }
+        if c.postgres.is_some() && c.console.is_some_and(|w| w != Console::List) {
+            return Err(BenchError::Usage(
+                "--console poll and writes run on SQLite; --db postgres:// goes with --console list",
             ));
         }
         if c.postgres.is_some() && (c.base.is_some() || c.sweep || c.mode == Mode::HttpTool) {
@@ -338,7 +397,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let outcome = if let Some(url) = &config.postgres {
+    let outcome = if let Some(console) = config.console {
+        match console {
+            Console::List => list_latency::run_list_latency(&config),
+            Console::Poll => console_load::run_poll_comparison(&config),
+            Console::Writes => console_load::run_write_comparison(&config),
+        }
+    } else if let Some(url) = &config.postgres {
         cluster::run_cluster(&config, url)
     } else if config.sweep {
         sweep::run_sweep(&config)

@@ -11,7 +11,7 @@ use crate::downstream::LatencyDownstream;
 use crate::error::BenchError;
 use idempotent_tool::app::Service;
 use idempotent_tool::config::Config as ServiceConfig;
-use idempotent_tool::store::now;
+use idempotent_tool::store::{now, Database};
 use idempotent_tool::tools::ToolRegistry;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -79,6 +79,34 @@ pub fn start_with(
         server_pid: None,
         _service: Some(service),
         downstream,
+    })
+}
+
+/// Start the service in this process on `db` (a SQLite file or a PostgreSQL
+/// database), a free port, default settings; `fill` runs after the schema
+/// exists and before the first request.
+pub fn start_db(
+    db: Database,
+    fill: impl FnOnce() -> Result<(), BenchError>,
+) -> Result<Target, BenchError> {
+    let file = match &db {
+        Database::Sqlite(path) => Some(path.clone()),
+        Database::Postgres(_) => None,
+    };
+    let config = ServiceConfig {
+        port: 0,
+        db,
+        ..ServiceConfig::default()
+    };
+    let service = Service::start(config)?;
+    fill()?;
+    Ok(Target {
+        authority: service.addr().to_string(),
+        db: file,
+        in_process: true,
+        server_pid: None,
+        _service: Some(service),
+        downstream: None,
     })
 }
 

@@ -23,12 +23,25 @@
 //!   metrics, the server's own answers);
 //! - `operations`: `/healthz`, `/stats`, `/metrics`, `/openapi.yaml` and the
 //!   audit timeline;
-//! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`.
+//! - `list`: `GET /v1/tool-calls`, the list and search, its cursor and the
+//!   read routes' scope (`tenant=`);
+//! - `overview`: `GET /v1/overview` and `GET /v1/nodes`;
+//! - `query`: the query string of the read routes, decoded and checked;
+//! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`;
+//! - `promise_check`: `GET /v1/verify`, `verify` on demand on a thread of
+//!   its own, one at a time, bounded in time.
+//!
+//! `/ui` is answered by `crate::console` before authentication (its files
+//! hold no data).
 
 mod cancel;
 mod error;
 mod exchange;
+mod list;
 mod operations;
+mod overview;
+mod promise_check;
+mod query;
 mod router;
 mod validate;
 

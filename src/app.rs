@@ -15,10 +15,11 @@ use crate::calls::{scoped_key, Calls, CallsOptions, KeyCache};
 use crate::config::Config;
 use crate::descriptors::{self, Budget};
 use crate::mcp::Mcp;
-use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError};
+use crate::metrics::rates::TotalsProbe;
+use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError, RateSampler};
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
-use crate::store::{now, CallStore, Rate, StoreError, ToolLimit, Wake, WakeHandler};
+use crate::store::{now, CallStore, Rate, Scope, StoreError, ToolLimit, Wake, WakeHandler};
 use crate::sync::lock;
 use crate::tools::ToolRegistry;
 use std::fmt;
@@ -82,6 +83,9 @@ pub struct Service {
     runner: Arc<Runner>,
     notifier: Arc<Notifier>,
     metrics: Arc<Metrics>,
+    /// The `rates` thread, sampling the overview's history; stopped before
+    /// the store.
+    rates: Mutex<RateSampler>,
     /// Tenants by name, for the banner (no hash ever leaves `Auth`).
     tenants: Vec<String>,
     /// What the first `stop` did; later calls return it again.
@@ -137,6 +141,14 @@ impl Service {
             .for_each(|spec| metrics.declare_tool(&spec.name));
         store.report_to(Arc::clone(&metrics));
         metrics.set_database_probe(database_probe(Arc::downgrade(&store)));
+        let rates = RateSampler::start(
+            Arc::clone(&metrics.rates),
+            totals_probe(Arc::downgrade(&store)),
+        )
+        .map_err(|e| {
+            store.stop();
+            StartError::Spawn(e)
+        })?;
         let notifier = Arc::new(Notifier::default());
         let keys = Arc::new(KeyCache::with_budget(config.answer_cache_bytes));
         let runner = Runner::start(
@@ -172,7 +184,7 @@ impl Service {
         let mcp = Mcp::new(
             Arc::clone(&calls),
             config.mcp_wait,
-            config.mcp_origins.clone(),
+            config.trusted_names.clone(),
         );
         let mcp: Endpoint =
             Box::new(move |req, tenant, exchange| mcp.handle(req, tenant, exchange));
@@ -183,6 +195,7 @@ impl Service {
             Arc::clone(&metrics),
             mcp,
             config.trusted_proxies.clone(),
+            config.trusted_names.clone(),
         ));
         let handler: Handler = {
             let api = Arc::clone(&api);
@@ -205,6 +218,7 @@ impl Service {
             runner,
             notifier,
             metrics,
+            rates: Mutex::new(rates),
             tenants,
             stopped: Mutex::new(None),
         })
@@ -302,6 +316,7 @@ impl Service {
         self.notifier.stop();
         self.server.stop();
         let released = self.runner.stop(grace);
+        lock(&self.rates).stop();
         self.store.stop();
         let report = StopReport {
             released,
@@ -329,6 +344,17 @@ fn database_probe(
             oldest_pending_age,
         })
     }
+}
+
+/// What the `rates` thread reads every step: each tenant's running totals
+/// of calls created and failed (the count tables), and when. Holds the
+/// store weakly, as `database_probe` does.
+fn totals_probe(store: Weak<CallStore>) -> TotalsProbe {
+    Box::new(move || {
+        let store = store.upgrade().ok_or("the store is gone")?;
+        let counts = store.counts(Scope::All)?;
+        Ok((now(), counts.totals_by_tenant()))
+    })
 }
 
 /// A wake-up from another node on the same PostgreSQL database: the

@@ -275,9 +275,14 @@ fn credential(name: &str, entry: &serde_json::Value) -> Result<Credential, AuthF
     })
 }
 
-fn check_tenant_name(name: &str) -> Result<(), AuthFileError> {
+/// Whether `name` can be a tenant's: 1 to `MAX_TENANT_NAME` of `[A-Za-z0-9_.-]`.
+pub fn is_tenant_name(name: &str) -> bool {
     let allowed = |b: u8| b.is_ascii_alphanumeric() || b"_.-".contains(&b);
-    if name.is_empty() || name.len() > MAX_TENANT_NAME || !name.bytes().all(allowed) {
+    !name.is_empty() && name.len() <= MAX_TENANT_NAME && name.bytes().all(allowed)
+}
+
+fn check_tenant_name(name: &str) -> Result<(), AuthFileError> {
+    if !is_tenant_name(name) {
         let shown: String = name.chars().take(MAX_TENANT_NAME).collect();
         return Err(invalid(format!(
             "tenant name {shown:?} must be 1 to {MAX_TENANT_NAME} of A-Z a-z 0-9 _ . -"

@@ -22,9 +22,9 @@ pub use error::ConfigError;
 pub use flags::{Flag, FLAGS};
 
 use crate::flag::{FlagError, Flags};
+use crate::http::OriginPolicy;
 use crate::http::TrustedProxies;
 use crate::log::Level;
-use crate::mcp::origin::OriginPolicy;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Database, DbSchema, Retention, StoreOptions};
@@ -86,8 +86,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               settle before answering \"running\" with its call_id
                               (default 50, below the 60 s MCP clients time out
                               at; 0 answers at once; fractions allowed)
-  --public-host NAMES         names (no port, comma-separated) clients reach /mcp
-                              by, besides loopback ones; any other Host is
+  --public-host NAMES         names (no port, comma-separated) clients reach the
+                              service by, besides loopback ones (and, with no
+                              auth file, IP addresses); any other Host is
                               refused 403 (a DNS-rebinding guard)
   --allowed-origin ORIGINS    web page origins (http[s]://host[:port],
                               comma-separated) allowed to call /mcp across origins
@@ -158,9 +159,9 @@ pub struct Config {
     pub tools: Arc<ToolRegistry>,
     /// How long an MCP `tools/call` waits for its call to settle.
     pub mcp_wait: Duration,
-    /// The `Host` names and `Origin`s `/mcp` trusts beyond loopback
-    /// (`--public-host`, `--allowed-origin`).
-    pub mcp_origins: OriginPolicy,
+    /// The `Host` names and `Origin`s trusted beyond loopback (`--public-host`,
+    /// `--allowed-origin`): `/mcp` always, the other routes without `--auth-file`.
+    pub trusted_names: OriginPolicy,
     /// `--log-file`: where the log goes instead of stderr.
     pub log_file: Option<PathBuf>,
     /// Whose `X-Forwarded-For` names the client in the access log.
@@ -203,7 +204,7 @@ impl Default for Config {
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
             mcp_wait: DEFAULT_MCP_WAIT,
-            mcp_origins: OriginPolicy::default(),
+            trusted_names: OriginPolicy::default(),
             log_file: None,
             trusted_proxies: TrustedProxies::default(),
             db_schema: DbSchema::default(),

@@ -40,6 +40,9 @@
 //! - [`log`]: JSON-lines events and access records on stderr.
 //! - [`metrics`]: counters, gauges and histograms in atomics, rendered for
 //!   Prometheus; [`metrics::service`] names the families this service exports.
+//! - [`console`]: the web console at `/ui` (HTML, CSS and JavaScript
+//!   compiled in), served with its security headers; its pages read the
+//!   REST API like any client.
 //! - [`request_id`]: the `X-Request-Id` kept or made for each request.
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
@@ -62,6 +65,7 @@ pub mod chaos;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod console;
 pub mod descriptors;
 pub mod fingerprint;
 pub mod flag;

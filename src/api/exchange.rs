@@ -47,6 +47,10 @@ pub fn route_of(path: &str) -> Route {
         "/metrics" => Route::Metrics,
         "/openapi.yaml" => Route::OpenApi,
         "/mcp" => Route::Mcp,
+        "/v1/nodes" => Route::Nodes,
+        "/v1/overview" => Route::Overview,
+        "/v1/verify" => Route::Verify,
+        _ if crate::console::owns(path) => Route::Console,
         _ if path.starts_with("/v1/tool-calls/by-key/") => Route::GetToolCallByKey,
         _ => match path.strip_prefix("/v1/tool-calls/") {
             Some(rest) if rest.ends_with("/audit") => Route::GetAudit,
@@ -173,6 +177,8 @@ mod tests {
             ("/metrics", Route::Metrics),
             ("/openapi.yaml", Route::OpenApi),
             ("/mcp", Route::Mcp),
+            ("/v1/nodes", Route::Nodes),
+            ("/v1/overview", Route::Overview),
             ("/nope", Route::Other),
             ("-", Route::Other),
         ];

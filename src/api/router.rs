@@ -11,13 +11,15 @@
 use super::error::ApiError;
 use super::exchange::returned_call;
 use super::operations::{self, HealthCache};
+use super::promise_check::PromiseCheck;
 use super::validate::{
     idempotency_key, optional_integer, optional_string, parse_body, percent_decode, tool_and_args,
     wait_param,
 };
 use crate::auth::{Auth, Tenant};
 use crate::calls::{CallError, CallRequest, Calls, Submitted};
-use crate::http::{ClientProbe, Request, Response, TrustedProxies};
+use crate::console;
+use crate::http::{ClientProbe, OriginPolicy, Request, Response, TrustedProxies};
 use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::{Metrics, Transport};
@@ -41,7 +43,13 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/openapi.yaml"),
     ("GET", "/v1/tools"),
     ("POST", "/mcp"),
+    ("GET", "/v1/tool-calls"),
+    ("GET", "/v1/nodes"),
+    ("GET", "/v1/overview"),
     ("POST", "/v1/tool-calls/{call_id}/cancel"),
+    ("GET", "/v1/verify"),
+    ("GET", "/ui"),
+    ("GET", "/ui/{asset}"),
 ];
 
 /// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
@@ -66,8 +74,12 @@ pub struct Api {
     pub(super) metrics: Arc<Metrics>,
     pub(super) request_ids: RequestIds,
     pub(super) health: HealthCache,
+    /// `GET /v1/verify`: the one promise check that may run at a time.
+    promise_check: PromiseCheck,
     /// Whose `X-Forwarded-For` names the client in the access log.
     pub(super) trusted_proxies: TrustedProxies,
+    /// The `Host` names answered without `--auth-file` (DNS rebinding).
+    trusted_names: OriginPolicy,
 }
 
 impl Api {
@@ -79,16 +91,24 @@ impl Api {
         metrics: Arc<Metrics>,
         mcp: Endpoint,
         trusted_proxies: TrustedProxies,
+        trusted_names: OriginPolicy,
     ) -> Api {
+        let effect_tools = calls.tools().effect_tools();
+        let promise_check = PromiseCheck::new(
+            Arc::clone(&store),
+            effect_tools.into_iter().map(String::from).collect(),
+        );
         Api {
             calls,
             store,
+            promise_check,
             mcp,
             auth,
             metrics,
             request_ids: RequestIds::new(),
             health: HealthCache::default(),
             trusted_proxies,
+            trusted_names,
         }
     }
 
@@ -113,6 +133,16 @@ impl Api {
             allow("GET")?;
             return Ok(self.healthz());
         }
+        if !self.auth.is_required() {
+            let host = req.header("host");
+            self.trusted_names
+                .check_tokenless_host(host)
+                .map_err(ApiError::HostRefused)?;
+        }
+        // The console's files carry no data; its pages ask for a token.
+        if console::owns(path) {
+            return Ok(console::answer(method, path));
+        }
         let tenant = self
             .auth
             .authenticate(req.header("authorization"))
@@ -132,8 +162,19 @@ impl Api {
                 Ok(operations::openapi())
             }
             "/v1/tool-calls" => {
-                allow("POST")?;
-                self.post_call(req, &tenant, exchange)
+                allow("GET, POST")?;
+                match method {
+                    "GET" => self.list_calls(req, &tenant),
+                    _ => self.post_call(req, &tenant, exchange),
+                }
+            }
+            "/v1/nodes" => {
+                allow("GET")?;
+                self.nodes(req, &tenant)
+            }
+            "/v1/overview" => {
+                allow("GET")?;
+                self.overview(req, &tenant)
             }
             "/v1/tools" => {
                 allow("GET")?;
@@ -142,6 +183,13 @@ impl Api {
             "/mcp" => {
                 allow("POST")?;
                 Ok((self.mcp)(req, &tenant, exchange))
+            }
+            "/v1/verify" => {
+                allow("GET")?;
+                if !tenant.admin {
+                    return Err(ApiError::Forbidden("/v1/verify"));
+                }
+                self.promise_check.answer(req)
             }
             _ => {
                 if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {

@@ -10,7 +10,7 @@ use super::key_cache::KeyCache;
 use super::pushback::Pushback;
 use crate::metrics::Metrics;
 use crate::runner::{Notifier, Runner};
-use crate::store::{AuditEvent, Call, CallStore, StoreError};
+use crate::store::{AuditEvent, Call, CallStore, ListPage, ListQuery, StoreError};
 use crate::tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,6 +77,12 @@ impl Calls {
     /// The tenant's call under idempotency key `key`.
     pub fn get_by_key(&self, tenant: &str, key: &str) -> Result<Option<Call>, StoreError> {
         self.store.find_by_key(tenant, key)
+    }
+
+    /// A page of calls, newest first (`CallStore::list`), within the
+    /// query's tenant (or every tenant: the API decides who may ask).
+    pub fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        self.store.list(query)
     }
 
     /// The audit rows of the tenant's call `call_id`, oldest first; `None`

@@ -12,12 +12,15 @@
 //!
 //! Map (this file holds no type): `series` the metrics in atomics and their
 //! families; `registry` the families a process exports and the rendering;
-//! `service` the families of this service.
+//! `service` the families of this service; `rates` the overview's history
+//! of calls created and failed per second, and the thread that samples it.
 
+pub mod rates;
 mod registry;
 mod series;
 pub mod service;
 
+pub use rates::{RateHistory, RateSampler, Rates};
 pub use registry::{format_value, ComputedSample, Registry, CONTENT_TYPE};
 pub use series::{Counter, Family, Gauge, Histogram};
 pub use service::{

@@ -74,13 +74,19 @@ pub enum Route {
     OpenApi,
     /// `POST /mcp`: MCP over Streamable HTTP.
     Mcp,
+    Nodes,
+    Overview,
+    CancelToolCall,
+    /// `GET /v1/verify`: the promise check.
+    Verify,
+    /// `/ui` and everything under it: the console's pages and files.
+    Console,
     /// Any path the router does not know (a `404`).
     Other,
-    CancelToolCall,
 }
 
 impl Route {
-    pub const ALL: [Route; 12] = [
+    pub const ALL: [Route; 16] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -91,8 +97,12 @@ impl Route {
         Route::Metrics,
         Route::OpenApi,
         Route::Mcp,
-        Route::Other,
+        Route::Nodes,
+        Route::Overview,
         Route::CancelToolCall,
+        Route::Verify,
+        Route::Console,
+        Route::Other,
     ];
 
     pub fn label(self) -> &'static str {
@@ -107,6 +117,10 @@ impl Route {
             Route::Metrics => "/metrics",
             Route::OpenApi => "/openapi.yaml",
             Route::Mcp => "/mcp",
+            Route::Nodes => "/v1/nodes",
+            Route::Overview => "/v1/overview",
+            Route::Verify => "/v1/verify",
+            Route::Console => "/ui",
             Route::Other => "other",
             Route::CancelToolCall => "/v1/tool-calls/{call_id}/cancel",
         }
@@ -288,6 +302,9 @@ pub struct Metrics {
     probe: Mutex<Option<Probe>>,
     /// What the probe read for the scrape being rendered.
     snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
+    /// Calls created and failed per second, per tenant, for the overview
+    /// (sampled by the `rates` thread the service starts).
+    pub rates: Arc<super::RateHistory>,
 }
 
 impl Default for Metrics {
@@ -431,6 +448,7 @@ impl Metrics {
             request_duration,
             probe: Mutex::new(None),
             snapshot: Self::register_database_gauges(&r, snapshot.clone()),
+            rates: Arc::default(),
             registry: r,
         }
     }

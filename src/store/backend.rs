@@ -10,20 +10,23 @@
 
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
+use super::counts::Counts;
 use super::error::StoreError;
-use super::instance::Instance;
+use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
+use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
 };
 use super::options::DueLimits;
+use super::verify::{Report, VerifyError};
 use super::wake::WakeHandler;
 use crate::metrics::Metrics;
 use serde_json::Value;
 use std::any::Any;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What a backend must do. The calls it returns carry no `expires_at`: the
 /// facade stamps it. (`Any` lets a wing's own tests reach its store behind
@@ -255,15 +258,44 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
         None
     }
 
-    /// Calls by status and the oldest pending call, in one read (a scrape).
+    /// Calls by status and the oldest pending call, in one read (a scrape),
+    /// from the count tables (`counts`).
     fn backlog(&self) -> Result<Backlog, StoreError>;
 
     /// Every call's counts (`Scope::All`), or one tenant's, read in one
-    /// snapshot so the statuses never outnumber the calls.
+    /// snapshot so the statuses never outnumber the calls; from the count
+    /// tables, exactly what `GROUP BY status, attempt` over `calls` and
+    /// `count(*)` over `effects` (for a tenant: those of its calls still
+    /// kept) would answer.
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError>;
+
+    /// `scope`'s count rows, its effects and its oldest pending call, in
+    /// one snapshot, without reading `calls` but for one index seek per
+    /// (tenant, tool) with pending calls. The count tables change in the
+    /// same transaction as the rows they count, so they are exact.
+    fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError>;
+
+    /// A page of `query` (`ListQuery::page`), newest first: the counts the
+    /// plan is made from (`ListQuery::plan`) and the rows read in one
+    /// snapshot, each by an index, every row checked against the whole
+    /// query (`ListQuery::admits`). Never a row outside the query's tenant.
+    fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError>;
+
+    /// The instances heard from last, at most `NODES_LISTED`, most recent
+    /// first, each judged alive by recovery's rule (`instance::is_alive`)
+    /// on the clock its heartbeat is written by, with its running calls.
+    fn nodes(&self) -> Result<Vec<Node>, StoreError>;
 
     /// Every business key's calls and effects, grouped (the chapter's
     /// reconciliation by business key rather than by request), largest
     /// number of calls first.
     fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError>;
+
+    /// `verify` on this database (`GET /v1/verify`): read-only, one
+    /// snapshot, on a connection of its own (never one that calls' reads or
+    /// writes wait for), stopped at `deadline` (`VerifyError::TimedOut`, never
+    /// a check cut short and read as violated). What it read is handed back
+    /// only once it is durable, like any read.
+    fn verify_until(&self, effect_tools: &[&str], deadline: Instant)
+        -> Result<Report, VerifyError>;
 }

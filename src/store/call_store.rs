@@ -11,20 +11,23 @@
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
+use super::counts::Counts;
 use super::database::DatabaseRef;
 use super::error::StoreError;
-use super::instance::Instance;
+use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
+use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
 };
 use super::options::{DueLimits, StoreOptions};
+use super::verify::{Report, VerifyError};
 use super::wake::WakeHandler;
 use crate::metrics::Metrics;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The call store, on whichever backend the database names. Cheap to share
 /// behind an `Arc`.
@@ -304,6 +307,23 @@ impl CallStore {
         self.backend.stats(scope)
     }
 
+    /// `Backend::counts`.
+    pub fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {
+        self.backend.counts(scope)
+    }
+
+    /// `Backend::list`, each call stamped.
+    pub fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let mut page = self.backend.list(query)?;
+        page.calls = page.calls.into_iter().map(|c| self.stamp(c)).collect();
+        Ok(page)
+    }
+
+    /// `Backend::nodes`.
+    pub fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        self.backend.nodes()
+    }
+
     /// `Backend::intent_ledger`.
     pub fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
         self.backend.intent_ledger(limit)
@@ -312,5 +332,16 @@ impl CallStore {
     /// `call` as handed out: with when it may be purged.
     fn stamp(&self, call: Call) -> Call {
         self.retention.stamp(call)
+    }
+}
+
+impl CallStore {
+    /// `Backend::verify_until`.
+    pub fn verify_until(
+        &self,
+        effect_tools: &[&str],
+        deadline: Instant,
+    ) -> Result<Report, VerifyError> {
+        self.backend.verify_until(effect_tools, deadline)
     }
 }

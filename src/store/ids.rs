@@ -51,6 +51,9 @@ pub fn call_id_of_effect(effect_id: &str) -> Option<String> {
 /// per-process counter) can coincide, and a downstream both of them call
 /// must never take one's call for a replay of the other's. The call id
 /// first keeps `effects`' primary-key index growing at its edge, as before.
+/// Hex digits of a call id's milliseconds, the first part after `c_`.
+pub(super) const MILLIS_HEX: usize = 11;
+
 pub(super) fn new_effect_id(call_id: &str) -> String {
     let mut random = [0u8; 16];
     // The OS source does not fail on Linux once booted; if it ever did, a

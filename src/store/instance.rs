@@ -183,3 +183,84 @@ impl Reclaimable {
         }
     }
 }
+
+/// Whether an instance is alive by recovery's rule: not stopped, and heard
+/// from within `DEAD_AFTER` of `now` (the clock its heartbeat was written
+/// by: this host's on SQLite, the database's on PostgreSQL). Recovery takes
+/// back the calls of an instance this says is not alive.
+pub(super) fn is_alive(heartbeat_at: f64, stopped_at: Option<f64>, now: f64) -> bool {
+    stopped_at.is_none() && heartbeat_at > now - DEAD_AFTER.as_secs_f64()
+}
+
+/// One service instance, as `GET /v1/nodes` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub instance_id: String,
+    pub host: String,
+    pub pid: i64,
+    pub started_at: f64,
+    pub heartbeat_at: f64,
+    pub stopped_at: Option<f64>,
+    /// By `is_alive`, at the moment it was read.
+    pub alive: bool,
+    /// Calls `running` under an owner of this instance.
+    pub running: i64,
+}
+
+/// The most instances `nodes` lists: the ones heard from last. Every
+/// restart adds one, and stopped ones are kept (recovery reads them).
+pub const NODES_LISTED: usize = 100;
+
+impl Node {
+    /// `row` with `alive` judged at `now` and its running calls, from the
+    /// `(instance id, running)` counts (an instance with none is absent).
+    pub(super) fn judged(mut self, now: f64, running: &[(String, i64)]) -> Node {
+        self.alive = is_alive(self.heartbeat_at, self.stopped_at, now);
+        self.running = running
+            .iter()
+            .find(|(id, _)| *id == self.instance_id)
+            .map_or(0, |(_, n)| *n);
+        self
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "instance_id": self.instance_id,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "heartbeat_at": self.heartbeat_at,
+            "stopped_at": self.stopped_at,
+            "alive": self.alive,
+            "running": self.running,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Alive is recovery's rule: stopped or silent past `DEAD_AFTER` is not.
+    #[test]
+    fn alive_follows_the_rule_recovery_uses() {
+        let now = 1_000.0;
+        let dead_after = DEAD_AFTER.as_secs_f64();
+        assert!(is_alive(now - 1.0, None, now));
+        assert!(!is_alive(now - dead_after, None, now));
+        assert!(!is_alive(now, Some(now - 1.0), now));
+        let node = Node {
+            instance_id: "i_a".into(),
+            host: "h".into(),
+            pid: 1,
+            started_at: 0.0,
+            heartbeat_at: now,
+            stopped_at: None,
+            alive: false,
+            running: 0,
+        }
+        .judged(now, &[("i_b".into(), 2), ("i_a".into(), 3)]);
+        assert!(node.alive);
+        assert_eq!(node.running, 3);
+    }
+}

@@ -15,15 +15,21 @@
 //! wing but here: `backend` (`Backend`, the one contract both implement,
 //! each rule in its method's doc), `call_store` (the facade: it holds a
 //! backend behind that contract and stamps each call's `expires_at`),
-//! `model` (the types of the API, `Then`, `CallCounts`), `error`
-//! (`StoreError`), `database` (which backend a `--db` names), `db_schema` (`--db-schema`, the
-//! PostgreSQL schema a deployment's tables live in), `ids` (call
-//! and effect ids, the local clock), `options` (`StoreOptions`,
-//! `DueLimits`), `limits` (the limits a tool's calls share across
-//! processes: `ToolLimit`, the token bucket, `LimitedClaim`), `instance` (instance identity and the liveness rules of
-//! recovery: `Reclaimable`), `audit` (the audit events and their detail
-//! texts), `cancel` (cancelling: its rules, `Cancel`, the steps a wing runs), `wake` (another node's news), `business_key` (the second layer's
-//! types) and `verify` (the offline checker's invariants and report); this
+//! `model` (the types of the API, `Then`, `CallCounts`), `counts` (what
+//! the count tables hold: `/stats`, `/metrics` and the overview without
+//! reading `calls`), `list` (`ListQuery`, and the plan both wings follow to
+//! answer it from indexes), `error` (`StoreError`), `database` (which
+//! backend a `--db` names), `db_schema` (`--db-schema`, the PostgreSQL
+//! schema a deployment's tables live in), `ids` (call and effect ids, the
+//! local clock), `options` (`StoreOptions`, `DueLimits`), `limits` (the
+//! limits a tool's calls share across processes: `ToolLimit`, the token
+//! bucket, `LimitedClaim`), `instance` (instance identity and the liveness
+//! rules of recovery: `Reclaimable`; `Node`, what `GET /v1/nodes` shows),
+//! `audit` (the audit events and their detail texts), `cancel`
+//! (cancelling: its rules, `Cancel`, the steps a wing runs), `wake`
+//! (another node's news), `business_key` (the second layer's types),
+//! `mixed` (the bench's mixed million, row by row) and `verify` (the
+//! offline checker's invariants and report); this
 //! file is the map, and the one dispatch from a database to its wing
 //! (`open_backend`, `verify_backend`, `tools_outside_backend`).
 //!
@@ -33,7 +39,9 @@
 //! and `postgres/` (for several nodes on one database: a connection pool,
 //! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
 //! `schema`, `instances`, `business_key`, `retention`, `report_reads`,
-//! `limits` and `verify`, in its own SQL.
+//! `counts` (the count tables and their triggers), `list` (the list's
+//! statements), `bulk` (the bench's loaders), `limits` and `verify`, in
+//! its own SQL.
 //!
 //! Idempotency keys are scoped by tenant: every lookup the API makes names
 //! the tenant, and another tenant's call reads as absent.
@@ -62,12 +70,15 @@ mod backend;
 mod business_key;
 mod call_store;
 mod cancel;
+mod counts;
 mod database;
 mod db_schema;
 mod error;
 mod ids;
 mod instance;
 mod limits;
+mod list;
+mod mixed;
 mod model;
 mod options;
 mod postgres;
@@ -80,12 +91,14 @@ mod wake;
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
+pub use counts::{CountRow, Counts, Totals};
 pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
 pub use db_schema::{DbSchema, DB_SCHEMA_RULE, DEFAULT_DB_SCHEMA};
 pub use error::{Cause, StoreError};
 pub use ids::{call_id_of_effect, effect_id_for, now};
-pub use instance::{owner_name, Instance, DEAD_AFTER, HEARTBEAT_EVERY};
+pub use instance::{owner_name, Instance, Node, DEAD_AFTER, HEARTBEAT_EVERY, NODES_LISTED};
 pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
+pub use list::{ListPage, ListQuery};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
@@ -94,9 +107,39 @@ pub use options::{
     DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
 };
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::{
-    backup, bulk, COUNT_CALLS_IN_STATUS_INDEX, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION,
-};
+pub use sqlite::{backup, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+
+/// The bench's bulk loaders and its write-path comparison: for measurement
+/// only, never on a database that serves anyone (see each wing's `bulk`).
+pub mod bulk {
+    pub use super::mixed::{MixedCalls, MixedRow};
+    pub use super::sqlite::bulk::{insert_succeeded_charges, strip_console_writes, BulkCharge};
+    use super::{Database, StoreError};
+
+    /// `mix` into the database `db` names (its schema must exist).
+    pub fn insert_mixed_calls(db: &Database, mix: &MixedCalls) -> Result<(), StoreError> {
+        match db {
+            Database::Sqlite(path) => super::sqlite::bulk::insert_mixed(path, mix),
+            Database::Postgres(target) => super::postgres::bulk::insert_mixed(target, mix),
+        }
+    }
+}
+
+/// The list's statements, for the tests and the docs that show their plans.
+pub mod list_sql {
+    /// On SQLite.
+    pub mod sqlite {
+        pub use crate::store::sqlite::{
+            ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT,
+        };
+    }
+    /// On PostgreSQL.
+    pub mod postgres {
+        pub use crate::store::postgres::{
+            ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT,
+        };
+    }
+}
 pub use wake::{Wake, WakeHandler};
 
 use backend::Backend;

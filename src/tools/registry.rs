@@ -5,8 +5,8 @@
 //! It only reads specs: it never runs a tool and never touches the database.
 
 use super::args_error::ArgsError;
-use super::builtin::{self, TOOL_NAMES};
-use super::spec::ToolSpec;
+use super::builtin::{self, EFFECT_TOOLS, TOOL_NAMES};
+use super::spec::{Kind, ToolSpec};
 use crate::input::quote;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -102,6 +102,20 @@ impl ToolRegistry {
             spec: Arc::clone(spec),
             quick: spec.is_quick(args),
         })
+    }
+
+    /// The tools whose every success writes one `effects` row: each `http`
+    /// and `command` tool, and the built-ins of `EFFECT_TOOLS` (the same rule
+    /// as `file::effect_tools`, which reads only a file's names and kinds):
+    /// what `verify` judges this server's database by.
+    pub fn effect_tools(&self) -> Vec<&str> {
+        self.specs()
+            .filter(|spec| match spec.kind {
+                Kind::Http | Kind::Command => true,
+                Kind::Builtin => EFFECT_TOOLS.contains(&spec.name.as_str()),
+            })
+            .map(|spec| spec.name.as_str())
+            .collect()
     }
 
     /// `{"tools": [...]}` for `GET /v1/tools`, sorted by name.

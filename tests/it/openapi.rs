@@ -183,7 +183,13 @@ fn it_describes_every_route_of_the_api() {
         "GET /metrics",
         "GET /openapi.yaml",
         "POST /mcp",
+        "GET /v1/tool-calls",
+        "GET /v1/nodes",
+        "GET /v1/overview",
         "POST /v1/tool-calls/{call_id}/cancel",
+        "GET /v1/verify",
+        "GET /ui",
+        "GET /ui/{asset}",
     ]
     .into_iter()
     .map(String::from)

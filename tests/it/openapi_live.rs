@@ -30,6 +30,7 @@ fn concrete(template: &str) -> String {
     template
         .replace("{call_id}", "c_0000000000000000")
         .replace("{key}", "no-such-key")
+        .replace("{asset}", "app.js")
 }
 
 /// Every route the router knows is in the document, and every path in the
@@ -238,8 +239,31 @@ fn samples(server: &Local) -> Vec<Sample> {
     push(
         "/v1/tool-calls",
         "post",
-        server.call("GET", "/v1/tool-calls", &acme, None),
+        server.call("DELETE", "/v1/tool-calls", &acme, None),
     );
+    for (path, who) in [
+        ("/v1/tool-calls", &acme),
+        ("/v1/tool-calls?status=succeeded&limit=1", &acme),
+        ("/v1/tool-calls?tenant=*&key_prefix=s-", &ops),
+        ("/v1/tool-calls?status=done", &acme),
+        ("/v1/tool-calls?tenant=*", &acme),
+    ] {
+        push("/v1/tool-calls", "get", server.call("GET", path, who, None));
+    }
+    for (path, who) in [
+        ("/v1/overview", &acme),
+        ("/v1/overview?tenant=*", &ops),
+        ("/v1/overview?tenant=*", &acme),
+        ("/v1/overview?x=1", &acme),
+    ] {
+        push("/v1/overview", "get", server.call("GET", path, who, None));
+    }
+    push(
+        "/v1/nodes",
+        "get",
+        server.call("GET", "/v1/nodes", &ops, None),
+    );
+    push("/v1/nodes", "get", get("/v1/nodes"));
     push(
         "/v1/tool-calls/by-key/{key}",
         "get",
@@ -359,6 +383,22 @@ fn samples(server: &Local) -> Vec<Sample> {
             &stateless.to_string(),
         ),
     );
+    push(
+        "/v1/verify",
+        "get",
+        server.call("GET", "/v1/verify", &ops, None),
+    );
+    push("/v1/verify", "get", get("/v1/verify"));
+    push(
+        "/v1/verify",
+        "get",
+        server.call("GET", "/v1/verify?timeout_s=x", &ops, None),
+    );
+    push("/ui", "get", server.call("GET", "/ui", &[], None));
+    for asset in ["app.js", "app.css", "favicon.svg", "calls", "nope.js"] {
+        let path = format!("/ui/{asset}");
+        push("/ui/{asset}", "get", server.call("GET", &path, &[], None));
+    }
     let mut raw = RawClient::connect(server.addr());
     raw.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n");
     push("/healthz", "get", raw.reply());

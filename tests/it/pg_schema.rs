@@ -89,11 +89,18 @@ fn an_earlier_release_tables_in_public_move_into_the_schema_at_start() {
     let mut old = start(&url, &["--db-schema", "public"], &scratch);
     let before = charged(&old, "kept-key", 3);
     let mut db = connect(&url);
-    // What a release before `--db-schema` left: its steps only (the one that
-    // came with `--db-schema` makes `tool_limits`).
+    // What a release before `--db-schema` left: its steps only, 1 to 3 (the
+    // one that came with `--db-schema` makes `tool_limits`; the next, the
+    // count tables and the list's index).
     db.batch_execute(
-        "DELETE FROM public.idem_schema WHERE name LIKE 'tool_limits%';
-         DROP TABLE public.tool_limits;",
+        "DELETE FROM public.idem_schema WHERE version >= 4;
+         DROP TABLE public.tool_limits;
+         DROP TRIGGER calls_counted ON public.calls;
+         DROP TRIGGER calls_counted_on_update ON public.calls;
+         DROP TRIGGER effects_counted ON public.effects;
+         DROP FUNCTION public.idem_count_calls(), public.idem_count_effects();
+         DROP TABLE public.call_counts, public.effect_counts;
+         DROP INDEX public.calls_list;",
     )
     .unwrap();
 

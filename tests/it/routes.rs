@@ -69,7 +69,7 @@ fn not_found_and_wrong_method() {
     }
     let resp = idempotent_tool::client::request_once(
         &server.base,
-        "GET",
+        "DELETE",
         "/v1/tool-calls",
         &[],
         None,
@@ -77,7 +77,7 @@ fn not_found_and_wrong_method() {
     )
     .unwrap();
     assert_eq!(resp.status, 405);
-    assert_eq!(resp.header("allow"), Some("POST"));
+    assert_eq!(resp.header("allow"), Some("GET, POST"));
     assert_eq!(resp.json()["error"]["code"], "method_not_allowed");
     let (status, _) = server.request("DELETE", "/stats", &[], None);
     assert_eq!(status, 405);

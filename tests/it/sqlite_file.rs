@@ -10,7 +10,7 @@ use crate::support;
 use crate::support::Counts;
 use crate::support::Http;
 use crate::support::{audit_events, charge, count, open_db, Local, TempDb};
-use idempotent_tool::store::COUNT_CALLS_IN_STATUS_INDEX;
+use idempotent_tool::store::list_sql::sqlite;
 use serde_json::json;
 
 /// The schema carries the seed's constraints, and the seed's duplicate-effects
@@ -73,20 +73,51 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         )
         .unwrap();
     assert!(plan.contains("idx_calls_client_seq"), "{plan}");
-    // `/stats` counts calls by status and attempt in one pass over
-    // idx_calls_status, in its order: no table scan, no sort.
+    // The list reads each (status, tenant, tool) group of idx_calls_status
+    // backwards between two ids, every tenant's calls by the primary key,
+    // and a key prefix as a range of the (tenant, idem_key) index: no scan,
+    // no sort, whatever the filters (docs/performance.md shows them too).
     let columns = text_column(
         &conn,
         "SELECT name FROM pragma_index_info('idx_calls_status') ORDER BY seqno",
         0,
     );
-    assert_eq!(columns, ["status", "lease_until", "attempt"]);
-    let plan = text_column(
-        &conn,
-        &format!("EXPLAIN QUERY PLAN {COUNT_CALLS_IN_STATUS_INDEX}"),
-        3,
+    assert_eq!(columns, ["status", "tenant", "tool", "call_id"]);
+    for (sql, uses) in [
+        (sqlite::GROUP_IDS, "SEARCH calls USING COVERING INDEX idx_calls_status (status=? AND tenant=? AND tool=? AND call_id>? AND call_id<?)"),
+        (sqlite::GROUP_IDS_FILTERED, "SEARCH calls USING INDEX idx_calls_status (status=? AND tenant=? AND tool=? AND call_id>? AND call_id<?)"),
+        (sqlite::ALL_IDS, "SEARCH calls USING COVERING INDEX sqlite_autoindex_calls_1 (call_id>? AND call_id<?)"),
+        (sqlite::ALL_IDS_FILTERED, "SEARCH calls USING INDEX sqlite_autoindex_calls_1 (call_id>? AND call_id<?)"),
+    ] {
+        let plan = plan_of(&conn, sql);
+        assert_eq!(plan, [uses], "{sql}");
+    }
+    let plan = plan_of(&conn, sqlite::PREFIX_COUNT);
+    assert!(
+        plan.iter().any(|step| step.contains(
+            "COVERING INDEX sqlite_autoindex_calls_2 (tenant=? AND idem_key>? AND idem_key<?)"
+        )),
+        "{plan:?}"
     );
-    assert_eq!(plan, ["SCAN calls USING COVERING INDEX idx_calls_status"]);
+    // The claim's scan of due calls and recovery's of running ones still
+    // search idx_calls_status by status (their statements, as in sql.rs and
+    // instances.rs).
+    for sql in [
+        "SELECT call_id, tool FROM calls
+          WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+          ORDER BY lease_until, rowid LIMIT ?2",
+        "SELECT c.call_id FROM calls c LEFT JOIN instances i
+            ON c.owner LIKE '%@%' AND i.instance_id = substr(c.owner, instr(c.owner, '@') + 1)
+          WHERE c.status = 'running' AND (c.lease_until IS NULL OR c.lease_until <= ?1
+                OR i.stopped_at IS NOT NULL OR i.heartbeat_at <= ?2)",
+    ] {
+        let plan = plan_of(&conn, sql);
+        assert!(
+            plan.iter()
+                .any(|step| step.contains("USING INDEX idx_calls_status (status=?)")),
+            "{plan:?}"
+        );
+    }
     let duplicates = count(&server.db, "SELECT count(*) FROM (SELECT call_id, count(*) FROM effects GROUP BY call_id HAVING count(*) > 1)");
     assert_eq!(duplicates, 0);
     assert_eq!(server.stats()["calls"], 5);
@@ -145,8 +176,8 @@ fn database_with_the_seeds_exact_schema_still_works() {
         db.count("SELECT seq FROM sqlite_sequence WHERE name = 'audit'"),
         3
     );
-    // Migration 5 rebuilt `calls` (keys per tenant) with this release's
-    // indexes, so /stats now counts from idx_calls_status there too.
+    // Migration 5 rebuilt `calls` (keys per tenant), migration 9 made its
+    // count tables from the rows there and reshaped its status index.
     let stats = server.stats();
     assert_eq!(stats["calls"], 1, "{stats}");
     assert_eq!(stats["by_status"], json!({"succeeded": 1}), "{stats}");
@@ -317,4 +348,15 @@ fn a_completion_refused_past_its_lease_is_committed_later_not_run_again() {
     blocker.execute_batch("ROLLBACK").unwrap();
     let done = server.wait_terminal(&call_id);
     assert_finished_once_on_attempt_1(&db, &call_id, &done);
+}
+
+/// What `EXPLAIN QUERY PLAN` says of `sql`, each step's detail, its
+/// parameters bound to NULL (the plan does not depend on their values).
+fn plan_of(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+    stmt.query_map(rusqlite::params_from_iter(nulls), |r| r.get(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
 }

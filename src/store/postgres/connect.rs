@@ -143,7 +143,16 @@ fn host_label(config: &tokio_postgres::Config) -> String {
 /// One blocking connection outside the service (`verify`), with the URL's
 /// TLS mode, the system's roots and the default connect timeout.
 pub(super) fn connect_once(target: &PgTarget) -> Result<::postgres::Client, StoreError> {
-    let tls = tls::connector(target.ssl_mode(), None)?;
+    connect_blocking(target, None)
+}
+
+/// `connect_once` trusting `ca_file`'s roots too (`--db-ca-file`): the
+/// service's own promise check (`GET /v1/verify`), outside its pool.
+pub(super) fn connect_blocking(
+    target: &PgTarget,
+    ca_file: Option<&Path>,
+) -> Result<::postgres::Client, StoreError> {
+    let tls = tls::connector(target.ssl_mode(), ca_file)?;
     let mut config = ::postgres::Config::from(target.config().clone());
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(PgTimeouts::default().connect);

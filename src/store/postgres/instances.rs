@@ -17,7 +17,7 @@
 //! fenced by the attempt and discarded, and `effects.call_id UNIQUE` holds.
 
 use super::super::audit;
-use super::super::instance::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
+use super::super::instance::{pid_is_alive, Instance, Node, Reclaimable, DEAD_AFTER, NODES_LISTED};
 use super::super::model::LeaseHeld;
 use super::cancel::end_cancelled;
 use super::session::GenericClient;
@@ -212,4 +212,45 @@ fn may_take(call: &Reclaimable, me: &Instance, judging: bool) -> bool {
         return true;
     }
     judging && call.heartbeat_is_stale()
+}
+
+/// The instances heard from last (`NODES_LISTED`), each judged alive or not
+/// by the database's clock (the one their heartbeats are written by), with
+/// the calls running under their owners (`calls_running`: as few as there
+/// are workers).
+pub(super) fn nodes(client: &mut impl GenericClient) -> Result<Vec<Node>, ::postgres::Error> {
+    let running: Vec<(String, i64)> = client
+        .query(
+            "SELECT split_part(owner, '@', 2), count(*) FROM calls
+              WHERE status = 'running' AND owner LIKE '%@%'
+              GROUP BY split_part(owner, '@', 2)",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let rows = client.query(
+        concat!(
+            "SELECT instance_id, host, pid, started_at, heartbeat_at, stopped_at, ",
+            now!(),
+            " FROM instances ORDER BY heartbeat_at DESC LIMIT $1"
+        ),
+        &[&(NODES_LISTED as i64)],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let node = Node {
+                instance_id: r.get(0),
+                host: r.get(1),
+                pid: r.get(2),
+                started_at: r.get(3),
+                heartbeat_at: r.get(4),
+                stopped_at: r.get(5),
+                alive: false,
+                running: 0,
+            };
+            node.judged(r.get(6), &running)
+        })
+        .collect())
 }

@@ -9,7 +9,9 @@
 //! timeouts), `contact` (whether this node may judge others dead), `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
-//! (key purge), `report_reads` (`/stats`, audit, backlog, health), `verify`
+//! (key purge), `report_reads` (audit, health), `counts` (the count tables,
+//! sharded by backend, and their fold), `list` (the list's statements),
+//! `bulk` (the bench's loader), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
 //! business key, schema step 2), `cancel` (cancelling, schema step 3),
 //! `limits` (a tool's `max_concurrency` and `rate` shared by every node,
@@ -28,14 +30,17 @@
 //! imports nothing from the SQLite wing, and never lets a `postgres` type
 //! out.
 
+pub(super) mod bulk;
 mod business_key;
 mod cancel;
 mod connect;
 mod contact;
+mod counts;
 mod error;
 mod home_schema;
 mod instances;
 mod limits;
+mod list;
 mod listen;
 mod pool;
 mod report_reads;
@@ -50,29 +55,34 @@ mod tls;
 mod tls_tests;
 mod verify;
 
+use verify::verify_on;
 pub(super) use verify::{tools_outside, verify};
 
+pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
 pub use schema::PG_SCHEMA_VERSION;
 
 use super::audit::{self, Event};
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::{cancel_with, Cancel};
+use super::counts::Counts;
 use super::database::PgTarget;
 use super::error::StoreError;
-use super::instance::Instance;
+use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
+use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Status, Then, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
+use super::verify::{Report, VerifyError};
 use super::wake::WakeHandler;
 use pool::Pool;
 use serde_json::Value;
 use session::{Session, Transaction};
 use sql::Finish;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long bringing the schema up to date may take: longer than an
@@ -102,6 +112,8 @@ fn cancelled_or_stale(
 
 struct PgStore {
     pool: Pool,
+    /// The database, for the sessions opened outside the pool (`verify`).
+    target: PgTarget,
     options: StoreOptions,
     /// This node in `instances`; its workers' owner strings name it.
     instance: Instance,
@@ -113,7 +125,13 @@ struct PgStore {
     /// Wake-ups to and from the other nodes on this database: announced
     /// after each commit of new pending work or of completions (`listen`).
     wake: listen::ClusterWake,
+    /// Heartbeats since the count tables were last folded (`counts::fold`).
+    beats_since_fold: AtomicU32,
 }
+
+/// How many heartbeats apart this node folds the count tables' rows of
+/// closed connections (`counts::fold`).
+const FOLD_EVERY_BEATS: u32 = 30;
 
 /// Connect to the database `target` names, bring its schema up to date,
 /// start the wake-up threads and register this node.
@@ -148,11 +166,13 @@ impl PgStore {
             .collect();
         let store = PgStore {
             pool,
+            target: target.clone(),
             options,
             limited,
             instance,
             stopped: AtomicBool::new(false),
             wake,
+            beats_since_fold: AtomicU32::new(0),
         };
         let migrated_by = Instant::now() + MIGRATION_DEADLINE;
         store
@@ -250,8 +270,14 @@ impl Backend for PgStore {
         &self.instance
     }
 
+    /// And, every `FOLD_EVERY_BEATS`, the count tables' fold.
     fn heartbeat(&self) -> Result<(), StoreError> {
-        self.run(|c| instances::heartbeat(c, &self.instance))
+        self.run(|c| instances::heartbeat(c, &self.instance))?;
+        if self.beats_since_fold.fetch_add(1, Ordering::Relaxed) + 1 >= FOLD_EVERY_BEATS {
+            self.beats_since_fold.store(0, Ordering::Relaxed);
+            self.run(counts::fold)?;
+        }
+        Ok(())
     }
 
     /// Mark this node stopped (the others reclaim its running calls at once),
@@ -535,15 +561,60 @@ impl Backend for PgStore {
     }
 
     fn backlog(&self) -> Result<Backlog, StoreError> {
-        self.snapshot(|tx| report_reads::backlog(tx))
+        let counts = self.counts(Scope::All)?;
+        Ok(Backlog {
+            calls_by_status: counts.by_status(),
+            oldest_pending_created_at: counts.oldest_pending_created_at,
+        })
     }
 
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        let (counts, effects) = self.snapshot(|tx| report_reads::counts(tx, scope))?;
-        Ok(counts.into_stats(effects, WriterStats::default()))
+        let counts = self.counts(scope)?;
+        let effects = counts.effects;
+        Ok(counts
+            .call_counts()
+            .into_stats(effects, WriterStats::default()))
+    }
+
+    fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {
+        self.snapshot(|tx| counts::counts(tx, scope))
+    }
+
+    /// The counts that plan it and the rows in one REPEATABLE READ snapshot.
+    fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let scope = match &query.tenant {
+            Some(tenant) => Scope::Tenant(tenant),
+            None => Scope::All,
+        };
+        let rows = self.snapshot(|tx| {
+            let counts = Counts {
+                rows: counts::count_rows(tx, scope)?,
+                ..Counts::default()
+            };
+            list::rows(tx, query, &query.plan(&counts))
+        })?;
+        Ok(query.page(rows))
+    }
+
+    fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        self.snapshot(|tx| instances::nodes(tx))
     }
 
     fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
         self.run(|client| business_key::ledger(client, limit))
+    }
+
+    /// On a connection opened for it, outside the pool (the URL's TLS and
+    /// `--db-ca-file`), each statement bounded by what is left of the time. PostgreSQL answers a read only
+    /// with committed (durable) rows, so no gate follows.
+    fn verify_until(
+        &self,
+        effect_tools: &[&str],
+        deadline: Instant,
+    ) -> Result<Report, VerifyError> {
+        let target = &self.target;
+        let mut client = connect::connect_blocking(target, self.options.ca_file.as_deref())
+            .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
+        verify_on(&mut client, target, effect_tools, Some(deadline))
     }
 }

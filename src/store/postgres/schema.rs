@@ -24,7 +24,8 @@ const MIGRATION_LOCK: i64 = 0x6964_656d;
 struct Migration {
     version: i32,
     name: &'static str,
-    sql: &'static str,
+    /// Run one after another in the step's transaction.
+    sql: &'static [&'static str],
 }
 
 /// Every step, oldest first. Append only: a released step never changes.
@@ -32,24 +33,48 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "calls, effects, audit and instances (the SQLite schema at version 7)",
-        sql: V1,
+        sql: &[V1],
     },
     Migration {
         version: 2,
         name: "business_keys: one live call per business key (SQLite's version 8)",
-        sql: super::business_key::BUSINESS_KEYS_TABLE,
+        sql: &[super::business_key::BUSINESS_KEYS_TABLE],
     },
     Migration {
         version: 3,
         name: "cancelled calls: the status, cancel_requested_at and cancel_reason (SQLite's version 9)",
-        sql: V3,
+        sql: &[V3],
     },
     Migration {
         version: 4,
         name: "tool_limits: max_concurrency and rate shared by every node",
-        sql: super::limits::TOOL_LIMITS_TABLE,
+        sql: &[super::limits::TOOL_LIMITS_TABLE],
+    },
+    Migration {
+        version: 5,
+        name: "call_counts, effect_counts, calls_list, idem_key in \"C\": counts and lists \
+               without reading calls (SQLite's version 11)",
+        sql: &[
+            V5,
+            super::counts::COUNT_TABLES,
+            super::counts::BACKFILL_COUNTS,
+        ],
     },
 ];
+
+/// Step 5: the list's index, keys in byte order, and the count tables
+/// (`counts`).
+///
+/// `idem_key` takes the "C" collation: keys are opaque bytes, so equality
+/// (and the unique constraint) is unchanged, while `calls_tenant_idem_key`
+/// is rebuilt in byte order, in which a key prefix is one range of it — in
+/// a language's collation it is not. `calls_list` is the list's index; its
+/// entries land at the right end of their (tenant, tool, status) group, as
+/// call ids grow.
+const V5: &str = "
+ALTER TABLE calls ALTER COLUMN idem_key TYPE text COLLATE \"C\";
+CREATE INDEX calls_list ON calls (tenant, tool, status, call_id);
+";
 
 /// The PostgreSQL schema version this binary writes.
 pub const PG_SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
@@ -178,7 +203,9 @@ pub(super) fn migrate(
             if version(tx)? >= step.version {
                 return Ok(false);
             }
-            tx.batch_execute(step.sql).map_err(store_error)?;
+            for sql in step.sql {
+                tx.batch_execute(sql).map_err(store_error)?;
+            }
             tx.execute(
                 "INSERT INTO idem_schema (version, name) VALUES ($1, $2)",
                 &[&step.version, &step.name],

@@ -38,6 +38,7 @@ macro_rules! call_columns {
          next_attempt_at, cancel_requested_at"
     };
 }
+pub(super) use call_columns;
 
 /// Create-or-get in one statement, `$1`..`$9` the new call. `ON CONFLICT
 /// ... DO UPDATE` (a no-op update of the key to itself) rather than `DO
@@ -613,7 +614,7 @@ fn one_call(
 }
 
 /// One `calls` row, in `call_columns!` order.
-fn call_from_row(row: &Row) -> Call {
+pub(super) fn call_from_row(row: &Row) -> Call {
     let json_col = |i: usize| -> Option<Value> {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())

@@ -12,22 +12,66 @@ use super::super::verify::{
     business_key_check, invariant_checks, Check, Report, Spec, VerifyError, MAX_EXAMPLES,
 };
 use super::error::store_error;
-use ::postgres::{IsolationLevel, Transaction};
+use ::postgres::{Client, IsolationLevel, Transaction};
 use std::path::PathBuf;
+use std::time::Instant;
 
 pub(in crate::store) fn verify(
     target: &PgTarget,
     effect_tools: &[&str],
 ) -> Result<Report, VerifyError> {
-    let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
     let mut client = super::connect::connect_once(target)
         .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
+    verify_on(&mut client, target, effect_tools, None)
+}
+
+/// `verify` on a connection already open, each statement bounded by what is
+/// left until `deadline` (`statement_timeout`), if there is one: past it the
+/// answer is `TimedOut`, never a check that reads as violated because it was
+/// cut short.
+pub(in crate::store) fn verify_on(
+    client: &mut Client,
+    target: &PgTarget,
+    effect_tools: &[&str],
+    deadline: Option<Instant>,
+) -> Result<Report, VerifyError> {
+    let report = snapshot(client, target, effect_tools, Bound(deadline));
+    match deadline {
+        Some(deadline) if Instant::now() >= deadline => Err(VerifyError::TimedOut),
+        _ => report,
+    }
+}
+
+/// When the statements of one run must end, if ever.
+#[derive(Clone, Copy)]
+struct Bound(Option<Instant>);
+
+impl Bound {
+    /// Give the next statement only the time that is left (at least 1 ms,
+    /// rounded up, so a statement stopped by it ends past the deadline).
+    fn apply(self, tx: &mut Transaction<'_>) {
+        if let Some(deadline) = self.0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ms = left.as_micros().div_ceil(1000).max(1);
+            let _ = tx.batch_execute(&format!("SET LOCAL statement_timeout = {ms}"));
+        }
+    }
+}
+
+fn snapshot(
+    client: &mut Client,
+    target: &PgTarget,
+    effect_tools: &[&str],
+    bound: Bound,
+) -> Result<Report, VerifyError> {
+    let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
     let mut tx = client
         .build_transaction()
         .isolation_level(IsolationLevel::RepeatableRead)
         .read_only(true)
         .start()
         .map_err(failed)?;
+    bound.apply(&mut tx);
     let tables: i64 = tx
         .query_one(
             "SELECT count(*) FROM information_schema.tables
@@ -53,20 +97,32 @@ pub(in crate::store) fn verify(
     if has_business_keys == 1 {
         specs.push(business_key_check());
     }
-    let checks = specs.iter().map(|spec| run(&mut tx, spec)).collect();
+    let checks = specs
+        .iter()
+        .map(|spec| {
+            bound.apply(&mut tx);
+            run(&mut tx, spec)
+        })
+        .collect();
     let report = Report {
         path: PathBuf::from(target.to_string()),
-        calls: count(&mut tx, "SELECT count(*) FROM calls"),
+        calls: count(&mut tx, bound, "SELECT count(*) FROM calls"),
         by_status: grouped(
             &mut tx,
+            bound,
             "SELECT status, count(*) FROM calls GROUP BY status ORDER BY status",
         ),
-        effects: count(&mut tx, "SELECT count(*) FROM effects"),
+        effects: count(&mut tx, bound, "SELECT count(*) FROM effects"),
         audit: grouped(
             &mut tx,
+            bound,
             "SELECT event, count(*) FROM audit GROUP BY event ORDER BY event",
         ),
-        tenants: Some(count(&mut tx, "SELECT count(DISTINCT tenant) FROM calls")),
+        tenants: Some(count(
+            &mut tx,
+            bound,
+            "SELECT count(DISTINCT tenant) FROM calls",
+        )),
         checks,
     };
     tx.commit().map_err(failed)?;
@@ -110,11 +166,13 @@ fn run(tx: &mut Transaction<'_>, spec: &Spec) -> Check {
 }
 
 /// A count for the report; `-1` when it cannot be computed.
-fn count(tx: &mut Transaction<'_>, sql: &str) -> i64 {
+fn count(tx: &mut Transaction<'_>, bound: Bound, sql: &str) -> i64 {
+    bound.apply(tx);
     tx.query_one(sql, &[]).map(|r| r.get(0)).unwrap_or(-1)
 }
 
-fn grouped(tx: &mut Transaction<'_>, sql: &str) -> Vec<(String, i64)> {
+fn grouped(tx: &mut Transaction<'_>, bound: Bound, sql: &str) -> Vec<(String, i64)> {
+    bound.apply(tx);
     tx.query(sql, &[])
         .map(|rows| {
             rows.iter()

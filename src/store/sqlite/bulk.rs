@@ -1,6 +1,8 @@
-//! Loading many settled calls at once, for measurement: the bench's
-//! million-call point needs a database that looks as if it had served a
-//! million charges, in seconds rather than hours.
+//! Loading many calls at once, for measurement: the bench's million-call
+//! points need a database that looks as if it had served a million charges
+//! (`insert_succeeded_charges`), or a day of mixed calls (`insert_mixed`),
+//! in seconds rather than hours; and `strip_console_writes`, for the bench's
+//! comparison of the write path without what the console added to it.
 //!
 //! This bypasses the writer and its guarantees on purpose — no fsync per
 //! transaction (`synchronous=OFF`; the caller syncs the file once), no audit
@@ -9,6 +11,7 @@
 
 use super::super::error::StoreError;
 use super::super::ids::{new_effect_id, now};
+use super::super::mixed::MixedCalls;
 use rusqlite::{params, Connection};
 use serde_json::json;
 use std::path::Path;
@@ -70,6 +73,97 @@ pub fn insert_succeeded_charges(
         tx.commit()?;
     }
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+    Ok(())
+}
+
+/// Insert `mix`'s calls, their effects and business keys into the database
+/// at `path` (whose schema must exist), in large unsynced transactions, then
+/// checkpoint the WAL. The count tables' triggers fire as for any insert.
+pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
+    let mut conn = Connection::open(path)?;
+    conn.execute_batch("PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;")?;
+    for first in (0..mix.count).step_by(ROWS_PER_TRANSACTION as usize) {
+        let tx = conn.transaction()?;
+        {
+            let mut call = tx.prepare(
+                "INSERT INTO calls (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
+                                    result_json, error_json, attempt, lease_until, owner, effect_id,
+                                    created_at, updated_at, next_attempt_at)
+                 VALUES (?1, ?2, ?3, 'bulk', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14)",
+            )?;
+            let mut effect = tx.prepare(
+                "INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+                 VALUES (?1, ?2, ?3, 1, ?4)",
+            )?;
+            let mut business_key = tx.prepare(
+                "INSERT INTO business_keys (call_id, tenant, tool, bkey, created_at, expires_at, holding)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 0)",
+            )?;
+            for n in first..(first + ROWS_PER_TRANSACTION).min(mix.count) {
+                let r = mix.row(n);
+                call.execute(params![
+                    r.call_id,
+                    r.tenant,
+                    r.idem_key,
+                    r.tool,
+                    r.args_json,
+                    r.status,
+                    r.result_json,
+                    r.error_json,
+                    r.attempt,
+                    r.lease_until,
+                    r.owner,
+                    r.effect_id,
+                    r.created_at,
+                    r.next_attempt_at
+                ])?;
+                if r.effect {
+                    effect.execute(params![r.effect_id, r.call_id, r.tool, r.created_at])?;
+                }
+                if let Some(bkey) = &r.business_key {
+                    business_key.execute(params![
+                        r.call_id,
+                        r.tenant,
+                        r.tool,
+                        bkey,
+                        r.created_at
+                    ])?;
+                }
+            }
+        }
+        tx.commit()?;
+    }
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
+    Ok(())
+}
+
+/// For the bench's write-path comparison only: undo in the file at `path`
+/// what migration 11 changed on every write — put `idx_calls_status` back on
+/// `(status, lease_until, attempt)` (`old_status_index`), drop the count
+/// tables' triggers (`count_triggers`) — so that a service on it writes as
+/// the release before did. Its counts and lists are wrong from then on:
+/// never on a database that serves anyone.
+pub fn strip_console_writes(
+    path: &Path,
+    old_status_index: bool,
+    count_triggers: bool,
+) -> Result<(), StoreError> {
+    let conn = Connection::open(path)?;
+    if old_status_index {
+        conn.execute_batch(
+            "DROP INDEX idx_calls_status;
+             CREATE INDEX idx_calls_status ON calls(status, lease_until, attempt);",
+        )?;
+    }
+    if count_triggers {
+        conn.execute_batch(
+            "DROP TRIGGER calls_counted_on_insert;
+             DROP TRIGGER calls_counted_on_update;
+             DROP TRIGGER calls_counted_on_delete;
+             DROP TRIGGER effects_counted_on_insert;
+             DROP TRIGGER effects_counted_on_delete;",
+        )?;
+    }
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 
 use super::super::audit::{self, Event};
 use super::super::ids::now;
-use super::super::instance::{pid_is_alive, Instance, Reclaimable, DEAD_AFTER};
+use super::super::instance::{pid_is_alive, Instance, Node, Reclaimable, DEAD_AFTER, NODES_LISTED};
 use super::super::model::LeaseHeld;
 use super::cancel::end_cancelled;
 use super::sql::audit;
@@ -143,4 +143,37 @@ pub(super) fn has_reclaimable(conn: &Connection) -> rusqlite::Result<bool> {
         "SELECT EXISTS (SELECT 1 FROM {CALLS_WITH_OWNER_INSTANCE} WHERE {RECLAIMABLE})"
     ))?
     .query_row(params![now, heartbeat_cutoff(now)], |r| r.get(0))
+}
+
+/// The instances heard from last (`NODES_LISTED`), each judged alive or not
+/// by this host's clock, with the calls running under its owners: the
+/// `running` entries of `idx_calls_status`, as few as there are workers.
+pub(super) fn nodes(conn: &Connection) -> rusqlite::Result<Vec<Node>> {
+    let running: Vec<(String, i64)> = conn
+        .prepare_cached(
+            "SELECT substr(owner, instr(owner, '@') + 1), count(*) FROM calls
+              WHERE status = 'running' AND owner LIKE '%@%'
+              GROUP BY substr(owner, instr(owner, '@') + 1)",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let now = now();
+    conn.prepare_cached(
+        "SELECT instance_id, host, pid, started_at, heartbeat_at, stopped_at FROM instances
+          ORDER BY heartbeat_at DESC LIMIT ?1",
+    )?
+    .query_map(params![NODES_LISTED as i64], |r| {
+        Ok(Node {
+            instance_id: r.get(0)?,
+            host: r.get(1)?,
+            pid: r.get(2)?,
+            started_at: r.get(3)?,
+            heartbeat_at: r.get(4)?,
+            stopped_at: r.get(5)?,
+            alive: false,
+            running: 0,
+        })
+    })?
+    .map(|node| Ok(node?.judged(now, &running)))
+    .collect()
 }

@@ -4,11 +4,13 @@
 //! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
 //! own (`checkpointer`); reads go to a bounded pool of read connections
 //! (`reader_pool`). The statements: `sql` (the state machine), `instances`
-//! (the process registry and recovery), `business_key`, `cancel`, `retention`,
-//! `limits` (a tool's `rate`, shared by every process on the file),
-//! `report_reads` (the operations endpoints), `schema` (DDL, pragmas,
-//! migrations), `ownership` (a file another program made is refused), `backup`
-//! (a consistent copy of a live file); and the offline `verify` and the bench's `bulk` loader.
+//! (the process registry and recovery, the nodes), `business_key`,
+//! `cancel`, `retention`, `limits` (a tool's `rate`, shared by every
+//! process on the file), `report_reads` (the operations endpoints), `counts`
+//! (the count tables, their triggers and reads), `list` (the list's
+//! statements), `schema` (DDL, pragmas, migrations), `ownership` (a file
+//! another program made is refused), `backup` (a consistent copy of a live
+//! file); and the offline `verify` and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
@@ -19,11 +21,13 @@ pub mod bulk;
 mod business_key;
 mod cancel;
 mod checkpointer;
+mod counts;
 mod deadline;
 mod handoff;
 mod health_probe;
 mod instances;
 mod limits;
+mod list;
 mod ownership;
 mod reader_pool;
 mod report_reads;
@@ -39,23 +43,27 @@ mod write_queue;
 mod writer;
 
 pub use business_key::LEDGER_SQL;
+pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
 pub use reader_pool::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
-pub use sql::COUNT_CALLS_IN_STATUS_INDEX;
+use verify::verify_within;
 pub(super) use verify::{tools_outside, verify};
 
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
+use super::counts::Counts;
 use super::error::StoreError;
 use super::ids::now;
-use super::instance::{log_gone, Instance};
+use super::instance::{log_gone, Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
+use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
 };
 use super::options::{DueLimits, StoreOptions};
+use super::verify::{Report, VerifyError};
 use crate::metrics::Metrics;
 use deadline::{Deadline, LateLeases};
 use health_probe::HealthProbe;
@@ -66,7 +74,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use writer::{Lane, Writer};
 
 /// How many due calls `claim_due_within` reads past those of a tool with no
@@ -75,6 +83,8 @@ const SCAN_PAST_CAPPED: usize = 1_000;
 
 /// The SQLite-backed store.
 struct SqliteStore {
+    /// The file, for the promise check's own read-only connection.
+    path: std::path::PathBuf,
     /// `/healthz`'s read of the file on a fresh connection, off its thread.
     probe: HealthProbe,
     /// How long a caller waits for the writer or a reader (`--db-timeout-ms`).
@@ -87,9 +97,6 @@ struct SqliteStore {
     writer: Writer,
     /// At most `MAX_READERS` read connections, shared by every reader.
     readers: Readers,
-    /// Whether `idx_calls_status` holds `attempt` (not in databases made by
-    /// the seed's DDL or an earlier version), which decides how `stats` counts.
-    status_index_has_attempt: bool,
     /// This process in `instances`; its workers' owner strings name it.
     instance: Instance,
     /// The tools whose `rate` this file holds for every process (`limits`).
@@ -108,7 +115,6 @@ pub(super) fn open(path: &Path, options: StoreOptions) -> Result<Box<dyn Backend
 impl SqliteStore {
     fn open(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
         let conn = schema::open_writer(path, &options)?;
-        let status_index_has_attempt = schema::status_index_has_attempt(&conn)?;
         let writer =
             Writer::start(conn).map_err(|e| StoreError::internal(format!("spawn writer: {e}")))?;
         // Reads wait for the sync that covers what they saw (`syncer`): no
@@ -121,13 +127,13 @@ impl SqliteStore {
             .cloned()
             .collect();
         let store = SqliteStore {
+            path: path.to_path_buf(),
             probe: HealthProbe::new(path),
             deadline: Deadline::new(options.db_timeout()),
             late_leases: Arc::default(),
             limited,
             writer,
             readers,
-            status_index_has_attempt,
             instance: Instance::this_process(),
             stopped: Default::default(),
             purge_cursor: AtomicI64::new(0),
@@ -526,27 +532,97 @@ impl Backend for SqliteStore {
         self.writer.failure()
     }
 
+    /// From the count tables, and one seek per tool with pending calls.
     fn backlog(&self) -> Result<Backlog, StoreError> {
-        self.read(|conn| {
-            let snapshot = conn.unchecked_transaction()?;
-            let backlog = report_reads::backlog(conn)?;
-            snapshot.commit()?;
-            Ok(backlog)
+        let counts = self.counts(Scope::All)?;
+        Ok(Backlog {
+            calls_by_status: counts.by_status(),
+            oldest_pending_created_at: counts.oldest_pending_created_at,
         })
     }
 
+    /// From the count tables: no read of `calls` beyond the seeks for the
+    /// oldest pending call.
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        let tenant = match scope {
-            Scope::Tenant(tenant) => Some(tenant.to_string()),
-            Scope::All => None,
-        };
-        let in_index = self.status_index_has_attempt;
-        let (counts, effects) =
-            self.read(move |conn| report_reads::counts(conn, tenant.as_deref(), in_index))?;
-        Ok(counts.into_stats(effects, self.writer.stats()))
+        let counts = self.counts(scope)?;
+        let effects = counts.effects;
+        Ok(counts
+            .call_counts()
+            .into_stats(effects, self.writer.stats()))
+    }
+
+    /// One read transaction, so the counts describe one moment even while
+    /// the writer commits between the queries.
+    fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {
+        let tenant = scope_owned(scope);
+        self.read(move |conn| {
+            let snapshot = conn.unchecked_transaction()?;
+            let counts = counts::counts(conn, scope_of(&tenant))?;
+            snapshot.commit()?;
+            Ok(counts)
+        })
+    }
+
+    /// The counts that plan it and the rows in one read transaction, so a
+    /// group the counts say is empty has no rows to miss.
+    fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let query = query.clone();
+        self.read(move |conn| {
+            let snapshot = conn.unchecked_transaction()?;
+            let scope = match &query.tenant {
+                Some(tenant) => Scope::Tenant(tenant),
+                None => Scope::All,
+            };
+            let counts = Counts {
+                rows: counts::count_rows(conn, scope)?,
+                ..Counts::default()
+            };
+            let plan = query.plan(&counts);
+            let rows = list::rows(conn, &query, &plan)?;
+            snapshot.commit()?;
+            Ok(query.page(rows))
+        })
+    }
+
+    fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        self.read(instances::nodes)
     }
 
     fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
         self.read(move |conn| business_key::ledger(conn, limit))
+    }
+
+    /// The check opens the file itself, read-only; what it saw is then
+    /// gated like any read (`syncer`).
+    fn verify_until(
+        &self,
+        effect_tools: &[&str],
+        deadline: Instant,
+    ) -> Result<Report, VerifyError> {
+        let report = verify_within(&self.path, effect_tools, deadline)?;
+        // At least a moment for the sync in flight, even at the deadline.
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.writer
+            .durability()
+            .wait_until_visible_is_synced(left.max(Duration::from_secs(1)))
+            .map_err(VerifyError::NotDurable)?;
+        Ok(report)
+    }
+}
+
+/// A scope a read thread can take along: the tenant's name, or `None` for
+/// every tenant.
+fn scope_owned(scope: Scope<'_>) -> Option<String> {
+    match scope {
+        Scope::Tenant(tenant) => Some(tenant.to_string()),
+        Scope::All => None,
+    }
+}
+
+/// The scope `scope_owned` took along.
+fn scope_of(tenant: &Option<String>) -> Scope<'_> {
+    match tenant {
+        Some(tenant) => Scope::Tenant(tenant),
+        None => Scope::All,
     }
 }

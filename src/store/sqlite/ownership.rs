@@ -39,6 +39,13 @@ const OUR_TABLES: &[(&str, &[&str])] = &[
         &["call_id", "tenant", "tool", "bkey", "holding"],
     ),
     ("tool_limits", &["tool", "tokens", "refilled_at"]),
+    (
+        "call_counts",
+        &[
+            "tenant", "tool", "status", "attempt", "calls", "inserted", "entered",
+        ],
+    ),
+    ("effect_counts", &["tenant", "effects", "detached"]),
 ];
 
 /// Refuse a file another program made; say why in one line.

@@ -1,41 +1,15 @@
-//! The reads behind the operations endpoints: the counts for `/stats`, a
-//! call's audit timeline, the backlog a metrics scrape reports, and the
-//! fresh read `/healthz` makes. Each runs on a connection it is given; the
-//! ones that read more than one statement do it in one read transaction.
+//! The reads behind the operations endpoints: a call's audit timeline and
+//! the fresh read `/healthz` makes (the counts of `/stats` and `/metrics`
+//! are `counts`'). Each runs on a connection it is given; one that reads
+//! more than one statement does it in one read transaction.
 //!
 //! This module never writes, and never reads another tenant's rows for a
 //! tenant's answer.
 
-use super::super::model::{AuditEvent, Backlog, CallCounts};
+use super::super::model::AuditEvent;
 use super::sql;
 use rusqlite::{params, Connection, OpenFlags};
 use std::path::Path;
-
-/// Calls by status and attempt and the effects, every tenant's (`None`)
-/// or one tenant's, in one read transaction, so the counts describe one
-/// moment even while the writer commits between the queries (each would
-/// otherwise see its own snapshot, and the statuses could outnumber the
-/// calls). `in_index`: whether `idx_calls_status` holds `attempt`.
-pub(super) fn counts(
-    conn: &Connection,
-    tenant: Option<&str>,
-    in_index: bool,
-) -> rusqlite::Result<(CallCounts, i64)> {
-    let snapshot = conn.unchecked_transaction()?;
-    let counts = match tenant {
-        Some(tenant) => (
-            count_tenant_calls(conn, tenant)?,
-            count_tenant_effects(conn, tenant)?,
-        ),
-        None if in_index => (
-            sql::count_calls_in_status_index(conn)?,
-            sql::count_effects(conn)?,
-        ),
-        None => (sql::count_calls_in_table(conn)?, sql::count_effects(conn)?),
-    };
-    snapshot.commit()?;
-    Ok(counts)
-}
 
 /// The tenant's call's audit rows, oldest first, in one read transaction;
 /// `None` when the tenant has no such call.
@@ -53,26 +27,6 @@ pub(super) fn tenant_audit(
     Ok(events)
 }
 
-/// One tenant's calls by status and by attempt, through the
-/// `UNIQUE (tenant, idem_key)` index (the status index holds no tenant, and
-/// another index would cost every call a write).
-fn count_tenant_calls(conn: &Connection, tenant: &str) -> rusqlite::Result<CallCounts> {
-    conn.prepare_cached(
-        "SELECT status, attempt, count(*) FROM calls WHERE tenant = ?1 GROUP BY status, attempt",
-    )?
-    .query_map(params![tenant], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-    .collect()
-}
-
-/// The effects of a tenant's calls still kept (a purged call's effect stays
-/// in the ledger but no longer has a tenant to count it under).
-fn count_tenant_effects(conn: &Connection, tenant: &str) -> rusqlite::Result<i64> {
-    conn.prepare_cached(
-        "SELECT count(*) FROM effects e JOIN calls c ON c.call_id = e.call_id WHERE c.tenant = ?1",
-    )?
-    .query_row(params![tenant], |r| r.get(0))
-}
-
 /// A call's audit rows in the order they were written (`idx_audit_call`).
 fn audit_timeline(conn: &Connection, call_id: &str) -> rusqlite::Result<Vec<AuditEvent>> {
     conn.prepare_cached(
@@ -87,22 +41,6 @@ fn audit_timeline(conn: &Connection, call_id: &str) -> rusqlite::Result<Vec<Audi
         })
     })?
     .collect()
-}
-
-/// Calls by status (one pass over `idx_calls_status`, as `/stats` makes) and
-/// the oldest pending call's creation time (a range of that index).
-pub(super) fn backlog(conn: &Connection) -> rusqlite::Result<Backlog> {
-    let calls_by_status = conn
-        .prepare_cached("SELECT status, count(*) FROM calls GROUP BY status")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    let oldest_pending_created_at = conn
-        .prepare_cached("SELECT min(created_at) FROM calls WHERE status = 'pending'")?
-        .query_row([], |r| r.get(0))?;
-    Ok(Backlog {
-        calls_by_status,
-        oldest_pending_created_at,
-    })
 }
 
 /// Whether the file can be opened and read now, on a new connection: the

@@ -1,4 +1,4 @@
-//! The statements of a call's path (creation, claims, completions and the
+//! The statements of a call's path (ceation, claims, completions and the
 //! reads beside them), each beside the rule it implements; the process
 //! registry and recovery are in `instances`, key retention in `retention`,
 //! business keys in `business_key`, the reports in `report_reads`. The
@@ -12,15 +12,14 @@
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
-    Call, CallCounts, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
-    Status,
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
 };
 use super::cancel::{cancelled_or_stale, end_cancelled};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
 use std::time::Duration;
 
-const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
+pub(super) const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
      status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
      next_attempt_at, cancel_requested_at";
 
@@ -255,38 +254,6 @@ fn finish_fenced(
     Ok(changed == 1)
 }
 
-/// The query behind `count_calls_in_status_index` (public for the test that
-/// checks its plan).
-pub const COUNT_CALLS_IN_STATUS_INDEX: &str =
-    "SELECT status, attempt, count(*) FROM calls GROUP BY status, lease_until, attempt";
-
-/// One pass over `idx_calls_status`, grouped in the index's own order so no
-/// sort is needed: one row per (status, lease_until, attempt), which is a
-/// handful of rows plus one per running call, summed here.
-pub(super) fn count_calls_in_status_index(conn: &Connection) -> rusqlite::Result<CallCounts> {
-    conn.prepare_cached(COUNT_CALLS_IN_STATUS_INDEX)?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect()
-}
-
-/// The same counts where `idx_calls_status` lacks `attempt`: the table is scanned.
-pub(super) fn count_calls_in_table(conn: &Connection) -> rusqlite::Result<CallCounts> {
-    let calls = conn.query_row("SELECT count(*) FROM calls", [], |r| r.get(0))?;
-    let by_status = conn
-        .prepare_cached("SELECT status, count(*) FROM calls GROUP BY status ORDER BY status")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    let attempts = conn
-        .prepare_cached("SELECT attempt, count(*) FROM calls GROUP BY attempt ORDER BY attempt")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(CallCounts {
-        calls,
-        by_status,
-        attempts,
-    })
-}
-
 /// Insert a `pending` call under a fresh id and return the row as written;
 /// another process may have drawn the same id, so a primary-key collision
 /// draws again.
@@ -468,7 +435,7 @@ fn one_call(
 }
 
 /// One `calls` row, in `CALL_COLUMNS` order.
-fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
+pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
     let json_col = |i: usize| -> rusqlite::Result<Option<Value>> {
         Ok(row
             .get::<_, Option<String>>(i)?
@@ -553,8 +520,4 @@ pub(super) fn due_calls(
         })
     })?
     .collect()
-}
-
-pub(super) fn count_effects(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row("SELECT count(*) FROM effects", [], |r| r.get(0))
 }

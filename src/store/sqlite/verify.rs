@@ -13,7 +13,8 @@ use super::super::verify::{business_key_check, invariant_checks, Spec};
 use super::super::verify::{Check, Report, VerifyError, MAX_EXAMPLES};
 use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
-use std::time::Duration;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// `verify::tools_outside_database` on the file at `path`.
 pub(in crate::store) fn tools_outside(
@@ -37,35 +38,69 @@ pub(in crate::store) fn tools_outside(
 
 /// Check every invariant on the database at `path`, read-only, in one snapshot.
 pub(in crate::store) fn verify(path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError> {
-    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
     let conn = open_service_database(path)?;
+    verify_on(&conn, path, effect_tools)
+}
+
+/// `verify`, stopped at `deadline`: past it SQLite is interrupted (a check
+/// cut short would otherwise read as a violation) and the answer is
+/// `TimedOut`. For the service's `GET /v1/verify`, which must not hold a
+/// read snapshot (and with it the WAL's checkpoints) longer than it asked.
+pub(in crate::store) fn verify_within(
+    path: &Path,
+    effect_tools: &[&str],
+    deadline: Instant,
+) -> Result<Report, VerifyError> {
+    let conn = open_service_database(path)?;
+    let interrupt = conn.get_interrupt_handle();
+    let (finished, watch) = mpsc::channel::<()>();
+    let report = std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(mpsc::RecvTimeoutError::Timeout) = watch.recv_timeout(left) {
+                interrupt.interrupt();
+            }
+        });
+        let report = verify_on(&conn, path, effect_tools);
+        drop(finished);
+        report
+    });
+    if Instant::now() >= deadline {
+        return Err(VerifyError::TimedOut);
+    }
+    report
+}
+
+/// Every count and check on an open connection, in one read transaction.
+fn verify_on(conn: &Connection, path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError> {
+    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
     // One read transaction: every count and check below sees the same commit.
     conn.execute_batch("BEGIN").map_err(open_error)?;
-    let tenant = has_column(&conn, "calls", "tenant");
-    let purged = has_column(&conn, "effects", "call_purged_at");
-    let mut checks = vec![integrity(&conn)];
+    let tenant = has_column(conn, "calls", "tenant");
+    let purged = has_column(conn, "effects", "call_purged_at");
+    let mut checks = vec![integrity(conn)];
     let mut specs = invariant_checks(tenant, purged, effect_tools);
-    if has_table(&conn, "business_keys") {
+    if has_table(conn, "business_keys") {
         specs.push(business_key_check());
     }
-    checks.extend(specs.iter().map(|spec| spec.run(&conn)));
+    checks.extend(specs.iter().map(|spec| spec.run(conn)));
     let report = Report {
         path: path.to_path_buf(),
-        calls: count(&conn, "SELECT count(*) FROM calls"),
+        calls: count(conn, "SELECT count(*) FROM calls"),
         by_status: grouped(
-            &conn,
+            conn,
             "SELECT status, count(*) FROM calls GROUP BY status ORDER BY status",
         ),
-        effects: count(&conn, "SELECT count(*) FROM effects"),
-        audit: if has_table(&conn, "audit") {
+        effects: count(conn, "SELECT count(*) FROM effects"),
+        audit: if has_table(conn, "audit") {
             grouped(
-                &conn,
+                conn,
                 "SELECT event, count(*) FROM audit GROUP BY event ORDER BY event",
             )
         } else {
             Vec::new()
         },
-        tenants: tenant.then(|| count(&conn, "SELECT count(DISTINCT tenant) FROM calls")),
+        tenants: tenant.then(|| count(conn, "SELECT count(DISTINCT tenant) FROM calls")),
         checks,
     };
     Ok(report)

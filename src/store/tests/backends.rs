@@ -61,6 +61,40 @@ impl TestDb {
         }
     }
 
+    /// The one real number, or none, `sql` selects (a `min(created_at)`).
+    pub(in crate::store) fn real(&self, sql: &str) -> Option<f64> {
+        match self {
+            TestDb::Sqlite(dir) => rusqlite::Connection::open(dir.path())
+                .unwrap()
+                .query_row(sql, [], |r| r.get(0))
+                .unwrap(),
+            TestDb::Postgres(url) => crate::temp::postgres::connect(url)
+                .query_one(sql, &[])
+                .unwrap()
+                .get(0),
+        }
+    }
+
+    /// The first column of every row `sql` selects, as text.
+    pub(in crate::store) fn texts(&self, sql: &str) -> Vec<String> {
+        match self {
+            TestDb::Sqlite(dir) => rusqlite::Connection::open(dir.path())
+                .unwrap()
+                .prepare(sql)
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap(),
+            TestDb::Postgres(url) => crate::temp::postgres::connect(url)
+                .query(sql, &[])
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect(),
+        }
+    }
+
     /// The one number `sql` (a `count(*)`) selects.
     pub(in crate::store) fn count(&self, sql: &str) -> i64 {
         match self {

@@ -126,6 +126,11 @@ pub enum VerifyError {
     NotAServiceDatabase(PathBuf),
     /// PostgreSQL could not be reached or read (the URL, masked, and why).
     Postgres(String, StoreError),
+    /// The run passed its deadline (`verify_within`) and was stopped.
+    TimedOut,
+    /// The service could not show that what the run read is on disk (a
+    /// failed sync of the WAL, or one that did not come in time).
+    NotDurable(StoreError),
 }
 
 impl fmt::Display for VerifyError {
@@ -138,6 +143,10 @@ impl fmt::Display for VerifyError {
                 path.display()
             ),
             VerifyError::Postgres(url, e) => write!(f, "cannot read {url}: {e}"),
+            VerifyError::TimedOut => f.write_str("the check did not finish within its time"),
+            VerifyError::NotDurable(e) => {
+                write!(f, "what the check read is not known to be on disk: {e}")
+            }
         }
     }
 }
@@ -146,8 +155,8 @@ impl std::error::Error for VerifyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             VerifyError::Open(_, e) => Some(e),
-            VerifyError::NotAServiceDatabase(_) => None,
-            VerifyError::Postgres(_, e) => Some(e),
+            VerifyError::NotAServiceDatabase(_) | VerifyError::TimedOut => None,
+            VerifyError::Postgres(_, e) | VerifyError::NotDurable(e) => Some(e),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! waits are polls against generous deadlines (the CI box is small and noisy).
 
 pub mod auth;
+pub mod browser;
 pub mod downstream;
 pub mod exposition;
 pub mod fake_upstream;

@@ -6,33 +6,42 @@
 use super::*;
 use rusqlite::Connection;
 
-/// A new database's status index covers `attempt`, so `stats` counts from
-/// it; so does one made by the seed's DDL (whose index lacked it) once
-/// migration 5 has rebuilt `calls` with its indexes.
+/// Migration 9 fills the count tables from the rows already there: `/stats`
+/// then answers what counting `calls` and `effects` answers, an effect whose
+/// call is gone counting for every tenant together but for no one tenant.
 #[test]
-fn stats_counts_from_the_status_index_also_after_an_upgrade() -> Result<(), StoreError> {
-    let new = TempDb::new("status-index-new");
-    assert!(
-        CallStore::open(new.path(), StoreOptions::default())?
-            .sqlite()
-            .status_index_has_attempt
-    );
-    let seed = TempDb::new("status-index-seed");
-    Connection::open(seed.path())?.execute_batch(
-        "CREATE TABLE calls (call_id TEXT PRIMARY KEY, idem_key TEXT NOT NULL UNIQUE,
-           fingerprint TEXT NOT NULL, client_id TEXT, seq INTEGER, tool TEXT NOT NULL,
-           args_json TEXT NOT NULL, status TEXT NOT NULL, result_json TEXT, error_json TEXT,
-           attempt INTEGER NOT NULL DEFAULT 0, lease_until REAL, owner TEXT, effect_id TEXT,
-           created_at REAL NOT NULL, updated_at REAL NOT NULL);
-         CREATE INDEX idx_calls_status ON calls(status, lease_until);",
-    )?;
-    assert!(
-        CallStore::open(seed.path(), StoreOptions::default())?
-            .sqlite()
-            .status_index_has_attempt
-    );
+fn the_count_tables_start_from_the_rows_already_there() -> Result<(), StoreError> {
+    let db = TempDb::new("counts-backfill");
+    Connection::open(db.path())?
+        .execute_batch(&format!("{RELEASE_0_DDL}{OLD_ROWS}{MORE_OLD_ROWS}"))?;
+    let store = CallStore::open(db.path(), StoreOptions::default())?;
+    let all = store.stats(Scope::All)?;
+    assert_eq!(all.calls, 3);
+    assert_eq!(all.effects, 2);
+    let by_status: Vec<(&str, i64)> = all
+        .by_status
+        .iter()
+        .map(|(s, n)| (s.as_str(), *n))
+        .collect();
+    assert_eq!(by_status, [("failed", 1), ("pending", 1), ("succeeded", 1)]);
+    assert_eq!(all.attempts, [(0, 1), (1, 1), (2, 1)]);
+    let tenant = store.stats(Scope::Tenant(crate::auth::ANONYMOUS))?;
+    assert_eq!((tenant.calls, tenant.effects), (3, 1));
+    let backlog = store.backlog()?;
+    assert_eq!(backlog.oldest_pending_created_at, Some(3.0));
     Ok(())
 }
+
+/// Beside `OLD_ROWS`: a failed call on its second attempt, a pending one,
+/// and an effect whose call was purged.
+const MORE_OLD_ROWS: &str = "
+INSERT INTO calls (call_id, idem_key, fingerprint, tool, args_json, status, attempt, created_at,
+                   updated_at)
+     VALUES ('c_0000000000000002', 'failed-key', 'fp', 'fail', '{}', 'failed', 2, 2.0, 2.0),
+            ('c_0000000000000003', 'pending-key', 'fp', 'charge', '{}', 'pending', 0, 3.0, 3.0);
+INSERT INTO effects (effect_id, call_id, tool, amount, created_at)
+     VALUES ('eff_00000000000000ff', 'c_00000000000000ff', 'charge', 1, 1.0);
+";
 
 /// Section 12.3's DDL, exactly as the chapter prints it.
 const CHAPTER_DDL: &str = "

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# console_screenshots.sh — remake the console's screenshots in docs/.
+#
+# What it does: builds the server, starts it on a temporary database with a tools
+# file (the built-ins, `fail` retried automatically, and a slow `export_report`
+# command tool capped at one at a time, so calls wait for its slot), posts a minute
+# of calls of every kind (charges, e-mails, failures, retries, slow exports), and
+# takes three pictures with headless Chromium: the overview, the calls filtered by
+# status, and one call's page with its audit timeline. It writes
+# docs/console-overview.png, docs/console-calls.png and docs/console-call.png.
+# Everything it started is stopped and its temporary folder removed on exit.
+#
+# Usage: scripts/console_screenshots.sh [--seconds N]
+#   --seconds N   how long to make calls before the pictures (default 60)
+# Needs: chromium (Debian's package), curl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SECONDS_OF_LOAD=60
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --seconds) SECONDS_OF_LOAD="$2"; shift 2 ;;
+        *) echo "usage: $0 [--seconds N]" >&2; exit 2 ;;
+    esac
+done
+
+WORK=$(mktemp -d /tmp/console-shots.XXXXXX)
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+write_tools_file() {
+    cat > "$WORK/tools.json" <<'JSON'
+{"tools": {
+  "charge": {"kind": "builtin"},
+  "send_email": {"kind": "builtin"},
+  "sleep": {"kind": "builtin", "max_concurrency": 4},
+  "fail": {"kind": "builtin", "max_attempts": 3},
+  "export_report": {"kind": "command", "argv": ["/bin/sleep", "40"], "timeout_ms": 120000,
+                    "max_concurrency": 1,
+                    "input_schema": {"type": "object", "properties": {"month": {"type": "string"}}}}
+}}
+JSON
+}
+
+start_server() {
+    cargo build --quiet --bin idempotent-tool
+    ./target/debug/idempotent-tool --port 0 --db "$WORK/console.db" --tools "$WORK/tools.json" \
+        --access-log off > "$WORK/out.log" 2> "$WORK/err.log" &
+    SERVER_PID=$!
+    for _ in $(seq 1 300); do
+        if grep -q 'listening on http://' "$WORK/out.log"; then break; fi
+        sleep 0.1
+    done
+    BASE="http://$(grep -o 'listening on http://[^ ]*' "$WORK/out.log" | sed 's|listening on http://||')"
+    echo "server at $BASE"
+}
+
+post() { # KEY BODY
+    curl -sS -o /dev/null -X POST "$BASE/v1/tool-calls" -H "Idempotency-Key: $1" -d "$2"
+}
+
+make_calls() {
+    local round=0 deadline=$((SECONDS + SECONDS_OF_LOAD))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        round=$((round + 1))
+        for i in $(seq 1 $((3 + RANDOM % 6))); do
+            post "order-$round-$i" "{\"tool\":\"charge\",\"args\":{\"amount\":$((100 + RANDOM % 9000))}}"
+        done
+        post "receipt-$round" "{\"tool\":\"send_email\",\"args\":{\"to\":\"customer$round@example.com\",\"subject\":\"Your receipt #$round\"}}"
+        if [ $((round % 3)) -eq 0 ]; then
+            post "card-declined-$round" '{"tool":"fail","args":{"fail_times":5}}'
+        fi
+        if [ $((round % 4)) -eq 1 ]; then
+            post "flaky-upstream-$round" '{"tool":"fail","args":{"fail_times":2,"retryable":true}}'
+        fi
+        if [ $((round % 5)) -eq 2 ]; then
+            post "export-2026-$round" "{\"tool\":\"export_report\",\"args\":{\"month\":\"2026-$((round % 12 + 1))\"}}"
+        fi
+        post "warmup-$round" '{"tool":"sleep","args":{"seconds":1.5}}'
+        sleep 1
+    done
+}
+
+shot() { # URL FILE WIDTH HEIGHT
+    chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+        --disable-background-networking --disable-component-update --disable-sync \
+        --hide-scrollbars --force-device-scale-factor=1 --user-data-dir="$WORK/profile-$RANDOM" \
+        --window-size="$3,$4" --virtual-time-budget=5000 --screenshot="$2" "$1" 2>/dev/null
+    echo "wrote $2"
+}
+
+main() {
+    write_tools_file
+    start_server
+    make_calls
+    local call
+    call=$(curl -sS "$BASE/v1/tool-calls/by-key/flaky-upstream-1" | grep -o '"call_id":"[^"]*"' | cut -d'"' -f4)
+    shot "$BASE/ui/" docs/console-overview.png 1280 1420
+    shot "$BASE/ui/calls?status=failed&status=pending&status=running" docs/console-calls.png 1280 1000
+    shot "$BASE/ui/calls/$call" docs/console-call.png 1280 1000
+}
+
+main

@@ -1,0 +1,95 @@
+//! `GET /v1/overview` (the console's overview page in one read) and `GET
+//! /v1/nodes` (the service instances, admins only).
+//!
+//! The overview's counts come from the count tables (`CallStore::counts`),
+//! the same read `/stats` makes, so for the same scope they are the same
+//! numbers; its rates from the history the `rates` thread keeps
+//! (`metrics::rates`). Neither reads `calls` but for the seek to the
+//! oldest pending call.
+//!
+//! This file never shows a tenant another tenant's counts or rates, nor
+//! the nodes (an admin's view of the deployment).
+
+use super::error::ApiError;
+use super::list::STATUSES;
+use super::query::QueryParams;
+use super::router::Api;
+use crate::auth::Tenant;
+use crate::http::{Request, Response};
+use crate::store::{now, Node, Scope};
+use serde_json::{json, Map, Value};
+
+impl Api {
+    /// `GET /v1/nodes`, for an admin.
+    pub(super) fn nodes(&self, req: &Request, tenant: &Tenant) -> Result<Response, ApiError> {
+        QueryParams::parse(req.query.as_deref(), &[], &[])?;
+        if !tenant.admin {
+            return Err(ApiError::Forbidden("/v1/nodes"));
+        }
+        Ok(Response::json(200, &json!({"nodes": self.nodes_json()?})))
+    }
+
+    /// `GET /v1/overview`, in the caller's scope (`tenant=` as in the list).
+    pub(super) fn overview(&self, req: &Request, tenant: &Tenant) -> Result<Response, ApiError> {
+        let params = QueryParams::parse(req.query.as_deref(), &["tenant"], &[])?;
+        let scope = self.scope(&params, tenant)?;
+        let counts = self.store.counts(match &scope {
+            Some(tenant) => Scope::Tenant(tenant),
+            None => Scope::All,
+        })?;
+        let mut by_status: Map<String, Value> =
+            STATUSES.iter().map(|s| (s.to_string(), json!(0))).collect();
+        for (status, n) in counts.by_status() {
+            by_status.insert(status, json!(n));
+        }
+        let tools: Vec<Value> = self
+            .calls
+            .tools()
+            .specs()
+            .map(|spec| {
+                json!({
+                    "name": spec.name,
+                    "kind": spec.kind.as_str(),
+                    "running": counts.of_tool(&spec.name, "running"),
+                    "waiting": counts.of_tool(&spec.name, "pending"),
+                    "max_concurrency": spec.max_concurrency,
+                })
+            })
+            .collect();
+        let rates = self.metrics.rates.rates(scope.as_deref());
+        let nodes = match tenant.admin {
+            true => self.nodes_json()?,
+            false => Vec::new(),
+        };
+        let oldest_age = counts
+            .oldest_pending_created_at
+            .map(|created| (now() - created).max(0.0));
+        let key_ttl_s = self.store.retention().key_ttl.map(|t| t.as_secs_f64());
+        let overview = json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "backend": self.store.backend_name(),
+            "scope": scope.as_deref().unwrap_or("*"),
+            "by_status": by_status,
+            "calls": counts.calls(),
+            "effects": counts.effects,
+            "backlog": {
+                "pending": counts.by_status().iter().find(|(s, _)| s == "pending").map_or(0, |p| p.1),
+                "oldest_pending_age_s": oldest_age,
+            },
+            "tools": tools,
+            "rates": {
+                "step_s": rates.step_s,
+                "until": rates.until,
+                "created": rates.created,
+                "failed": rates.failed,
+            },
+            "nodes": nodes,
+            "retention": {"key_ttl_s": key_ttl_s},
+        });
+        Ok(Response::json(200, &overview))
+    }
+
+    fn nodes_json(&self) -> Result<Vec<Value>, ApiError> {
+        Ok(self.store.nodes()?.iter().map(Node::to_json).collect())
+    }
+}

@@ -1,0 +1,115 @@
+// The console's shell: the router from `/ui/…` paths to pages, the links
+// that move between them without a reload, the sign-in when the service
+// answers 401, and the header saying who the console speaks as.
+//
+// A page is a module with `render(main, context)`; it returns a function
+// that stops whatever it started (a refresh timer), called before the next
+// page is drawn. Every filter a page has lives in the address bar, so a
+// URL can be shared and a reload shows the same thing.
+
+import {token, whenUnauthorized} from './js/api.js';
+import {forget, signInForm, signOut, whoami} from './js/auth.js';
+import {h, notice, replace} from './js/dom.js';
+import * as overview from './js/overview.js';
+import * as calls from './js/calls.js';
+import * as call from './js/call.js';
+import * as tools from './js/tools.js';
+import * as verify from './js/verify.js';
+
+const ROUTES = [
+  [/^\/ui\/?$/, 'overview', overview],
+  [/^\/ui\/calls$/, 'calls', calls],
+  [/^\/ui\/calls\/([^/]+)$/, 'calls', call],
+  [/^\/ui\/tools$/, 'tools', tools],
+  [/^\/ui\/verify$/, 'verify', verify],
+];
+
+const main = document.getElementById('main');
+let stopPage = () => {};
+let generation = 0;
+
+/** Go to a console URL (path and query) and draw its page. */
+export function navigate(url, {replaceState = false} = {}) {
+  if (replaceState) history.replaceState(null, '', url);
+  else history.pushState(null, '', url);
+  render();
+}
+
+async function render() {
+  stopPage();
+  stopPage = () => {};
+  const mine = ++generation;
+  const path = location.pathname;
+  const route = ROUTES.find(([pattern]) => pattern.test(path));
+  markTab(route ? route[1] : null);
+  if (!route) {
+    replace(main, notice('error', 'No such page. ', h('a', {href: '/ui/', 'data-nav': true}, 'Go to the overview.')));
+    return;
+  }
+  let who;
+  try {
+    who = await whoami();
+  } catch (e) {
+    if (mine !== generation) return;
+    if (e.status === 401) return showSignIn(e);
+    replace(main, notice('error', `The service cannot be reached: ${e.message}`));
+    return;
+  }
+  if (mine !== generation) return;
+  showWho(who);
+  const [pattern, , page] = route;
+  const params = path.match(pattern).slice(1).map(decodeURIComponent);
+  const query = new URLSearchParams(location.search);
+  replace(main);
+  const stop = page.render(main, {params, query, who, navigate});
+  stopPage = typeof stop === 'function' ? stop : () => {};
+}
+
+function showSignIn(refusal) {
+  showWho(null);
+  const hadToken = Boolean(token());
+  signOut();
+  signInForm(main, hadToken && refusal.status === 401, () => render());
+}
+
+function showWho(who) {
+  const el = document.getElementById('who');
+  if (!who) return replace(el);
+  const role = who.admin ? 'admin' : 'tenant';
+  replace(el,
+    h('span', {class: `role role-${role}`, id: 'role'}, role),
+    who.tenant ? h('span', {class: 'tenant', id: 'tenant-name', title: 'tenant'}, who.tenant) : null,
+    who.tokenUsed ? h('button', {type: 'button', class: 'link', id: 'sign-out', on: {click: () => {
+      signOut();
+      render();
+    }}}, 'Sign out') : null);
+  document.querySelector('[data-tab="verify"]').hidden = !who.admin;
+}
+
+function markTab(name) {
+  for (const tab of document.querySelectorAll('[data-tab]')) {
+    if (tab.dataset.tab === name) tab.setAttribute('aria-current', 'page');
+    else tab.removeAttribute('aria-current');
+  }
+}
+
+// Links inside the console move without a reload (and keep the token
+// handling and refresh timers in one place).
+document.addEventListener('click', (event) => {
+  const a = event.target.closest('a[data-nav]');
+  if (!a || event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
+  const url = new URL(a.href);
+  if (url.origin !== location.origin) return;
+  event.preventDefault();
+  navigate(url.pathname + url.search);
+});
+
+window.addEventListener('popstate', () => render());
+
+// A 401 mid-session (the token was revoked): sign in again.
+whenUnauthorized(() => {
+  forget();
+  render();
+});
+
+render();

@@ -1,0 +1,136 @@
+// One call (`GET /v1/tool-calls/{id}` and its audit): status, tool, key,
+// business key, args, result or error, effect id, attempts, the audit
+// timeline, and — while it is pending or running — a cancel button that
+// asks for confirmation (and an optional reason) before it sends
+// `POST /v1/tool-calls/{id}/cancel`. Refreshes every 2 s until the call
+// is settled.
+
+import {get, request, segment} from './api.js';
+import {facts, h, link, notice, panel, replace} from './dom.js';
+import {dateTime, pretty, statusBadge, TERMINAL, when} from './format.js';
+import {timeline} from './timeline.js';
+
+const REFRESH_MS = 2000;
+
+export function render(main, {params, who}) {
+  const callId = params[0];
+  const head = h('div', {class: 'page-head'},
+    h('h1', null, 'Call ', h('code', {id: 'call-id'}, callId)));
+  const body = h('div', {id: 'call-body'}, h('p', {class: 'muted'}, 'Loading…'));
+  const message = h('div', {id: 'call-message'});
+  main.append(h('p', {class: 'crumbs'}, link('/ui/calls', '« Calls')), head, message, body);
+
+  let timer = null;
+  let stopped = false;
+  let tools = null;
+  async function refresh() {
+    try {
+      const [call, audit] = await Promise.all([
+        get(`/v1/tool-calls/${segment(callId)}`),
+        get(`/v1/tool-calls/${segment(callId)}/audit`),
+      ]);
+      if (!tools) tools = await get('/v1/tools').then((t) => t.tools).catch(() => []);
+      if (stopped) return;
+      draw(call, audit.events || []);
+      if (!TERMINAL.has(call.status)) timer = setTimeout(refresh, REFRESH_MS);
+    } catch (e) {
+      if (stopped) return;
+      replace(body, notice('error', e.status === 404
+        ? 'No such call here (unknown, purged after its retention, or another tenant\u2019s).'
+        : `The call could not be read: ${e.message}`));
+    }
+  }
+
+  function draw(call, events) {
+    const settled = TERMINAL.has(call.status);
+    replace(head,
+      h('h1', null, 'Call ', h('code', {id: 'call-id'}, call.call_id)),
+      h('span', {id: 'call-status'}, statusBadge(call.status)),
+      settled ? null : h('button', {type: 'button', class: 'danger', id: 'cancel-button',
+        on: {click: () => confirmCancel(call)}}, 'Cancel call…'));
+    replace(body,
+      panel('Call', {id: 'call-facts'}, facts([
+        ['Status', statusBadge(call.status), 'status'],
+        ['Tool', link(`/ui/calls?tool=${encodeURIComponent(call.tool)}`, call.tool), 'tool'],
+        ['Key', h('code', {class: 'idem-key'}, call.idem_key), 'key'],
+        ['Business key', businessKey(call), 'business-key'],
+        call.tenant !== undefined ? ['Tenant', call.tenant, 'tenant'] : null,
+        ['Effect id', h('code', null, call.effect_id), 'effect-id'],
+        ['Attempts', String(call.attempt), 'attempt'],
+        ['Client', call.client_id === null ? null
+          : `${call.client_id}${call.seq === null ? '' : ` · seq ${call.seq}`}`, 'client'],
+        ['Created', dateTime(call.created_at), 'created'],
+        ['Updated', when(call.updated_at), 'updated'],
+        ['Next attempt', call.next_attempt_at ? dateTime(call.next_attempt_at) : null, 'next-attempt'],
+        ['Cancel asked', call.cancel_requested_at ? dateTime(call.cancel_requested_at) : null, 'cancel-requested'],
+        ['Kept until', call.expires_at ? dateTime(call.expires_at) : (settled ? 'forever' : 'while in flight'), 'expires'],
+      ])),
+      h('div', {class: 'grid-2'},
+        panel('Args', null, h('pre', {class: 'json', id: 'call-args'}, pretty(call.args))),
+        call.error
+          ? panel('Error', {class: 'panel panel-bad'}, h('pre', {class: 'json', id: 'call-error'}, pretty(call.error)))
+          : panel('Result', null, call.result === null || call.result === undefined
+            ? h('p', {class: 'muted', id: 'call-result'}, settled ? 'No result.' : 'Not yet: the call has not settled.')
+            : h('pre', {class: 'json', id: 'call-result'}, pretty(call.result)))),
+      panel('Audit timeline', {id: 'audit'}, timeline(events)));
+  }
+
+  /** The call's business key, from its tool's rule (JSON Pointers into args). */
+  function businessKey(call) {
+    if (call.business_key !== undefined) return call.business_key;
+    const tool = (tools || []).find((t) => t.name === call.tool);
+    const rule = tool && tool.business_key;
+    if (!rule || !call.args) return null;
+    const values = rule.fields.map((pointer) => pointer.split('/').slice(1)
+      .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'))
+      .reduce((v, p) => (v === null || v === undefined ? v : v[p]), call.args));
+    return h('code', null, JSON.stringify(values));
+  }
+
+  function confirmCancel(call) {
+    const reason = h('textarea', {id: 'cancel-reason', rows: 2, maxlength: 500,
+      placeholder: 'Why (optional, recorded in the audit)'});
+    const dialog = h('dialog', {class: 'dialog', id: 'cancel-dialog'},
+      h('form', {method: 'dialog', on: {submit: async (event) => {
+        event.preventDefault();
+        dialog.close();
+        dialog.remove();
+        await sendCancel(call, reason.value.trim());
+      }}},
+      h('h2', null, 'Cancel this call?'),
+      h('p', null, call.status === 'running'
+        ? 'It is running: the service asks its tool to stop. If the tool\u2019s answer is recorded first, the call stays settled. An http tool\u2019s request may already have reached its downstream.'
+        : 'It has not started: it will never run. Its key will then replay the cancelled call; a new attempt needs a new key.'),
+      h('label', {class: 'field'}, h('span', null, 'Reason'), reason),
+      h('div', {class: 'row end'},
+        h('button', {type: 'button', id: 'cancel-dismiss', on: {click: () => {
+          dialog.close();
+          dialog.remove();
+        }}}, 'Keep it'),
+        h('button', {type: 'submit', class: 'danger', id: 'cancel-confirm'}, 'Cancel call'))));
+    document.body.append(dialog);
+    dialog.showModal();
+  }
+
+  async function sendCancel(call, reason) {
+    try {
+      const answer = await request('POST', `/v1/tool-calls/${segment(call.call_id)}/cancel`,
+        reason ? {reason} : undefined);
+      replace(message, answer.status === 202
+        ? notice('warn', 'Stop requested: the tool has not ended yet. This page follows it.')
+        : notice('ok', 'Cancelled.'));
+    } catch (e) {
+      replace(message, notice('error', e.code === 'call_settled'
+        ? `Not cancelled: the call had already ${e.body && e.body.call ? e.body.call.status : 'settled'}.`
+        : `Not cancelled: ${e.message}`));
+    }
+    clearTimeout(timer);
+    refresh();
+  }
+
+  refresh();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}

@@ -1,0 +1,148 @@
+//! The count tables, on both backends: after every kind of write — create
+//! (plain, claimed, guarded), claim, automatic retry, fail, succeed with an
+//! effect, a same-key retry reset, release, recovery and purge — `/stats`,
+//! the backlog and `counts` answer exactly what counting `calls` and
+//! `effects` answers, for every tenant and for each one.
+
+use super::*;
+use crate::store::business_key::BusinessKey;
+
+on_both_backends!(counts_stay_exact_through_every_transition);
+
+const TENANTS: [&str; 2] = ["acme", "beta"];
+const STATUSES: [&str; 4] = ["pending", "running", "succeeded", "failed"];
+
+/// What counting the rows answers, against what the count tables answer,
+/// for every tenant together and each alone.
+fn assert_exact(db: &TestDb, store: &CallStore, step: &str) {
+    let scopes = [(Scope::All, String::new())]
+        .into_iter()
+        .chain(TENANTS.map(|t| (Scope::Tenant(t), format!(" AND c.tenant = '{t}'"))));
+    for (scope, in_scope) in scopes {
+        let stats = store.stats(scope).unwrap();
+        let counted = |condition: &str| {
+            db.count(&format!(
+                "SELECT count(*) FROM calls c WHERE true{in_scope}{condition}"
+            ))
+        };
+        assert_eq!(stats.calls, counted(""), "{step}: {scope:?} calls");
+        for status in STATUSES {
+            let shown = stats.by_status.iter().find(|(s, _)| s == status);
+            let want = counted(&format!(" AND status = '{status}'"));
+            assert_eq!(shown.map_or(0, |s| s.1), want, "{step}: {scope:?} {status}");
+            assert!(
+                shown.is_none_or(|s| s.1 > 0),
+                "{step}: a status with no calls shows"
+            );
+        }
+        for attempt in 0..4 {
+            let shown = stats.attempts.iter().find(|(a, _)| *a == attempt);
+            let want = counted(&format!(" AND attempt = {attempt}"));
+            assert_eq!(
+                shown.map_or(0, |a| a.1),
+                want,
+                "{step}: {scope:?} attempt {attempt}"
+            );
+        }
+        let effects = match scope {
+            Scope::All => db.count("SELECT count(*) FROM effects"),
+            Scope::Tenant(_) => db.count(&format!(
+                "SELECT count(*) FROM effects e JOIN calls c ON c.call_id = e.call_id
+                  WHERE true{in_scope}"
+            )),
+        };
+        assert_eq!(stats.effects, effects, "{step}: {scope:?} effects");
+        let oldest = db.real(&format!(
+            "SELECT min(created_at) FROM calls c WHERE status = 'pending'{in_scope}"
+        ));
+        let counts = store.counts(scope).unwrap();
+        assert_eq!(
+            counts.oldest_pending_created_at, oldest,
+            "{step}: {scope:?} oldest"
+        );
+        assert_eq!(counts.calls(), stats.calls);
+    }
+    let backlog = store.backlog().unwrap();
+    assert_eq!(
+        backlog.calls_by_status,
+        store.stats(Scope::All).unwrap().by_status
+    );
+}
+
+fn counts_stay_exact_through_every_transition(db: &TestDb) -> Result<(), StoreError> {
+    let options = StoreOptions {
+        retention: Retention {
+            key_ttl: Some(Duration::from_millis(1)),
+        },
+        ..StoreOptions::default()
+    };
+    let store = db.open_with(options)?;
+    assert_exact(db, &store, "empty");
+    let lease = Duration::from_secs(30);
+    let mut calls = Vec::new();
+    for (i, tenant) in TENANTS.iter().cycle().take(6).enumerate() {
+        calls.push(created_call(store.create_or_get(new_call_in(
+            tenant,
+            &format!("k{i}"),
+            "fp",
+        ))?));
+    }
+    let claimed = store.create_claimed(new_call_in("acme", "claimed", "fp"), "1:w", lease)?;
+    let guarded = BusinessKey {
+        value: r#"["order-42"]"#.into(),
+        window_secs: 60.0,
+    };
+    store.create_or_get_guarded(new_call_in("beta", "guarded", "fp"), Some(guarded))?;
+    assert_exact(db, &store, "created");
+
+    let first = store
+        .claim(&calls[0].call_id, "1:w", lease)?
+        .expect("claimed");
+    assert_exact(db, &store, "claimed");
+    succeed(&store, &first, &json!({"charged": 1}), charged(1))?;
+    succeed(
+        &store,
+        &claimed.lease.expect("created claimed"),
+        &json!({}),
+        None,
+    )?;
+    assert_exact(db, &store, "succeeded");
+
+    let second = store
+        .claim(&calls[1].call_id, "1:w", lease)?
+        .expect("claimed");
+    let retryable = json!({"code": "tool_failed", "message": "x", "retryable": true});
+    let (tx, rx) = std::sync::mpsc::channel();
+    store.retry_later_then(
+        &second,
+        &retryable,
+        Duration::ZERO,
+        Box::new(move |r| tx.send(r).unwrap()),
+    );
+    assert_eq!(rx.recv().unwrap()?, Completion::Applied);
+    assert_exact(db, &store, "retry scheduled");
+    let again = store
+        .claim(&calls[1].call_id, "1:w", lease)?
+        .expect("due again");
+    fail(&store, &again, &retryable)?;
+    assert_exact(db, &store, "failed");
+    let reset = store.create_or_get(new_call_in("beta", "k1", "fp"))?;
+    assert!(matches!(reset, Created::RetryReset(_)), "{reset:?}");
+    assert_exact(db, &store, "retry reset");
+
+    let released = store
+        .claim(&calls[2].call_id, "1:w", lease)?
+        .expect("claimed");
+    store.release(&released)?;
+    assert_exact(db, &store, "released");
+    store.claim(&calls[3].call_id, "1:w", Duration::from_millis(1))?;
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(store.recover(&[])?, [calls[3].call_id.clone()]);
+    assert_exact(db, &store, "recovered");
+
+    std::thread::sleep(Duration::from_millis(20));
+    let purged = store.purge_expired(100)?;
+    assert_eq!(purged.len(), 2, "the two succeeded calls: {purged:?}");
+    assert_exact(db, &store, "purged");
+    Ok(())
+}
