@@ -125,7 +125,11 @@ impl OriginPolicy {
     /// other than `/mcp`, or say why not: its `Host` must be loopback, a
     /// `--public-host` name or an IP address.
     pub fn check_tokenless_host(&self, host: Option<&str>) -> Result<(), Refusal> {
-        let host = host.unwrap_or("");
+        // Browsers always send a `Host` (so does every HTTP/1.1 client: the
+        // parser refuses a request without one); only HTTP/1.0 may omit it.
+        let Some(host) = host.filter(|h| !h.is_empty()) else {
+            return Ok(());
+        };
         let name = hostname(host);
         let bare = name.trim_start_matches('[').trim_end_matches(']');
         if self.trusts_host(host) || bare.parse::<std::net::IpAddr>().is_ok() {
@@ -295,7 +299,9 @@ mod tests {
             let refused = p.check_tokenless_host(Some(host)).unwrap_err();
             assert_eq!(refused.code, ErrorCode::HostNotAllowed, "{host}");
         }
-        assert!(p.check_tokenless_host(None).is_err());
+        // No browser omits it: an HTTP/1.0 client may.
+        assert!(p.check_tokenless_host(None).is_ok());
+        assert!(p.check_tokenless_host(Some("")).is_ok());
     }
 
     #[test]

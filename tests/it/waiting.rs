@@ -66,13 +66,13 @@ fn a_client_that_hangs_up_during_a_wait_frees_its_thread() {
     let call_id = call["call_id"].as_str().unwrap();
     let baseline = idle_thread_count(&server);
 
-    let get = format!("GET /v1/tool-calls/{call_id}?wait=30 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let get = format!("GET /v1/tool-calls/{call_id}?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     let took = hang_up_while_waiting(&server, baseline, &get);
     eprintln!("waiting: GET ?wait=30 ended {took:?} after its client hung up");
 
     let body = slow.to_string();
     let post = format!(
-        "POST /v1/tool-calls?wait=30 HTTP/1.1\r\nHost: t\r\nIdempotency-Key: slow-2\r\n\
+        "POST /v1/tool-calls?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: slow-2\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
