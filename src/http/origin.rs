@@ -293,7 +293,7 @@ mod tests {
         for host in [
             "evil.example.com:8081",
             "10.0.0.1.evil.example",
-            "",
+            "t",
             "[nonsense]",
         ] {
             let refused = p.check_tokenless_host(Some(host)).unwrap_err();
