@@ -184,7 +184,7 @@ impl Service {
         let mcp = Mcp::new(
             Arc::clone(&calls),
             config.mcp_wait,
-            config.mcp_origins.clone(),
+            config.trusted_names.clone(),
         );
         let mcp: Endpoint =
             Box::new(move |req, tenant, exchange| mcp.handle(req, tenant, exchange));
@@ -195,6 +195,7 @@ impl Service {
             Arc::clone(&metrics),
             mcp,
             config.trusted_proxies.clone(),
+            config.trusted_names.clone(),
         ));
         let handler: Handler = {
             let api = Arc::clone(&api);

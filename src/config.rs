@@ -22,9 +22,9 @@ pub use error::ConfigError;
 pub use flags::{Flag, FLAGS};
 
 use crate::flag::{FlagError, Flags};
+use crate::http::OriginPolicy;
 use crate::http::TrustedProxies;
 use crate::log::Level;
-use crate::mcp::origin::OriginPolicy;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Database, DbSchema, Retention, StoreOptions};
@@ -48,9 +48,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               then gives none
   --db-pool N                 PostgreSQL: most connections this node opens (default 16)
   --db-ca-file FILE           PostgreSQL: trust these PEM roots for TLS, not the system's
-  --db-timeout-ms MS          PostgreSQL: every operation (waiting for a connection,
-                              connecting, its statements) ends within this, or is
-                              answered 503 and its connection dropped (default 4000)
+  --db-timeout-ms MS          every wait on the database ends within this, or is
+                              answered 503: PostgreSQL's connections and statements,
+                              SQLite's writes, reads and health check (default 4000)
   --db-connect-timeout-ms MS  PostgreSQL: one attempt to connect to one host; a
                               multi-host URL then tries the next (default 2000)
   --db-tcp-timeout-ms MS      PostgreSQL: TCP_USER_TIMEOUT and keepalive: a peer that
@@ -62,8 +62,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               (default: the built-ins charge, send_email,
                               sleep, fail); a mistake in it exits 2
   --recover-interval-ms MS    how often recovery runs (default 200)
-  --busy-timeout-ms MS        SQLite busy timeout; PostgreSQL lock_timeout and
-                              wait for a pooled connection (default 5000)
+  --busy-timeout-ms MS        SQLite busy timeout (a lock held by another process);
+                              PostgreSQL lock_timeout and wait for a pooled
+                              connection (default 5000)
   --request-timeout-ms MS     a request's head, then its body, must arrive
                               within this (default 10000)
   --idle-timeout-ms MS        idle keep-alive connections close after this
@@ -85,8 +86,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               settle before answering \"running\" with its call_id
                               (default 50, below the 60 s MCP clients time out
                               at; 0 answers at once; fractions allowed)
-  --public-host NAMES         names (no port, comma-separated) clients reach /mcp
-                              by, besides loopback ones; any other Host is
+  --public-host NAMES         names (no port, comma-separated) clients reach the
+                              service by, besides loopback ones (and, with no
+                              auth file, IP addresses); any other Host is
                               refused 403 (a DNS-rebinding guard)
   --allowed-origin ORIGINS    web page origins (http[s]://host[:port],
                               comma-separated) allowed to call /mcp across origins
@@ -157,9 +159,9 @@ pub struct Config {
     pub tools: Arc<ToolRegistry>,
     /// How long an MCP `tools/call` waits for its call to settle.
     pub mcp_wait: Duration,
-    /// The `Host` names and `Origin`s `/mcp` trusts beyond loopback
-    /// (`--public-host`, `--allowed-origin`).
-    pub mcp_origins: OriginPolicy,
+    /// The `Host` names and `Origin`s trusted beyond loopback (`--public-host`,
+    /// `--allowed-origin`): `/mcp` always, the other routes without `--auth-file`.
+    pub trusted_names: OriginPolicy,
     /// `--log-file`: where the log goes instead of stderr.
     pub log_file: Option<PathBuf>,
     /// Whose `X-Forwarded-For` names the client in the access log.
@@ -202,7 +204,7 @@ impl Default for Config {
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
             mcp_wait: DEFAULT_MCP_WAIT,
-            mcp_origins: OriginPolicy::default(),
+            trusted_names: OriginPolicy::default(),
             log_file: None,
             trusted_proxies: TrustedProxies::default(),
             db_schema: DbSchema::default(),

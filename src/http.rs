@@ -25,12 +25,15 @@
 //! - `write`: `write_response`, the response writer.
 //! - `forwarded`: `TrustedProxies`, which address a request came from
 //!   (`X-Forwarded-For`, believed only from a `--trusted-proxy`).
+//! - `origin`: which `Host` and `Origin` the server answers (the defence
+//!   against DNS rebinding).
 
 mod chunked;
 mod error_code;
 mod forwarded;
 mod head;
 mod message;
+mod origin;
 mod parse_error;
 mod parser;
 mod parsing;
@@ -42,6 +45,7 @@ pub use error_code::ErrorCode;
 pub use forwarded::{NotAnAddress, TrustedProxies};
 pub use head::{parse_head, Framing, Head};
 pub use message::{ClientProbe, Request, Response, Version, CONTINUE_100, RETRY_AFTER_SECS};
+pub use origin::{BadName, OriginPolicy, Refusal};
 pub use parse_error::ParseError;
 pub use parser::{parse_request, Progress, RequestParser};
 pub use parsing::{ParseLimits, ParseStatus};

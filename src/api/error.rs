@@ -9,7 +9,7 @@
 
 use crate::auth::AuthError;
 use crate::calls::CallError;
-use crate::http::{ErrorCode, Response};
+use crate::http::{ErrorCode, Refusal, Response};
 use crate::store::StoreError;
 
 /// Every way a request can fail, each with one status and one code.
@@ -26,6 +26,8 @@ pub enum ApiError {
     /// The call path refused the request (`Calls`).
     Call(CallError),
     Store(StoreError),
+    /// Without `--auth-file`, a `Host` that may be a rebound page's name.
+    HostRefused(Refusal),
 }
 
 impl From<StoreError> for ApiError {
@@ -90,13 +92,14 @@ impl ApiError {
                      retry with the same key after Retry-After"
                 ),
             ),
+            ApiError::HostRefused(refusal) => Response::from(refusal),
             ApiError::Store(e) | ApiError::Call(CallError::Store(e)) => store_failure(e),
         }
     }
 }
 
-/// A store failure: `503 unavailable` (nothing changed; retry with the same
-/// key) or `500 internal_error`, its cause logged.
+/// A store failure: `503 unavailable` (retry with the same key: a write that
+/// timed out may still commit) or `500 internal_error`, its cause logged.
 fn store_failure(e: StoreError) -> Response {
     match e {
         StoreError::Unavailable(_) => {

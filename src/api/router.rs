@@ -19,7 +19,7 @@ use super::validate::{
 use crate::auth::{Auth, Tenant};
 use crate::calls::{CallError, CallRequest, Calls, Submitted};
 use crate::console;
-use crate::http::{ClientProbe, Request, Response, TrustedProxies};
+use crate::http::{ClientProbe, OriginPolicy, Request, Response, TrustedProxies};
 use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::{Metrics, Transport};
@@ -78,6 +78,8 @@ pub struct Api {
     promise_check: PromiseCheck,
     /// Whose `X-Forwarded-For` names the client in the access log.
     pub(super) trusted_proxies: TrustedProxies,
+    /// The `Host` names answered without `--auth-file` (DNS rebinding).
+    trusted_names: OriginPolicy,
 }
 
 impl Api {
@@ -89,6 +91,7 @@ impl Api {
         metrics: Arc<Metrics>,
         mcp: Endpoint,
         trusted_proxies: TrustedProxies,
+        trusted_names: OriginPolicy,
     ) -> Api {
         let effect_tools = calls.tools().effect_tools();
         let promise_check = PromiseCheck::new(
@@ -105,6 +108,7 @@ impl Api {
             request_ids: RequestIds::new(),
             health: HealthCache::default(),
             trusted_proxies,
+            trusted_names,
         }
     }
 
@@ -128,6 +132,12 @@ impl Api {
         if path == "/healthz" {
             allow("GET")?;
             return Ok(self.healthz());
+        }
+        if !self.auth.is_required() {
+            let host = req.header("host");
+            self.trusted_names
+                .check_tokenless_host(host)
+                .map_err(ApiError::HostRefused)?;
         }
         // The console's files carry no data; its pages ask for a token.
         if console::owns(path) {

@@ -5,9 +5,9 @@
 //! secret file (nor a URL's password: `DatabaseUrlError` masks it).
 
 use crate::flag::FlagError;
+use crate::http::BadName;
 use crate::http::NotAnAddress;
 use crate::log::SettingError;
-use crate::mcp::origin::BadName;
 use crate::store::DatabaseUrlError;
 use std::fmt;
 use std::path::PathBuf;

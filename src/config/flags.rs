@@ -7,9 +7,9 @@
 
 use super::{Config, ConfigError};
 use crate::flag::FlagError;
+use crate::http::BadName;
 use crate::http::TrustedProxies;
 use crate::log::Level;
-use crate::mcp::origin::BadName;
 use crate::store::{Database, DbSchema, DB_SCHEMA_RULE};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -117,9 +117,9 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--request-timeout-ms" => config.limits.request_timeout = millis(name, value, 1)?,
         "--idle-timeout-ms" => config.limits.idle_timeout = millis(name, value, 1)?,
         "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(name, value)?,
-        "--public-host" => each(value, |name| config.mcp_origins.add_public_host(name))?,
+        "--public-host" => each(value, |name| config.trusted_names.add_public_host(name))?,
         "--allowed-origin" => each(value, |origin| {
-            config.mcp_origins.add_allowed_origin(origin)
+            config.trusted_names.add_allowed_origin(origin)
         })?,
         "--shutdown-grace-secs" => config.shutdown_grace = seconds(name, value)?,
         "--max-connections" => {
@@ -174,8 +174,8 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--auth-file" => path(&config.auth_file),
         "--insecure-no-auth" => on_off(config.insecure_no_auth),
         "--mcp-wait-secs" => secs(config.mcp_wait),
-        "--public-host" => list(&config.mcp_origins.public_hosts),
-        "--allowed-origin" => list(&config.mcp_origins.allowed_origins),
+        "--public-host" => list(&config.trusted_names.public_hosts),
+        "--allowed-origin" => list(&config.trusted_names.allowed_origins),
         "--key-ttl" => secs(config.store.retention.key_ttl.unwrap_or_default()),
         "--log-level" => config.log_level.as_str().to_string(),
         "--access-log" => on_off(config.access_log),

@@ -93,8 +93,9 @@ error_codes! {
     InternalError => (500, "internal_error"),
     /// A `Transfer-Encoding` other than `chunked`.
     NotImplemented => (501, "not_implemented"),
-    /// The database or the connection cap cannot take the request now;
-    /// nothing was changed. The answer carries `Retry-After`.
+    /// The database or the connection cap cannot take the request now. The
+    /// answer carries `Retry-After`; retrying with the same key is always
+    /// right (a write that timed out may still commit, and is then found).
     Unavailable => (503, "unavailable"),
     /// A new call refused: more calls wait for a worker in this process than
     /// `--max-pending` allows; nothing was changed. Carries `Retry-After`.

@@ -12,10 +12,10 @@ use super::handshake::{self, Refused, Revision};
 use super::jsonrpc::{
     self, Message, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
-use super::origin::OriginPolicy;
 use super::{tools_call, tools_list};
 use crate::auth::Tenant;
 use crate::calls::Calls;
+use crate::http::OriginPolicy;
 use crate::http::{Request, Response};
 use crate::log::Exchange;
 use serde_json::{json, Map, Value};

@@ -16,7 +16,7 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 /// Unknown tool, bad `params`, a bad cursor, two different keys.
 pub const INVALID_PARAMS: i64 = -32602;
 /// The store failed; `data.code` is this service's code (`unavailable`:
-/// nothing changed, retry with the same key).
+/// retry with the same key, which finds a write that committed late).
 pub const INTERNAL_ERROR: i64 = -32603;
 /// This service's own (JSON-RPC's implementation-defined range, which MCP
 /// leaves to servers from -32000 to -32019): the idempotency key belongs to

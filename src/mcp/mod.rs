@@ -17,8 +17,8 @@
 //! body that is not JSON-RPC, a batch the revision forbids, an unsupported
 //! version or a header mismatch; 2026-07-28's unknown method is `404`, as
 //! that revision requires. `403` (`host_not_allowed`, `origin_not_allowed`)
-//! for a `Host` or `Origin` this server does not trust (`origin`: DNS
-//! rebinding).
+//! for a `Host` or `Origin` this server does not trust (`http::OriginPolicy`:
+//! DNS rebinding).
 //!
 //! This module never runs a tool, keeps no session, and never puts a token,
 //! a header value or a call's arguments in a log line.
@@ -26,7 +26,6 @@
 mod endpoint;
 pub mod handshake;
 pub mod jsonrpc;
-pub mod origin;
 pub mod tools_call;
 pub mod tools_list;
 

@@ -142,8 +142,8 @@ fn refusal(e: CallError, exchange: &mut Exchange) -> Result<Value, RpcError> {
     }
 }
 
-/// A store failure: `unavailable` (nothing changed; retry with the same key)
-/// or `internal_error`; the cause goes to the log, never to the client.
+/// A store failure: `unavailable` (retry with the same key) or
+/// `internal_error`; the cause goes to the log, never to the client.
 fn store_failure(e: StoreError) -> RpcError {
     let code = match e {
         StoreError::Unavailable(_) => ErrorCode::Unavailable,

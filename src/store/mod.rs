@@ -107,7 +107,6 @@ pub use model::{
 };
 pub use options::{
     DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
-    WRITER_STUCK_AFTER,
 };
 pub use postgres::PG_SCHEMA_VERSION;
 pub(crate) use sqlite::backup;

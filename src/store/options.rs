@@ -1,6 +1,7 @@
 //! The settings a store is opened with and the bounds its callers pass:
 //! connection settings and retention (`StoreOptions`), how many due calls one
-//! claim may take (`DueLimits`), and when a writer counts as stuck.
+//! claim may take (`DueLimits`), and how long one wait on the database may last
+//! (`StoreOptions::db_timeout`, both backends).
 //!
 //! Plain values only: this file never opens a connection or reads a row.
 
@@ -8,11 +9,6 @@ use super::limits::ToolLimit;
 use super::Retention;
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// A writer with work queued and no batch started or finished for this long
-/// is stuck (`/healthz` says so): a batch takes milliseconds, and waiting for
-/// another process's lock is bounded by the busy timeout.
-pub const WRITER_STUCK_AFTER: Duration = Duration::from_secs(5);
 
 /// How many due calls one claim may take (`claim_due_within`): `total` in
 /// all, and of each tool named in `per_tool` no more than its number (zero:
@@ -71,7 +67,8 @@ pub struct PgTimeouts {
     /// Everything one operation does — waiting for a pooled connection,
     /// connecting, its statements — must end within this, or the operation
     /// is answered `Unavailable` and its connection dropped (never lent
-    /// again). Also the sessions' `statement_timeout`.
+    /// again). Also the sessions' `statement_timeout`. The SQLite backend
+    /// reads it too (`StoreOptions::db_timeout`): one flag for both.
     pub operation: Duration,
     /// One attempt to connect to one host (TCP, TLS, start-up,
     /// authentication, the session settings), unless the URL gives
@@ -95,5 +92,21 @@ impl Default for PgTimeouts {
             connect: Duration::from_secs(2),
             tcp: Duration::from_secs(10),
         }
+    }
+}
+
+impl StoreOptions {
+    /// `--db-timeout-ms`: the longest any one wait on the database lasts, on
+    /// either backend, by this process's own clock (SQLite: a write's batch,
+    /// a read, the health check's fresh read; PostgreSQL: see `PgTimeouts`,
+    /// where it is kept beside the client's other deadlines).
+    pub fn db_timeout(&self) -> Duration {
+        self.pg_timeouts.operation
+    }
+
+    /// These options with `db_timeout` set to `within`.
+    pub fn with_db_timeout(mut self, within: Duration) -> StoreOptions {
+        self.pg_timeouts.operation = within;
+        self
     }
 }

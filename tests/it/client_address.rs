@@ -56,7 +56,7 @@ fn forwarded_for_is_believed_only_from_a_trusted_proxy() {
 
     // A request the server answers itself (malformed framing) names its peer.
     let mut raw = RawClient::connect(trusted.base.trim_start_matches("http://"));
-    raw.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-Id: raw-bad\r\nContent-Length: nope\r\n\r\n");
+    raw.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: raw-bad\r\nContent-Length: nope\r\n\r\n");
     assert_eq!(raw.reply().status, 400);
     let stderr = trusted.proc.wait_for_stderr("\"status\":400");
     let own: Value = stderr

@@ -68,7 +68,7 @@ fn a_low_open_file_limit_lowers_the_cap_and_a_flood_gets_503() {
         assert_eq!(reply.header("retry-after"), Some("1"), "{}", reply.text());
     }
 
-    let wait = format!("GET /v1/tool-calls/{call_id}?wait=2 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let wait = format!("GET /v1/tool-calls/{call_id}?wait=2 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     for client in &mut held {
         client.send(wait.as_bytes());
     }

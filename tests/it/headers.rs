@@ -174,7 +174,7 @@ fn every_response_carries_a_request_id() {
     }
     // The server's own answer to bytes it cannot parse.
     let mut raw = RawClient::connect(server.addr());
-    raw.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
+    raw.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n");
     let refused = raw.reply();
     assert_eq!(refused.status, 400);
     assert!(

@@ -7,6 +7,7 @@
 
 use crate::support;
 
+use crate::support::procfs;
 use crate::support::raw::{RawClient, ReplyText, SOCKET_PATIENCE};
 use crate::support::Http;
 use crate::support::TempDb;
@@ -45,7 +46,8 @@ impl Server {
     fn get(&self, path: &str) -> HttpResponse {
         let mut client = self.connect();
         client.send(
-            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         );
         client.reply()
     }
@@ -70,7 +72,7 @@ const CHARGE: &str = r#"{"tool":"charge","args":{"amount":1}}"#;
 
 fn post_call(key: &str, body: &str) -> Vec<u8> {
     format!(
-        "POST /v1/tool-calls HTTP/1.1\r\nHost: t\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/tool-calls HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
@@ -78,12 +80,12 @@ fn post_call(key: &str, body: &str) -> Vec<u8> {
 
 /// Hostile requests, each with the status and error code it must get.
 fn malformed_cases() -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
-    let post = "POST /v1/tool-calls HTTP/1.1\r\nHost: t\r\nIdempotency-Key: hostile\r\n";
+    let post = "POST /v1/tool-calls HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: hostile\r\n";
     let chunked = format!("{post}Transfer-Encoding: chunked\r\n\r\n");
     let mut long_line = b"GET /".to_vec();
     long_line.extend(std::iter::repeat_n(b'a', 64 * 1024));
-    long_line.extend_from_slice(b" HTTP/1.1\r\nHost: t\r\n\r\n");
-    let mut many_headers = b"GET /healthz HTTP/1.1\r\nHost: t\r\n".to_vec();
+    long_line.extend_from_slice(b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut many_headers = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n".to_vec();
     for i in 0..200 {
         many_headers.extend_from_slice(format!("X-Filler-{i}: {}\r\n", "v".repeat(200)).as_bytes());
     }
@@ -177,7 +179,7 @@ fn malformed_cases() -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
         ),
         (
             "obsolete line folding",
-            b"GET /healthz HTTP/1.1\r\nHost: t\r\nX: 1\r\n 2\r\n\r\n".to_vec(),
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX: 1\r\n 2\r\n\r\n".to_vec(),
             400,
             "bad_request",
         ),
@@ -189,7 +191,7 @@ fn malformed_cases() -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
         ),
         (
             "bare CR in a value",
-            b"GET /healthz HTTP/1.1\r\nHost: t\r\nX: a\rb\r\n\r\n".to_vec(),
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX: a\rb\r\n\r\n".to_vec(),
             400,
             "bad_request",
         ),
@@ -207,7 +209,7 @@ fn malformed_cases() -> Vec<(&'static str, Vec<u8>, u16, &'static str)> {
         ),
         (
             "HTTP/2.0",
-            b"GET /healthz HTTP/2.0\r\nHost: t\r\n\r\n".to_vec(),
+            b"GET /healthz HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n".to_vec(),
             505,
             "version_not_supported",
         ),
@@ -253,7 +255,7 @@ fn slow_clients_do_not_block_a_normal_client() {
     let mut slow: Vec<RawClient> = (0..200)
         .map(|_| {
             let mut client = server.connect();
-            client.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ");
+            client.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
             client
         })
         .collect();
@@ -276,7 +278,7 @@ fn slow_clients_do_not_block_a_normal_client() {
 fn slow_head_is_cut_off_with_408() {
     let server = Server::start(&["--request-timeout-ms", "300"]);
     let mut client = server.connect();
-    client.send(b"POST /v1/tool-calls HTTP/1.1\r\nHost: t\r\n");
+    client.send(b"POST /v1/tool-calls HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     let reply = client.reply();
     assert_eq!(
         (reply.status, reply.error_code().as_str()),
@@ -292,7 +294,7 @@ fn client_vanishing_mid_body_leaves_no_call_behind() {
     let key = unique_key("vanished");
     let mut client = server.connect();
     let mut head = format!(
-        "POST /v1/tool-calls HTTP/1.1\r\nHost: t\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        "POST /v1/tool-calls HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
     )
     .into_bytes();
     head.extend_from_slice(&CHARGE.as_bytes()[..10]);
@@ -325,9 +327,9 @@ fn pipelined_requests_are_answered_in_order() {
     let server = Server::start(&[]);
     let mut client = server.connect();
     client.send(
-        b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n\
-          GET /v1/tool-calls/by-key/no-such-key-pipelined HTTP/1.1\r\nHost: t\r\n\r\n\
-          GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n\
+          GET /v1/tool-calls/by-key/no-such-key-pipelined HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n\
+          GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
     );
     let statuses: Vec<u16> = (0..3).map(|_| client.reply().status).collect();
     assert_eq!(statuses, [200, 404, 200]);
@@ -339,7 +341,7 @@ fn connections_over_the_cap_get_503() {
     let server = Server::start(&["--max-connections", "2"]);
     let mut held: Vec<RawClient> = (0..2).map(|_| server.connect()).collect();
     for client in &mut held {
-        client.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+        client.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         assert_eq!(client.reply().status, 200);
     }
     let mut extra = server.connect();
@@ -358,8 +360,9 @@ fn connections_over_the_cap_get_503() {
 }
 
 /// How many sockets and threads the server process holds now. Sockets, not all
-/// descriptors: the store keeps a pool of SQLite read connections, which is a
-/// cache, not a leak.
+/// descriptors, and threads but the store's read threads: the store keeps a
+/// pool of SQLite read connections, each on a thread of its own, started when
+/// reads first need them — a cache, not a leak.
 fn sockets_and_threads(pid: u32) -> (usize, usize) {
     let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|entries| {
@@ -372,9 +375,7 @@ fn sockets_and_threads(pid: u32) -> (usize, usize) {
                 .count()
         })
         .unwrap_or(usize::MAX);
-    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|entries| entries.count())
-        .unwrap_or(usize::MAX);
+    let threads = procfs::threads_but_the_read_pool(pid);
     (sockets, threads)
 }
 
@@ -387,14 +388,14 @@ fn abandoned_connections_leak_no_threads_or_sockets() {
     server.assert_healthy();
     let (base_sockets, base_threads) = sockets_and_threads(pid);
     let partial_post =
-        b"POST /v1/tool-calls HTTP/1.1\r\nHost: t\r\nIdempotency-Key: x\r\nContent-Length: 50\r\n\r\n{\"to";
+        b"POST /v1/tool-calls HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: x\r\nContent-Length: 50\r\n\r\n{\"to";
     for i in 0..60 {
         let mut client = server.connect();
         match i % 3 {
             // Mid-head, mid-body, and a full request whose response is never read.
             0 => client.send(b"GET /healthz HTTP/1.1\r\nHo"),
             1 => client.send(partial_post),
-            _ => client.send(b"GET /stats HTTP/1.1\r\nHost: t\r\n\r\n"),
+            _ => client.send(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
         }
         drop(client);
     }

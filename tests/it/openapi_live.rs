@@ -400,7 +400,7 @@ fn samples(server: &Local) -> Vec<Sample> {
         push("/ui/{asset}", "get", server.call("GET", &path, &[], None));
     }
     let mut raw = RawClient::connect(server.addr());
-    raw.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n");
+    raw.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n");
     push("/healthz", "get", raw.reply());
     out
 }

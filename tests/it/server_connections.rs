@@ -54,7 +54,7 @@ fn echo() -> Handler {
 }
 
 fn get(path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
+    format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").into_bytes()
 }
 
 /// Retries a fresh-connection GET until it is served, for conditions that
@@ -82,7 +82,7 @@ fn keep_alive_serves_several_requests_on_one_connection() {
         assert_eq!((reply.status, reply.text()), (200, format!("GET /{i} ")));
         assert_eq!(reply.header("connection"), None);
     }
-    client.send(b"GET /last HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    client.send(b"GET /last HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
     assert_eq!(client.reply().header("connection"), Some("close"));
     assert!(client.closed_by_server());
 }
@@ -92,9 +92,9 @@ fn pipelined_requests_are_answered_in_order() {
     let addr = start(quick_limits(), echo());
     let mut client = RawClient::connect(addr);
     let mut burst = get("/a");
-    burst.extend_from_slice(b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nxyz");
+    burst.extend_from_slice(b"POST /b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nxyz");
     burst.extend_from_slice(
-        b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
+        b"POST /c HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n",
     );
     burst.extend_from_slice(&get("/d"));
     client.send(&burst);
@@ -106,8 +106,9 @@ fn pipelined_requests_are_answered_in_order() {
 fn expect_100_continue_is_answered_before_the_body() {
     let addr = start(quick_limits(), echo());
     let mut client = RawClient::connect(addr);
-    client
-        .send(b"POST /e HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+    client.send(
+        b"POST /e HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n",
+    );
     assert_eq!(client.next_response().status, 100);
     client.send(b"body");
     assert_eq!(client.reply().text(), "POST /e body");
@@ -121,8 +122,9 @@ fn expect_100_continue_with_oversized_body_gets_413_and_no_100() {
     };
     let addr = start(limits, echo());
     let mut client = RawClient::connect(addr);
-    client
-        .send(b"POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n");
+    client.send(
+        b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 11\r\n\r\n",
+    );
     let reply = client.reply();
     assert_eq!(
         (reply.status, reply.error_code()),
@@ -179,7 +181,7 @@ fn over_the_connection_cap_gets_503_until_a_slot_frees() {
 fn trickling_head_gets_408_at_the_deadline() {
     let addr = start(quick_limits(), echo());
     let mut client = RawClient::connect(addr);
-    client.send(b"GET / HTTP/1.1\r\nHost: t\r\nX-Slow: ");
+    client.send(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
     let stop = Arc::new(AtomicBool::new(false));
     let mut writer = client.writer();
     let trickler = {
@@ -246,7 +248,7 @@ fn handler_panic_answers_500_and_others_are_still_served() {
 fn framing_error_gets_400_and_closes() {
     let addr = start(quick_limits(), echo());
     let mut client = RawClient::connect(addr);
-    client.send(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+    client.send(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
     let reply = client.reply();
     assert_eq!(
         (reply.status, reply.error_code()),
@@ -276,7 +278,9 @@ fn client_vanishing_mid_body_frees_its_slot_and_reaches_no_handler() {
     };
     let addr = start(limits, handler);
     let mut client = RawClient::connect(addr);
-    client.send(b"POST /partial HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789");
+    client.send(
+        b"POST /partial HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789",
+    );
     drop(client);
     eventually_served(addr);
     assert!(!seen.lock().unwrap().contains(&"/partial".to_string()));

@@ -6,7 +6,7 @@
 
 use crate::support;
 
-use crate::support::procfs::{connection_threads, thread_count};
+use crate::support::procfs::{connection_threads, threads_but_the_read_pool};
 use crate::support::Http;
 use crate::support::{Server, TempDb};
 use serde_json::json;
@@ -19,13 +19,14 @@ use std::time::{Duration, Instant};
 /// looks at least every 100 ms; the rest is a margin for a loaded machine.
 const NOTICE_WITHIN: Duration = Duration::from_secs(2);
 
-/// The server's thread count once no connection thread is left.
+/// The server's thread count (its read threads aside, which start on demand
+/// and are kept) once no connection thread is left.
 fn idle_thread_count(server: &Server) -> usize {
     let pid = server.proc.child.id();
     support::eventually("every connection thread to end", || {
         connection_threads(pid).0 == 0
     });
-    thread_count(pid)
+    threads_but_the_read_pool(pid)
 }
 
 /// Send `request` on a fresh connection, wait until the server is holding
@@ -38,14 +39,14 @@ fn hang_up_while_waiting(server: &Server, baseline: usize, request: &str) -> Dur
     support::eventually("the request to be waiting for its call", || {
         connection_threads(pid).1 == 1
     });
-    assert_eq!(thread_count(pid), baseline + 1);
+    assert_eq!(threads_but_the_read_pool(pid), baseline + 1);
     drop(client);
     let hung_up = Instant::now();
-    while thread_count(pid) != baseline {
+    while threads_but_the_read_pool(pid) != baseline {
         assert!(
             hung_up.elapsed() < NOTICE_WITHIN,
             "{} threads {NOTICE_WITHIN:?} after the client hung up; expected {baseline}",
-            thread_count(pid)
+            threads_but_the_read_pool(pid)
         );
         thread::sleep(Duration::from_millis(10));
     }
@@ -65,13 +66,13 @@ fn a_client_that_hangs_up_during_a_wait_frees_its_thread() {
     let call_id = call["call_id"].as_str().unwrap();
     let baseline = idle_thread_count(&server);
 
-    let get = format!("GET /v1/tool-calls/{call_id}?wait=30 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let get = format!("GET /v1/tool-calls/{call_id}?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     let took = hang_up_while_waiting(&server, baseline, &get);
     eprintln!("waiting: GET ?wait=30 ended {took:?} after its client hung up");
 
     let body = slow.to_string();
     let post = format!(
-        "POST /v1/tool-calls?wait=30 HTTP/1.1\r\nHost: t\r\nIdempotency-Key: slow-2\r\n\
+        "POST /v1/tool-calls?wait=30 HTTP/1.1\r\nHost: 127.0.0.1\r\nIdempotency-Key: slow-2\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );

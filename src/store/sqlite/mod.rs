@@ -3,14 +3,18 @@
 //! that groups commits (`writer`, its two lanes in `write_queue`), fsynced
 //! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
 //! own (`checkpointer`); reads go to a bounded pool of read connections
-//! (`reader_pool`). The statements: `sql` (the state machine), `instances`
-//! (the process registry and recovery, the nodes), `business_key`,
-//! `cancel`, `retention`, `limits` (a tool's `rate`, shared by every
-//! process on the file), `report_reads` (the operations endpoints), `counts`
-//! (the count tables, their triggers and reads), `list` (the list's
-//! statements), `schema` (DDL, pragmas, migrations), `ownership` (a file
-//! another program made is refused), `backup` (a consistent copy of a live
-//! file); and the offline `verify` and the bench's `bulk` loader.
+//! (`reader_pool`). A request never touches the file itself: it hands the
+//! work to one of those threads (`handoff`) and waits at most
+//! `--db-timeout-ms` (`deadline`); `/healthz`'s read on a fresh connection
+//! runs on a thread of its own (`health_probe`). The statements: `sql`
+//! (the state machine), `instances` (the process registry and recovery,
+//! the nodes), `business_key`, `cancel`, `retention`, `limits` (a tool's
+//! `rate`, shared by every process on the file), `report_reads` (the
+//! operations endpoints), `counts` (the count tables, their triggers and
+//! reads), `list` (the list's statements), `schema` (DDL, pragmas,
+//! migrations), `ownership` (a file another program made is refused),
+//! `backup` (a consistent copy of a live file); and the offline `verify`
+//! and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
@@ -23,6 +27,9 @@ mod business_key;
 mod cancel;
 mod checkpointer;
 mod counts;
+mod deadline;
+mod handoff;
+mod health_probe;
 mod instances;
 mod limits;
 mod list;
@@ -61,16 +68,18 @@ use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
     LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
 };
-use super::options::{DueLimits, StoreOptions, WRITER_STUCK_AFTER};
+use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
 use crate::metrics::Metrics;
+use deadline::{Deadline, LateLeases};
+use health_probe::HealthProbe;
 use reader_pool::Readers;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use writer::{Lane, Writer};
 
@@ -80,8 +89,15 @@ const SCAN_PAST_CAPPED: usize = 1_000;
 
 /// The SQLite-backed store.
 struct SqliteStore {
-    /// The database file: `/healthz` reads it on a fresh connection.
-    path: PathBuf,
+    /// The file, for the promise check's own read-only connection.
+    path: std::path::PathBuf,
+    /// `/healthz`'s read of the file on a fresh connection, off its thread.
+    probe: HealthProbe,
+    /// How long a caller waits for the writer or a reader (`--db-timeout-ms`).
+    deadline: Deadline,
+    /// Leases of writes that committed after their callers gave up, for the
+    /// next recovery pass to give back.
+    late_leases: Arc<LateLeases>,
     options: StoreOptions,
     /// The writer thread; every write goes through it.
     writer: Writer,
@@ -118,6 +134,9 @@ impl SqliteStore {
             .collect();
         let store = SqliteStore {
             path: path.to_path_buf(),
+            probe: HealthProbe::new(path),
+            deadline: Deadline::new(options.db_timeout()),
+            late_leases: Arc::default(),
             limited,
             writer,
             readers,
@@ -136,7 +155,7 @@ impl SqliteStore {
     }
 
     /// Queue `op` for the writer in the first lane (see `write_queue`) and
-    /// wait until its batch has committed.
+    /// wait until its batch has committed, at most the deadline.
     fn write<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -152,25 +171,60 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let (caller, answer) = mpsc::sync_channel::<Result<T, StoreError>>(1);
-        self.writer.submit_in(
-            lane,
-            op,
-            Box::new(move |outcome| {
-                // The caller may have gone (its thread ended); nothing to tell.
-                let _ = caller.send(outcome);
-            }),
-        );
-        answer
-            .recv()
-            .unwrap_or_else(|_| Err(StoreError::Internal("the writer dropped a reply".into())))
+        self.deadline.write(&self.writer, lane, op, drop)
     }
 
-    /// Run `op` on a pooled read connection (see `reader_pool`).
-    fn read<T>(
+    /// `write_in`, for an operation that takes leases: if it commits after
+    /// its caller gave up, the leases `leases_of` finds in its answer are
+    /// kept for the next recovery pass to give back (see `deadline`).
+    fn write_leasing<T, F>(
         &self,
-        op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
+        lane: Lane,
+        op: F,
+        leases_of: fn(T) -> Vec<Lease>,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let late = Arc::clone(&self.late_leases);
+        let keep = move |answer| late.keep(leases_of(answer));
+        self.deadline.write(&self.writer, lane, op, keep)
+    }
+
+    /// Give back the leases of writes that committed after their callers
+    /// gave up: their calls go back to `pending`, for the poll to run at
+    /// once. Kept for the next pass if the writer cannot take them now.
+    fn give_back_late_leases(&self) -> Result<(), StoreError> {
+        let late = self.late_leases.take();
+        if late.is_empty() {
+            return Ok(());
+        }
+        let count = late.len() as u64;
+        let leases = late.clone();
+        let given_back = self.write(move |conn| {
+            for lease in leases {
+                sql::release_op(lease)(conn)?;
+            }
+            Ok(())
+        });
+        match given_back {
+            Ok(()) => crate::log::info("leases taken after their callers gave up, given back")
+                .event("late_leases_released")
+                .number("leases", count)
+                .emit(),
+            Err(_) => self.late_leases.keep(late),
+        }
+        given_back
+    }
+
+    /// Run `op` on a read thread's connection (see `reader_pool`), at most
+    /// the deadline.
+    fn read<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
         self.readers.read(op)
     }
 }
@@ -206,7 +260,8 @@ impl Backend for SqliteStore {
                 .emit();
         }
         self.writer.stop();
-        self.readers.close_idle();
+        self.readers.close();
+        self.probe.close();
     }
 
     /// Runs in the writer's `BEGIN IMMEDIATE` transaction, so the lookup and
@@ -230,7 +285,9 @@ impl Backend for SqliteStore {
         lease: Duration,
     ) -> Result<CreatedClaimed, StoreError> {
         let op = sql::create_claimed_op(new, owner.to_string(), lease);
-        self.write_in(Lane::Behind, op)
+        self.write_leasing(Lane::Behind, op, |created| {
+            created.lease.into_iter().collect()
+        })
     }
 
     /// One operation in the writer's queue.
@@ -242,13 +299,16 @@ impl Backend for SqliteStore {
     ) -> Result<Vec<Option<Lease>>, StoreError> {
         let call_ids = call_ids.to_vec();
         let owner = owner.to_string();
-        self.write(move |conn| {
+        let op = move |conn: &Connection| {
             let now = now();
             let lease_until = now + lease.as_secs_f64();
             call_ids
                 .iter()
                 .map(|call_id| sql::claim_one(conn, call_id, &owner, now, lease_until))
                 .collect()
+        };
+        self.write_leasing(Lane::First, op, |leases: Vec<Option<Lease>>| {
+            leases.into_iter().flatten().collect()
         })
     }
 
@@ -273,7 +333,7 @@ impl Backend for SqliteStore {
             owner.to_string(),
             lease,
         );
-        self.write(op)
+        self.write_leasing(Lane::First, op, |claim: LimitedClaim| claim.leases)
     }
 
     /// Does not wait: a worker hands its completion over and takes its next
@@ -342,7 +402,7 @@ impl Backend for SqliteStore {
         }
         let limits = limits.clone();
         let owner = owner.to_string();
-        self.write(move |conn| {
+        let op = move |conn: &Connection| {
             let now = now();
             let lease_until = now + lease.as_secs_f64();
             let mut left: HashMap<String, usize> = limits.per_tool.into_iter().collect();
@@ -368,12 +428,16 @@ impl Backend for SqliteStore {
                 }
             }
             Ok(leases)
-        })
+        };
+        self.write_leasing(Lane::First, op, std::convert::identity)
     }
 
-    /// A cheap read first spares the writer a transaction when there is
-    /// nothing to recover; the owners are then read again inside it.
+    /// First gives back the leases of writes that committed after their
+    /// callers gave up (see `deadline`). A cheap read then spares the writer
+    /// a transaction when there is nothing to recover; the owners are then
+    /// read again inside it.
     fn recover(&self, running_here: &[LeaseHeld]) -> Result<Vec<String>, StoreError> {
+        self.give_back_late_leases()?;
         if !self.read(instances::has_reclaimable)? {
             return Ok(Vec::new());
         }
@@ -405,24 +469,28 @@ impl Backend for SqliteStore {
 
     /// On a read connection: another process's cancel is on the file.
     fn cancels_asked(&self, running: &[LeaseHeld]) -> Result<Vec<LeaseHeld>, StoreError> {
-        self.read(|conn| cancel::cancels_asked(conn, running))
+        let running = running.to_vec();
+        self.read(move |conn| cancel::cancels_asked(conn, &running))
     }
 
     fn due_calls(&self, limit: usize) -> Result<Vec<DueCall>, StoreError> {
-        self.read(|conn| sql::due_calls(conn, now(), limit))
+        self.read(move |conn| sql::due_calls(conn, now(), limit))
     }
 
     fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
-        self.read(|conn| sql::select_call(conn, call_id))
+        let call_id = call_id.to_string();
+        self.read(move |conn| sql::select_call(conn, &call_id))
     }
 
     fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
-        self.read(|conn| sql::select_tenant_call(conn, tenant, call_id))
+        let (tenant, call_id) = (tenant.to_string(), call_id.to_string());
+        self.read(move |conn| sql::select_tenant_call(conn, &tenant, &call_id))
     }
 
     /// On a read connection, without taking the write lock.
     fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
-        self.read(|conn| sql::select_call_by_key(conn, tenant, idem_key))
+        let (tenant, idem_key) = (tenant.to_string(), idem_key.to_string());
+        self.read(move |conn| sql::select_call_by_key(conn, &tenant, &idem_key))
     }
 
     fn audit_for(
@@ -430,15 +498,8 @@ impl Backend for SqliteStore {
         tenant: &str,
         call_id: &str,
     ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
-        self.read(|conn| {
-            let snapshot = conn.unchecked_transaction()?;
-            let events = match sql::select_tenant_call(conn, tenant, call_id)? {
-                Some(_) => Some(report_reads::audit_timeline(conn, call_id)?),
-                None => None,
-            };
-            snapshot.commit()?;
-            Ok(events)
-        })
+        let (tenant, call_id) = (tenant.to_string(), call_id.to_string());
+        self.read(move |conn| report_reads::tenant_audit(conn, &tenant, &call_id))
     }
 
     /// One small write batch, found by a read first (`retention`).
@@ -448,7 +509,8 @@ impl Backend for SqliteStore {
         };
         let cutoff = now() - ttl.as_secs_f64();
         let after = self.purge_cursor.load(Ordering::Relaxed);
-        let (found, next) = self.read(|conn| retention::candidates(conn, cutoff, after, limit))?;
+        let (found, next) =
+            self.read(move |conn| retention::candidates(conn, cutoff, after, limit))?;
         self.purge_cursor.store(next, Ordering::Relaxed);
         if found.is_empty() {
             return Ok(Vec::new());
@@ -456,21 +518,17 @@ impl Backend for SqliteStore {
         self.write(retention::purge_op(found, cutoff))
     }
 
-    /// A new connection reads the file; the writer can never write again
-    /// after a failed sync (an orchestrator should restart the process), and
-    /// not while it is stuck with work queued.
+    /// A new connection reads the file (on a thread of its own, waited for
+    /// at most the deadline); the writer can never write again after a
+    /// failed sync (an orchestrator should restart the process), and is
+    /// down while it has had work queued and finished nothing for the
+    /// deadline (a file system that stopped answering): all within about
+    /// the deadline, never a hang.
     fn health(&self) -> Health {
-        let database = report_reads::fresh_read(&self.path).map_err(|e| e.to_string());
-        if let Some(failed) = self.writer.failure() {
-            let writer = Err(format!("{failed}; restart the process to write again"));
-            return Health { database, writer };
-        }
-        let writer = match self.writer.stuck_for() {
-            Some((stuck, queued)) if stuck > WRITER_STUCK_AFTER => Err(format!(
-                "stuck for {:.1} s with {queued} operations queued",
-                stuck.as_secs_f64()
-            )),
-            _ => Ok(()),
+        let database = self.probe.check(self.deadline.within());
+        let writer = match self.writer.failure() {
+            Some(failed) => Err(format!("{failed}; restart the process to write again")),
+            None => self.deadline.check_writer(&self.writer),
         };
         Health { database, writer }
     }
@@ -502,9 +560,10 @@ impl Backend for SqliteStore {
     /// One read transaction, so the counts describe one moment even while
     /// the writer commits between the queries.
     fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {
-        self.read(|conn| {
+        let tenant = scope_owned(scope);
+        self.read(move |conn| {
             let snapshot = conn.unchecked_transaction()?;
-            let counts = counts::counts(conn, scope)?;
+            let counts = counts::counts(conn, scope_of(&tenant))?;
             snapshot.commit()?;
             Ok(counts)
         })
@@ -513,7 +572,8 @@ impl Backend for SqliteStore {
     /// The counts that plan it and the rows in one read transaction, so a
     /// group the counts say is empty has no rows to miss.
     fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
-        self.read(|conn| {
+        let query = query.clone();
+        self.read(move |conn| {
             let snapshot = conn.unchecked_transaction()?;
             let scope = match &query.tenant {
                 Some(tenant) => Scope::Tenant(tenant),
@@ -524,7 +584,7 @@ impl Backend for SqliteStore {
                 ..Counts::default()
             };
             let plan = query.plan(&counts);
-            let rows = list::rows(conn, query, &plan)?;
+            let rows = list::rows(conn, &query, &plan)?;
             snapshot.commit()?;
             Ok(query.page(rows))
         })
@@ -535,7 +595,7 @@ impl Backend for SqliteStore {
     }
 
     fn intent_ledger(&self, limit: usize) -> Result<Vec<IntentLedger>, StoreError> {
-        self.read(|conn| business_key::ledger(conn, limit))
+        self.read(move |conn| business_key::ledger(conn, limit))
     }
 
     /// The check opens the file itself, read-only; what it saw is then
@@ -553,5 +613,22 @@ impl Backend for SqliteStore {
             .wait_until_visible_is_synced(left.max(Duration::from_secs(1)))
             .map_err(VerifyError::NotDurable)?;
         Ok(report)
+    }
+}
+
+/// A scope a read thread can take along: the tenant's name, or `None` for
+/// every tenant.
+fn scope_owned(scope: Scope<'_>) -> Option<String> {
+    match scope {
+        Scope::Tenant(tenant) => Some(tenant.to_string()),
+        Scope::All => None,
+    }
+}
+
+/// The scope `scope_owned` took along.
+fn scope_of(tenant: &Option<String>) -> Scope<'_> {
+    match tenant {
+        Some(tenant) => Scope::Tenant(tenant),
+        None => Scope::All,
     }
 }

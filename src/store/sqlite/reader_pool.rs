@@ -1,182 +1,234 @@
-//! The pool of read connections: at most `MAX_READERS` open at once, opened
-//! on demand and kept for reuse.
+//! The read threads: at most `MAX_READERS`, each with its own connection,
+//! started on demand and kept. A read is handed to a free one and waited for
+//! by the caller's own clock (`--db-timeout-ms`, see `deadline`).
 //!
-//! It owns how many SQLite connections reads may hold, and must never open
-//! more than that, however many requests read at once (900 clients long-polling
-//! with `?wait=` each re-read every 100 ms): a reader waits for a connection
-//! instead, for at most the busy timeout, and then the read is `Unavailable`.
-//! It never writes, and never lends a connection for longer than one read,
-//! and never hands a read's result back before the syncer says everything
-//! that read could have seen is on disk (`gated_by`).
+//! Why threads rather than connections lent to the caller: on a file system
+//! that stops answering (frozen, a hung disk), a read can block in the
+//! kernel — opening a connection (SQLite, run as root, `fchown`s its files),
+//! or taking a read mark in the WAL index, a page of `-shm` written through
+//! its mapping — and nothing wakes a thread there. Blocked on a reader
+//! thread, the read costs its caller the deadline and then a `503`; blocked
+//! on a request's thread, it would hold that request, and in time every
+//! connection thread, until the file answered again.
+//!
+//! It owns how many SQLite connections reads hold, and must never open
+//! more than `MAX_READERS`, however many requests read at once (900 clients
+//! long-polling with `?wait=` each re-read every 100 ms): a read waits in
+//! the queue instead, and past its deadline is `Unavailable` and never runs.
+//! It never writes, and never hands a read's result back before the syncer
+//! says everything that read could have seen is on disk (`gated_by`).
 
 use super::super::error::StoreError;
 use super::super::options::StoreOptions;
+use super::deadline::Deadline;
+use super::handoff::{Handoff, Waited};
 use super::schema;
 use super::syncer::Durability;
 use crate::lock::lock;
 use rusqlite::Connection;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// The most read connections open at once. Reads are short (a row by key or
-/// id, a page of pending ids) except `/stats`, which can take a third of a
-/// second at a million calls; on two cores more than a few reads cannot run
-/// at once anyway, so 16 lets several slow reads run without stalling the
-/// quick ones, and costs at most 32 descriptors (each connection keeps the
-/// database file and its WAL open; the `-shm` is shared by the process).
+/// The most read connections (and threads) at once. Reads are short (a row
+/// by key or id, a page of pending ids) except `/stats`, which can take a
+/// third of a second at a million calls; on two cores more than a few reads
+/// cannot run at once anyway, so 16 lets several slow reads run without
+/// stalling the quick ones, and costs at most 32 descriptors (each
+/// connection keeps the database file and its WAL open; the `-shm` is
+/// shared by the process).
 pub const MAX_READERS: usize = 16;
 
-/// Read connections: idle ones, and how many exist (idle or lent).
+/// One read, given the thread's connection (or why it could not be opened).
+type ReadJob = Box<dyn FnOnce(Result<&Connection, &StoreError>) + Send>;
+
+/// The read threads and what they share.
 pub(super) struct Readers {
-    path: PathBuf,
-    options: StoreOptions,
-    state: Mutex<PoolState>,
-    /// Signalled whenever a connection is given back or closed.
-    returned: Condvar,
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     /// The writer's commits and syncs: a read's result is held back until
     /// everything it could have seen is synced (see `syncer`).
     gate: Option<Arc<Durability>>,
+    deadline: Deadline,
 }
 
-struct PoolState {
-    idle: Vec<Connection>,
-    /// Idle plus lent; never above `MAX_READERS`.
-    open: usize,
+/// What the threads read from.
+struct Shared {
+    path: PathBuf,
+    options: StoreOptions,
+    queue: Mutex<Queue>,
+    /// Signalled when a read is queued or the pool closes.
+    work: Condvar,
+    /// Whether a sync failed, so no connection may checkpoint as it closes.
+    gate: Mutex<Option<Arc<Durability>>>,
+}
+
+struct Queue {
+    jobs: VecDeque<ReadJob>,
+    /// Threads started; never above `MAX_READERS`.
+    started: usize,
+    /// Of those, threads waiting for a read.
+    idle: usize,
+    /// No more reads are taken; the threads end once the queue is empty.
+    closing: bool,
 }
 
 impl Readers {
     pub(super) fn new(path: &Path, options: &StoreOptions) -> Readers {
         Readers {
-            path: path.to_path_buf(),
-            options: options.clone(),
-            state: Mutex::new(PoolState {
-                idle: Vec::new(),
-                open: 0,
+            shared: Arc::new(Shared {
+                path: path.to_path_buf(),
+                options: options.clone(),
+                queue: Mutex::new(Queue {
+                    jobs: VecDeque::new(),
+                    started: 0,
+                    idle: 0,
+                    closing: false,
+                }),
+                work: Condvar::new(),
+                gate: Mutex::new(None),
             }),
-            returned: Condvar::new(),
+            threads: Mutex::new(Vec::new()),
             gate: None,
+            deadline: Deadline::new(options.db_timeout()),
         }
     }
 
     /// Hold every read's result until what it could have seen is synced.
     pub(super) fn gated_by(mut self, durability: Arc<Durability>) -> Readers {
+        *lock(&self.shared.gate) = Some(Arc::clone(&durability));
         self.gate = Some(durability);
         self
     }
 
-    /// Run `op` on a pooled connection, waiting for one if all are lent.
-    pub(super) fn read<T>(
-        &self,
-        op: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
-        let lent = Lent {
-            conn: Some(self.take()?),
-            pool: self,
+    /// Run `op` on a read thread's connection and wait for its result, then
+    /// for the sync that covers it: all within the deadline.
+    pub(super) fn read<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let until = self.deadline.ends_at();
+        let handoff = Arc::new(Handoff::default());
+        let runs = Arc::clone(&handoff);
+        self.hand_over(Box::new(move |conn| {
+            if runs.start() {
+                let outcome = conn.map_err(Clone::clone).and_then(|conn| Ok(op(conn)?));
+                // A read answered too late holds nothing: it is dropped.
+                let _ = runs.answer(outcome);
+            }
+        }));
+        let value = match handoff.wait_until(until) {
+            Waited::Answer(outcome) => outcome?,
+            Waited::NotStarted => return Err(self.deadline.read_not_started()),
+            Waited::Unfinished => return Err(self.deadline.read_unfinished()),
         };
-        let value = op(lent.conn()).map_err(StoreError::from)?;
-        // The connection goes back first: waiting for a sync needs none.
-        drop(lent);
         if let Some(gate) = &self.gate {
-            gate.wait_until_visible_is_synced(self.options.busy_timeout)?;
+            gate.wait_until_visible_is_synced(until.saturating_duration_since(Instant::now()))?;
         }
         Ok(value)
     }
 
-    /// Close every idle connection (the store is stopping). After a failed
-    /// sync none of them may checkpoint as it closes, though one of them is
-    /// likely the process's last connection to the file.
-    pub(super) fn close_idle(&self) {
-        let mut state = lock(&self.state);
-        state.open -= state.idle.len();
-        let idle = std::mem::take(&mut state.idle);
-        drop(state);
-        self.close(idle);
-        self.returned.notify_all();
-    }
-
-    fn close(&self, connections: Vec<Connection>) {
-        if self
-            .gate
-            .as_ref()
-            .is_some_and(|gate| gate.failure().is_some())
-        {
-            connections.iter().for_each(schema::no_checkpoint_on_close);
+    /// Queue `job` for a free thread, starting one while fewer than
+    /// `MAX_READERS` exist; once closing, run it at once without a
+    /// connection.
+    fn hand_over(&self, job: ReadJob) {
+        let mut queue = lock(&self.shared.queue);
+        if queue.closing {
+            drop(queue);
+            return job(Err(&StoreError::unavailable("the store is stopping")));
         }
-        drop(connections);
-    }
-
-    /// An idle connection, or a new one while fewer than `MAX_READERS`
-    /// exist, or the first one given back within the busy timeout.
-    fn take(&self) -> Result<Connection, StoreError> {
-        let deadline = Instant::now() + self.options.busy_timeout;
-        let mut state = lock(&self.state);
-        loop {
-            if let Some(conn) = state.idle.pop() {
-                return Ok(conn);
-            }
-            if state.open < MAX_READERS {
-                state.open += 1;
-                drop(state);
-                return self.open_one();
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(StoreError::unavailable(format!(
-                    "all {MAX_READERS} read connections stayed busy for {:?}",
-                    self.options.busy_timeout
-                )));
-            }
-            state = self
-                .returned
-                .wait_timeout(state, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+        queue.jobs.push_back(job);
+        if queue.idle > 0 {
+            drop(queue);
+            return self.shared.work.notify_one();
+        }
+        if queue.started >= MAX_READERS {
+            return;
+        }
+        queue.started += 1;
+        let number = queue.started;
+        drop(queue);
+        let shared = Arc::clone(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name(format!("store-reader-{number}"))
+            .spawn(move || shared.serve());
+        match spawned {
+            Ok(thread) => lock(&self.threads).push(thread),
+            // The queued read waits for another thread, or its deadline.
+            Err(_) => lock(&self.shared.queue).started -= 1,
         }
     }
 
-    /// Open a connection for a slot already counted in `open`; on failure the
-    /// slot is given back.
-    fn open_one(&self) -> Result<Connection, StoreError> {
-        schema::open_connection(&self.path, &self.options).inspect_err(|_| {
-            lock(&self.state).open -= 1;
-            self.returned.notify_one();
-        })
+    /// End every thread once the reads already queued have run, closing
+    /// their connections (the store is stopping). A thread still blocked
+    /// in the kernel holds this until the file answers, as the writer does.
+    pub(super) fn close(&self) {
+        lock(&self.shared.queue).closing = true;
+        self.shared.work.notify_all();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for thread in threads {
+            let _ = thread.join();
+        }
     }
 
-    /// How many connections exist now, idle or lent.
+    /// How many connections exist now (one per thread started).
     #[cfg(test)]
     pub(super) fn open(&self) -> usize {
-        lock(&self.state).open
+        lock(&self.shared.queue).started
     }
 }
 
 impl Drop for Readers {
-    /// Connections given back after `close_idle` close here.
+    /// A pool dropped without `close` closes all the same: its connections
+    /// are closed (without a checkpoint after a failed sync) before it is gone.
     fn drop(&mut self) {
-        let idle = std::mem::take(&mut lock(&self.state).idle);
-        self.close(idle);
+        self.close();
     }
 }
 
-/// A connection lent for one read; given back however the read ends (a
-/// panic included, so the pool never loses a slot).
-struct Lent<'a> {
-    conn: Option<Connection>,
-    pool: &'a Readers,
-}
-
-impl Lent<'_> {
-    fn conn(&self) -> &Connection {
-        self.conn.as_ref().expect("present until dropped")
+impl Shared {
+    /// One read thread: its connection, opened at its first read (and again
+    /// after a failed open), and the reads it takes, until the pool closes.
+    fn serve(&self) {
+        let mut conn: Option<Connection> = None;
+        while let Some(job) = self.next_job() {
+            if conn.is_none() {
+                match schema::open_connection(&self.path, &self.options) {
+                    Ok(opened) => conn = Some(opened),
+                    Err(e) => {
+                        job(Err(&e));
+                        continue;
+                    }
+                }
+            }
+            job(Ok(conn.as_ref().expect("opened above")));
+        }
+        if let Some(conn) = conn {
+            let failed = lock(&self.gate)
+                .as_ref()
+                .is_some_and(|gate| gate.failure().is_some());
+            if failed {
+                schema::no_checkpoint_on_close(&conn);
+            }
+        }
     }
-}
 
-impl Drop for Lent<'_> {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            lock(&self.pool.state).idle.push(conn);
-            self.pool.returned.notify_one();
+    /// The next queued read; `None` once closing and none is left.
+    fn next_job(&self) -> Option<ReadJob> {
+        let mut queue = lock(&self.queue);
+        loop {
+            if let Some(job) = queue.jobs.pop_front() {
+                return Some(job);
+            }
+            if queue.closing {
+                return None;
+            }
+            queue.idle += 1;
+            queue = self.work.wait(queue).unwrap_or_else(|p| p.into_inner());
+            queue.idle -= 1;
         }
     }
 }
@@ -196,63 +248,80 @@ mod tests {
     fn concurrent_reads_never_open_more_than_max_readers() {
         let db = TempDb::new("idem-readers-bound");
         let pool = Readers::new(&db.path, &StoreOptions::default());
-        let (reading, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let reading = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
         thread::scope(|scope| {
             for _ in 0..4 * MAX_READERS {
-                scope.spawn(|| {
-                    pool.read(|conn| {
-                        let now = reading.fetch_add(1, Ordering::SeqCst) + 1;
-                        peak.fetch_max(now, Ordering::SeqCst);
+                let (pool, reading) = (&pool, Arc::clone(&reading));
+                scope.spawn(move || {
+                    pool.read(move |conn| {
+                        let (now, peak) = &*reading;
+                        let at_once = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(at_once, Ordering::SeqCst);
                         thread::sleep(Duration::from_millis(20));
-                        reading.fetch_sub(1, Ordering::SeqCst);
+                        now.fetch_sub(1, Ordering::SeqCst);
                         conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
                     })
                     .unwrap();
                 });
             }
         });
-        let peak = peak.load(Ordering::SeqCst);
+        let peak = reading.1.load(Ordering::SeqCst);
         assert!(peak <= MAX_READERS && peak > 1, "peak {peak}");
         assert!(pool.open() <= MAX_READERS, "{} open", pool.open());
+        pool.close();
     }
 
-    /// With every connection lent, a reader gives up after the busy timeout
-    /// with `Unavailable` (a `503`), and the pool serves again once one is
-    /// given back.
+    /// A read blocked where nothing can wake it (here, on a channel; on a
+    /// frozen file system, in the kernel) costs its caller the deadline and
+    /// an `Unavailable`, never more; with every thread so blocked, a later
+    /// read is refused at its deadline and never runs; once the threads are
+    /// free again, reads run as before.
     #[test]
-    fn a_reader_waits_at_most_the_busy_timeout() {
-        let db = TempDb::new("idem-readers-timeout");
-        let options = StoreOptions {
-            busy_timeout: Duration::from_millis(50),
-            ..StoreOptions::default()
-        };
-        let pool = Readers::new(&db.path, &options);
-        let (lent, release) = (AtomicUsize::new(0), Mutex::new(()));
-        let held = lock(&release);
-        let (done_tx, done_rx) = mpsc::channel();
-        thread::scope(|scope| {
-            for _ in 0..MAX_READERS {
-                let (pool, lent, release, done_tx) = (&pool, &lent, &release, done_tx.clone());
-                scope.spawn(move || {
-                    let read = pool.read(|_| {
-                        lent.fetch_add(1, Ordering::SeqCst);
-                        drop(lock(release));
-                        Ok(())
-                    });
-                    done_tx.send(read.is_ok()).unwrap();
-                });
-            }
-            while lent.load(Ordering::SeqCst) < MAX_READERS {
-                thread::yield_now();
-            }
-            let refused = pool.read(|_| Ok(()));
+    fn a_read_that_does_not_return_costs_its_caller_only_the_deadline() {
+        let db = TempDb::new("idem-readers-deadline");
+        let within = Duration::from_millis(300);
+        let pool = Readers::new(&db.path, &StoreOptions::default().with_db_timeout(within));
+        let deadline = Deadline::new(within);
+        let (unblock, blocked) = mpsc::channel::<()>();
+        let blocked = Arc::new(Mutex::new(blocked));
+        let entered = Arc::new(AtomicUsize::new(0));
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while entered.load(Ordering::SeqCst) < MAX_READERS {
             assert!(
-                matches!(refused, Err(StoreError::Unavailable(_))),
+                Instant::now() < give_up,
+                "the read threads never all blocked"
+            );
+            let (blocked, entered) = (Arc::clone(&blocked), Arc::clone(&entered));
+            let started = Instant::now();
+            let refused = pool.read(move |_| {
+                entered.fetch_add(1, Ordering::SeqCst);
+                let _ = lock(&blocked).recv();
+                Ok(())
+            });
+            // Unfinished; or, on a slow machine, not started in time.
+            assert!(
+                refused == Err(deadline.read_unfinished())
+                    || refused == Err(deadline.read_not_started()),
                 "{refused:?}"
             );
-            drop(held);
+            assert!(started.elapsed() < within * 10, "{:?}", started.elapsed());
+        }
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counts = Arc::clone(&ran);
+        let refused = pool.read(move |_| {
+            counts.fetch_add(1, Ordering::SeqCst);
+            Ok(())
         });
-        assert!(done_rx.iter().take(MAX_READERS).all(|ok| ok));
-        assert!(pool.read(|_| Ok(())).is_ok());
+        assert_eq!(refused, Err(deadline.read_not_started()));
+        for _ in 0..MAX_READERS {
+            unblock.send(()).unwrap();
+        }
+        let read = |conn: &Connection| conn.query_row("SELECT 2", [], |r| r.get::<_, i64>(0));
+        while pool.read(read) != Ok(2) {
+            assert!(Instant::now() < give_up, "reads never ran again");
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "a refused read never runs");
+        assert_eq!(pool.open(), MAX_READERS);
+        pool.close();
     }
 }

@@ -1,20 +1,34 @@
 //! The reads behind the operations endpoints: a call's audit timeline and
 //! the fresh read `/healthz` makes (the counts of `/stats` and `/metrics`
-//! are `counts`'). Each runs on a connection it is given, inside the
-//! caller's read transaction.
+//! are `counts`'). Each runs on a connection it is given; one that reads
+//! more than one statement does it in one read transaction.
 //!
 //! This module never writes, and never reads another tenant's rows for a
 //! tenant's answer.
 
 use super::super::model::AuditEvent;
+use super::sql;
 use rusqlite::{params, Connection, OpenFlags};
 use std::path::Path;
 
-/// A call's audit rows in the order they were written (`idx_audit_call`).
-pub(super) fn audit_timeline(
+/// The tenant's call's audit rows, oldest first, in one read transaction;
+/// `None` when the tenant has no such call.
+pub(super) fn tenant_audit(
     conn: &Connection,
+    tenant: &str,
     call_id: &str,
-) -> rusqlite::Result<Vec<AuditEvent>> {
+) -> rusqlite::Result<Option<Vec<AuditEvent>>> {
+    let snapshot = conn.unchecked_transaction()?;
+    let events = match sql::select_tenant_call(conn, tenant, call_id)? {
+        Some(_) => Some(audit_timeline(conn, call_id)?),
+        None => None,
+    };
+    snapshot.commit()?;
+    Ok(events)
+}
+
+/// A call's audit rows in the order they were written (`idx_audit_call`).
+fn audit_timeline(conn: &Connection, call_id: &str) -> rusqlite::Result<Vec<AuditEvent>> {
     conn.prepare_cached(
         "SELECT ts, event, attempt, detail FROM audit WHERE call_id = ?1 ORDER BY id",
     )?

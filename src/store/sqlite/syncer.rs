@@ -285,11 +285,15 @@ mod tests {
         rx
     }
 
+    /// Readers of `path`, gated by `gate` if given. A gated read must be
+    /// refused while unsynced state is in view, so it gives up after a
+    /// second; an ungated one has all the time a loaded machine needs.
     fn readers(path: &Path, gate: Option<Arc<Durability>>) -> Readers {
-        let options = StoreOptions {
-            busy_timeout: Duration::from_millis(300),
-            ..StoreOptions::default()
+        let within = match gate {
+            Some(_) => Duration::from_secs(1),
+            None => Duration::from_secs(30),
         };
+        let options = StoreOptions::default().with_db_timeout(within);
         let readers = Readers::new(path, &options);
         match gate {
             Some(gate) => readers.gated_by(gate),
@@ -425,7 +429,7 @@ mod tests {
         let gated = readers(&path, Some(writer.durability()));
         assert!(rows(&gated).is_err(), "a read after the failure");
         if readers_close_first {
-            gated.close_idle();
+            gated.close();
         }
         writer.stop();
         drop(gated);

@@ -1,5 +1,6 @@
-//! The SQLite wing's own tests: the writer thread (`writer`) and the
-//! migrations (`migrations`), which PostgreSQL does not have. They share the store tests' helpers.
+//! The SQLite wing's own tests: the writer thread (`writer`), the deadline
+//! of a wait on the file (`deadline`) and the migrations (`migrations`),
+//! which PostgreSQL does not have. They share the store tests' helpers.
 
 use super::{schema, SqliteStore};
 use crate::store::tests::{audit_events, new_call, rows};
@@ -11,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod deadline;
 mod migrations;
 mod writer;
 

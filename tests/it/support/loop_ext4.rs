@@ -1,10 +1,13 @@
 //! A small ext4 file system on a loop device, mounted `errors=remount-ro`,
-//! for the test that needs a file system to fail under a running server.
+//! for the tests that need a file system to fail, or to stop answering,
+//! under a running server.
 //! ext4's `trigger_fs_error` does what a real I/O error does: the file system
 //! turns read-only at once, open files and all (a tmpfs cannot be remounted
-//! read-only while a file is open for writing). Needs root; the mount, the
-//! loop device and the image are undone on drop, even when the test failed,
-//! after the server that held its files has been killed.
+//! read-only while a file is open for writing); `fsfreeze` makes it stop
+//! answering, as a hung disk does. Needs root; the freeze, the mount, the
+//! loop device and the image are undone on drop, even when the test failed:
+//! the freeze first, as a process blocked on a frozen file system cannot
+//! even be killed; the mount after the server that held its files.
 
 use super::unique_name;
 use std::path::{Path, PathBuf};
@@ -50,6 +53,18 @@ impl LoopExt4 {
             .unwrap_or_else(|e| panic!("write {trigger}: {e}"));
     }
 
+    /// `fsfreeze --freeze`: from now on every write to this file system, a
+    /// sync, and a write to a page of one of its files mapped in memory (the
+    /// `-shm` of a WAL database) block in the kernel until the thaw. The
+    /// guard thaws it when dropped, so a failing test never leaves it frozen.
+    pub fn freeze(&self) -> Frozen<'_> {
+        run("fsfreeze", &["--freeze", path_str(&self.dir)]);
+        Frozen {
+            dir: &self.dir,
+            thawed: false,
+        }
+    }
+
     /// What an operator does next: unmount, check the file system, mount it
     /// again. Only what had reached the device is there.
     pub fn repair_and_mount_again(&mut self) {
@@ -81,6 +96,30 @@ impl LoopExt4 {
         }
         super::tmpfs::unmount(&self.dir);
         self.mounted = false;
+    }
+}
+
+/// A frozen `LoopExt4`; thawed by `thaw`, or on drop.
+pub struct Frozen<'a> {
+    dir: &'a Path,
+    thawed: bool,
+}
+
+impl Frozen<'_> {
+    /// `fsfreeze --unfreeze`: everything blocked goes on.
+    pub fn thaw(mut self) {
+        run("fsfreeze", &["--unfreeze", path_str(self.dir)]);
+        self.thawed = true;
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        if !self.thawed {
+            let _ = Command::new("fsfreeze")
+                .args(["--unfreeze", path_str(self.dir)])
+                .status();
+        }
     }
 }
 

@@ -481,6 +481,16 @@ pub fn assert_verify_passes(db: &TempDb) {
 /// `idempotent-tool verify --tools` on `db` (a path or a PostgreSQL URL)
 /// passes, and its business-key check ran.
 pub fn assert_verify_passes_with_business_keys(db: &str, tools: &downstream::ToolsFile) {
+    let text = assert_verify_passes_with_tools(db, tools);
+    assert!(
+        text.contains("share a business key"),
+        "the check ran: {text}"
+    );
+}
+
+/// `idempotent-tool verify --tools` on `db` passes (the tools file says
+/// which tools write effects); returns its report.
+pub fn assert_verify_passes_with_tools(db: &str, tools: &downstream::ToolsFile) -> String {
     let report = Command::new(SERVER_BIN)
         .args(["verify", "--db", db, "--tools", tools.path_str()])
         .output()
@@ -491,10 +501,7 @@ pub fn assert_verify_passes_with_business_keys(db: &str, tools: &downstream::Too
         "{text}{}",
         String::from_utf8_lossy(&report.stderr)
     );
-    assert!(
-        text.contains("share a business key"),
-        "the check ran: {text}"
-    );
+    text.into_owned()
 }
 
 /// Flags for a stall test: a one-second lease, recovery every 50 ms, and the

@@ -1,5 +1,5 @@
-//! What the PostgreSQL fault tests share (`pg_frozen`, `pg_outage`,
-//! `pg_failover`, `pg_partition`): nodes of the real binary on a PostgreSQL
+//! What the fault tests share (`pg_frozen`, `pg_outage`, `pg_failover`,
+//! `pg_partition`, and on SQLite `sqlite_frozen`): nodes of the real binary on a PostgreSQL
 //! URL whose `pay` tool is an `http` tool on the reference downstream (which
 //! counts the arrivals of every effect id), timed requests, a load that
 //! keeps the keys it was answered `2xx` for, and the figures each fault is
@@ -206,38 +206,60 @@ pub struct Figures {
     pub effects_not_one: usize,
 }
 
+/// What the database holds for one acknowledged key.
+pub struct CallRow {
+    pub call_id: String,
+    pub status: String,
+    pub tool: String,
+    pub effect_id: String,
+    /// Its `effects` rows.
+    pub effects: i64,
+}
+
+/// The query `row_of` runs on either backend (`$1`/`?1`: the key).
+pub const CALL_ROW_SQL: &str = "SELECT c.call_id, c.status, c.tool, c.effect_id,
+        (SELECT count(*) FROM effects e WHERE e.call_id = c.call_id)
+   FROM calls c WHERE c.idem_key = ";
+
 /// Count them over the accepted calls: the database at `url`, the
 /// downstream's per-key counts for `pay` calls.
 pub fn figures(url: &str, acks: &Acks, downstream: &Downstream) -> Figures {
     let mut db = connect(url);
+    figures_from(acks, downstream, |key| {
+        let row = db
+            .query_opt(&format!("{CALL_ROW_SQL}$1"), &[&key])
+            .expect("read a call")?;
+        Some(CallRow {
+            call_id: row.get(0),
+            status: row.get(1),
+            tool: row.get(2),
+            effect_id: row.get(3),
+            effects: row.get(4),
+        })
+    })
+}
+
+/// The figures over the accepted calls, each key's row read by `row_of`.
+pub fn figures_from(
+    acks: &Acks,
+    downstream: &Downstream,
+    mut row_of: impl FnMut(&str) -> Option<CallRow>,
+) -> Figures {
     let mut found = Figures {
         acknowledged: acks.accepted.len(),
         ..Figures::default()
     };
     for (key, call_id) in &acks.accepted {
-        let row = db
-            .query_opt(
-                "SELECT c.call_id, c.status, c.tool, c.effect_id,
-                        (SELECT count(*) FROM effects e WHERE e.call_id = c.call_id)
-                   FROM calls c WHERE c.idem_key = $1",
-                &[key],
-            )
-            .expect("read a call");
-        let Some(row) = row else {
+        let Some(row) = row_of(key).filter(|row| row.call_id == *call_id) else {
             found.lost += 1;
             continue;
         };
-        if row.get::<_, String>(0) != *call_id {
-            found.lost += 1;
-            continue;
-        }
-        if row.get::<_, String>(1) != "succeeded" {
+        if row.status != "succeeded" {
             found.unfinished += 1;
         }
-        let local_effects: i64 = row.get(4);
-        let mut effects_ok = local_effects == 1;
-        if row.get::<_, String>(2) == "pay" {
-            let seen = downstream.requests_for(&row.get::<_, String>(3));
+        let mut effects_ok = row.effects == 1;
+        if row.tool == "pay" {
+            let seen = downstream.requests_for(&row.effect_id);
             let arrivals = seen["requests"].as_i64().unwrap_or(0);
             if arrivals > 1 {
                 found.rerun_calls += 1;

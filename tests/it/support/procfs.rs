@@ -20,6 +20,20 @@ pub fn thread_count(pid: u32) -> usize {
         .count()
 }
 
+/// How many threads the process has now, less the store's read threads
+/// (`store-reader-N`): those start when reads first need them and are kept,
+/// so they are not what a test of a request's own thread counts.
+pub fn threads_but_the_read_pool(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("read task")
+        .flatten()
+        .filter(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            !comm.starts_with("store-reader-")
+        })
+        .count()
+}
+
 /// How many of the process's descriptors are open on `db` or its `-wal`
 /// (each SQLite connection holds both; the `-shm` is shared, so not counted).
 pub fn database_descriptors(pid: u32, db: &Path) -> usize {
@@ -70,4 +84,21 @@ pub fn all_threads_stopped(pid: u32) -> bool {
             .and_then(|stat| Some(stat.rsplit_once(')')?.1.trim_start().starts_with('T')))
             .unwrap_or(false)
     })
+}
+
+/// The names of the process's threads in uninterruptible sleep (`D`) now:
+/// blocked in the kernel, as on a file system that stopped answering, where
+/// no signal or timeout wakes them.
+pub fn threads_blocked_in_the_kernel(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let (name, rest) = stat.split_once(" (")?.1.rsplit_once(')')?;
+            rest.trim_start().starts_with('D').then(|| name.to_string())
+        })
+        .collect()
 }

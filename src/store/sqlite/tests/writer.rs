@@ -34,7 +34,7 @@ fn writer_stats_round_trip_and_difference() {
 
 /// Holds the writer inside a batch until released, so that everything
 /// queued meanwhile is committed together in the next batch.
-fn hold_writer(store: &CallStore) -> mpsc::Sender<()> {
+pub(super) fn hold_writer(store: &CallStore) -> mpsc::Sender<()> {
     let (entered, is_inside) = mpsc::channel();
     let (release, released) = mpsc::channel::<()>();
     store.sqlite().writer.submit(
@@ -204,7 +204,7 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
 
 /// Waits until the writer has no work queued. Callers are answered just
 /// before their batch is counted done, so idleness is awaited, not assumed.
-fn wait_until_idle(store: &CallStore, what: &str) {
+pub(super) fn wait_until_idle(store: &CallStore, what: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while store.sqlite().writer.stuck_for().is_some() {
         assert!(std::time::Instant::now() < deadline, "{what}");
@@ -213,7 +213,7 @@ fn wait_until_idle(store: &CallStore, what: &str) {
 }
 
 /// The writer counts as stuck only with work queued and no batch finished
-/// for a while: `/healthz` reads this (and says so past `WRITER_STUCK_AFTER`).
+/// for a while: `/healthz` reads this (and says so past `--db-timeout-ms`).
 #[test]
 fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
     let db = TempDb::new("a_writer_holding_queued_work_is_seen_as_stuck");

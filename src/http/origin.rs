@@ -1,23 +1,32 @@
-//! Which `Host` and `Origin` `POST /mcp` answers: the defence against DNS
+//! Which `Host` and `Origin` the server answers: the defence against DNS
 //! rebinding, where a web page the user opened re-points its own name at
 //! `127.0.0.1` and then posts to this server as if it were the page's
 //! origin. Such a request arrives with the page's name in `Host` (and the
 //! same in `Origin`), so the name in `Host` is what gives it away.
 //!
-//! A request is served only when its `Host` names a loopback address
-//! (`localhost`, 127.0.0.0/8, `[::1]`) or one of `--public-host`'s names, and
-//! when its `Origin`, if it has one (browsers send it; other clients need
-//! not), is the origin of that same `Host` or on `--allowed-origin`'s list.
-//! An `Origin` is never trusted for being equal to a `Host` that is not
-//! itself trusted. This file decides, and never logs or echoes a header
-//! value beyond a quoted excerpt.
+//! `POST /mcp` is served only when its `Host` names a loopback address
+//! (`localhost`, 127.0.0.0/8, `[::1]`) or one of `--public-host`'s names,
+//! and when its `Origin`, if it has one (browsers send it; other clients
+//! need not), is the origin of that same `Host` or on `--allowed-origin`'s
+//! list. An `Origin` is never trusted for being equal to a `Host` that is
+//! not itself trusted.
+//!
+//! Every other route but `/healthz` (which holds no data), the console
+//! included, is served without `--auth-file` only when its `Host` names
+//! loopback, a `--public-host` name or any IP address: a rebinding page
+//! always reaches the server under its own DNS name, and a client that
+//! typed an address is not one. With `--auth-file` they need no such check:
+//! a rebound page has no token to send, and cookies are never used.
+//!
+//! This file decides, and never logs or echoes a header value beyond a
+//! quoted excerpt.
 
 use crate::config::is_loopback;
 use crate::http::ErrorCode;
 use crate::input::quote;
 use std::fmt;
 
-/// The names and origins `/mcp` trusts beyond loopback.
+/// The names and origins trusted beyond loopback.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OriginPolicy {
     /// `--public-host`: names (no port) a client may reach this server by,
@@ -110,6 +119,30 @@ impl OriginPolicy {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// Serve a request that carries no token (no `--auth-file`) to a route
+    /// other than `/mcp`, or say why not: its `Host` must be loopback, a
+    /// `--public-host` name or an IP address.
+    pub fn check_tokenless_host(&self, host: Option<&str>) -> Result<(), Refusal> {
+        // Browsers always send a `Host` (so does every HTTP/1.1 client: the
+        // parser refuses a request without one); only HTTP/1.0 may omit it.
+        let Some(host) = host.filter(|h| !h.is_empty()) else {
+            return Ok(());
+        };
+        let name = hostname(host);
+        let bare = name.trim_start_matches('[').trim_end_matches(']');
+        if self.trusts_host(host) || bare.parse::<std::net::IpAddr>().is_ok() {
+            return Ok(());
+        }
+        Err(Refusal {
+            code: ErrorCode::HostNotAllowed,
+            message: format!(
+                "Host {} is not an IP address, a loopback name or a --public-host name; \
+                 without --auth-file only those are answered",
+                quote(host)
+            ),
+        })
     }
 
     fn trusts_host(&self, host: &str) -> bool {
@@ -238,6 +271,37 @@ mod tests {
                 "{origin}"
             );
         }
+    }
+
+    /// Without tokens, the REST routes answer any IP address too (a page
+    /// that rebinds reaches the server under its own name, never under an
+    /// address), and refuse every other name but loopback and the listed.
+    #[test]
+    fn without_tokens_a_name_must_be_loopback_or_listed_and_any_address_is_served() {
+        let p = policy(&["tools.example.com"], &[]);
+        for host in [
+            "127.0.0.1:8081",
+            "localhost:8081",
+            "10.0.0.1:8081",
+            "192.168.1.20",
+            "[fd00::1]:8081",
+            "[::1]",
+            "TOOLS.example.com:8081",
+        ] {
+            assert!(p.check_tokenless_host(Some(host)).is_ok(), "{host}");
+        }
+        for host in [
+            "evil.example.com:8081",
+            "10.0.0.1.evil.example",
+            "t",
+            "[nonsense]",
+        ] {
+            let refused = p.check_tokenless_host(Some(host)).unwrap_err();
+            assert_eq!(refused.code, ErrorCode::HostNotAllowed, "{host}");
+        }
+        // No browser omits it: an HTTP/1.0 client may.
+        assert!(p.check_tokenless_host(None).is_ok());
+        assert!(p.check_tokenless_host(Some("")).is_ok());
     }
 
     #[test]
