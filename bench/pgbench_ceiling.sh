@@ -18,13 +18,17 @@
 # adds HTTP, JSON, its worker pool and the round trips between them; it can beat this
 # only where one statement claims several calls at once.
 #
-# The tables are the backend's (src/store/postgres/schema.rs): the rows and
-# indexes each call writes are the service's.
+# The tables are the backend's, read from its source: every migration step, in the
+# order of MIGRATIONS in src/store/postgres/schema.rs, each the text of the constants
+# it lists, run in a schema of their own (pgbench_ceiling). The rows and indexes each
+# call writes are the service's, and cannot drift from them.
 #
 # Usage: bench/pgbench_ceiling.sh [--seconds N] [--clients N] [--db postgres://...]
-#   --db URL   measure an existing database instead of starting a private
-#              PostgreSQL (the tables are created as pgbench_ceiling_* there and
-#              dropped afterwards, so a service's own tables are not touched)
+#        bench/pgbench_ceiling.sh --print-ddl
+#   --db URL     measure an existing database instead of starting a private
+#                PostgreSQL (the schema pgbench_ceiling is made there, refused if
+#                it exists, and dropped afterwards: a service's tables are not touched)
+#   --print-ddl  print the DDL it would run, and exit
 # Env:   PG_BIN      PostgreSQL's bin folder (default: the newest /usr/lib/postgresql/*/bin)
 #        PG_WORKDIR  parent folder for the private cluster (default $TMPDIR or /tmp);
 #                    put it on the disk the service's database uses: the figure is
@@ -48,15 +52,17 @@ SECONDS_TO_RUN=15
 CLIENTS=20
 DB_URL=""
 WORK=""
-TABLE_PREFIX=""
+# The schema the tables are made in, and whether this run made it (and drops it).
+readonly SCHEMA="pgbench_ceiling"
+MADE_SCHEMA=""
 
 log() { printf '[pgbench-ceiling] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 cleanup() {
   [[ "$BASHPID" == "$MAIN_PID" ]] || return 0
-  if [[ -n "$DB_URL" && -n "$TABLE_PREFIX" ]]; then
-    drop_tables_in_existing_db || true
+  if [[ -n "$MADE_SCHEMA" ]]; then
+    drop_schema || true
   fi
   pg_private_stop
   [[ -n "$WORK" && -d "$WORK" ]] && rm -rf -- "$WORK"
@@ -75,6 +81,7 @@ parse_args() {
       --seconds) SECONDS_TO_RUN="${2:?--seconds needs a number}"; shift 2 ;;
       --clients) CLIENTS="${2:?--clients needs a number}"; shift 2 ;;
       --db) DB_URL="${2:?--db needs a postgres:// URL}"; shift 2 ;;
+      --print-ddl) backend_ddl; exit 0 ;;
       -h | --help) usage; exit 0 ;;
       *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -102,67 +109,74 @@ fs_type() { stat -f -c %T "$1" 2>/dev/null || echo unknown; }
 
 # ---------------------------------------------------------------- tables and script
 
-# The calls/effects/audit tables of the PostgreSQL backend (src/store/postgres/schema.rs):
-# times as epoch seconds from the database's clock, a creation sequence for the pending
-# queue, partial indexes by state.
+# The PostgreSQL backend's DDL, read from src/store/postgres/: the constants each
+# step of MIGRATIONS lists (`sql: &[V5, super::counts::COUNT_TABLES, ...]`), in that
+# order, each the Rust string literal of its `const NAME: &str =` unescaped and
+# ended with a `;` where it has none.
+backend_ddl() {
+  local dir="$ROOT/src/store/postgres" name text
+  local -a steps
+  mapfile -t steps < <(
+    sed -n '/^const MIGRATIONS/,/^];/p' "$dir/schema.rs" | tr '\n' ' ' |
+      grep -o 'sql: &\[[^]]*\]' | grep -o '[A-Z][A-Z0-9_]*'
+  )
+  ((${#steps[@]})) || die "no migration steps found in $dir/schema.rs"
+  for name in "${steps[@]}"; do
+    text="$(rust_str_const "$name" "$dir"/*.rs)"
+    [[ -n "$text" ]] || die "migration step $name: no constant $name in $dir"
+    [[ "$text" == *";" ]] || text+=";"
+    printf '%s\n' "$text"
+  done
+}
+
+# The string literal of `const NAME: &str = "...";` in FILES, as the program sees
+# it: \" and \\ unescaped, a \ at the end of a line joined to the next line's text.
+rust_str_const() {
+  local name="$1"
+  shift
+  awk -v name="$name" '
+    !on && index($0, "const " name ": &str =") { on = 1; found = 0 }
+    !on { next }
+    {
+      line = $0
+      if (!found) {
+        at = index(line, "\"")
+        if (!at) next
+        line = substr(line, at + 1); found = 1
+      } else if (joined) {
+        sub(/^[ \t]+/, "", line)
+      }
+      joined = 0; out = ""
+      for (i = 1; i <= length(line); i++) {
+        c = substr(line, i, 1)
+        if (c == "\\") {
+          n = substr(line, i + 1, 1)
+          if (n == "") { joined = 1; break }
+          out = out n; i++
+        } else if (c == "\"") {
+          printf "%s\n", out; exit
+        } else {
+          out = out c
+        }
+      }
+      if (joined) printf "%s", out; else printf "%s\n", out
+    }' "$@"
+}
+
+# The backend's tables, in a schema of their own; refused if it exists.
 create_tables() {
-  local p="$TABLE_PREFIX"
-  run_psql <<SQL
-CREATE TABLE ${p}calls (
-  call_id         text PRIMARY KEY,
-  tenant          text NOT NULL,
-  idem_key        text NOT NULL,
-  fingerprint     text NOT NULL,
-  client_id       text,
-  seq             bigint,
-  tool            text NOT NULL,
-  args_json       text NOT NULL,
-  status          text NOT NULL,
-  result_json     text,
-  error_json      text,
-  attempt         bigint NOT NULL DEFAULT 0,
-  lease_until     double precision,
-  owner           text,
-  effect_id       text,
-  created_at      double precision NOT NULL,
-  updated_at      double precision NOT NULL,
-  next_attempt_at double precision,
-  created_seq     bigint GENERATED ALWAYS AS IDENTITY,
-  UNIQUE (tenant, idem_key),
-  CHECK (status IN ('pending', 'running', 'succeeded', 'failed'))
-);
-CREATE INDEX ${p}calls_pending ON ${p}calls (created_seq) WHERE status = 'pending';
-CREATE INDEX ${p}calls_running ON ${p}calls (lease_until) WHERE status = 'running';
-CREATE INDEX ${p}calls_terminal ON ${p}calls (updated_at) WHERE status IN ('succeeded', 'failed');
-CREATE INDEX ${p}calls_client_seq ON ${p}calls (client_id, seq) WHERE client_id IS NOT NULL;
-CREATE TABLE ${p}effects (
-  effect_id      text PRIMARY KEY,
-  call_id        text NOT NULL UNIQUE,
-  tool           text NOT NULL,
-  amount         bigint,
-  detail         text,
-  created_at     double precision NOT NULL,
-  call_purged_at double precision
-);
-CREATE TABLE ${p}audit (
-  id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  ts      double precision NOT NULL,
-  call_id text,
-  attempt bigint,
-  event   text NOT NULL,
-  detail  text
-);
-CREATE INDEX ${p}audit_call ON ${p}audit (call_id, id);
-SQL
+  run_psql <<<"CREATE SCHEMA $SCHEMA;" || die "cannot make the schema $SCHEMA (does it exist?)"
+  MADE_SCHEMA=1
+  backend_ddl | run_psql
 }
 
-drop_tables_in_existing_db() {
-  local p="$TABLE_PREFIX"
-  run_psql <<<"DROP TABLE IF EXISTS ${p}calls, ${p}effects, ${p}audit;" >/dev/null
+drop_schema() {
+  run_psql <<<"SET client_min_messages = warning; DROP SCHEMA $SCHEMA CASCADE;" >/dev/null
 }
 
+# psql and pgbench see the tables by their own names.
 run_psql() {
-  pg_tool psql -X -q -v ON_ERROR_STOP=1 "$DB_URL"
+  PGOPTIONS="-c search_path=$SCHEMA" pg_tool psql -X -q -v ON_ERROR_STOP=1 "$DB_URL"
 }
 
 # One call's life as the backend runs it (src/store/postgres/sql.rs): three
@@ -171,43 +185,43 @@ run_psql() {
 # loop of every client is a new key; \gset carries the call id and the claimed
 # attempt to the next statement, as a worker does.
 write_call_script() {
-  local p="$TABLE_PREFIX" script="$1" now="extract(epoch FROM now())::float8"
+  local script="$1" now="extract(epoch FROM now())::float8"
   cat >"$script" <<SQL
 WITH ins AS (
-  INSERT INTO ${p}calls AS c (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
+  INSERT INTO calls AS c (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
                              attempt, effect_id, created_at, updated_at)
   VALUES ('c_' || md5(random()::text), 'anonymous', md5(random()::text), 'fp-ceiling',
           'charge', '{"amount": 1}', 'pending', 0, 'e_' || md5(random()::text), $now, $now)
   ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
   RETURNING call_id, effect_id, created_at, tool, (xmax::text <> '0') AS existed
 ), created AS (
-  INSERT INTO ${p}audit (ts, call_id, attempt, event, detail)
+  INSERT INTO audit (ts, call_id, attempt, event, detail)
   SELECT created_at, call_id, 0, 'created', tool FROM ins WHERE NOT existed
 )
 SELECT call_id, effect_id FROM ins \gset
 WITH u AS (
-  UPDATE ${p}calls SET status = 'running', attempt = attempt + 1, lease_until = $now + 30,
+  UPDATE calls SET status = 'running', attempt = attempt + 1, lease_until = $now + 30,
          owner = 'pgbench', updated_at = $now, next_attempt_at = NULL
    WHERE call_id = :call_id
      AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= $now))
           OR (status = 'running' AND lease_until <= $now))
   RETURNING call_id, attempt, updated_at
 ), a AS (
-  INSERT INTO ${p}audit (ts, call_id, attempt, event, detail)
+  INSERT INTO audit (ts, call_id, attempt, event, detail)
   SELECT updated_at, call_id, attempt, 'claimed', 'pgbench attempt=' || attempt FROM u
 )
 SELECT attempt FROM u \gset
 WITH done AS (
-  UPDATE ${p}calls SET status = 'succeeded', result_json = '{"charged": 1}', error_json = NULL,
+  UPDATE calls SET status = 'succeeded', result_json = '{"charged": 1}', error_json = NULL,
          lease_until = NULL, owner = NULL, updated_at = $now
    WHERE call_id = :call_id AND status = 'running' AND attempt = :attempt
   RETURNING call_id, tool, effect_id, updated_at
 ), effect AS (
-  INSERT INTO ${p}effects (effect_id, call_id, tool, amount, detail, created_at)
+  INSERT INTO effects (effect_id, call_id, tool, amount, detail, created_at)
   SELECT effect_id, call_id, tool, 1, NULL, updated_at FROM done
   ON CONFLICT DO NOTHING
 ), a AS (
-  INSERT INTO ${p}audit (ts, call_id, attempt, event, detail)
+  INSERT INTO audit (ts, call_id, attempt, event, detail)
   SELECT updated_at, call_id, :attempt::int8, 'succeeded', effect_id FROM done
 )
 SELECT count(*) FROM done;
@@ -221,17 +235,17 @@ run_pgbench() {
   log "pgbench: $CLIENTS clients, ${SECONDS_TO_RUN} s, 3 commits per call"
   # -M prepared: the service keeps its statements prepared too. -n: no vacuum of
   # pgbench's own tables (there are none).
-  PGOPTIONS="-c synchronous_commit=on" pg_tool pgbench -n -M prepared \
+  PGOPTIONS="-c synchronous_commit=on -c search_path=$SCHEMA" pg_tool pgbench -n -M prepared \
     -c "$CLIENTS" -j "$(nproc)" -T "$SECONDS_TO_RUN" -f "$script" "$DB_URL" | tee "$out"
 }
 
 check_rows() {
-  local p="$TABLE_PREFIX" counts
-  counts="$(pg_tool psql -X -At -v ON_ERROR_STOP=1 "$DB_URL" -c \
-    "SELECT (SELECT count(*) FROM ${p}calls WHERE status = 'succeeded'),
-            (SELECT count(*) FROM ${p}calls),
-            (SELECT count(*) FROM ${p}effects),
-            (SELECT count(*) FROM ${p}audit)")"
+  local counts
+  counts="$(PGOPTIONS="-c search_path=$SCHEMA" pg_tool psql -X -At -v ON_ERROR_STOP=1 "$DB_URL" -c \
+    "SELECT (SELECT count(*) FROM calls WHERE status = 'succeeded'),
+            (SELECT count(*) FROM calls),
+            (SELECT count(*) FROM effects),
+            (SELECT count(*) FROM audit)")"
   log "rows: succeeded|calls|effects|audit = $counts"
 }
 
@@ -241,8 +255,7 @@ main() {
   if [[ -z "$DB_URL" ]]; then
     start_private_cluster
   else
-    # An existing database: our own table names, dropped afterwards.
-    TABLE_PREFIX="pgbench_ceiling_"
+    # An existing database: our own schema, dropped afterwards.
     WORK="$(mktemp -d)"
   fi
   create_tables

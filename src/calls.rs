@@ -39,7 +39,7 @@ mod request;
 mod service;
 mod submit;
 
-pub use cancel::{Cancelled, DEFAULT_CANCEL_WAIT};
+pub use cancel::{CancelAnswer, DEFAULT_CANCEL_WAIT};
 pub use error::CallError;
 pub use key_cache::{scoped_key, KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
 pub use request::{CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};

@@ -7,6 +7,10 @@
 //! `cli/verify.rs`): its name, the line `--help` shows for it, and the
 //! function that runs it with the arguments after its name.
 //!
+//! Map: `serve` (the service's run: configuration, logger, signals), `notify`
+//! (what systemd is told), `verify` and `backup` (the subcommands), `failure`
+//! (`Failure`, every early ending and its exit status), [`console`].
+//!
 //! It never panics on a closed stdout or stderr (everything it prints goes
 //! through [`console`]) and never prints a secret: usage errors and start-up
 //! failures name files and flags, never a value read from a secret.

@@ -25,6 +25,8 @@
 //! - `write`: `write_response`, the response writer.
 //! - `forwarded`: `TrustedProxies`, which address a request came from
 //!   (`X-Forwarded-For`, believed only from a `--trusted-proxy`).
+//! - `origin`: which `Host` and `Origin` the server answers (the defence
+//!   against DNS rebinding).
 
 mod chunked;
 mod error_code;

@@ -9,17 +9,17 @@
 //! - [`http`]: HTTP/1.1 request parsing and response writing, by hand, and
 //!   `ErrorCode`, the one table of error codes and their statuses;
 //!   `Response::from_error` is the one way an error becomes an answer.
-//! - [`input`]: client JSON parsed strictly (no repeated member names) and
+//! - `input`: client JSON parsed strictly (no repeated member names) and
 //!   client input quoted in error messages (at most 100 bytes).
 //! - [`server`]: the accept loop, one thread per connection, limits and timeouts.
 //! - [`descriptors`]: the open-file limit, raised at start-up, and the
 //!   connection cap it allows.
-//! - [`calls`]: the `Calls` service both transports hold — submit (checks,
+//! - `calls`: the `Calls` service both transports hold — submit (checks,
 //!   key cache, pushback, create-or-get), get by id or key, the audit
 //!   timeline, and the wait until a call settles.
 //! - [`api`]: the REST routes, validation, and the mapping from its errors
 //!   to codes.
-//! - [`mcp`]: `POST /mcp`, the Model Context Protocol (JSON-RPC over
+//! - `mcp`: `POST /mcp`, the Model Context Protocol (JSON-RPC over
 //!   Streamable HTTP) whose `tools/call` goes through the same `Calls`, so
 //!   agents get the same exactly-once guarantee. `api` and `mcp` do not
 //!   know each other: `app` mounts MCP on the router as an `Endpoint`.
@@ -27,23 +27,24 @@
 //!   leases, fencing, unique constraints, recovery, and group commit; and
 //!   [`store::verify`], `idempotent-tool verify`, every invariant checked
 //!   read-only on a database file.
-//! - [`runner`]: the worker pool that claims and runs calls (automatic retries,
+//! - `runner`: the worker pool that claims and runs calls (automatic retries,
 //!   per-tool concurrency caps, lease heartbeats), and the recovery loop.
 //! - [`tools`]: the tool registry (built-ins, or the `--tools` file), argument
 //!   schemas, the `http` and `command` executors with their outcomes, and
 //!   `ToolErrorCode`, the one table of the codes a failed attempt records.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
-//! - [`chaos`]: failure hooks for tests and fault injection (`--chaos` only).
-//! - [`sync`]: lock helpers; [`temp`]: temporary directories for tests and
-//!   the bench.
-//! - [`auth`]: tenants, the `--auth-file` loader and bearer-token checks.
+//! - `chaos`: failure hooks for tests and fault injection (`--chaos` only).
+//! - `lock`: the one lock helper (a poisoned lock is taken as it is);
+//!   `temp`: temporary folders and databases and a private PostgreSQL, for
+//!   the tests and the bench only (feature `testing`).
+//! - `auth`: tenants, the `--auth-file` loader and bearer-token checks.
 //! - [`log`]: JSON-lines events and access records on stderr.
-//! - [`metrics`]: counters, gauges and histograms in atomics, rendered for
-//!   Prometheus; [`metrics::service`] names the families this service exports.
+//! - `metrics`: counters, gauges and histograms in atomics, rendered for
+//!   Prometheus; `metrics::service` names the families this service exports.
 //! - [`console`]: the web console at `/ui` (HTML, CSS and JavaScript
 //!   compiled in), served with its security headers; its pages read the
 //!   REST API like any client.
-//! - [`request_id`]: the `X-Request-Id` kept or made for each request.
+//! - `request_id`: the `X-Request-Id` kept or made for each request.
 //! - [`app`]: start-up wiring; [`client`]: the HTTP client shared by the
 //!   binaries, the bench and the tests.
 //! - [`cli`]: the `idempotent-tool` command line — the service's run (flags,
@@ -51,17 +52,26 @@
 //!   exit statuses — and [`cli::console`], the printing every binary uses so
 //!   that a closed stdout or stderr never panics.
 //!
-//! Architecture invariant: only `store` writes to the database, and only its
-//! writer thread holds a write transaction; tools never run inside one.
+//! Architecture invariant: only `store` writes to the database — on SQLite
+//! only through its writer thread, the one holder of a write transaction; on
+//! PostgreSQL in short transactions of each operation's own — and tools never
+//! run inside one.
 //! `tools` and `store` do not know each other: the `runner` turns an outcome
 //! into the store's records.
+//!
+//! The public surface is what the binaries (`src/bin/`, `bench/`), the
+//! integration tests and the fuzz targets use; every other module is
+//! `pub(crate)`. `temp`, `store::bulk` (the bench's loaders, which bypass the
+//! writer) and `store::list_sql` (the list's statements, whose plans tests
+//! read) exist only with the `testing` feature, which `cargo test` and the
+//! bench turn on and a release build of the service leaves out.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod app;
-pub mod auth;
-pub mod calls;
-pub mod chaos;
+pub(crate) mod auth;
+pub(crate) mod calls;
+pub(crate) mod chaos;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -70,14 +80,15 @@ pub mod descriptors;
 pub mod fingerprint;
 pub mod flag;
 pub mod http;
-pub mod input;
+pub(crate) mod input;
+pub(crate) mod lock;
 pub mod log;
-pub mod mcp;
-pub mod metrics;
-pub mod request_id;
-pub mod runner;
+pub(crate) mod mcp;
+pub(crate) mod metrics;
+pub(crate) mod request_id;
+pub(crate) mod runner;
 pub mod server;
 pub mod store;
-pub mod sync;
+#[cfg(any(test, feature = "testing"))]
 pub mod temp;
 pub mod tools;

@@ -12,6 +12,10 @@
 //! `Exchange` holds what a request turned out to be (its tenant, key, call),
 //! filled in by whichever route answers it (REST or MCP), for its access line.
 //!
+//! Map: `settings` (what `--log-level` and `--access-log` accept), `file`
+//! (`--log-file`, reopened on SIGHUP), `access_writer`, `exchange`
+//! (`Exchange`), `repeats` (a failure that repeats said once, then counted).
+//!
 //! This module must make it impossible to log a secret by accident: an event
 //! takes a `&'static str` message and typed fields named for what they hold
 //! (a call id, a tool, an error value) — there is no free-form string field, so
@@ -238,7 +242,7 @@ impl Logger {
                 let _ = file.write_all(line.as_bytes());
             }
             Sink::Buffer(buffer) => {
-                let mut buffer = crate::sync::lock(buffer);
+                let mut buffer = crate::lock::lock(buffer);
                 buffer.extend_from_slice(line.as_bytes());
             }
         }
@@ -581,6 +585,7 @@ static CAPTURED: AtomicBool = AtomicBool::new(cfg!(test));
 /// Route this process's stderr log lines through the test harness's capture
 /// (see `CAPTURED`). For test processes only: `temp` calls it when a test
 /// makes a temporary folder or database.
+#[cfg(any(test, feature = "testing"))]
 pub fn capture_for_tests() {
     CAPTURED.store(true, Ordering::Relaxed);
 }

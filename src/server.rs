@@ -23,8 +23,8 @@ pub use limits::Limits;
 pub use observer::{Handler, Observer};
 
 use crate::http::{ErrorCode, Response};
+use crate::lock::lock;
 use crate::log::Repeats;
-use crate::sync::lock;
 use connection::{closing_response_bytes, ServedConnection};
 use observer::Unobserved;
 use std::collections::HashMap;

@@ -4,6 +4,7 @@
 //! and the integration tests alike. The service itself never uses this module;
 //! making a folder here tells the log that this is a test process
 //! (`log::capture_for_tests`), so service logs stay out of a green test run.
+//! `postgres` is a private PostgreSQL server for the same tests.
 
 pub mod postgres;
 

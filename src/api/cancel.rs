@@ -19,7 +19,7 @@ use super::error::ApiError;
 use super::router::{render, Api};
 use super::validate::{cancel_reason, wait_param};
 use crate::auth::Tenant;
-use crate::calls::{Cancelled, DEFAULT_CANCEL_WAIT};
+use crate::calls::{CancelAnswer, DEFAULT_CANCEL_WAIT};
 use crate::http::{ErrorCode, Request, Response};
 use crate::input::quote;
 use crate::log::Exchange;
@@ -42,14 +42,14 @@ impl Api {
             .calls
             .cancel(&tenant.name, call_id, reason.as_deref(), wait, gone)?;
         let call = match cancelled {
-            Cancelled::NotFound => {
+            CancelAnswer::NotFound => {
                 return Err(ApiError::NotFound(format!("call {}", quote(call_id))))
             }
-            Cancelled::Settled(call) => {
+            CancelAnswer::Settled(call) => {
                 exchange.call_id = Some(call.call_id.clone());
                 return Ok(settled(&call));
             }
-            Cancelled::Cancelled(call) | Cancelled::Stopping(call) => call,
+            CancelAnswer::Cancelled(call) | CancelAnswer::Stopping(call) => call,
         };
         exchange.call_id = Some(call.call_id.clone());
         Ok(render(&call, false))

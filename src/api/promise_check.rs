@@ -14,9 +14,9 @@
 use super::error::ApiError;
 use crate::http::{ErrorCode, Request, Response};
 use crate::input::quote;
+use crate::lock::lock;
 use crate::store::verify::{Report, VerifyError};
 use crate::store::{now, CallStore};
-use crate::sync::lock;
 use serde_json::{json, Map, Value};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -24,7 +24,7 @@ pub const DEFAULT_CANCEL_WAIT: Duration = Duration::from_millis(2_000);
 
 /// What a cancel answered.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Cancelled {
+pub enum CancelAnswer {
     /// The call is `cancelled` (by this request, or before).
     Cancelled(Call),
     /// Still `running` with its cancel recorded: its tool is being stopped.
@@ -36,22 +36,22 @@ pub enum Cancelled {
     NotFound,
 }
 
-impl Cancelled {
+impl CancelAnswer {
     fn outcome(&self) -> CancelOutcome {
         match self {
-            Cancelled::Cancelled(_) => CancelOutcome::Cancelled,
-            Cancelled::Stopping(_) => CancelOutcome::Stopping,
-            Cancelled::Settled(_) => CancelOutcome::Settled,
-            Cancelled::NotFound => CancelOutcome::NotFound,
+            CancelAnswer::Cancelled(_) => CancelOutcome::Cancelled,
+            CancelAnswer::Stopping(_) => CancelOutcome::Stopping,
+            CancelAnswer::Settled(_) => CancelOutcome::Settled,
+            CancelAnswer::NotFound => CancelOutcome::NotFound,
         }
     }
 
     /// The answer the call's status gives once the wait is over.
-    fn as_it_is(call: Call) -> Cancelled {
+    fn as_it_is(call: Call) -> CancelAnswer {
         match call.status {
-            Status::Cancelled => Cancelled::Cancelled(call),
-            Status::Succeeded | Status::Failed => Cancelled::Settled(call),
-            Status::Pending | Status::Running => Cancelled::Stopping(call),
+            Status::Cancelled => CancelAnswer::Cancelled(call),
+            Status::Succeeded | Status::Failed => CancelAnswer::Settled(call),
+            Status::Pending | Status::Running => CancelAnswer::Stopping(call),
         }
     }
 }
@@ -67,10 +67,10 @@ impl Calls {
         reason: Option<&str>,
         wait: Duration,
         gone: impl Fn() -> bool,
-    ) -> Result<Cancelled, StoreError> {
+    ) -> Result<CancelAnswer, StoreError> {
         let answer = match self.store.cancel(tenant, call_id, reason)? {
-            Cancel::NotFound => Cancelled::NotFound,
-            Cancel::Settled(call) => Cancelled::Settled(call),
+            Cancel::NotFound => CancelAnswer::NotFound,
+            Cancel::Settled(call) => CancelAnswer::Settled(call),
             Cancel::Cancelled { call, now } => {
                 if now {
                     log_cancelled(&call, "pending");
@@ -78,13 +78,13 @@ impl Calls {
                     // lose its claim.
                     self.notifier.notify([call.call_id.as_str()]);
                 }
-                Cancelled::Cancelled(call)
+                CancelAnswer::Cancelled(call)
             }
             Cancel::Requested { call, .. } => {
                 // Halted here at once if it runs here; elsewhere its owner
                 // hears of it (a notification, or its next check).
                 self.runner.cancel(&call.call_id, call.attempt);
-                Cancelled::as_it_is(self.wait(call, wait, gone)?)
+                CancelAnswer::as_it_is(self.wait(call, wait, gone)?)
             }
         };
         self.metrics.observe_cancel(answer.outcome());

@@ -32,8 +32,8 @@
 //! re-read (and, for a settled call, rendering its answer again), never a wrong
 //! answer. An answer larger than the whole budget is not kept.
 
+use crate::lock::lock;
 use crate::store::now;
-use crate::sync::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 

@@ -32,14 +32,14 @@ pub const SECURITY_HEADERS: [(&str, &str); 4] = [
 ];
 
 /// Whether `path` is the console's: `/ui` and everything under `/ui/`.
-pub fn owns(path: &str) -> bool {
+pub(crate) fn owns(path: &str) -> bool {
     path == "/ui" || path.starts_with("/ui/")
 }
 
 /// The answer to `method` on a console `path`: a page (every page is the
 /// one HTML document; its script draws the page the path names), an asset,
 /// `404 not_found`, or `405` for anything but `GET`.
-pub fn answer(method: &str, path: &str) -> Response {
+pub(crate) fn answer(method: &str, path: &str) -> Response {
     let response = if method != "GET" {
         Response::method_not_allowed("GET")
     } else if let Some(asset) = find(path) {

@@ -21,8 +21,8 @@
 //!
 //! This module writes only what it is given; it never formats a field.
 
+use crate::lock::lock;
 use crate::metrics::Counter;
-use crate::sync::lock;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};

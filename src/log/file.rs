@@ -9,7 +9,7 @@
 //! the new one. If the path cannot be opened again, the old file is kept and
 //! the caller is told. It never decides what a line says.
 
-use crate::sync::lock;
+use crate::lock::lock;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;

@@ -46,7 +46,7 @@ impl Repeats {
     }
 
     fn admit_at(&self, now: Instant) -> Option<u64> {
-        let mut gate = crate::sync::lock(&self.gate);
+        let mut gate = crate::lock::lock(&self.gate);
         let too_soon = gate
             .last_written
             .is_some_and(|last| now.saturating_duration_since(last) < self.every);

@@ -13,16 +13,17 @@
 //! Map (this file holds no type): `series` the metrics in atomics and their
 //! families; `registry` the families a process exports and the rendering;
 //! `service` the families of this service; `rates` the overview's history
-//! of calls created and failed per second, and the thread that samples it.
+//! of calls created and failed per second, and the thread that samples it;
+//! and, for the tests, `exposition`, the strict parser of a scrape that the
+//! integration tests use too.
 
 pub mod rates;
 mod registry;
 mod series;
 pub mod service;
 
-pub use rates::{RateHistory, RateSampler, Rates};
-pub use registry::{format_value, ComputedSample, Registry, CONTENT_TYPE};
-pub use series::{Counter, Family, Gauge, Histogram};
+pub use rates::{RateHistory, RateSampler};
+pub use series::Counter;
 pub use service::{
     CancelOutcome, DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome,
     Transport, WaitedOn,

@@ -11,8 +11,8 @@
 //! module never reads `calls`, and keeps each tenant's readings apart, so a
 //! tenant's rates are its own.
 
+use crate::lock::lock;
 use crate::store::Totals;
-use crate::sync::lock;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 //! at a time: it never blocks a request's `inc` or `observe`.
 
 use super::series::{Counter, Family, Gauge, Histogram};
-use crate::sync::lock;
+use crate::lock::lock;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 

@@ -180,7 +180,7 @@ impl<M> Family<M> {
     }
 }
 
-/// Poisoning is ignored for the `RwLock` as for every lock (see `crate::sync`).
+/// Poisoning is ignored for the `RwLock` as for every lock (see `crate::lock`).
 fn read<T>(rw: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     rw.read().unwrap_or_else(|p| p.into_inner())
 }

@@ -9,7 +9,7 @@
 
 use super::registry::{Registry, CONTENT_TYPE};
 use super::series::{Counter, Family, Gauge, Histogram};
-use crate::sync::lock;
+use crate::lock::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

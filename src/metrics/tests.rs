@@ -2,8 +2,9 @@
 //! rendering goes through the strict exposition parser.
 
 use super::exposition::{self, Exposition};
+use super::registry::{format_value, Registry};
+use super::series::Histogram;
 use super::service::*;
-use super::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;

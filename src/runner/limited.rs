@@ -18,9 +18,9 @@
 //! It decides nothing about who runs a call (the store's claim does) and
 //! never touches the store itself: `Dispatch` claims, this keeps the books.
 
+use crate::lock::lock;
 use crate::metrics::{Metrics, WaitedOn};
 use crate::store::{Limit, LimitedClaim, ToolLimit};
-use crate::sync::lock;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

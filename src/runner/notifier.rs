@@ -8,7 +8,7 @@
 //! never this module's. It never touches the store, and it keeps nothing for a
 //! call nobody waits for.
 
-use crate::sync::lock;
+use crate::lock::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};

@@ -11,7 +11,7 @@
 //! It knows nothing of calls, leases or the store: what a worker does with an
 //! item is the work function's business.
 
-use crate::sync::lock;
+use crate::lock::lock;
 use std::sync::{mpsc, Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;

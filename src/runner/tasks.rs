@@ -34,8 +34,8 @@
 //! worker's `Stop` is asked as it attaches — so the tool never starts
 //! (`tasks/cancel.rs`).
 
+use crate::lock::lock;
 use crate::store::{Lease, LeaseHeld};
-use crate::sync::lock;
 use crate::tools::{Stop, ToolRegistry};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;

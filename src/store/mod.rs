@@ -28,10 +28,11 @@
 //! `audit` (the audit events and their detail texts), `cancel`
 //! (cancelling: its rules, `Cancel`, the steps a wing runs), `wake`
 //! (another node's news), `business_key` (the second layer's types),
-//! `mixed` (the bench's mixed million, row by row) and `verify` (the
-//! offline checker's invariants and report); this
-//! file is the map, and the one dispatch from a database to its wing
-//! (`open_backend`, `verify_backend`, `tools_outside_backend`).
+//! `mixed` (the bench's mixed million, row by row; feature `testing`)
+//! and `verify` (the offline checker's invariants and report); this file
+//! is the map, and the one dispatch from a database to its wing
+//! (`open_backend`, `verify_backend`, `tools_outside_backend`; the bench's
+//! `bulk::insert_mixed_calls`).
 //!
 //! The wings, each with its own map and one `open`, neither importing the
 //! other (`tests/wings.rs` holds that): `sqlite/` (the embedded default: a
@@ -78,6 +79,7 @@ mod ids;
 mod instance;
 mod limits;
 mod list;
+#[cfg(any(test, feature = "testing"))]
 mod mixed;
 mod model;
 mod options;
@@ -107,10 +109,12 @@ pub use options::{
     DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
 };
 pub use postgres::PG_SCHEMA_VERSION;
-pub use sqlite::{backup, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub(crate) use sqlite::backup;
+pub use sqlite::{LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 
 /// The bench's bulk loaders and its write-path comparison: for measurement
 /// only, never on a database that serves anyone (see each wing's `bulk`).
+#[cfg(any(test, feature = "testing"))]
 pub mod bulk {
     pub use super::mixed::{MixedCalls, MixedRow};
     pub use super::sqlite::bulk::{insert_succeeded_charges, strip_console_writes, BulkCharge};
@@ -125,7 +129,8 @@ pub mod bulk {
     }
 }
 
-/// The list's statements, for the tests and the docs that show their plans.
+/// The list's statements, for the tests that read their plans.
+#[cfg(any(test, feature = "testing"))]
 pub mod list_sql {
     /// On SQLite.
     pub mod sqlite {
@@ -145,8 +150,9 @@ pub use wake::{Wake, WakeHandler};
 use backend::Backend;
 use verify::{Report, VerifyError};
 
-// Besides the `mod` lines and the re-exports above, the one place the root
-// names a wing: which backend a database is. Every operation that starts
+// Besides the `mod` lines and the re-exports above (the bench's `bulk` and
+// the tests' `list_sql` among them), the one place the root names a wing:
+// which backend a database is. Every operation of the service that starts
 // from a `Database` goes through one of these three.
 
 /// The backend `db` names, opened: its schema brought up to date and this

@@ -3,6 +3,13 @@
 //! events of a call). Contract tests run on both backends through
 //! `on_both_backends!` (`tests/backends.rs`); SQLite-only ones (the writer
 //! thread, migrations) say so in their file.
+//!
+//! The topics: `create`, `create_claimed`, `claims`, `claim_due`,
+//! `recovery`, `retry`, `cancel`, `limits`, `tenants`, `audit`,
+//! `effect_ids`, `counts` (the count tables against counting the rows),
+//! `list` (every plan of the list, pages, tenants kept apart); `backends`
+//! (the two backends each test runs on) and `wings` (neither wing names
+//! the other).
 
 use super::*;
 use rusqlite::Connection;

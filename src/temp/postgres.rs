@@ -12,6 +12,9 @@
 //!
 //! Where PostgreSQL is not installed, starting fails with one line saying
 //! what to install: the PostgreSQL tests never skip silently.
+//!
+//! Beside it: `signals` (a server frozen, thawed or killed at once) and
+//! `standby` (a streaming standby, for the failover tests).
 
 mod signals;
 mod standby;

@@ -66,7 +66,7 @@ impl Connector<()> for StoppableConnector {
             let socket = Arc::clone(&socket);
             let agent = Arc::clone(&details.register_shutdown);
             Arc::new(move |handle: Weak<dyn ShutdownHandle>| {
-                *crate::sync::lock(&socket) = Some(handle.clone());
+                *crate::lock::lock(&socket) = Some(handle.clone());
                 agent(handle)
             })
         };
@@ -85,7 +85,7 @@ impl Connector<()> for StoppableConnector {
         let Some(inner) = self.0.connect(&ours, chained)? else {
             return Ok(None);
         };
-        let socket = crate::sync::lock(&socket).take();
+        let socket = crate::lock::lock(&socket).take();
         Ok(Some(Stoppable {
             inner,
             socket,

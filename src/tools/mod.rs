@@ -19,23 +19,26 @@
 //! [`ToolError`], what an attempt produced), `registry` ([`ToolRegistry`],
 //! [`PrepareError`]), `spec` ([`ToolSpec`], [`RunContext`], [`Backoff`]),
 //! `args_error` ([`ArgsError`], why args fail a tool's rules), `file_error`
-//! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second), `excerpt` (bounded excerpts of output). This file is
-//! the map and holds no type.
+//! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second),
+//! `excerpt` (bounded excerpts of output), `business_key` (a tool's
+//! business-key rule and what agents are told of it), `secret` ([`Secret`]),
+//! `stop` ([`Stop`], a running attempt told to stop) and `http_stop` (how an
+//! `http` request is abandoned then). This file is the map and holds no type.
 
 mod args_error;
-pub mod builtin;
-pub mod business_key;
-pub mod command_tool;
+mod builtin;
+mod business_key;
+mod command_tool;
 mod error_code;
 mod excerpt;
-pub mod file;
+pub(crate) mod file;
 mod file_error;
 mod http_stop;
-pub mod http_tool;
+mod http_tool;
 mod outcome;
 mod rate;
 mod registry;
-pub mod schema;
+pub(crate) mod schema;
 mod secret;
 mod spec;
 mod stop;

@@ -14,7 +14,7 @@
 //! arms a halt and by a request. It never decides whether a call is
 //! cancelled: the store's fenced completion does.
 
-use crate::sync::lock;
+use crate::lock::lock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,13 +1,14 @@
-//! README and `docs/` stay true to the code and to each other: every relative
-//! link reaches a file and a heading that exist, every repository path they
-//! name exists, README stays a front page (at most 400 lines, the two
+//! README, CONTRIBUTING and `docs/` stay true to the code and to each other:
+//! every relative link reaches a file and a heading that exist, every
+//! repository path they name exists, README stays a front page (at most 400 lines, the two
 //! commands verbatim), its endpoint table lists exactly the routes the router
 //! serves, its flags table exactly the flags the server accepts, and its code
 //! map exactly what is under `src/` and `src/store/`; and the metrics table of
 //! `docs/operations.md` names exactly the series a running server exposes.
 //!
 //! README's error-code table is held to `ErrorCode` by `src/http/error_code.rs`
-//! and to `openapi.yaml` by `tests/openapi.rs`.
+//! and to `openapi.yaml` by `tests/openapi.rs`; the `//!` maps inside `src/`
+//! are held to the modules by `module_maps.rs`.
 
 use crate::support::openapi::ROOT;
 use crate::support::{Http, Local, TempDb, SERVER_BIN};
@@ -21,18 +22,26 @@ const README_MAX_LINES: usize = 400;
 /// Repository folders whose paths README and `docs/` may name in backticks.
 const CHECKED_PREFIXES: &[&str] = &["src/", "tests/", "scripts/", "bench/", "docs/"];
 
-/// README.md and every `docs/*.md`, as (path relative to the root, text).
-fn documents() -> Vec<(PathBuf, String)> {
-    let mut paths = vec![PathBuf::from("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(format!("{ROOT}/docs"))
-        .expect("docs/ exists")
-        .map(|entry| entry.expect("docs/ entry").path())
+/// The `*.md` files of `folder` (relative to the root), sorted.
+fn markdown_in(folder: &str) -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(format!("{ROOT}/{folder}"))
+        .unwrap_or_else(|e| panic!("{folder}/: {e}"))
+        .map(|entry| entry.expect("an entry").path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
-        .map(|path| PathBuf::from("docs").join(path.file_name().expect("a file name")))
+        .map(|path| Path::new(folder).join(path.file_name().expect("a file name")))
         .collect();
     docs.sort();
+    docs
+}
+
+/// README.md, CONTRIBUTING.md, every `docs/*.md` and the journal's pages, as
+/// (path relative to the root, text).
+fn documents() -> Vec<(PathBuf, String)> {
+    let mut paths = vec![PathBuf::from("README.md"), PathBuf::from("CONTRIBUTING.md")];
+    let docs = markdown_in("docs");
     assert!(docs.len() >= 6, "docs/ holds the split README: {docs:?}");
     paths.extend(docs);
+    paths.extend(markdown_in("docs/journal"));
     paths
         .into_iter()
         .map(|path| {

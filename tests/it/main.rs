@@ -5,7 +5,8 @@
 //! `cargo test --test it MODULE::`, e.g. `cargo test --test it crash::`.
 //!
 //! Names say where a test stands: `*_executor` drives a tool executor directly
-//! (no server), `*_service` drives the same tool through the real service.
+//! (no server), `*_service` drives the same tool through the real service;
+//! `pg_*` runs on the test process's private PostgreSQL.
 //! Tests that need no process boundary run the service in this process
 //! (`app::Service::start` on port 0); crash, signal, descriptor-limit, memory
 //! and disk-full tests run real processes.
@@ -52,6 +53,7 @@ mod mcp;
 mod mcp_crash;
 mod mcp_origin;
 mod memory;
+mod module_maps;
 mod observability;
 mod openapi;
 mod openapi_live;
@@ -61,13 +63,14 @@ mod pg_claim;
 mod pg_contract;
 mod pg_failover;
 mod pg_frozen;
+mod pg_harness;
+mod pg_nodes;
 mod pg_outage;
 mod pg_partition;
 mod pg_paused_node;
 mod pg_schema;
-mod postgres_harness;
-mod postgres_nodes;
-mod postgres_service;
+mod pg_service;
+mod pg_statements;
 mod promise_check;
 mod pushback;
 mod quiet_logs;

@@ -6,8 +6,8 @@
 //! here asks a `Stop` under the table's lock but the attaching worker's own.
 
 use super::{Entry, State, TaskTable};
+use crate::lock::lock;
 use crate::store::LeaseHeld;
-use crate::sync::lock;
 use crate::tools::Stop;
 
 impl<H: Clone> TaskTable<H> {

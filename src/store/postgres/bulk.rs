@@ -6,14 +6,14 @@
 //! tables' row triggers are off while it loads (a hundred thousand updates
 //! of the same counter row in one transaction leave a chain of versions
 //! each update walks: hours instead of a minute), and the counts are then
-//! made once from the rows (`BACKFILL_COUNTS`, as the migration makes them),
+//! made once from the rows (`BACKFILL_*_COUNTS`, as the migration makes them),
 //! all in one transaction: no one sees the calls without their counts.
 
 use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::mixed::{MixedCalls, MixedRow};
 use super::connect::connect_once;
-use super::counts::BACKFILL_COUNTS;
+use super::counts::{BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS};
 use super::error::store_error;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -71,7 +71,9 @@ pub(in crate::store) fn insert_mixed(
             }),
         )?;
     }
-    tx.batch_execute(BACKFILL_COUNTS).map_err(store_error)?;
+    for backfill in [BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS] {
+        tx.batch_execute(backfill).map_err(store_error)?;
+    }
     tx.batch_execute(
         "ALTER TABLE calls ENABLE TRIGGER calls_counted;
          ALTER TABLE effects ENABLE TRIGGER effects_counted;",

@@ -19,7 +19,7 @@ use super::super::ids::new_call_id;
 use super::super::model::{Created, NewCall};
 use super::error::violates;
 use super::session::{GenericClient, Session, Transaction};
-use super::sql::{self, now};
+use super::sql;
 
 /// Schema step 2. `holding` marks the one row per key that blocks; the other
 /// rows stay for the ledger and for a retryable failure to take its key back.
@@ -37,36 +37,25 @@ CREATE UNIQUE INDEX business_keys_live ON business_keys (tenant, tool, bkey) WHE
 CREATE INDEX business_keys_key ON business_keys (tenant, tool, bkey, created_at);
 ";
 
-const RELEASE_DEAD_HOLDER: &str = concat!(
-    "UPDATE business_keys SET holding = false
+const RELEASE_DEAD_HOLDER: &str = "UPDATE business_keys SET holding = false
       WHERE tenant = $1 AND tool = $2 AND bkey = $3 AND holding
-        AND (expires_at <= ",
-    now!(),
-    " OR NOT EXISTS (SELECT 1 FROM calls c WHERE c.call_id = business_keys.call_id
-                              AND c.status NOT IN ('failed', 'cancelled')))"
-);
+        AND (expires_at <= extract(epoch FROM now())::float8
+             OR NOT EXISTS (SELECT 1 FROM calls c WHERE c.call_id = business_keys.call_id
+                              AND c.status NOT IN ('failed', 'cancelled')))";
 
-const HOLD_NEW: &str = concat!(
+const HOLD_NEW: &str =
     "INSERT INTO business_keys (call_id, tenant, tool, bkey, created_at, expires_at, holding)
-     VALUES ($1, $2, $3, $4, ",
-    now!(),
-    ", ",
-    now!(),
-    " + $5, true)
-     ON CONFLICT (tenant, tool, bkey) WHERE holding DO NOTHING"
-);
+     VALUES ($1, $2, $3, $4, extract(epoch FROM now())::float8,
+             extract(epoch FROM now())::float8 + $5, true)
+     ON CONFLICT (tenant, tool, bkey) WHERE holding DO NOTHING";
 
-const HOLD_AGAIN: &str = concat!(
+const HOLD_AGAIN: &str =
     "INSERT INTO business_keys (call_id, tenant, tool, bkey, created_at, expires_at, holding)
-     VALUES ($1, $2, $3, $4, ",
-    now!(),
-    ", ",
-    now!(),
-    " + $5, true)
+     VALUES ($1, $2, $3, $4, extract(epoch FROM now())::float8,
+             extract(epoch FROM now())::float8 + $5, true)
      ON CONFLICT (call_id) DO UPDATE
         SET bkey = EXCLUDED.bkey, created_at = EXCLUDED.created_at,
-            expires_at = EXCLUDED.expires_at, holding = true"
-);
+            expires_at = EXCLUDED.expires_at, holding = true";
 
 const HOLDER: &str = "SELECT call_id FROM business_keys
                        WHERE tenant = $1 AND tool = $2 AND bkey = $3 AND holding";

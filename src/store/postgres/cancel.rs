@@ -13,48 +13,32 @@
 use super::super::cancel::{CancelSteps, NO_REASON};
 use super::super::model::{Call, LeaseHeld};
 use super::session::GenericClient;
-use super::sql::{now, select_tenant_call};
-
-/// The `error_json` of a cancelled call, the reason read from `$reason` (or
-/// `NO_REASON`, `$4`, when none was given).
-macro_rules! cancelled_error {
-    ($reason:literal) => {
-        concat!(
-            "json_build_object('code', 'cancelled', 'message', coalesce(",
-            $reason,
-            ", $4), 'retryable', false)::text"
-        )
-    };
-}
+use super::sql::select_tenant_call;
 
 /// `pending` → `cancelled` under the attempt read (`$2`), with the reason
-/// (`$3`) and its `cancelled` audit row (`$5`).
-const CANCEL_PENDING: &str = concat!(
-    "WITH c AS (
-       UPDATE calls SET status = 'cancelled', error_json = ",
-    cancelled_error!("$3::text"),
-    ", cancel_requested_at = ",
-    now!(),
-    ", cancel_reason = $3,
-              next_attempt_at = NULL, lease_until = NULL, owner = NULL, updated_at = ",
-    now!(),
-    "
+/// (`$3`, or `NO_REASON`, `$4`, when none was given, in its `error_json`)
+/// and its `cancelled` audit row (`$5`).
+const CANCEL_PENDING: &str = "WITH c AS (
+       UPDATE calls SET status = 'cancelled',
+              error_json = json_build_object('code', 'cancelled',
+                                             'message', coalesce($3::text, $4),
+                                             'retryable', false)::text,
+              cancel_requested_at = extract(epoch FROM now())::float8, cancel_reason = $3,
+              next_attempt_at = NULL, lease_until = NULL, owner = NULL,
+              updated_at = extract(epoch FROM now())::float8
         WHERE call_id = $1 AND status = 'pending' AND attempt = $2
        RETURNING call_id, attempt, updated_at
      ), a AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT updated_at, call_id, attempt, 'cancelled', $5::text FROM c
      )
-     SELECT count(*) FROM c"
-);
+     SELECT count(*) FROM c";
 
 /// A `running` call's cancel recorded under the attempt read (`$2`), with
 /// the reason (`$3`) and its `cancel_requested` audit row (`$4`).
-const REQUEST_STOP: &str = concat!(
-    "WITH r AS (
-       UPDATE calls SET cancel_requested_at = ",
-    now!(),
-    ", cancel_reason = $3
+const REQUEST_STOP: &str = "WITH r AS (
+       UPDATE calls SET cancel_requested_at = extract(epoch FROM now())::float8,
+              cancel_reason = $3
         WHERE call_id = $1 AND status = 'running' AND attempt = $2
           AND cancel_requested_at IS NULL
        RETURNING call_id, attempt, cancel_requested_at
@@ -62,19 +46,18 @@ const REQUEST_STOP: &str = concat!(
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT cancel_requested_at, call_id, attempt, 'cancel_requested', $4::text FROM r
      )
-     SELECT count(*) FROM r"
-);
+     SELECT count(*) FROM r";
 
 /// The fenced end of an attempt (`$2`) whose cancel was asked: still
 /// `running` under it, its cancel recorded, no effect row; audited
-/// `cancelled` with `$3`.
-const END_CANCELLED: &str = concat!(
-    "WITH e AS (
-       UPDATE calls SET status = 'cancelled', error_json = ",
-    cancelled_error!("cancel_reason"),
-    ", lease_until = NULL, owner = NULL, updated_at = ",
-    now!(),
-    "
+/// `cancelled` with `$3`, the reason recorded (or `NO_REASON`, `$4`) in its
+/// `error_json`.
+const END_CANCELLED: &str = "WITH e AS (
+       UPDATE calls SET status = 'cancelled',
+              error_json = json_build_object('code', 'cancelled',
+                                             'message', coalesce(cancel_reason, $4),
+                                             'retryable', false)::text,
+              lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
         WHERE call_id = $1 AND status = 'running' AND attempt = $2
           AND cancel_requested_at IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM effects WHERE effects.call_id = calls.call_id)
@@ -83,8 +66,7 @@ const END_CANCELLED: &str = concat!(
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT updated_at, call_id, attempt, 'cancelled', $3::text FROM e
      )
-     SELECT count(*) FROM e"
-);
+     SELECT count(*) FROM e";
 
 /// The statements of one cancel, on one pooled connection.
 pub(super) struct Steps<'a, C: GenericClient> {

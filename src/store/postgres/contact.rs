@@ -18,7 +18,7 @@
 //! itself: recovery (`instances`) asks it.
 
 use super::super::instance::{DEAD_AFTER, HEARTBEAT_EVERY};
-use crate::sync::lock;
+use crate::lock::lock;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -24,7 +24,7 @@ use super::super::model::Scope;
 use super::session::{GenericClient, Session};
 
 /// Schema step 5, the count tables: DDL and triggers, then
-/// `BACKFILL_COUNTS` (under the migration's lock, in its transaction:
+/// `BACKFILL_*_COUNTS` (under the migration's lock, in its transaction:
 /// `CREATE TRIGGER` takes a lock on `calls` that waits for writers in
 /// flight and holds off new ones until the step commits, so no write falls
 /// between the count and the triggers). An effect whose call is gone counts
@@ -110,16 +110,19 @@ CREATE TRIGGER effects_counted AFTER INSERT OR DELETE ON effects
 
 /// The counts of the rows already there, into empty count tables: the
 /// migration's backfill, and the bulk loader's count once it has loaded
-/// with the triggers off.
-pub(super) const BACKFILL_COUNTS: &str = "
+/// with the triggers off. The calls' counts, then the effects'
+/// (`BACKFILL_EFFECT_COUNTS`); both in one transaction.
+pub(super) const BACKFILL_CALL_COUNTS: &str = "
 INSERT INTO call_counts (tenant, tool, status, attempt, shard, calls, inserted, entered)
 SELECT tenant, tool, status, attempt, 0, count(*), count(*), 0
-  FROM calls GROUP BY tenant, tool, status, attempt;
+  FROM calls GROUP BY tenant, tool, status, attempt";
+
+/// The effects' counts of `BACKFILL_CALL_COUNTS`'s backfill.
+pub(super) const BACKFILL_EFFECT_COUNTS: &str = "
 INSERT INTO effect_counts (tenant, shard, effects, detached)
 SELECT coalesce(c.tenant, ''), 0, count(*), count(*) - count(c.call_id)
   FROM effects e LEFT JOIN calls c ON c.call_id = e.call_id
- GROUP BY coalesce(c.tenant, '');
-";
+ GROUP BY coalesce(c.tenant, '')";
 
 /// The count rows of `scope`, summed over the shards.
 const COUNT_ROWS: &str = "

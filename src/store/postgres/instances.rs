@@ -21,7 +21,6 @@ use super::super::instance::{pid_is_alive, Instance, Node, Reclaimable, DEAD_AFT
 use super::super::model::LeaseHeld;
 use super::cancel::end_cancelled;
 use super::session::GenericClient;
-use super::sql::now;
 
 /// Record this node, and mark stopped every earlier instance on this host
 /// whose pid is gone (killed: nothing else marked it). Returns how many.
@@ -30,14 +29,9 @@ pub(super) fn register(
     me: &Instance,
 ) -> Result<usize, ::postgres::Error> {
     client.execute(
-        concat!(
-            "INSERT INTO instances (instance_id, pid, host, started_at, heartbeat_at)
-             VALUES ($1, $2, $3, ",
-            now!(),
-            ", ",
-            now!(),
-            ")"
-        ),
+        "INSERT INTO instances (instance_id, pid, host, started_at, heartbeat_at)
+             VALUES ($1, $2, $3, extract(epoch FROM now())::float8,
+                     extract(epoch FROM now())::float8)",
         &[&me.id, &i64::from(me.pid), &me.host],
     )?;
     let same_host = client.query(
@@ -61,11 +55,8 @@ pub(super) fn heartbeat(
     me: &Instance,
 ) -> Result<(), ::postgres::Error> {
     client.execute(
-        concat!(
-            "UPDATE instances SET heartbeat_at = ",
-            now!(),
-            " WHERE instance_id = $1"
-        ),
+        "UPDATE instances SET heartbeat_at = extract(epoch FROM now())::float8
+          WHERE instance_id = $1",
         &[&me.id],
     )?;
     Ok(())
@@ -76,11 +67,8 @@ pub(super) fn mark_stopped(
     instance_id: &str,
 ) -> Result<(), ::postgres::Error> {
     client.execute(
-        concat!(
-            "UPDATE instances SET stopped_at = ",
-            now!(),
-            " WHERE instance_id = $1 AND stopped_at IS NULL"
-        ),
+        "UPDATE instances SET stopped_at = extract(epoch FROM now())::float8
+          WHERE instance_id = $1 AND stopped_at IS NULL",
         &[&instance_id],
     )?;
     Ok(())
@@ -88,46 +76,36 @@ pub(super) fn mark_stopped(
 
 /// The `running` calls recovery may take back, with what their owners
 /// left behind, and the database's time: `calls_running` finds them.
-const RECLAIMABLE: &str = concat!(
-    "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at,
-            i.host, i.pid, ",
-    now!(),
-    " AS now, c.cancel_requested_at IS NOT NULL AS cancel_asked
+const RECLAIMABLE: &str = "SELECT c.call_id, c.attempt, c.owner, c.lease_until, i.heartbeat_at, i.stopped_at,
+            i.host, i.pid, extract(epoch FROM now())::float8 AS now,
+            c.cancel_requested_at IS NOT NULL AS cancel_asked
        FROM calls c
        LEFT JOIN instances i
          ON c.owner LIKE '%@%' AND i.instance_id = split_part(c.owner, '@', 2)
       WHERE c.status = 'running'
-        AND (c.lease_until IS NULL OR c.lease_until <= ",
-    now!(),
-    "
-             OR i.stopped_at IS NOT NULL OR i.heartbeat_at <= ",
-    now!(),
-    " - $1)"
-);
+        AND (c.lease_until IS NULL OR c.lease_until <= extract(epoch FROM now())::float8
+             OR i.stopped_at IS NOT NULL OR i.heartbeat_at <= extract(epoch FROM now())::float8 - $1)";
 
 /// Each taken back only while still `running` under the attempt that was
 /// read (the row count decides), with its `recover` audit row, in one
 /// statement; rows locked in `call_id` order (see `sql::CLAIM_NAMED`), and
 /// one being changed right now skipped until the next pass.
-const TAKE_BACK: &str = concat!(
-    "WITH taken AS MATERIALIZED (
+const TAKE_BACK: &str = "WITH taken AS MATERIALIZED (
        SELECT calls.call_id, x.attempt, x.why
          FROM calls JOIN unnest($1::text[], $2::int8[], $3::text[]) AS x(call_id, attempt, why)
            ON calls.call_id = x.call_id AND calls.attempt = x.attempt
         WHERE calls.status = 'running' AND calls.cancel_requested_at IS NULL
         ORDER BY calls.call_id FOR UPDATE OF calls SKIP LOCKED
      ), r AS (
-       UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ",
-    now!(),
-    "
+       UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL,
+              updated_at = extract(epoch FROM now())::float8
          FROM taken WHERE calls.call_id = taken.call_id AND calls.status = 'running'
        RETURNING calls.call_id, taken.attempt, taken.why, calls.updated_at
      ), a AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT updated_at, call_id, attempt, 'recover', why FROM r
      )
-     SELECT call_id FROM r"
-);
+     SELECT call_id FROM r";
 
 /// A reclaimable call, and whether its cancel was asked.
 type Candidate = (Reclaimable, bool);
@@ -230,11 +208,9 @@ pub(super) fn nodes(client: &mut impl GenericClient) -> Result<Vec<Node>, ::post
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let rows = client.query(
-        concat!(
-            "SELECT instance_id, host, pid, started_at, heartbeat_at, stopped_at, ",
-            now!(),
-            " FROM instances ORDER BY heartbeat_at DESC LIMIT $1"
-        ),
+        "SELECT instance_id, host, pid, started_at, heartbeat_at, stopped_at,
+                extract(epoch FROM now())::float8
+           FROM instances ORDER BY heartbeat_at DESC LIMIT $1",
         &[&(NODES_LISTED as i64)],
     )?;
     Ok(rows

@@ -19,7 +19,6 @@ use super::super::limits::{LimitedClaim, ToolLimit, ToolRoom};
 use super::super::model::Lease;
 use super::super::options::DueLimits;
 use super::session::{GenericClient, Session};
-use super::sql::{claim_chosen, now};
 use ::postgres::Row;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -47,13 +46,10 @@ pub(super) fn declare(
         .map(|l| l.rate.map_or(0.0, |r| f64::from(r.burst)))
         .collect();
     client.execute(
-        concat!(
-            "INSERT INTO tool_limits (tool, tokens, refilled_at)
-             SELECT tool, burst, ",
-            now!(),
-            " FROM unnest($1::text[], $2::float8[]) AS t(tool, burst)
-             ON CONFLICT (tool) DO NOTHING"
-        ),
+        "INSERT INTO tool_limits (tool, tokens, refilled_at)
+             SELECT tool, burst, extract(epoch FROM now())::float8
+               FROM unnest($1::text[], $2::float8[]) AS t(tool, burst)
+             ON CONFLICT (tool) DO NOTHING",
         &[&tools, &burst],
     )?;
     Ok(())
@@ -65,8 +61,7 @@ pub(super) fn declare(
 /// claimed call, and one with NULL call columns per tool that got none,
 /// each with the tool's room, its tokens before the claim and whether due
 /// calls of it remain.
-const CLAIM_LIMITED: &str = concat!(
-    "WITH lim AS (
+const CLAIM_LIMITED: &str = "WITH lim AS (
        SELECT l.tool, l.free, l.cap, l.per_second, l.burst, b.tokens, b.refilled_at,
               extract(epoch FROM statement_timestamp())::float8 AS at
          FROM unnest($4::text[], $5::int8[], $6::int8[], $7::float8[], $8::float8[])
@@ -92,9 +87,7 @@ const CLAIM_LIMITED: &str = concat!(
            SELECT call_id, created_seq, greatest(updated_at, coalesce(next_attempt_at, 0)) AS due_since
              FROM calls
             WHERE status = 'pending' AND tool = allowed.tool
-              AND (next_attempt_at IS NULL OR next_attempt_at <= ",
-    now!(),
-    ")
+              AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
             ORDER BY created_seq LIMIT allowed.n FOR UPDATE SKIP LOCKED
          ) d
      ), due AS MATERIALIZED (
@@ -103,16 +96,21 @@ const CLAIM_LIMITED: &str = concat!(
        SELECT allowed.tool, EXISTS (
            SELECT 1 FROM calls
             WHERE status = 'pending' AND tool = allowed.tool
-              AND (next_attempt_at IS NULL OR next_attempt_at <= ",
-    now!(),
-    ")
+              AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
               AND call_id NOT IN (SELECT call_id FROM due)
          ) AS waiting
          FROM allowed
-     ), ",
-    claim_chosen!(
-        "due",
-        ", spent AS (
+     ), u AS (
+       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
+              lease_until = extract(epoch FROM now())::float8 + $2, owner = $3,
+              updated_at = extract(epoch FROM now())::float8, next_attempt_at = NULL
+         FROM due WHERE calls.call_id = due.call_id
+       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
+                 calls.effect_id, calls.lease_until, calls.updated_at
+     ), a AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
+     ), spent AS (
        UPDATE tool_limits b
           SET tokens = al.tokens - (SELECT count(*) FROM u WHERE u.tool = al.tool),
               refilled_at = greatest(al.at, al.refilled_at)
@@ -120,13 +118,10 @@ const CLAIM_LIMITED: &str = concat!(
         WHERE b.tool = al.tool AND al.per_second IS NOT NULL
      )
      SELECT al.tool, al.n, al.cap_room, al.tokens, sd.waiting,
-            u.call_id, u.attempt, u.args_json, u.effect_id, u.lease_until, ",
-        now!(),
-        " - d.due_since
+            u.call_id, u.attempt, u.args_json, u.effect_id, u.lease_until,
+            extract(epoch FROM now())::float8 - d.due_since
        FROM allowed al JOIN still_due sd ON sd.tool = al.tool
-       LEFT JOIN (u JOIN due d ON d.call_id = u.call_id) ON u.tool = al.tool"
-    ),
-);
+       LEFT JOIN (u JOIN due d ON d.call_id = u.call_id) ON u.tool = al.tool";
 
 /// Claim due calls of `limited` (those of `limits.per_tool`), under their
 /// rows' locks, in one transaction.

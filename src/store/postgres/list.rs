@@ -14,7 +14,7 @@ use super::super::ids::effect_id_for;
 use super::super::list::{ListQuery, Ordered, Plan, PREFIX_CANDIDATES};
 use super::super::model::Call;
 use super::session::GenericClient;
-use super::sql::{call_columns, call_from_row};
+use super::sql::call_from_row;
 use ::postgres::types::ToSql;
 
 /// Newest first in each (tenant, tool, status) group, between two ids, at
@@ -57,6 +57,49 @@ pub const PREFIX_COUNT: &str = "
 SELECT count(*) FROM (
   SELECT 1 FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3 LIMIT $4) AS m";
 
+/// A page's rows are summaries: `args` read as empty and `result` as
+/// absent (a call's args may be 64 KiB). Each statement below selects the
+/// columns in the order `call_from_row` reads, those two left out.
+///
+/// The call whose id is `$1` when its effect id (`$2` when none is stored)
+/// is `$3`.
+const SUMMARIES_BY_EFFECT: &str = "
+SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
+       NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
+       updated_at, next_attempt_at, cancel_requested_at
+  FROM calls WHERE call_id = $1 AND coalesce(effect_id, $2) = $3";
+
+/// The calls of key `$2` in tenants `$1`.
+const SUMMARIES_BY_KEY: &str = "
+SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
+       NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
+       updated_at, next_attempt_at, cancel_requested_at
+  FROM calls WHERE tenant = ANY($1) AND idem_key = $2";
+
+/// The calls holding business key `$3` in the (tenant, tool) groups `$1`, `$2`.
+const SUMMARIES_BY_BUSINESS_KEY: &str = "
+SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
+       NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
+       updated_at, next_attempt_at, cancel_requested_at
+  FROM calls
+ WHERE call_id IN (SELECT b.call_id FROM unnest($1::text[], $2::text[]) AS g(tenant, tool)
+                     JOIN business_keys b
+                       ON b.tenant = g.tenant AND b.tool = g.tool AND b.bkey = $3)";
+
+/// The calls of tenants `$1` whose keys are in [`$2`, `$3`): a key prefix.
+const SUMMARIES_BY_KEY_RANGE: &str = "
+SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
+       NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
+       updated_at, next_attempt_at, cancel_requested_at
+  FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3";
+
+/// The calls whose ids are in `$1`.
+const SUMMARIES_BY_ID: &str = "
+SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
+       NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
+       updated_at, next_attempt_at, cancel_requested_at
+  FROM calls WHERE call_id = ANY($1)";
+
 /// The query's page rows (at most `limit` + 1, in any order; `page` sorts,
 /// checks and cuts them), following `plan`.
 pub(super) fn rows(
@@ -68,26 +111,16 @@ pub(super) fn rows(
         Plan::Empty => Ok(Vec::new()),
         Plan::ByEffect { call_id, effect_id } => summaries(
             client,
-            "call_id = $1 AND coalesce(effect_id, $2) = $3",
+            SUMMARIES_BY_EFFECT,
             &[call_id, &effect_id_for(call_id), effect_id],
         ),
-        Plan::ByKey { tenants, key } => summaries(
-            client,
-            "tenant = ANY($1) AND idem_key = $2",
-            &[tenants, key],
-        ),
+        Plan::ByKey { tenants, key } => summaries(client, SUMMARIES_BY_KEY, &[tenants, key]),
         Plan::ByBusinessKey { groups, bkey } => {
             let (tenants, tools): (Vec<&str>, Vec<&str>) = groups
                 .iter()
                 .map(|(t, tool)| (t.as_str(), tool.as_str()))
                 .unzip();
-            summaries(
-                client,
-                "call_id IN (SELECT b.call_id FROM unnest($1::text[], $2::text[]) AS g(tenant, tool)
-                               JOIN business_keys b
-                                 ON b.tenant = g.tenant AND b.tool = g.tool AND b.bkey = $3)",
-                &[&tenants, &tools, bkey],
-            )
+            summaries(client, SUMMARIES_BY_BUSINESS_KEY, &[&tenants, &tools, bkey])
         }
         Plan::ByKeyPrefix {
             tenants,
@@ -102,11 +135,7 @@ pub(super) fn rows(
             if found > PREFIX_CANDIDATES as i64 {
                 return rows(client, query, fallback);
             }
-            summaries(
-                client,
-                "tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3",
-                &[tenants, prefix, upper],
-            )
+            summaries(client, SUMMARIES_BY_KEY_RANGE, &[tenants, prefix, upper])
         }
         Plan::ByKeyPrefix { fallback, .. } => rows(client, query, fallback),
         Plan::Ordered(ordered) => {
@@ -114,7 +143,7 @@ pub(super) fn rows(
             ordered.read(
                 query,
                 |o, filtered| ordered_ids(*client.borrow_mut(), o, filtered),
-                |ids| summaries(*client.borrow_mut(), "call_id = ANY($1)", &[&ids]),
+                |ids| summaries(*client.borrow_mut(), SUMMARIES_BY_ID, &[&ids]),
             )
         }
     }
@@ -158,20 +187,14 @@ fn ordered_ids(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// The rows `condition` selects, without `args` and `result`.
+/// The summaries `sql` (one of the `SUMMARIES_*` statements) selects.
 fn summaries(
     client: &mut impl GenericClient,
-    condition: &str,
+    sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Call>, ::postgres::Error> {
-    let columns = call_columns!()
-        .replace("args_json", "'' AS args_json")
-        .replace("result_json", "NULL AS result_json");
     Ok(client
-        .query(
-            &format!("SELECT {columns} FROM calls WHERE {condition}"),
-            params,
-        )?
+        .query(sql, params)?
         .iter()
         .map(call_from_row)
         .collect())

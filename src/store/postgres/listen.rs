@@ -38,7 +38,7 @@ use super::super::wake::{Wake, WakeHandler};
 use super::connect::Connector;
 use super::session::{GenericClient, Session};
 use super::tls::TlsSetupError;
-use crate::sync::lock;
+use crate::lock::lock;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -437,7 +437,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         wake.set_handler(Arc::new(move |w| {
-            let _ = crate::sync::lock(&tx).send(w);
+            let _ = crate::lock::lock(&tx).send(w);
         }));
         (wake, rx)
     }

@@ -18,7 +18,8 @@
 //! schema step 4), `home_schema` (`--db-schema` made, an earlier release's
 //! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the
 //! nodes, a cancel's included). `open` is the wing's one entry point; `PgStore`
-//! implements `Backend`.
+//! implements `Backend`. Its own tests: `tests` (several nodes, migrations,
+//! faults) and `tls_tests` (each `sslmode` against a server with TLS).
 //!
 //! The guarantees are `Backend`'s, as on SQLite, with these differences:
 //! there is no writer thread and no group commit (PostgreSQL groups commits
@@ -30,6 +31,7 @@
 //! imports nothing from the SQLite wing, and never lets a `postgres` type
 //! out.
 
+#[cfg(any(test, feature = "testing"))]
 pub(super) mod bulk;
 mod business_key;
 mod cancel;
@@ -58,6 +60,7 @@ mod verify;
 use verify::verify_on;
 pub(super) use verify::{tools_outside, verify};
 
+#[cfg(any(test, feature = "testing"))]
 pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
 pub use schema::PG_SCHEMA_VERSION;
 

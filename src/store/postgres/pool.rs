@@ -24,7 +24,7 @@ use super::contact::Contact;
 use super::error::store_error;
 use super::session::{GenericClient, Session};
 use super::tls::TlsSetupError;
-use crate::sync::lock;
+use crate::lock::lock;
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -13,14 +13,11 @@
 
 use super::super::model::Purged;
 use super::session::GenericClient;
-use super::sql::now;
 
-const PURGE: &str = concat!(
-    "WITH c AS MATERIALIZED (
+const PURGE: &str = "WITH c AS MATERIALIZED (
        SELECT call_id FROM calls
-        WHERE status IN ('succeeded', 'failed', 'cancelled') AND updated_at < ",
-    now!(),
-    " - $1
+        WHERE status IN ('succeeded', 'failed', 'cancelled')
+          AND updated_at < extract(epoch FROM now())::float8 - $1
         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
      ), d AS (
        DELETE FROM calls USING c WHERE calls.call_id = c.call_id
@@ -30,12 +27,10 @@ const PURGE: &str = concat!(
      ), b AS (
        DELETE FROM business_keys WHERE call_id IN (SELECT call_id FROM d)
      ), e AS (
-       UPDATE effects SET call_purged_at = ",
-    now!(),
-    " FROM d WHERE effects.call_id = d.call_id
+       UPDATE effects SET call_purged_at = extract(epoch FROM now())::float8
+         FROM d WHERE effects.call_id = d.call_id
      )
-     SELECT call_id, tenant, idem_key FROM d"
-);
+     SELECT call_id, tenant, idem_key FROM d";
 
 pub(super) fn purge(
     client: &mut impl GenericClient,

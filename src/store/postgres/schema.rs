@@ -57,7 +57,8 @@ const MIGRATIONS: &[Migration] = &[
         sql: &[
             V5,
             super::counts::COUNT_TABLES,
-            super::counts::BACKFILL_COUNTS,
+            super::counts::BACKFILL_CALL_COUNTS,
+            super::counts::BACKFILL_EFFECT_COUNTS,
         ],
     },
 ];

@@ -8,6 +8,10 @@
 //! statement's transaction), never the node's: nodes whose clocks disagree
 //! still agree on whether a lease has expired.
 //!
+//! Every statement of the wing is written out whole, never stitched together,
+//! so that it can be pasted into `psql` as it stands; `tests/it/pg_statements.rs`
+//! prepares each one on a migrated database.
+//!
 //! Transitions are conditional `UPDATE`s whose row count decides; a `SELECT`
 //! before them is only ever a shortcut. This module never begins or ends a
 //! transaction of its own (the caller does, where there is more than one
@@ -23,81 +27,45 @@ use ::postgres::types::ToSql;
 use ::postgres::Row;
 use serde_json::Value;
 
-/// The database's clock, in seconds since the epoch.
-macro_rules! now {
-    () => {
-        "extract(epoch FROM now())::float8"
-    };
-}
-pub(super) use now;
-
-macro_rules! call_columns {
-    () => {
-        "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, status, \
-         result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
-         next_attempt_at, cancel_requested_at"
-    };
-}
-pub(super) use call_columns;
-
-/// Create-or-get in one statement, `$1`..`$9` the new call. `ON CONFLICT
-/// ... DO UPDATE` (a no-op update of the key to itself) rather than `DO
-/// NOTHING` and a second read: under READ COMMITTED that read could miss the
-/// row (a purge between the two statements) — while `DO UPDATE` waits for a
-/// concurrent inserter of the same key to finish, locks the winning row, and
-/// returns its latest version from this same statement, so exactly one row
-/// always comes back. The row is new exactly when it carries the call id
-/// this statement drew (ids are drawn fresh for every attempt); that is
-/// sturdier than the `xmax <> 0` idiom, which reads a detail of the heap.
-/// The audit rows are written only for a new call, by the same statement.
-/// `$first_attempt` is the new row's status, attempt, lease_until and owner;
-/// `$audit` the audit rows' (attempt, event, detail), in order.
-macro_rules! create_or_get {
-    ($first_attempt:expr, $audit:expr) => {
-        concat!(
-            "WITH ins AS (
+/// Create-or-get in one statement, `$1`..`$9` the new call; `$10` and
+/// `$11`, when not NULL, a lease of `$10` seconds from the database's clock
+/// to owner `$11`: the new call is then created already claimed, `running`
+/// under attempt 1, audited `created` then `claimed` (the detail a claim
+/// writes), and otherwise `pending`, audited `created`.
+///
+/// `ON CONFLICT ... DO UPDATE` (a no-op update of the key to itself) rather
+/// than `DO NOTHING` and a second read: under READ COMMITTED that read could
+/// miss the row (a purge between the two statements) — while `DO UPDATE`
+/// waits for a concurrent inserter of the same key to finish, locks the
+/// winning row, and returns its latest version from this same statement, so
+/// exactly one row always comes back. The row is new exactly when it carries
+/// the call id this statement drew (ids are drawn fresh for every attempt);
+/// that is sturdier than the `xmax <> 0` idiom, which reads a detail of the
+/// heap. The audit rows are written only for a new call, by the same
+/// statement, each only up to the attempt the call was created with.
+const CREATE_OR_GET: &str = "WITH ins AS (
        INSERT INTO calls AS c (call_id, tenant, idem_key, fingerprint, client_id, seq, tool,
                               args_json, status, attempt, lease_until, owner, effect_id,
                               created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ",
-            $first_attempt,
-            ", $9, ",
-            now!(),
-            ", ",
-            now!(),
-            ")
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+               CASE WHEN $11::text IS NULL THEN 'pending' ELSE 'running' END,
+               CASE WHEN $11::text IS NULL THEN 0 ELSE 1 END,
+               extract(epoch FROM now())::float8 + $10, $11, $9,
+               extract(epoch FROM now())::float8, extract(epoch FROM now())::float8)
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
-       RETURNING ",
-            call_columns!(),
-            ", (c.call_id <> $1) AS existed
+       RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
+                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
+                 created_at, updated_at, next_attempt_at, cancel_requested_at,
+                 (c.call_id <> $1) AS existed
      ), audited AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
        SELECT ins.created_at, ins.call_id, e.attempt, e.event, e.detail
-         FROM ins CROSS JOIN LATERAL (VALUES ",
-            $audit,
-            ") AS e(ord, attempt, event, detail)
-        WHERE NOT ins.existed ORDER BY e.ord
+         FROM ins CROSS JOIN LATERAL (VALUES (1, 0::int8, 'created', ins.tool),
+                                             (2, 1::int8, 'claimed', $11::text || ' attempt=1'))
+                                     AS e(ord, attempt, event, detail)
+        WHERE NOT ins.existed AND e.attempt <= ins.attempt ORDER BY e.ord
      )
-     SELECT ",
-            call_columns!(),
-            ", existed FROM ins"
-        )
-    };
-}
-
-/// A new call is `pending`, audited `created`.
-const CREATE_OR_GET: &str = create_or_get!(
-    "'pending', 0, NULL, NULL",
-    "(1, 0::int8, 'created', ins.tool)"
-);
-
-/// A new call is created already claimed: `running`, attempt 1, leased to
-/// `$11` for `$10` seconds from the database's clock, audited `created` then
-/// `claimed` (the detail a claim writes).
-const CREATE_CLAIMED: &str = create_or_get!(
-    concat!("'running', 1, ", now!(), " + $10, $11"),
-    "(1, 0::int8, 'created', ins.tool), (2, 1::int8, 'claimed', $11::text || ' attempt=1')"
-);
+     SELECT * FROM ins";
 
 pub(super) fn create_or_get(
     client: &mut impl GenericClient,
@@ -126,7 +94,8 @@ fn create_or_get_with(
     let row = loop {
         let call_id = new_call_id();
         let effect_id = new_effect_id(&call_id);
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        let (owner, lease_secs) = first_claim.unzip();
+        let params: [&(dyn ToSql + Sync); 11] = [
             &call_id,
             &new.tenant,
             &new.idem_key,
@@ -136,16 +105,10 @@ fn create_or_get_with(
             &new.tool,
             &new.args_json,
             &effect_id,
+            &lease_secs,
+            &owner,
         ];
-        let statement = match &first_claim {
-            None => CREATE_OR_GET,
-            Some((owner, lease_secs)) => {
-                params.push(lease_secs);
-                params.push(owner);
-                CREATE_CLAIMED
-            }
-        };
-        match client.query_one(statement, &params) {
+        match client.query_one(CREATE_OR_GET, &params) {
             // Another node drew the same id in the same millisecond: draw again.
             Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
             other => break other?,
@@ -181,67 +144,22 @@ fn reset_failed(
     client: &mut impl GenericClient,
     call_id: &str,
 ) -> Result<Option<Call>, ::postgres::Error> {
-    const RESET: &str = concat!(
-        "WITH r AS (
+    const RESET: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', result_json = NULL, error_json = NULL,
-                  lease_until = NULL, owner = NULL, updated_at = ",
-        now!(),
-        "
+                  lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
             WHERE call_id = $1 AND status = 'failed'
-           RETURNING ",
-        call_columns!(),
-        "), a AS (
+           RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
+                     status, result_json, error_json, attempt, lease_until, owner, effect_id,
+                     created_at, updated_at, next_attempt_at, cancel_requested_at
+         ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
            SELECT updated_at, call_id, attempt, 'retry_reset', 'after attempt ' || attempt FROM r
          )
-         SELECT ",
-        call_columns!(),
-        " FROM r"
-    );
+         SELECT * FROM r";
     Ok(client
         .query_opt(RESET, &[&call_id])?
         .map(|r| call_from_row(&r)))
 }
-
-/// The end of every claim statement: move the rows the CTE named `$chosen`
-/// picked (and locked) to `running` under a new attempt, a lease from the
-/// database's clock (`$2` seconds) and owner `$3`; audit each `claimed`; and
-/// return the leases — or, given a tail, whatever it selects, after the CTEs it
-/// adds (`limits` spends tokens this way). One text, so the claims cannot
-/// drift apart.
-macro_rules! claim_chosen {
-    ($chosen:literal) => {
-        claim_chosen!(
-            $chosen,
-            "
-     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u"
-        )
-    };
-    ($chosen:literal, $($tail:tt)+) => {
-        concat!(
-            "u AS (
-       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
-              lease_until = ",
-            now!(),
-            " + $2, owner = $3, updated_at = ",
-            now!(),
-            ", next_attempt_at = NULL
-         FROM ",
-            $chosen,
-            " WHERE calls.call_id = ",
-            $chosen,
-            ".call_id
-       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
-                 calls.effect_id, calls.lease_until, calls.updated_at
-     ), a AS (
-       INSERT INTO audit (ts, call_id, attempt, event, detail)
-       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
-     )",
-            $($tail)+
-        )
-    };
-}
-pub(super) use claim_chosen;
 
 /// `claim_many`: the named calls, each only if claimable now (a lapsed lease
 /// whose cancel was asked is not: recovery ends it `cancelled`). The rows are
@@ -249,19 +167,31 @@ pub(super) use claim_chosen;
 /// rows' locks does (`extend`, recovery), so two of them never deadlock; a row
 /// another statement holds at this moment is skipped (it is being claimed or
 /// finished by someone else) and answered `None`, as a lost claim.
-const CLAIM_NAMED: &str = concat!(
-    "WITH c AS MATERIALIZED (
+///
+/// Every claim statement ends the same way (here, `CLAIM_DUE`, and
+/// `limits::CLAIM_LIMITED`, held to one text by a test): the rows `due`
+/// picked and locked go to `running` under a new attempt, with a lease from
+/// the database's clock (`$2` seconds) and owner `$3`, each audited
+/// `claimed`.
+const CLAIM_NAMED: &str = "WITH due AS MATERIALIZED (
        SELECT call_id FROM calls
         WHERE call_id = ANY($1)
-          AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
-    now!(),
-    ")) OR (status = 'running' AND cancel_requested_at IS NULL AND lease_until <= ",
-    now!(),
-    "))
+          AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8))
+               OR (status = 'running' AND cancel_requested_at IS NULL
+                   AND lease_until <= extract(epoch FROM now())::float8))
         ORDER BY call_id FOR UPDATE SKIP LOCKED
-     ), ",
-    claim_chosen!("c"),
-);
+     ), u AS (
+       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
+              lease_until = extract(epoch FROM now())::float8 + $2, owner = $3,
+              updated_at = extract(epoch FROM now())::float8, next_attempt_at = NULL
+         FROM due WHERE calls.call_id = due.call_id
+       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
+                 calls.effect_id, calls.lease_until, calls.updated_at
+     ), a AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
+     )
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u";
 
 /// `claim_due_within`: the oldest due calls nobody else is claiming at this
 /// moment, at most `$1` of them, and of each capped tool `$4[i]` at most
@@ -283,25 +213,20 @@ const CLAIM_NAMED: &str = concat!(
 /// transaction (it is the whole transaction: autocommit), and a claimer
 /// that met them meanwhile skipped them (`SKIP LOCKED`, never waits), so at
 /// worst they are claimed by the next poll.
-const CLAIM_DUE: &str = concat!(
-    "WITH capped AS (
+const CLAIM_DUE: &str = "WITH capped AS (
        SELECT tool, free FROM unnest($4::text[], $5::int8[]) AS t(tool, free)
      ), capped_due AS MATERIALIZED (
        SELECT d.call_id, d.created_seq
          FROM capped CROSS JOIN LATERAL (
            SELECT call_id, created_seq FROM calls
             WHERE status = 'pending' AND tool = capped.tool
-              AND (next_attempt_at IS NULL OR next_attempt_at <= ",
-    now!(),
-    ")
+              AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
             ORDER BY created_seq LIMIT capped.free FOR UPDATE SKIP LOCKED
          ) d
      ), other_due AS MATERIALIZED (
        SELECT call_id, created_seq FROM calls
         WHERE status = 'pending' AND tool <> ALL($4::text[])
-          AND (next_attempt_at IS NULL OR next_attempt_at <= ",
-    now!(),
-    ")
+          AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
         ORDER BY created_seq LIMIT $1 FOR UPDATE SKIP LOCKED
      ), due AS MATERIALIZED (
        SELECT call_id FROM (
@@ -310,9 +235,18 @@ const CLAIM_DUE: &str = concat!(
          SELECT call_id, created_seq FROM other_due
        ) candidates
        ORDER BY created_seq LIMIT $1
-     ), ",
-    claim_chosen!("due"),
-);
+     ), u AS (
+       UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
+              lease_until = extract(epoch FROM now())::float8 + $2, owner = $3,
+              updated_at = extract(epoch FROM now())::float8, next_attempt_at = NULL
+         FROM due WHERE calls.call_id = due.call_id
+       RETURNING calls.call_id, calls.attempt, calls.tool, calls.args_json,
+                 calls.effect_id, calls.lease_until, calls.updated_at
+     ), a AS (
+       INSERT INTO audit (ts, call_id, attempt, event, detail)
+       SELECT updated_at, call_id, attempt, 'claimed', $3::text || ' attempt=' || attempt FROM u
+     )
+     SELECT call_id, attempt, tool, args_json, effect_id, lease_until FROM u";
 
 pub(super) fn claim_named(
     client: &mut impl GenericClient,
@@ -372,12 +306,9 @@ pub(super) fn finish_fenced(
     lease: &Lease,
     finish: &Finish<'_>,
 ) -> Result<bool, ::postgres::Error> {
-    const FINISH: &str = concat!(
-        "WITH done AS (
+    const FINISH: &str = "WITH done AS (
            UPDATE calls SET status = $3, result_json = $4, error_json = $5,
-                  lease_until = NULL, owner = NULL, updated_at = ",
-        now!(),
-        "
+                  lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
               AND ($3 = 'succeeded' OR cancel_requested_at IS NULL)
            RETURNING call_id, tool, updated_at
@@ -389,8 +320,7 @@ pub(super) fn finish_fenced(
            INSERT INTO audit (ts, call_id, attempt, event, detail)
            SELECT updated_at, call_id, $2::int8, $9::text, $10::text FROM done
          )
-         SELECT count(*) FROM done"
-    );
+         SELECT count(*) FROM done";
     let (amount, detail) = finish.effect.clone().unwrap_or((None, None));
     let has_effect = finish.effect.is_some();
     let row = client.query_one(
@@ -421,14 +351,10 @@ pub(super) fn retry_later(
     delay_secs: f64,
     detail: &str,
 ) -> Result<bool, ::postgres::Error> {
-    const RETRY: &str = concat!(
-        "WITH r AS (
-           UPDATE calls SET status = 'pending', error_json = $3, next_attempt_at = ",
-        now!(),
-        " + $4,
-                  lease_until = NULL, owner = NULL, updated_at = ",
-        now!(),
-        "
+    const RETRY: &str = "WITH r AS (
+           UPDATE calls SET status = 'pending', error_json = $3,
+                  next_attempt_at = extract(epoch FROM now())::float8 + $4,
+                  lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
               AND cancel_requested_at IS NULL
            RETURNING call_id, updated_at
@@ -436,8 +362,7 @@ pub(super) fn retry_later(
            INSERT INTO audit (ts, call_id, attempt, event, detail)
            SELECT updated_at, call_id, $2::int8, 'retry_scheduled', $5::text FROM r
          )
-         SELECT count(*) FROM r"
-    );
+         SELECT count(*) FROM r";
     let row = client.query_one(
         RETRY,
         &[
@@ -457,11 +382,9 @@ pub(super) fn release(
     client: &mut impl GenericClient,
     lease: &Lease,
 ) -> Result<bool, ::postgres::Error> {
-    const RELEASE: &str = concat!(
-        "WITH r AS (
-           UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ",
-        now!(),
-        "
+    const RELEASE: &str = "WITH r AS (
+           UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL,
+                  updated_at = extract(epoch FROM now())::float8
             WHERE call_id = $1 AND status = 'running' AND attempt = $2
               AND cancel_requested_at IS NULL
            RETURNING call_id, updated_at
@@ -470,8 +393,7 @@ pub(super) fn release(
            SELECT updated_at, call_id, $2::int8, 'released',
                   'attempt ' || $2::int8 || ' released by a stopping process' FROM r
          )
-         SELECT count(*) FROM r"
-    );
+         SELECT count(*) FROM r";
     let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt])?;
     Ok(row.get::<_, i64>(0) == 1)
 }
@@ -511,11 +433,8 @@ fn audit_row(
     detail: &str,
 ) -> Result<(), ::postgres::Error> {
     client.execute(
-        concat!(
-            "INSERT INTO audit (ts, call_id, attempt, event, detail) VALUES (",
-            now!(),
-            ", $1, $2, $3, $4)"
-        ),
+        "INSERT INTO audit (ts, call_id, attempt, event, detail)
+         VALUES (extract(epoch FROM now())::float8, $1, $2, $3, $4)",
         &[&call_id, &attempt, &event.as_str(), &detail],
     )?;
     Ok(())
@@ -528,20 +447,16 @@ pub(super) fn extend(
     leases: &[Lease],
     lease_secs: f64,
 ) -> Result<Vec<(String, i64)>, ::postgres::Error> {
-    const EXTEND: &str = concat!(
-        "WITH held AS MATERIALIZED (
+    const EXTEND: &str = "WITH held AS MATERIALIZED (
            SELECT calls.call_id
              FROM calls JOIN unnest($1::text[], $2::int8[]) AS l(call_id, attempt)
                ON calls.call_id = l.call_id AND calls.attempt = l.attempt
             WHERE calls.status = 'running'
             ORDER BY calls.call_id FOR UPDATE OF calls
          )
-         UPDATE calls SET lease_until = ",
-        now!(),
-        " + $3
+         UPDATE calls SET lease_until = extract(epoch FROM now())::float8 + $3
            FROM held WHERE calls.call_id = held.call_id AND calls.status = 'running'
-         RETURNING calls.call_id, calls.attempt"
-    );
+         RETURNING calls.call_id, calls.attempt";
     let ids: Vec<&str> = leases.iter().map(|l| l.call_id.as_str()).collect();
     let attempts: Vec<i64> = leases.iter().map(|l| l.attempt).collect();
     let rows = client.query(EXTEND, &[&ids, &attempts, &lease_secs])?;
@@ -552,13 +467,10 @@ pub(super) fn due_calls(
     client: &mut impl GenericClient,
     limit: usize,
 ) -> Result<Vec<DueCall>, ::postgres::Error> {
-    const DUE: &str = concat!(
-        "SELECT call_id, tool FROM calls
-          WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ",
-        now!(),
-        ")
-          ORDER BY created_seq LIMIT $1"
-    );
+    const DUE: &str = "SELECT call_id, tool FROM calls
+          WHERE status = 'pending'
+            AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
+          ORDER BY created_seq LIMIT $1";
     let rows = client.query(DUE, &[&(limit as i64)])?;
     Ok(rows
         .iter()
@@ -573,7 +485,11 @@ pub(super) fn select_call(
     client: &mut impl GenericClient,
     call_id: &str,
 ) -> Result<Option<Call>, ::postgres::Error> {
-    const BY_ID: &str = concat!("SELECT ", call_columns!(), " FROM calls WHERE call_id = $1");
+    const BY_ID: &str =
+        "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
+                status, result_json, error_json, attempt, lease_until, owner, effect_id,
+                created_at, updated_at, next_attempt_at, cancel_requested_at
+           FROM calls WHERE call_id = $1";
     one_call(client, BY_ID, &[&call_id])
 }
 
@@ -583,11 +499,11 @@ pub(super) fn select_tenant_call(
     tenant: &str,
     call_id: &str,
 ) -> Result<Option<Call>, ::postgres::Error> {
-    const BY_TENANT_ID: &str = concat!(
-        "SELECT ",
-        call_columns!(),
-        " FROM calls WHERE call_id = $1 AND tenant = $2"
-    );
+    const BY_TENANT_ID: &str =
+        "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
+                status, result_json, error_json, attempt, lease_until, owner, effect_id,
+                created_at, updated_at, next_attempt_at, cancel_requested_at
+           FROM calls WHERE call_id = $1 AND tenant = $2";
     one_call(client, BY_TENANT_ID, &[&call_id, &tenant])
 }
 
@@ -596,15 +512,16 @@ pub(super) fn select_call_by_key(
     tenant: &str,
     idem_key: &str,
 ) -> Result<Option<Call>, ::postgres::Error> {
-    const BY_KEY: &str = concat!(
-        "SELECT ",
-        call_columns!(),
-        " FROM calls WHERE tenant = $1 AND idem_key = $2"
-    );
+    const BY_KEY: &str =
+        "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
+                status, result_json, error_json, attempt, lease_until, owner, effect_id,
+                created_at, updated_at, next_attempt_at, cancel_requested_at
+           FROM calls WHERE tenant = $1 AND idem_key = $2";
     one_call(client, BY_KEY, &[&tenant, &idem_key])
 }
 
-/// The call `sql` (a `SELECT call_columns!()` on a unique column) finds, if any.
+/// The call `sql` (a `SELECT` of the columns `call_from_row` reads, on a
+/// unique column) finds, if any.
 fn one_call(
     client: &mut impl GenericClient,
     sql: &str,
@@ -613,7 +530,8 @@ fn one_call(
     Ok(client.query_opt(sql, params)?.map(|r| call_from_row(&r)))
 }
 
-/// One `calls` row, in `call_columns!` order.
+/// One `calls` row, its columns in the order every statement here returns
+/// them: `call_id` first, `cancel_requested_at` last.
 pub(super) fn call_from_row(row: &Row) -> Call {
     let json_col = |i: usize| -> Option<Value> {
         row.get::<_, Option<String>>(i)

@@ -7,7 +7,9 @@
 //!
 //! Every change is a conditional `UPDATE` naming the status and the attempt
 //! it read, whose row count decides, inside the writer's transaction; the
-//! audit row commits with it. Never runs a tool.
+//! audit row commits with it. A cancelled call's `error_json` gives the
+//! reason the cancel gave, or `NO_REASON` (`?4` in both statements) when it
+//! gave none. Never runs a tool.
 
 use super::super::audit::{self, Event};
 use super::super::cancel::{cancel_with, Cancel, CancelSteps, NO_REASON};
@@ -15,19 +17,6 @@ use super::super::ids::now;
 use super::super::model::{Call, Completion, Lease, LeaseHeld};
 use super::sql::{audit, discard_stale, select_tenant_call};
 use rusqlite::{params, Connection, OptionalExtension};
-
-/// The `error_json` of a cancelled call: `?4` is the reason to give when the
-/// request gave none (the reason is read from `cancel_reason`, or `?5` for a
-/// call cancelled by this very statement).
-macro_rules! cancelled_error {
-    ($reason:literal) => {
-        concat!(
-            "json_object('code', 'cancelled', 'message', coalesce(",
-            $reason,
-            ", ?4), 'retryable', json('false'))"
-        )
-    };
-}
 
 /// One cancel, in the writer's transaction: no other writer runs between
 /// its read and its update, so one pass decides.
@@ -68,14 +57,15 @@ impl CancelSteps for Steps<'_> {
     fn cancel_pending(&mut self, call: &Call, detail: &str) -> rusqlite::Result<bool> {
         let changed = self
             .conn
-            .prepare_cached(concat!(
+            .prepare_cached(
                 "UPDATE calls
-                    SET status = 'cancelled', error_json = ",
-                cancelled_error!("?5"),
-                ", cancel_requested_at = ?1, cancel_reason = ?5,
+                    SET status = 'cancelled',
+                        error_json = json_object('code', 'cancelled', 'message', coalesce(?5, ?4),
+                                                 'retryable', json('false')),
+                        cancel_requested_at = ?1, cancel_reason = ?5,
                         next_attempt_at = NULL, lease_until = NULL, owner = NULL, updated_at = ?1
-                  WHERE call_id = ?2 AND status = 'pending' AND attempt = ?3"
-            ))?
+                  WHERE call_id = ?2 AND status = 'pending' AND attempt = ?3",
+            )?
             .execute(params![
                 self.now,
                 call.call_id,
@@ -132,15 +122,17 @@ pub(super) fn end_cancelled(
     detail: &str,
 ) -> rusqlite::Result<bool> {
     let changed = conn
-        .prepare_cached(concat!(
+        .prepare_cached(
             "UPDATE calls
-                SET status = 'cancelled', error_json = ",
-            cancelled_error!("cancel_reason"),
-            ", lease_until = NULL, owner = NULL, updated_at = ?1
+                SET status = 'cancelled',
+                    error_json = json_object('code', 'cancelled',
+                                             'message', coalesce(cancel_reason, ?4),
+                                             'retryable', json('false')),
+                    lease_until = NULL, owner = NULL, updated_at = ?1
               WHERE call_id = ?2 AND status = 'running' AND attempt = ?3
                 AND cancel_requested_at IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.call_id = calls.call_id)"
-        ))?
+                AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.call_id = calls.call_id)",
+        )?
         .execute(params![now, call_id, attempt, NO_REASON])?;
     if changed == 1 {
         audit(conn, now, call_id, attempt, Event::Cancelled, detail)?;

@@ -40,8 +40,8 @@
 use super::super::error::StoreError;
 use super::schema;
 use super::syncer::Durability;
+use crate::lock::lock;
 use crate::log::{Repeats, BACKGROUND_FAILURE_EVERY};
-use crate::sync::lock;
 use rusqlite::{ffi, Connection};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

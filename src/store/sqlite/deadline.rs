@@ -29,7 +29,7 @@ use super::super::error::StoreError;
 use super::super::model::Lease;
 use super::handoff::{Handoff, Waited};
 use super::writer::{Lane, Writer};
-use crate::sync::lock;
+use crate::lock::lock;
 use rusqlite::Connection;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -18,7 +18,7 @@
 //! answer means; it only keeps the two sides from both believing they own
 //! the outcome.
 
-use crate::sync::lock;
+use crate::lock::lock;
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 

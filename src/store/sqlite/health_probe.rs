@@ -13,7 +13,7 @@
 //! This module never writes, and never keeps a connection.
 
 use super::report_reads;
-use crate::sync::lock;
+use crate::lock::lock;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Mutex;

@@ -3,20 +3,25 @@
 //! that groups commits (`writer`, its two lanes in `write_queue`), fsynced
 //! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
 //! own (`checkpointer`); reads go to a bounded pool of read connections
-//! (`reader_pool`). The statements: `sql` (the state machine), `instances`
-//! (the process registry and recovery, the nodes), `business_key`,
-//! `cancel`, `retention`, `limits` (a tool's `rate`, shared by every
-//! process on the file), `report_reads` (the operations endpoints), `counts`
-//! (the count tables, their triggers and reads), `list` (the list's
-//! statements), `schema` (DDL, pragmas, migrations), `ownership` (a file
-//! another program made is refused), `backup` (a consistent copy of a live
-//! file); and the offline `verify` and the bench's `bulk` loader.
+//! (`reader_pool`). A request never touches the file itself: it hands the
+//! work to one of those threads (`handoff`) and waits at most
+//! `--db-timeout-ms` (`deadline`); `/healthz`'s read on a fresh connection
+//! runs on a thread of its own (`health_probe`). The statements: `sql`
+//! (the state machine), `instances` (the process registry and recovery,
+//! the nodes), `business_key`, `cancel`, `retention`, `limits` (a tool's
+//! `rate`, shared by every process on the file), `report_reads` (the
+//! operations endpoints), `counts` (the count tables, their triggers and
+//! reads), `list` (the list's statements), `schema` (DDL, pragmas,
+//! migrations), `ownership` (a file another program made is refused),
+//! `backup` (a consistent copy of a live file); and the offline `verify`
+//! and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
 //! PostgreSQL wing, and must never hand a `rusqlite` type across the facade.
 
 pub mod backup;
+#[cfg(any(test, feature = "testing"))]
 pub mod bulk;
 mod business_key;
 mod cancel;
@@ -43,6 +48,7 @@ mod write_queue;
 mod writer;
 
 pub use business_key::LEDGER_SQL;
+#[cfg(any(test, feature = "testing"))]
 pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
 pub use reader_pool::MAX_READERS;
 pub use schema::SCHEMA_VERSION;

@@ -24,7 +24,7 @@ use super::deadline::Deadline;
 use super::handoff::{Handoff, Waited};
 use super::schema;
 use super::syncer::Durability;
-use crate::sync::lock;
+use crate::lock::lock;
 use rusqlite::Connection;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};

@@ -41,7 +41,7 @@
 //! This module never runs SQL; it only syncs a file and releases answers.
 
 use super::super::error::StoreError;
-use crate::sync::lock;
+use crate::lock::lock;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,5 +1,6 @@
-//! The SQLite wing's own tests: the writer thread, the deadline of a wait on
-//! it, and the migrations, which PostgreSQL does not have. They share the store tests' helpers.
+//! The SQLite wing's own tests: the writer thread (`writer`), the deadline
+//! of a wait on the file (`deadline`) and the migrations (`migrations`),
+//! which PostgreSQL does not have. They share the store tests' helpers.
 
 use super::{schema, SqliteStore};
 use crate::store::tests::{audit_events, new_call, rows};

@@ -12,7 +12,7 @@
 //! This module never runs a job; it only holds them until the writer takes
 //! them, and refuses new ones once stopped.
 
-use crate::sync::lock;
+use crate::lock::lock;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
 

@@ -14,7 +14,7 @@
 //! the audit row), a release, recovery, a purge. Only a heartbeat,
 //! `mark_stopped` and a lease extension (one `UPDATE` per lease, harmless if
 //! some apply before one fails) could skip it; they are rare, and skipping it
-//! for them paid nothing measurable (docs/performance-writer.md), so one rule
+//! for them paid nothing measurable (docs/journal/performance.md), so one rule
 //! holds for all.
 //!
 //! **The durability rule, with the fsync pipelined.** The commit itself does
@@ -92,7 +92,7 @@ const MAX_BATCH: usize = 512;
 
 /// The writer's running totals behind `WriterStats`, what `/healthz` reads
 /// to tell a stuck writer, and where each batch is reported for `/metrics`.
-struct WriterCounters {
+pub(super) struct WriterCounters {
     batches: AtomicU64,
     ops: AtomicU64,
     run_us: AtomicU64,
@@ -123,6 +123,14 @@ impl Default for WriterCounters {
 }
 
 impl WriterCounters {
+    /// `n` queued operations went through a batch, answered or abandoned.
+    /// Never more than were queued: that would be a job answered twice, and
+    /// the wrapped count would read as a stuck writer.
+    pub(super) fn settled(&self, n: u64) {
+        let before = self.outstanding.fetch_sub(n, Ordering::Relaxed);
+        debug_assert!(before >= n, "writer settled {n} of {before} outstanding");
+    }
+
     fn progressed(&self) {
         let now = self.epoch.elapsed().as_micros() as u64;
         self.last_progress_us.store(now, Ordering::Relaxed);
@@ -270,9 +278,7 @@ impl Writer {
             sync,
             Arc::clone(&durability),
             Box::new(move |answered| {
-                released_counters
-                    .outstanding
-                    .fetch_sub(answered, Ordering::Relaxed);
+                released_counters.settled(answered);
                 released_counters.progressed();
             }),
         )?;
@@ -333,7 +339,7 @@ impl Writer {
     /// Idempotent.
     pub(super) fn stop(&self) {
         self.queue.stop();
-        let thread = crate::sync::lock(&self.thread).take();
+        let thread = crate::lock::lock(&self.thread).take();
         if let Some(thread) = thread {
             let _ = thread.join();
         }
@@ -444,9 +450,7 @@ impl WriterThread {
         let ops = batch.len();
         if let Err(e) = self.begin_batch() {
             batch.into_iter().for_each(|job| job.abandon(&e));
-            self.counters
-                .outstanding
-                .fetch_sub(ops as u64, Ordering::Relaxed);
+            self.counters.settled(ops as u64);
             return;
         }
         let conn = &self.conn;
@@ -486,9 +490,7 @@ impl WriterThread {
             roll_back_if_open(conn);
             let skipped = jobs.len() as u64;
             jobs.for_each(|job| job.abandon(e));
-            self.counters
-                .outstanding
-                .fetch_sub(skipped, Ordering::Relaxed);
+            self.counters.settled(skipped);
         }
         self.syncer.hand_over(Committed {
             batch: batch_number,

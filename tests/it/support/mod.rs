@@ -3,8 +3,9 @@
 //! to them, and clean up in `Drop` even when an assertion fails. `raw` is the one
 //! raw-socket client, `procfs` reads a server's memory, threads and open files,
 //! `tmpfs` mounts a small file system to fill up or make read-only, `downstream`
-//! runs the reference downstream and writes tools files, and `fake_upstream`
-//! records what reached a downstream the test controls.
+//! runs the reference downstream and writes tools files, `fake_upstream`
+//! records what reached a downstream the test controls, and `rust_source`
+//! reads this crate's source as text.
 //!
 //! On failure every child's captured stderr is printed, so a red test shows
 //! what the server or proxy was doing. Nothing here sleeps for a fixed time:
@@ -23,6 +24,7 @@ pub mod pg_faults;
 pub mod procfs;
 pub mod raw;
 pub mod requests;
+pub mod rust_source;
 pub mod tmpfs;
 
 use idempotent_tool::client::authority;

@@ -236,3 +236,12 @@ fn a_writer_holding_queued_work_is_seen_as_stuck() -> Result<(), StoreError> {
     wait_until_idle(&store, "never idle again");
     Ok(())
 }
+
+/// More settled than was queued is a job answered twice: a debug build
+/// stops there rather than wrap the writer's outstanding count.
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "writer settled 1 of 0 outstanding")]
+fn settling_more_than_is_outstanding_is_caught() {
+    super::super::writer::WriterCounters::default().settled(1);
+}

@@ -36,7 +36,7 @@ fn a_killed_test_process_leaves_no_postgres_behind() {
         Command::new(exe)
             .args([
                 "--exact",
-                "postgres_harness::a_killed_test_process_leaves_no_postgres_behind",
+                "pg_harness::a_killed_test_process_leaves_no_postgres_behind",
                 "--nocapture",
             ])
             .env(CHILD, "1")
