@@ -21,6 +21,7 @@ use crate::measure::fetch_stats;
 use crate::target::{run_id, start_in_process, Target};
 use crate::{Config, Mode};
 use idempotent_tool::client::HttpConnection;
+#[cfg(feature = "testing")]
 use idempotent_tool::store::bulk::strip_console_writes;
 use idempotent_tool::store::WriterStats;
 use idempotent_tool::temp::TempDir;
@@ -71,6 +72,7 @@ pub fn run_poll_comparison(config: &Config) -> Result<bool, BenchError> {
 }
 
 /// `--console writes`.
+#[cfg(feature = "testing")]
 pub fn run_write_comparison(config: &Config) -> Result<bool, BenchError> {
     let variants = [
         Variant {
@@ -119,18 +121,7 @@ fn compare(config: &Config, variants: &[Variant], what: &str) -> Result<bool, Be
 fn run(config: &Config, variant: Variant) -> Result<Run, BenchError> {
     let dir = TempDir::new("idem-bench-console").map_err(BenchError::io("temp folder"))?;
     let db = dir.join("idem.db");
-    let (list_index, triggers) = variant.strip;
-    let target = start_in_process(&db, || {
-        if list_index || triggers {
-            strip_console_writes(&db, list_index, triggers).map_err(|source| {
-                BenchError::Store {
-                    doing: "strip the console's writes".into(),
-                    source,
-                }
-            })?;
-        }
-        Ok(())
-    })?;
+    let target = start_in_process(&db, || strip(&db, variant.strip))?;
     let before = fetch_stats(&target.authority)?.writer;
     let stop = Arc::new(AtomicBool::new(false));
     let poller = variant
@@ -271,4 +262,24 @@ fn spread(values: &[f64]) -> (f64, f64) {
     values
         .iter()
         .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
+}
+
+/// Put the old status index back and drop the count triggers, as `strip`
+/// says, before the service opens `db` (`--console writes` only).
+#[cfg(feature = "testing")]
+fn strip(db: &std::path::Path, (list_index, triggers): (bool, bool)) -> Result<(), BenchError> {
+    if list_index || triggers {
+        strip_console_writes(db, list_index, triggers).map_err(|source| BenchError::Store {
+            doing: "strip the console's writes".into(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Without the loaders no variant strips anything (`--console writes`,
+/// the one that does, needs them: `loaders`).
+#[cfg(not(feature = "testing"))]
+fn strip(_: &std::path::Path, _: (bool, bool)) -> Result<(), BenchError> {
+    Ok(())
 }

@@ -10,6 +10,7 @@ use crate::calibrate::CommitRate;
 use crate::downstream::Gauge;
 use crate::load::LoadResult;
 use crate::measure::{peak_rss_kib, ratio, Measurement};
+#[cfg(feature = "testing")]
 use crate::sweep::{DATA_PAIRS, PREFILL_CALLS};
 use crate::target::Target;
 use crate::{Config, Mode, Stop};
@@ -251,6 +252,7 @@ fn print_targets(m: &Measurement, commit: CommitRate) {
     }
 }
 
+#[cfg(feature = "testing")]
 pub fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, data_ratio: f64) {
     let conns = connections_text(config.keep_alive);
     let stop = stop_text(config.stop);
@@ -363,6 +365,7 @@ pub fn single_json(
 }
 
 /// The sweep's `--json` object: every point, the calibration, and the data ratio.
+#[cfg(feature = "testing")]
 pub fn sweep_json(
     points: &[Measurement],
     config: &Config,

@@ -35,8 +35,8 @@
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - `chaos`: failure hooks for tests and fault injection (`--chaos` only).
 //! - `lock`: the one lock helper (a poisoned lock is taken as it is);
-//!   `temp`: temporary folders and databases and a private PostgreSQL, for
-//!   the tests and the bench only (feature `testing`).
+//!   `temp`: temporary folders and databases for the tests and the bench,
+//!   and a private PostgreSQL for the tests only (feature `testing`).
 //! - `auth`: tenants, the `--auth-file` loader and bearer-token checks.
 //! - [`log`]: JSON-lines events and access records on stderr.
 //! - `metrics`: counters, gauges and histograms in atomics, rendered for
@@ -61,10 +61,11 @@
 //!
 //! The public surface is what the binaries (`src/bin/`, `bench/`), the
 //! integration tests and the fuzz targets use; every other module is
-//! `pub(crate)`. `temp`, `store::bulk` (the bench's loaders, which bypass the
-//! writer) and `store::list_sql` (the list's statements, whose plans tests
-//! read) exist only with the `testing` feature, which `cargo test` and the
-//! bench turn on and a release build of the service leaves out.
+//! `pub(crate)`. `temp::postgres` (a PostgreSQL installer), `store::bulk` (the
+//! bench's loaders, which bypass the writer) and `store::list_sql` (the
+//! list's statements, whose plans tests read) exist only with the `testing`
+//! feature, which `cargo test` turns on (and the bench's loading runs need:
+//! `--features testing`); a release build of the service leaves them out.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -89,6 +90,5 @@ pub(crate) mod request_id;
 pub(crate) mod runner;
 pub mod server;
 pub mod store;
-#[cfg(any(test, feature = "testing"))]
 pub mod temp;
 pub mod tools;

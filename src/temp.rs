@@ -4,8 +4,11 @@
 //! and the integration tests alike. The service itself never uses this module;
 //! making a folder here tells the log that this is a test process
 //! (`log::capture_for_tests`), so service logs stay out of a green test run.
-//! `postgres` is a private PostgreSQL server for the same tests.
+//! `postgres` is a private PostgreSQL server for the same tests, built only
+//! with the `testing` feature (the tests'), so the service's binary never
+//! carries an installer.
 
+#[cfg(any(test, feature = "testing"))]
 pub mod postgres;
 
 use std::path::{Path, PathBuf};
@@ -26,8 +29,10 @@ impl TempDir {
 
     /// A new folder under `parent`.
     pub fn new_in(parent: &Path, prefix: &str) -> std::io::Result<TempDir> {
-        // Only tests (and the bench) make these: their service logs go
-        // through the test harness's capture, shown only if a test fails.
+        // Tests make these: their service logs go through the test harness's
+        // capture, shown only if a test fails. (A bench without the `testing`
+        // feature logs where it chose to.)
+        #[cfg(any(test, feature = "testing"))]
         crate::log::capture_for_tests();
         let path = parent.join(unique_name(prefix));
         std::fs::create_dir_all(&path)?;
