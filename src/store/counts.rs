@@ -22,7 +22,7 @@
 //! in one snapshot. It treats a status as a string, so a new status is one
 //! more value here, not a new case.
 
-use super::model::CallCounts;
+use super::model::{Backlog, CallCounts, Stats, WriterStats};
 
 /// One row of `call_counts` (summed over PostgreSQL's shards).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +88,20 @@ impl Counts {
             .filter(|r| r.calls != 0)
             .map(|r| (r.status.clone(), r.attempt, r.calls))
             .collect()
+    }
+
+    /// What `/stats` answers for these counts, with the writer's figures.
+    pub(in crate::store) fn into_stats(self, writer: WriterStats) -> Stats {
+        let effects = self.effects;
+        self.call_counts().into_stats(effects, writer)
+    }
+
+    /// The backlog a metrics scrape reports.
+    pub(in crate::store) fn backlog(&self) -> Backlog {
+        Backlog {
+            calls_by_status: self.by_status(),
+            oldest_pending_created_at: self.oldest_pending_created_at,
+        }
     }
 
     /// Per tenant, calls created and failed so far, sorted by tenant.

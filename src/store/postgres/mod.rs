@@ -564,19 +564,11 @@ impl Backend for PgStore {
     }
 
     fn backlog(&self) -> Result<Backlog, StoreError> {
-        let counts = self.counts(Scope::All)?;
-        Ok(Backlog {
-            calls_by_status: counts.by_status(),
-            oldest_pending_created_at: counts.oldest_pending_created_at,
-        })
+        Ok(self.counts(Scope::All)?.backlog())
     }
 
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        let counts = self.counts(scope)?;
-        let effects = counts.effects;
-        Ok(counts
-            .call_counts()
-            .into_stats(effects, WriterStats::default()))
+        Ok(self.counts(scope)?.into_stats(WriterStats::default()))
     }
 
     fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {

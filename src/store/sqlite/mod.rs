@@ -540,21 +540,13 @@ impl Backend for SqliteStore {
 
     /// From the count tables, and one seek per tool with pending calls.
     fn backlog(&self) -> Result<Backlog, StoreError> {
-        let counts = self.counts(Scope::All)?;
-        Ok(Backlog {
-            calls_by_status: counts.by_status(),
-            oldest_pending_created_at: counts.oldest_pending_created_at,
-        })
+        Ok(self.counts(Scope::All)?.backlog())
     }
 
     /// From the count tables: no read of `calls` beyond the seeks for the
     /// oldest pending call.
     fn stats(&self, scope: Scope<'_>) -> Result<Stats, StoreError> {
-        let counts = self.counts(scope)?;
-        let effects = counts.effects;
-        Ok(counts
-            .call_counts()
-            .into_stats(effects, self.writer.stats()))
+        Ok(self.counts(scope)?.into_stats(self.writer.stats()))
     }
 
     /// One read transaction, so the counts describe one moment even while
