@@ -33,10 +33,7 @@ impl Api {
     pub(super) fn overview(&self, req: &Request, tenant: &Tenant) -> Result<Response, ApiError> {
         let params = QueryParams::parse(req.query.as_deref(), &["tenant"], &[])?;
         let scope = self.scope(&params, tenant)?;
-        let counts = self.store.counts(match &scope {
-            Some(tenant) => Scope::Tenant(tenant),
-            None => Scope::All,
-        })?;
+        let counts = self.store.counts(Scope::of(scope.as_deref()))?;
         let mut by_status: Map<String, Value> =
             STATUSES.iter().map(|s| (s.to_string(), json!(0))).collect();
         for (status, n) in counts.by_status() {

@@ -130,9 +130,8 @@ impl OriginPolicy {
         let Some(host) = host.filter(|h| !h.is_empty()) else {
             return Ok(());
         };
-        let name = hostname(host);
-        let bare = name.trim_start_matches('[').trim_end_matches(']');
-        if self.trusts_host(host) || bare.parse::<std::net::IpAddr>().is_ok() {
+        let is_address = bare_name(host).parse::<std::net::IpAddr>().is_ok();
+        if is_address || self.trusts_host(host) {
             return Ok(());
         }
         Err(Refusal {
@@ -147,7 +146,7 @@ impl OriginPolicy {
 
     fn trusts_host(&self, host: &str) -> bool {
         let name = hostname(host);
-        let bare = name.trim_start_matches('[').trim_end_matches(']');
+        let bare = bare_name(host);
         !name.is_empty()
             && (is_loopback(name)
                 || self
@@ -180,6 +179,12 @@ fn hostname(host: &str) -> &str {
         Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
         _ => host,
     }
+}
+
+/// The name in a `Host` value without a port or an IPv6 literal's brackets:
+/// `[::1]:8081` → `::1`.
+fn bare_name(host: &str) -> &str {
+    hostname(host).trim_start_matches('[').trim_end_matches(']')
 }
 
 /// Letters, digits and the punctuation of host names, IP literals and ports.

@@ -367,6 +367,22 @@ pub enum Scope<'a> {
     Tenant(&'a str),
 }
 
+impl<'a> Scope<'a> {
+    /// One tenant's (`Some`), or every tenant's (`None`): how a list query,
+    /// the overview and a read thread carry a scope.
+    pub fn of(tenant: Option<&'a str>) -> Scope<'a> {
+        tenant.map_or(Scope::All, Scope::Tenant)
+    }
+
+    /// The tenant, or `None` for every tenant: `of`'s inverse.
+    pub fn tenant(self) -> Option<&'a str> {
+        match self {
+            Scope::Tenant(tenant) => Some(tenant),
+            Scope::All => None,
+        }
+    }
+}
+
 /// What the database says about the backlog, for a metrics scrape.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Backlog {

@@ -31,7 +31,12 @@ struct As<'a> {
     token: Option<&'a str>,
 }
 
-impl As<'_> {
+impl<'a> As<'a> {
+    /// Requests to `server` with `token` (`None`: no Authorization header).
+    fn new(server: &'a Server, token: Option<&'a str>) -> As<'a> {
+        As { server, token }
+    }
+
     fn get(&self, path: &str) -> (u16, Value) {
         let authorization = self.token.map(|t| format!("Bearer {t}"));
         let headers: Vec<(&str, &str)> = authorization
@@ -115,18 +120,9 @@ fn the_list_finds_exactly_what_each_filter_asks() {
     let auth = tenants();
     let server = Server::start(&db, &["--auth-file", auth.path_str()]);
     let (acme, beta, ops) = (
-        As {
-            server: &server,
-            token: Some(ACME),
-        },
-        As {
-            server: &server,
-            token: Some(BETA),
-        },
-        As {
-            server: &server,
-            token: Some(OPS),
-        },
+        As::new(&server, Some(ACME)),
+        As::new(&server, Some(BETA)),
+        As::new(&server, Some(OPS)),
     );
     let mut acme_calls = Vec::new();
     for n in 0..7 {
@@ -264,16 +260,7 @@ fn every_bad_filter_and_foreign_cursor_is_refused() {
     let db = TempDb::new("list-400");
     let auth = tenants();
     let server = Server::start(&db, &["--auth-file", auth.path_str()]);
-    let (acme, beta) = (
-        As {
-            server: &server,
-            token: Some(ACME),
-        },
-        As {
-            server: &server,
-            token: Some(BETA),
-        },
-    );
+    let (acme, beta) = (As::new(&server, Some(ACME)), As::new(&server, Some(BETA)));
     for n in 0..3 {
         acme.settled(&format!("k-{n}"), &charge(1));
         beta.settled(&format!("k-{n}"), &charge(1));
@@ -321,10 +308,7 @@ fn every_bad_filter_and_foreign_cursor_is_refused() {
 fn pages_stay_put_while_calls_arrive() {
     let db = TempDb::new("list-stable");
     let server = Server::start(&db, &[]);
-    let anyone = As {
-        server: &server,
-        token: None,
-    };
+    let anyone = As::new(&server, None);
     let mut ids: Vec<String> = (0..9)
         .map(|n| {
             anyone.settled(&format!("before-{n}"), &charge(1))["call_id"]
@@ -358,16 +342,7 @@ fn the_overview_agrees_with_stats_and_nodes_show_this_process() {
     let db = TempDb::new("overview");
     let auth = tenants();
     let server = Server::start(&db, &["--auth-file", auth.path_str(), "--key-ttl", "3600"]);
-    let (acme, ops) = (
-        As {
-            server: &server,
-            token: Some(ACME),
-        },
-        As {
-            server: &server,
-            token: Some(OPS),
-        },
-    );
+    let (acme, ops) = (As::new(&server, Some(ACME)), As::new(&server, Some(OPS)));
     acme.settled("a", &charge(1));
     acme.settled("b", &json!({"tool": "fail", "args": {"retryable": false}}));
     let (status, overview) = acme.get("/v1/overview");
@@ -475,16 +450,7 @@ fn on_postgres_two_nodes_list_count_and_show_each_other() {
     let url = pg.fresh_database("console_api");
     let scratch = TempDir::new("idem-console-pg").unwrap();
     let (one, two) = (node_on(&url, &scratch), node_on(&url, &scratch));
-    let (a, b) = (
-        As {
-            server: &one,
-            token: None,
-        },
-        As {
-            server: &two,
-            token: None,
-        },
-    );
+    let (a, b) = (As::new(&one, None), As::new(&two, None));
     let mut ids = Vec::new();
     for n in 0..4 {
         let via = if n % 2 == 0 { &a } else { &b };

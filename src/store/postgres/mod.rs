@@ -577,10 +577,7 @@ impl Backend for PgStore {
 
     /// The counts that plan it and the rows in one REPEATABLE READ snapshot.
     fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
-        let scope = match &query.tenant {
-            Some(tenant) => Scope::Tenant(tenant),
-            None => Scope::All,
-        };
+        let scope = Scope::of(query.tenant.as_deref());
         let rows = self.snapshot(|tx| {
             let counts = Counts {
                 rows: counts::count_rows(tx, scope)?,

@@ -552,10 +552,10 @@ impl Backend for SqliteStore {
     /// One read transaction, so the counts describe one moment even while
     /// the writer commits between the queries.
     fn counts(&self, scope: Scope<'_>) -> Result<Counts, StoreError> {
-        let tenant = scope_owned(scope);
+        let tenant = scope.tenant().map(str::to_string);
         self.read(move |conn| {
             let snapshot = conn.unchecked_transaction()?;
-            let counts = counts::counts(conn, scope_of(&tenant))?;
+            let counts = counts::counts(conn, Scope::of(tenant.as_deref()))?;
             snapshot.commit()?;
             Ok(counts)
         })
@@ -567,10 +567,7 @@ impl Backend for SqliteStore {
         let query = query.clone();
         self.read(move |conn| {
             let snapshot = conn.unchecked_transaction()?;
-            let scope = match &query.tenant {
-                Some(tenant) => Scope::Tenant(tenant),
-                None => Scope::All,
-            };
+            let scope = Scope::of(query.tenant.as_deref());
             let counts = Counts {
                 rows: counts::count_rows(conn, scope)?,
                 ..Counts::default()
@@ -605,22 +602,5 @@ impl Backend for SqliteStore {
             .wait_until_visible_is_synced(left.max(Duration::from_secs(1)))
             .map_err(VerifyError::NotDurable)?;
         Ok(report)
-    }
-}
-
-/// A scope a read thread can take along: the tenant's name, or `None` for
-/// every tenant.
-fn scope_owned(scope: Scope<'_>) -> Option<String> {
-    match scope {
-        Scope::Tenant(tenant) => Some(tenant.to_string()),
-        Scope::All => None,
-    }
-}
-
-/// The scope `scope_owned` took along.
-fn scope_of(tenant: &Option<String>) -> Scope<'_> {
-    match tenant {
-        Some(tenant) => Scope::Tenant(tenant),
-        None => Scope::All,
     }
 }
