@@ -32,6 +32,9 @@
 //! - [`tools`]: the tool registry (built-ins, or the `--tools` file), argument
 //!   schemas, the `http` and `command` executors with their outcomes, and
 //!   `ToolErrorCode`, the one table of the codes a failed attempt records.
+//! - [`status`]: the call statuses, declared once in one table (the enum,
+//!   their words, which are terminal); every other spelling of the set is
+//!   taken from it or held to it by a test. It imports nothing of the crate.
 //! - [`fingerprint`]: canonical JSON and the request fingerprint.
 //! - `chaos`: failure hooks for tests and fault injection (`--chaos` only).
 //! - `lock`: the one lock helper (a poisoned lock is taken as it is);
@@ -89,6 +92,7 @@ pub(crate) mod metrics;
 pub(crate) mod request_id;
 pub(crate) mod runner;
 pub mod server;
+pub mod status;
 pub mod store;
 pub mod temp;
 pub mod tools;

@@ -22,6 +22,7 @@ use crate::calls::MAX_KEY_LEN;
 use crate::fingerprint::{canonical, hex_sha256};
 use crate::http::{Request, Response};
 use crate::input::{parse_strict, quote};
+use crate::status::Status;
 use crate::store::{call_id_of_effect, Call, ListQuery};
 use serde_json::{json, Value};
 use time::format_description::well_known::Rfc3339;
@@ -41,9 +42,6 @@ const PARAMS: &[&str] = &[
     "next",
     "tenant",
 ];
-
-/// Every status a call can be in, as `status=` takes them.
-pub(super) const STATUSES: &[&str] = &["pending", "running", "succeeded", "failed", "cancelled"];
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
@@ -100,12 +98,9 @@ impl Api {
 fn list_query(params: &QueryParams, scope: Option<String>) -> Result<ListQuery, ApiError> {
     let mut statuses = Vec::new();
     for status in params.all("status") {
-        if !STATUSES.contains(&status) {
-            return Err(bad(
-                "status",
-                status,
-                &format!("one of {}", STATUSES.join(", ")),
-            ));
+        if Status::parse(status).is_err() {
+            let every = Status::words().collect::<Vec<_>>().join(", ");
+            return Err(bad("status", status, &format!("one of {every}")));
         }
         statuses.push(status.to_string());
     }

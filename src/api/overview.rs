@@ -11,11 +11,11 @@
 //! the nodes (an admin's view of the deployment).
 
 use super::error::ApiError;
-use super::list::STATUSES;
 use super::query::QueryParams;
 use super::router::Api;
 use crate::auth::Tenant;
 use crate::http::{Request, Response};
+use crate::status::Status;
 use crate::store::{now, Node, Scope};
 use serde_json::{json, Map, Value};
 
@@ -35,7 +35,7 @@ impl Api {
         let scope = self.scope(&params, tenant)?;
         let counts = self.store.counts(Scope::of(scope.as_deref()))?;
         let mut by_status: Map<String, Value> =
-            STATUSES.iter().map(|s| (s.to_string(), json!(0))).collect();
+            Status::words().map(|s| (s.to_string(), json!(0))).collect();
         for (status, n) in counts.by_status() {
             by_status.insert(status, json!(n));
         }

@@ -7,6 +7,7 @@
 //! prints or inspects.
 
 use super::connection::{encode_path_segment, request_once, HttpResponse};
+use crate::status::Status;
 use serde_json::{json, Value};
 use std::fmt;
 use std::io;
@@ -376,10 +377,10 @@ fn finish_call(opts: &CallOptions, call: Value) -> Value {
 
 /// Whether a call JSON is in a state that will never change again.
 pub fn is_terminal(call: &Value) -> bool {
-    matches!(
-        call["status"].as_str(),
-        Some("succeeded" | "failed" | "cancelled")
-    )
+    call["status"]
+        .as_str()
+        .and_then(|s| Status::parse(s).ok())
+        .is_some_and(Status::is_terminal)
 }
 
 /// Why polling stopped without a terminal call.

@@ -10,6 +10,7 @@
 
 use super::handshake::Revision;
 use crate::calls::MAX_WAIT_SECS;
+use crate::status::Status;
 use crate::tools::schema::Schema;
 use crate::tools::{ArgsError, ToolRegistry, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -30,7 +31,7 @@ pub fn output_schema() -> Value {
         "properties": {
             "call_id": {"type": "string", "description": "the call's handle: get_tool_call reads it"},
             "idempotency_key": {"type": "string"},
-            "status": {"type": "string", "enum": ["pending", "running", "succeeded", "failed", "cancelled"]},
+            "status": {"type": "string", "enum": Status::words().collect::<Vec<_>>()},
             "attempt": {"type": "integer", "minimum": 0},
             "replayed": {"type": "boolean", "description": "true: an existing call's outcome, nothing ran again"},
             "duplicate_intent": {"type": "boolean", "description": "true: another key's call with the same business key"},

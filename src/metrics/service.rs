@@ -10,6 +10,7 @@
 use super::registry::{Registry, CONTENT_TYPE};
 use super::series::{Counter, Family, Gauge, Histogram};
 use crate::lock::lock;
+use crate::status::Status;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,9 +57,6 @@ const COMMIT_SECONDS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 const BATCH_OPERATIONS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
-
-/// The statuses a call can have, so each has a series even at zero.
-const CALL_STATUSES: [&str; 5] = ["pending", "running", "succeeded", "failed", "cancelled"];
 
 /// The routes the router knows, as `route` label values (path templates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -472,11 +470,12 @@ impl Metrics {
                     let found = snapshot.calls_by_status.iter().find(|(s, _)| s == status);
                     found.map_or(0, |(_, n)| *n)
                 };
-                let known = CALL_STATUSES.map(|s| (vec![s.to_string()], count(s) as f64));
+                // Every status has a series, even at zero.
+                let known = Status::words().map(|s| (vec![s.to_string()], count(s) as f64));
                 let others = snapshot
                     .calls_by_status
                     .iter()
-                    .filter(|(s, _)| !CALL_STATUSES.contains(&s.as_str()))
+                    .filter(|(s, _)| Status::parse(s).is_err())
                     .map(|(s, n)| (vec![s.clone()], *n as f64));
                 known.into_iter().chain(others).collect()
             },

@@ -36,6 +36,7 @@ use super::tasks::Task;
 use crate::chaos;
 use crate::log::{self, Repeats};
 use crate::metrics::Metrics;
+use crate::status::Status;
 use crate::store::{CallStore, Completion, Lease, LeaseHeld, NewEffect, StoreError, Then};
 use crate::tools::{Effect, Outcome};
 use std::sync::{mpsc, Arc};
@@ -183,11 +184,12 @@ impl Transition {
 
     fn to_status(self) -> &'static str {
         match self {
-            Transition::Succeeded => "succeeded",
-            Transition::Failed => "failed",
-            Transition::RetryScheduled => "pending",
-            Transition::Cancelled => "cancelled",
+            Transition::Succeeded => Status::Succeeded,
+            Transition::Failed => Status::Failed,
+            Transition::RetryScheduled => Status::Pending,
+            Transition::Cancelled => Status::Cancelled,
         }
+        .as_str()
     }
 }
 

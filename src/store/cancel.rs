@@ -22,7 +22,8 @@
 //! This file holds no SQL and decides nothing; the wings' updates do.
 
 use super::audit;
-use super::model::{Call, Status};
+use super::model::Call;
+use crate::status::Status;
 
 /// The longest reason a cancel may give, in bytes.
 pub const MAX_CANCEL_REASON_BYTES: usize = 500;

@@ -15,7 +15,8 @@
 //! wing but here: `backend` (`Backend`, the one contract both implement,
 //! each rule in its method's doc), `call_store` (the facade: it holds a
 //! backend behind that contract and stamps each call's `expires_at`),
-//! `model` (the types of the API, `Then`, `CallCounts`), `counts` (what
+//! `model` (the types of the API, `Then`, `CallCounts`; the call statuses
+//! are `crate::status`'s, re-exported here), `counts` (what
 //! the count tables hold: `/stats`, `/metrics` and the overview without
 //! reading `calls`), `list` (`ListQuery`, and the plan both wings follow to
 //! answer it from indexes), `error` (`StoreError`), `database` (which
@@ -103,7 +104,7 @@ pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
 pub use list::{ListPage, ListQuery};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Status, Then, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then, WriterStats,
 };
 pub use options::{
     DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
@@ -145,6 +146,7 @@ pub mod list_sql {
         };
     }
 }
+pub use crate::status::{Status, UnknownStatus};
 pub use wake::{Wake, WakeHandler};
 
 use backend::Backend;

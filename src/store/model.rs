@@ -5,49 +5,9 @@
 
 use super::error::StoreError;
 use super::ids::new_effect_id;
+use crate::status::Status;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-
-/// Where a call is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    /// Stopped at its tenant's request before any effect was recorded: a
-    /// pending call that never ran, or a running one whose tool was stopped
-    /// (or ended without an effect) after the cancel was asked.
-    Cancelled,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Running => "running",
-            Status::Succeeded => "succeeded",
-            Status::Failed => "failed",
-            Status::Cancelled => "cancelled",
-        }
-    }
-
-    pub(super) fn parse(s: &str) -> Status {
-        match s {
-            "pending" => Status::Pending,
-            "running" => Status::Running,
-            "succeeded" => Status::Succeeded,
-            "cancelled" => Status::Cancelled,
-            _ => Status::Failed,
-        }
-    }
-
-    /// `succeeded`, `failed` and `cancelled` are never executed again (a
-    /// retryable failure is first reset to `pending` by its client's retry).
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Status::Succeeded | Status::Failed | Status::Cancelled)
-    }
-}
 
 /// One row of `calls`.
 #[derive(Debug, Clone, PartialEq)]

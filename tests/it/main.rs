@@ -86,6 +86,7 @@ mod sqlite_file;
 mod sqlite_frozen;
 mod startup_refusals;
 mod stats;
+mod status_table;
 mod stop_joins_every_thread;
 mod systemd_notify;
 mod tenants;

@@ -193,9 +193,9 @@ fn summaries(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Call>, ::postgres::Error> {
-    Ok(client
+    client
         .query(sql, params)?
         .iter()
         .map(call_from_row)
-        .collect())
+        .collect()
 }

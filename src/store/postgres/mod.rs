@@ -76,11 +76,12 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Status, Then, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
 use super::wake::WakeHandler;
+use crate::status::Status;
 use pool::Pool;
 use serde_json::Value;
 use session::{Session, Transaction};

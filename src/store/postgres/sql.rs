@@ -19,11 +19,12 @@
 
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, stored_effect_id};
-use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall, Status};
+use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall};
 use super::super::options::DueLimits;
 use super::error::violates;
 use super::session::GenericClient;
-use ::postgres::types::ToSql;
+use crate::status::Status;
+use ::postgres::types::{FromSql, ToSql, Type};
 use ::postgres::Row;
 use serde_json::Value;
 
@@ -115,7 +116,7 @@ fn create_or_get_with(
         }
     };
     let existed: bool = row.get("existed");
-    let call = call_from_row(&row);
+    let call = call_from_row(&row)?;
     if !existed {
         return Ok(CreatedClaimed {
             lease: call.lease(),
@@ -156,9 +157,10 @@ fn reset_failed(
            SELECT updated_at, call_id, attempt, 'retry_reset', 'after attempt ' || attempt FROM r
          )
          SELECT * FROM r";
-    Ok(client
+    client
         .query_opt(RESET, &[&call_id])?
-        .map(|r| call_from_row(&r)))
+        .map(|r| call_from_row(&r))
+        .transpose()
 }
 
 /// `claim_many`: the named calls, each only if claimable now (a lapsed lease
@@ -527,18 +529,22 @@ fn one_call(
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Option<Call>, ::postgres::Error> {
-    Ok(client.query_opt(sql, params)?.map(|r| call_from_row(&r)))
+    client
+        .query_opt(sql, params)?
+        .map(|r| call_from_row(&r))
+        .transpose()
 }
 
 /// One `calls` row, its columns in the order every statement here returns
-/// them: `call_id` first, `cancel_requested_at` last.
-pub(super) fn call_from_row(row: &Row) -> Call {
+/// them: `call_id` first, `cancel_requested_at` last. A status this release
+/// does not know is an error (`StatusColumn`), never a guess.
+pub(super) fn call_from_row(row: &Row) -> Result<Call, ::postgres::Error> {
     let json_col = |i: usize| -> Option<Value> {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())
     };
     let call_id: String = row.get(0);
-    Call {
+    Ok(Call {
         effect_id: stored_effect_id(row.get(14), &call_id),
         call_id,
         tenant: row.get(1),
@@ -548,7 +554,7 @@ pub(super) fn call_from_row(row: &Row) -> Call {
         seq: row.get(5),
         tool: row.get(6),
         args_json: row.get(7),
-        status: Status::parse(row.get::<_, &str>(8)),
+        status: row.try_get::<_, StatusColumn>(8)?.0,
         result: json_col(9),
         error: json_col(10),
         attempt: row.get(11),
@@ -559,5 +565,23 @@ pub(super) fn call_from_row(row: &Row) -> Call {
         next_attempt_at: row.get(17),
         cancel_requested_at: row.get(18),
         expires_at: None,
+    })
+}
+
+/// `calls.status` as read: `Status::parse`, so an unknown word fails the
+/// read with `UnknownStatus` as its cause.
+struct StatusColumn(Status);
+
+impl<'a> FromSql<'a> for StatusColumn {
+    fn from_sql(
+        ty: &Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let word = <&str as FromSql>::from_sql(ty, raw)?;
+        Ok(StatusColumn(Status::parse(word)?))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as FromSql>::accepts(ty)
     }
 }

@@ -16,6 +16,7 @@
 
 use super::super::ids::now;
 use super::super::model::Purged;
+use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Rows the candidate scan reads at most per batch, so one pass over a file
@@ -46,7 +47,8 @@ pub(super) fn candidates(
             return Ok((found, 0));
         }
         last = rowid;
-        let terminal = matches!(status.as_str(), "succeeded" | "failed" | "cancelled");
+        // A word this release does not know is not purged: nothing says it ended.
+        let terminal = Status::parse(&status).is_ok_and(Status::is_terminal);
         if terminal && updated_at < cutoff {
             found.push(call_id);
             if found.len() >= limit {

@@ -12,9 +12,11 @@
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
 };
 use super::cancel::{cancelled_or_stale, end_cancelled};
+use crate::status::Status;
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
 use serde_json::Value;
 use std::time::Duration;
@@ -452,7 +454,7 @@ pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
         seq: row.get(5)?,
         tool: row.get(6)?,
         args_json: row.get(7)?,
-        status: Status::parse(&row.get::<_, String>(8)?),
+        status: row.get::<_, StatusColumn>(8)?.0,
         result: json_col(9)?,
         error: json_col(10)?,
         attempt: row.get(11)?,
@@ -520,4 +522,17 @@ pub(super) fn due_calls(
         })
     })?
     .collect()
+}
+
+/// `calls.status` as read: `Status::parse`, so an unknown word fails the
+/// read with `UnknownStatus` as its cause.
+struct StatusColumn(Status);
+
+impl FromSql for StatusColumn {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let word = value.as_str()?;
+        Status::parse(word)
+            .map(StatusColumn)
+            .map_err(|e| FromSqlError::Other(Box::new(e)))
+    }
 }

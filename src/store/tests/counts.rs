@@ -10,7 +10,6 @@ use crate::store::business_key::BusinessKey;
 on_both_backends!(counts_stay_exact_through_every_transition);
 
 const TENANTS: [&str; 2] = ["acme", "beta"];
-const STATUSES: [&str; 4] = ["pending", "running", "succeeded", "failed"];
 
 /// What counting the rows answers, against what the count tables answer,
 /// for every tenant together and each alone.
@@ -26,7 +25,7 @@ fn assert_exact(db: &TestDb, store: &CallStore, step: &str) {
             ))
         };
         assert_eq!(stats.calls, counted(""), "{step}: {scope:?} calls");
-        for status in STATUSES {
+        for status in Status::words() {
             let shown = stats.by_status.iter().find(|(s, _)| s == status);
             let want = counted(&format!(" AND status = '{status}'"));
             assert_eq!(shown.map_or(0, |s| s.1), want, "{step}: {scope:?} {status}");
