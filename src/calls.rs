@@ -40,7 +40,7 @@ mod service;
 mod submit;
 
 pub use cancel::{CancelAnswer, DEFAULT_CANCEL_WAIT};
-pub use error::CallError;
+pub use error::{store_refusal, CallError, CallRefusal};
 pub use key_cache::{scoped_key, KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
 pub use request::{CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
 pub use service::{Calls, CallsOptions};

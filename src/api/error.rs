@@ -1,14 +1,14 @@
 //! `ApiError`: every way a request can fail, and the one place such a
 //! failure becomes a response (`into_response`).
 //!
-//! This file owns the mapping from a failure to its `ErrorCode` and message:
-//! the REST route's own refusals, and what the call path refused
-//! (`CallError`), said the REST way. It must never send an internal cause to
-//! the client: a store failure is logged here and answered with a fixed
-//! message.
+//! This file owns the mapping from the REST routes' own refusals to their
+//! `ErrorCode` and message; what the call path refused (`CallError`, a store
+//! failure) is mapped once in `calls::error` and only framed here, as MCP
+//! frames the same refusal. It must never send an internal cause to the
+//! client.
 
 use crate::auth::AuthError;
-use crate::calls::CallError;
+use crate::calls::{store_refusal, CallError, CallRefusal};
 use crate::http::{ErrorCode, Refusal, Response};
 use crate::store::StoreError;
 
@@ -57,67 +57,28 @@ impl ApiError {
                 ErrorCode::MissingIdempotencyKey,
                 "the Idempotency-Key header is required",
             ),
-            ApiError::BadRequest(message) | ApiError::Call(CallError::Invalid(message)) => {
-                Response::from_error(ErrorCode::BadRequest, message)
-            }
-            ApiError::Call(CallError::ArgsTooLarge { size, limit }) => Response::from_error(
-                ErrorCode::PayloadTooLarge,
-                format!("args is {size} bytes; the limit is {limit}"),
-            ),
-            ApiError::Call(CallError::Conflict { key, call_id }) => Response::from_error_naming(
-                ErrorCode::IdempotencyConflict,
-                format!(
-                    "same key, different fingerprint: key {:?} belongs to call {} with other tool or args",
-                    key, call_id
-                ),
-                Some(&call_id),
-            ),
-            ApiError::Call(CallError::DuplicateIntent { call_id }) => Response::from_error_naming(
-                ErrorCode::DuplicateIntent,
-                format!(
-                    "call {call_id} has the same business key within its window; \
-                     this request created nothing"
-                ),
-                Some(&call_id),
-            )
-            .with_header("Location", &format!("/v1/tool-calls/{call_id}")),
+            ApiError::BadRequest(message) => Response::from_error(ErrorCode::BadRequest, message),
             ApiError::NotFound(what) => {
                 Response::from_error(ErrorCode::NotFound, format!("{what} not found"))
             }
             ApiError::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
-            ApiError::Call(CallError::Overloaded { pending, max }) => Response::from_error(
-                ErrorCode::Overloaded,
-                format_args!(
-                    "{pending} calls are pending (--max-pending {max}); \
-                     retry with the same key after Retry-After"
-                ),
-            ),
             ApiError::HostRefused(refusal) => Response::from(refusal),
-            ApiError::Store(e) | ApiError::Call(CallError::Store(e)) => store_failure(e),
+            ApiError::Call(e) => refused(e.refusal()),
+            ApiError::Store(e) => refused(store_refusal(e)),
         }
     }
 }
 
-/// A store failure: `503 unavailable` (retry with the same key: a write that
-/// timed out may still commit) or `500 internal_error`, its cause logged.
-fn store_failure(e: StoreError) -> Response {
-    match e {
-        StoreError::Unavailable(_) => {
-            crate::log::warn("database unavailable; answered 503")
-                .event("unavailable")
-                .cause(&e)
-                .emit();
-            Response::from_error(
-                ErrorCode::Unavailable,
-                "the database is busy or unavailable; retry with the same key",
-            )
+/// A refusal of the call path, the REST way: its code's status and body,
+/// naming the call it is about; a duplicate intent also points at that call
+/// with `Location`.
+fn refused(refusal: CallRefusal) -> Response {
+    let response =
+        Response::from_error_naming(refusal.code, &refusal.message, refusal.call_id.as_deref());
+    match (refusal.code, &refusal.call_id) {
+        (ErrorCode::DuplicateIntent, Some(call_id)) => {
+            response.with_header("Location", &format!("/v1/tool-calls/{call_id}"))
         }
-        StoreError::Internal(_) => {
-            crate::log::error("internal error; answered 500")
-                .event("internal_error")
-                .cause(&e)
-                .emit();
-            Response::from_error(ErrorCode::InternalError, "internal error")
-        }
+        _ => response,
     }
 }

@@ -104,6 +104,16 @@ error_codes! {
     VersionNotSupported => (505, "version_not_supported"),
 }
 
+impl ErrorCode {
+    /// Whether an answer with this code says "come back later": the
+    /// `Retry-After` it carries (`RETRY_AFTER_SECS`), and that the same
+    /// request with the same key is then right. `false`: sending the same
+    /// request again gets the same answer.
+    pub fn asks_to_retry_later(self) -> bool {
+        matches!(self, ErrorCode::Unavailable | ErrorCode::Overloaded)
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -123,7 +123,7 @@ impl Eq for ClientProbe {}
 /// Seconds an `unavailable` answer asks the client to wait (`Retry-After`):
 /// a locked or full database and a full connection table are seconds-long
 /// conditions, and the client's retry policy adds its own backoff on top.
-pub const RETRY_AFTER_SECS: &str = "1";
+pub const RETRY_AFTER_SECS: u64 = 1;
 
 /// A response; the writer adds `Content-Length`, `Date`-free framing and `Connection`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,11 +211,10 @@ impl Response {
     /// The status and the headers `code` promises, around a finished body.
     fn error_body(code: ErrorCode, body: serde_json::Map<String, serde_json::Value>) -> Response {
         let response = Response::json(code.status(), &serde_json::Value::Object(body));
-        match code {
-            ErrorCode::Unavailable | ErrorCode::Overloaded => {
-                response.with_header("Retry-After", RETRY_AFTER_SECS)
-            }
-            _ => response,
+        if code.asks_to_retry_later() {
+            response.with_header("Retry-After", &RETRY_AFTER_SECS.to_string())
+        } else {
+            response
         }
     }
 

@@ -312,7 +312,7 @@ fn error_with_members_beside_it_keeps_the_one_shape() {
     assert_eq!(response.status, 503);
     assert_eq!(
         response.header("Retry-After"),
-        Some(super::RETRY_AFTER_SECS)
+        Some(super::RETRY_AFTER_SECS.to_string().as_str())
     );
     assert_eq!(
         body,

@@ -18,8 +18,10 @@ use super::jsonrpc::{IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
 use super::tools_list::GET_TOOL_CALL;
 use crate::auth::Tenant;
 // The key and wait bounds are the call path's, so both transports agree.
-use crate::calls::{CallError, CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
-use crate::http::{ErrorCode, Request};
+use crate::calls::{
+    store_refusal, CallError, CallRefusal, CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS,
+};
+use crate::http::{ErrorCode, Request, RETRY_AFTER_SECS};
 use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::Transport;
@@ -102,66 +104,47 @@ pub fn call(
     Ok(outcome(&call, replayed, duplicate_intent, revision))
 }
 
-/// What `submit` refused, as MCP says it: a tool execution error the model
-/// can read (bad arguments, a duplicate intent), or a protocol error.
+/// What `submit` refused (mapped once, in `calls::error`), as MCP frames
+/// it: a tool execution error the model can read and act on (bad or too
+/// large arguments, a duplicate intent), the conflict's own JSON-RPC error,
+/// or a JSON-RPC error whose `data.code` is the REST code and, for
+/// `unavailable` and `overloaded`, `data.retry_after_secs`.
 fn refusal(e: CallError, exchange: &mut Exchange) -> Result<Value, RpcError> {
-    match e {
-        CallError::Invalid(message) => Ok(tool_error(ErrorCode::BadRequest, &message, None)),
-        CallError::ArgsTooLarge { size, .. } => Ok(tool_error(
-            ErrorCode::PayloadTooLarge,
-            &format!("arguments are {size} bytes canonical; the limit is 65536"),
-            None,
+    let refusal = e.refusal();
+    if refusal.call_id.is_some() {
+        exchange.call_id = refusal.call_id.clone();
+    }
+    match refusal.code {
+        ErrorCode::BadRequest | ErrorCode::PayloadTooLarge | ErrorCode::DuplicateIntent => Ok(
+            tool_error(refusal.code, &refusal.message, refusal.call_id.as_deref()),
+        ),
+        ErrorCode::IdempotencyConflict => Err((
+            IDEMPOTENCY_CONFLICT,
+            "Idempotency key conflict: the key belongs to a call with other arguments".into(),
+            Some(json!({
+                "code": refusal.code.as_str(),
+                "reason": "idempotency_key_conflict",
+                "idempotency_key": refusal.key,
+                "call_id": refusal.call_id,
+            })),
         )),
-        CallError::DuplicateIntent { call_id } => {
-            exchange.call_id = Some(call_id.clone());
-            let message = format!(
-                "call {call_id} has the same business key within its window; nothing was created. \
-                 Read it with get_tool_call instead of calling again."
-            );
-            Ok(tool_error(
-                ErrorCode::DuplicateIntent,
-                &message,
-                Some(&call_id),
-            ))
-        }
-        CallError::Conflict { key, call_id } => {
-            exchange.call_id = Some(call_id.clone());
-            Err((
-                IDEMPOTENCY_CONFLICT,
-                "Idempotency key conflict: the key belongs to a call with other arguments".into(),
-                Some(json!({
-                    "code": ErrorCode::IdempotencyConflict.as_str(),
-                    "reason": "idempotency_key_conflict",
-                    "idempotency_key": key,
-                    "call_id": call_id,
-                })),
-            ))
-        }
-        CallError::Store(e) => Err(store_failure(e)),
-        CallError::Overloaded { .. } => Err((INTERNAL_ERROR, "internal error".into(), None)),
+        _ => Err(rpc_error(refusal)),
     }
 }
 
-/// A store failure: `unavailable` (retry with the same key) or
-/// `internal_error`; the cause goes to the log, never to the client.
+/// A store failure (its cause logged by `store_refusal`, never sent).
 fn store_failure(e: StoreError) -> RpcError {
-    let code = match e {
-        StoreError::Unavailable(_) => ErrorCode::Unavailable,
-        StoreError::Internal(_) => ErrorCode::InternalError,
-    };
-    crate::log::warn("MCP request failed in the store")
-        .event("mcp_store_error")
-        .cause(&e)
-        .emit();
-    let message = match code {
-        ErrorCode::Unavailable => "the database is busy or unavailable; retry with the same key",
-        _ => "internal error",
-    };
-    (
-        INTERNAL_ERROR,
-        message.into(),
-        Some(json!({"code": code.as_str()})),
-    )
+    rpc_error(store_refusal(e))
+}
+
+/// A refusal no tool result can carry, as a JSON-RPC error: the REST code in
+/// `data.code`, and when it asks the client to come back, after how long.
+fn rpc_error(refusal: CallRefusal) -> RpcError {
+    let mut data = json!({"code": refusal.code.as_str()});
+    if refusal.code.asks_to_retry_later() {
+        data["retry_after_secs"] = json!(RETRY_AFTER_SECS);
+    }
+    (INTERNAL_ERROR, refusal.message, Some(data))
 }
 
 /// The key from `_meta`, or `params.idempotencyKey` (both: they must agree),

@@ -1,8 +1,10 @@
 //! Pushback under overload, against the real binary: past `--max-pending`
 //! calls queued for a worker, a POST that would create a call is refused
 //! `503 overloaded` with `Retry-After` before anything is written, the
-//! refusal is counted in `/metrics`, the calls already accepted still
-//! finish, and the refused key succeeds when retried once the backlog drains.
+//! refusal is counted in `/metrics`, MCP is told the same refusal (its code
+//! and retry hint in the JSON-RPC error's `data`), the calls already
+//! accepted still finish, and the refused key succeeds when retried once the
+//! backlog drains.
 
 use crate::support::exposition;
 use crate::support::{charge, eventually, Server, TempDb};
@@ -78,6 +80,23 @@ fn a_new_call_past_max_pending_is_refused_and_accepted_work_still_finishes() {
         "a refused call must leave nothing behind"
     );
 
+    // MCP is told the same refusal: the same code, the same message, and
+    // when to come back, in the JSON-RPC error's `data`.
+    let mcp = mcp_call(&server, "refused-over-mcp");
+    let error = &mcp["error"];
+    assert_eq!(error["data"]["code"], "overloaded", "{mcp}");
+    assert_eq!(error["data"]["retry_after_secs"], 1, "{mcp}");
+    assert_eq!(
+        error["message"],
+        refused.json()["error"]["message"],
+        "{mcp}"
+    );
+    assert_eq!(metric(&server, "overloaded_total"), 2.0);
+    assert_eq!(
+        db.count("SELECT count(*) FROM calls WHERE idem_key = 'refused-over-mcp'"),
+        0
+    );
+
     for call_id in std::iter::once(&slow).chain(&queued) {
         assert_eq!(server.wait_terminal(call_id)["status"], "succeeded");
     }
@@ -88,5 +107,26 @@ fn a_new_call_past_max_pending_is_refused_and_accepted_work_still_finishes() {
     assert_eq!(status, 202, "{call}");
     let retried = call["call_id"].as_str().unwrap();
     assert_eq!(server.wait_terminal(retried)["status"], "succeeded");
-    assert_eq!(metric(&server, "overloaded_total"), 1.0);
+    assert_eq!(metric(&server, "overloaded_total"), 2.0);
+}
+
+/// `tools/call` of `charge` under `key`, as a 2025-11-25 client sends it.
+fn mcp_call(server: &Server, key: &str) -> Value {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "charge", "arguments": {"amount": 1},
+                   "_meta": {"dev.idempotent-tool/idempotency-key": key}},
+    });
+    let response = server.call(
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        Some(&body.to_string()),
+    );
+    assert_eq!(response.status, 200);
+    response.json()
 }

@@ -184,8 +184,9 @@ fn database_with_the_seeds_exact_schema_still_works() {
     assert_eq!(stats["attempts"], json!({"1": 1}), "{stats}");
 }
 
-/// A database locked past the busy timeout answers 503 with Retry-After and
-/// changes nothing; the same-key retry succeeds once the lock is gone.
+/// A database locked past the busy timeout answers 503 with Retry-After (and
+/// MCP the same code and retry hint) and changes nothing; the same-key retry
+/// succeeds once the lock is gone.
 #[test]
 fn locked_database_answers_503_and_retry_succeeds() {
     let db = TempDb::new("locked");
@@ -204,6 +205,29 @@ fn locked_database_answers_503_and_retry_succeeds() {
     assert_eq!(resp.status, 503, "{:?}", resp.json());
     assert_eq!(resp.json()["error"]["code"], "unavailable");
     assert!(resp.header("retry-after").is_some());
+    // MCP is told the same: its code and when to come back, in `data`.
+    let mcp_body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "charge", "arguments": {"amount": 9},
+                   "_meta": {"dev.idempotent-tool/idempotency-key": "k-locked-mcp"}},
+    });
+    let mcp = idempotent_tool::client::request_once(
+        &server.base,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        Some(mcp_body.to_string().as_bytes()),
+        Some(support::DEADLINE),
+    )
+    .unwrap()
+    .json();
+    assert_eq!(mcp["error"]["data"]["code"], "unavailable", "{mcp}");
+    assert_eq!(mcp["error"]["data"]["retry_after_secs"], 1, "{mcp}");
+    assert_eq!(mcp["error"]["message"], resp.json()["error"]["message"]);
     blocker.execute_batch("ROLLBACK").unwrap();
     assert_eq!(
         server.by_key("k-locked").0,
