@@ -5,11 +5,16 @@
 //! off) and never a green "live", and keeps trying with a backoff (1 s,
 //! doubling, capped at 10 s); restarted on the same port and database, each
 //! recovers by itself and shows how the call ended. A paused service (its
-//! reads hang) reads as offline once a read times out.
+//! reads hang) reads as offline once a read times out. And the tools page
+//! reads the load in the overview's scope: an admin sees another tenant's
+//! running call.
 
 use crate::console::assert_same_origin;
 use crate::support::browser::{browser, Browser};
-use crate::support::{address_after, charge, signal, Http, Proc, Server, TempDb, SERVER_BIN};
+use crate::support::downstream::ToolsFile;
+use crate::support::{
+    address_after, charge, signal, AuthFile, Http, Proc, Server, TempDb, SERVER_BIN,
+};
 use serde_json::json;
 
 /// A one-second lease, looked for every 50 ms: a restarted service takes
@@ -221,4 +226,50 @@ fn a_paused_service_reads_as_offline_once_a_read_times_out() {
     browser.wait_text("#count-calls", "1");
     assert_back(&browser, "live");
     assert_only_refused_reads(&browser, &server);
+}
+
+#[test]
+fn an_admins_tools_page_shows_another_tenants_running_call() {
+    // One slot for `hold`, taken by acme's call.
+    let tools = ToolsFile::write(&json!({"tools": {
+        "hold": {"kind": "command", "argv": ["/bin/sleep", "60"], "timeout_ms": 120000,
+                 "max_concurrency": 1, "input_schema": {"type": "object"}},
+    }}));
+    let auth = AuthFile::new(&[("acme", "acme-token", false), ("ops", "ops-token", true)]);
+    let db = TempDb::new("console-tools-scope");
+    let server = Server::start(
+        &db,
+        &["--tools", tools.path_str(), "--auth-file", auth.path_str()],
+    );
+    let headers = [
+        ("Authorization", "Bearer acme-token"),
+        ("Idempotency-Key", "acme-hold"),
+    ];
+    let body = json!({"tool": "hold", "args": {}}).to_string();
+    let (_, call) = server.request("POST", "/v1/tool-calls", &headers, Some(&body));
+    let id = call["call_id"].as_str().unwrap().to_string();
+    let acme_get =
+        |path: &str| server.request("GET", path, &[("Authorization", "Bearer acme-token")], None);
+    crate::support::eventually("acme's call running", || {
+        acme_get(&format!("/v1/tool-calls/{id}")).1["status"] == "running"
+    });
+
+    let browser = browser();
+    browser.goto(&format!("{}/ui/tools", server.base));
+    browser.type_into("#token-input", "ops-token");
+    browser.click("#sign-in button[type=submit]");
+    browser.wait_text("#role", "admin");
+    let running = ".tool[data-tool=hold] [data-fact=running] dd";
+    browser.wait_text(running, "1");
+    browser.wait_text(".tool[data-tool=hold] [data-fact=limit] dd", "1");
+    browser.wait_text_containing("#tools-scope", "every tenant");
+    assert_same_origin(&browser, &server);
+
+    // `sleep` would outlive a killed server: stop it.
+    let cancel = format!("/v1/tool-calls/{id}/cancel");
+    let auth_header = [("Authorization", "Bearer acme-token")];
+    server.request("POST", &cancel, &auth_header, None);
+    crate::support::eventually("acme's call cancelled", || {
+        acme_get(&format!("/v1/tool-calls/{id}")).1["status"] == "cancelled"
+    });
 }

@@ -1,17 +1,22 @@
 // The tools this server runs (`GET /v1/tools`): kind, argument schema,
 // concurrency limit, retry policy (attempts, timeout), business-key rule,
 // and the current load of each from the overview (running, waiting),
-// read every 2 s through `poll`.
+// read every 2 s through `poll` in the same scope as the overview's: an
+// admin sees the load of every tenant (or of `?tenant=`), a tenant its own.
 
-import {get} from './api.js';
+import {get, query, scope} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
 import {count, duration, pretty} from './format.js';
 import {liveView, poll} from './poll.js';
 
-export function render(main) {
+export function render(main, {query: params, who}) {
+  const tenant = scope(params, who);
   const body = h('div', {id: 'tools-body'}, h('p', {class: 'muted'}, 'Loading…'));
   const view = liveView();
-  main.append(h('div', {class: 'page-head'}, h('h1', null, 'Tools'), view.marker), view.banner, body);
+  main.append(h('div', {class: 'page-head'}, h('h1', null, 'Tools'), view.marker,
+    h('span', {class: 'muted', id: 'tools-scope'}, tenant === '*' ? 'load of every tenant\u2019s calls'
+      : tenant ? `load of tenant ${tenant}\u2019s calls` : 'load of this tenant\u2019s calls')),
+  view.banner, body);
   // The tools are drawn once; later reads only change their load, so an
   // open argument schema stays open.
   let tools = null;
@@ -19,14 +24,14 @@ export function render(main) {
     read: async (signal) => {
       const [list, overview] = await Promise.all([
         tools ? null : get('/v1/tools', signal),
-        get('/v1/overview', signal),
+        get(`/v1/overview${query({tenant})}`, signal),
       ]);
       return {list: list && list.tools, load: overview.tools || []};
     },
     draw: ({list, load}) => {
       if (!tools) {
         tools = list;
-        replace(body, h('div', {class: 'tool-list'}, tools.map(toolPanel)));
+        replace(body, h('div', {class: 'tool-list'}, tools.map((tool) => toolPanel(tool, tenant))));
       }
       showLoad(body, new Map(load.map((t) => [t.name, t])));
     },
@@ -47,13 +52,13 @@ function showLoad(body, load) {
   }
 }
 
-function toolPanel(tool) {
+function toolPanel(tool, tenant) {
   const rule = tool.business_key;
   return panel(null, {class: 'panel tool', dataset: {tool: tool.name}},
     h('div', {class: 'tool-head'},
       h('h2', null, h('code', null, tool.name)),
       h('span', {class: `tag kind-${tool.kind}`}, tool.kind),
-      link(`/ui/calls?tool=${encodeURIComponent(tool.name)}`, 'calls »')),
+      link(`/ui/calls${query({tool: tool.name, tenant: tenant === '*' ? null : tenant})}`, 'calls »')),
     facts([
       ['Running now', null, 'running'],
       ['Waiting for a slot', null, 'waiting'],
