@@ -6,13 +6,16 @@
 # command tool capped at one at a time, so calls wait for its slot), posts a minute
 # of calls of every kind (charges, e-mails, failures, retries, slow exports), and
 # takes three pictures with headless Chromium: the overview, the calls filtered by
-# status, and one call's page with its audit timeline. It writes
-# docs/console-overview.png, docs/console-calls.png and docs/console-call.png.
-# Everything it started is stopped and its temporary folder removed on exit.
+# status, and one call's page with its audit timeline. Last, it opens the overview
+# in Chromium under chromedriver (WebDriver spoken with curl), kills the server
+# under it, and takes the page saying it is offline. It writes
+# docs/console-overview.png, docs/console-calls.png, docs/console-call.png and
+# docs/console-offline.png. Everything it started is stopped and its temporary
+# folder removed on exit.
 #
 # Usage: scripts/console_screenshots.sh [--seconds N]
 #   --seconds N   how long to make calls before the pictures (default 60)
-# Needs: chromium (Debian's package), curl.
+# Needs: chromium and chromium-driver (Debian's packages), curl, base64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,8 +29,10 @@ done
 
 WORK=$(mktemp -d /tmp/console-shots.XXXXXX)
 SERVER_PID=""
+DRIVER_PID=""
 cleanup() {
     if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+    if [ -n "$DRIVER_PID" ]; then kill "$DRIVER_PID" 2>/dev/null || true; wait "$DRIVER_PID" 2>/dev/null || true; fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -93,6 +98,47 @@ shot() { # URL FILE WIDTH HEIGHT
     echo "wrote $2"
 }
 
+webdriver() { # METHOD PATH [BODY] — one WebDriver command; prints the answer
+    curl -sS -X "$1" "$DRIVER/$2" -H 'Content-Type: application/json' ${3:+-d "$3"}
+}
+
+wait_in_page() { # SESSION CSS — until the page has an element CSS (up to 30 s)
+    for _ in $(seq 1 300); do
+        if webdriver POST "session/$1/execute/sync" \
+            "{\"script\":\"return document.querySelector('$2') !== null;\",\"args\":[]}" | grep -q '"value":true'; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "the page never showed $2" >&2
+    return 1
+}
+
+offline_shot() { # FILE — the overview read while the server runs, then the server stopped
+    chromedriver --port=0 > "$WORK/driver.log" 2>&1 &
+    DRIVER_PID=$!
+    for _ in $(seq 1 100); do
+        if grep -q 'started successfully on port' "$WORK/driver.log"; then break; fi
+        sleep 0.1
+    done
+    DRIVER="http://127.0.0.1:$(grep -o 'successfully on port [0-9]*' "$WORK/driver.log" | grep -o '[0-9]*$')"
+    local args session
+    args='"--headless","--no-sandbox","--disable-gpu","--disable-quic","--no-first-run",'
+    args+='"--disable-background-networking","--disable-component-update","--disable-sync",'
+    args+="\"--hide-scrollbars\",\"--force-device-scale-factor=1\",\"--window-size=1280,760\",\"--user-data-dir=$WORK/profile-driver\""
+    session=$(webdriver POST session "{\"capabilities\":{\"alwaysMatch\":{\"browserName\":\"chrome\",\"goog:chromeOptions\":{\"binary\":\"/usr/bin/chromium\",\"args\":[$args]}}}}" \
+        | grep -o '"sessionId":"[^"]*"' | cut -d'"' -f4)
+    webdriver POST "session/$session/url" "{\"url\":\"$BASE/ui/\"}" > /dev/null
+    wait_in_page "$session" '#count-calls'
+    kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+    # The next read (within 2 s) fails; the banner says so.
+    wait_in_page "$session" '#offline'
+    webdriver GET "session/$session/screenshot" | grep -o '"value":"[^"]*"' | cut -d'"' -f4 | base64 -d > "$1"
+    webdriver DELETE "session/$session" > /dev/null
+    echo "wrote $1"
+}
+
 main() {
     write_tools_file
     start_server
@@ -102,6 +148,7 @@ main() {
     shot "$BASE/ui/" docs/console-overview.png 1280 1420
     shot "$BASE/ui/calls?status=failed&status=pending&status=running" docs/console-calls.png 1280 1000
     shot "$BASE/ui/calls/$call" docs/console-call.png 1280 1000
+    offline_shot docs/console-offline.png
 }
 
 main

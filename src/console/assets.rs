@@ -38,6 +38,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("js/dom.js", JS),
     asset!("js/format.js", JS),
     asset!("js/chart.js", JS),
+    asset!("js/poll.js", JS),
     asset!("js/auth.js", JS),
     asset!("js/overview.js", JS),
     asset!("js/calls.js", JS),

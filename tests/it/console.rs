@@ -48,6 +48,11 @@ fn a_mix(server: &impl Http) -> (Vec<String>, String) {
 fn assert_clean_and_same_origin(browser: &Browser, server: &Server) {
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
+    assert_same_origin(browser, server);
+}
+
+/// Every resource the page loaded came from the service's own origin.
+pub(crate) fn assert_same_origin(browser: &Browser, server: &Server) {
     let foreign: Vec<String> = browser
         .resources()
         .into_iter()

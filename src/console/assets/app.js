@@ -3,13 +3,16 @@
 // answers 401, and the header saying who the console speaks as.
 //
 // A page is a module with `render(main, context)`; it returns a function
-// that stops whatever it started (a refresh timer), called before the next
-// page is drawn. Every filter a page has lives in the address bar, so a
-// URL can be shared and a reload shows the same thing.
+// that stops whatever it started (its `poll`), called before the next page
+// is drawn. Every filter a page has lives in the address bar, so a URL can
+// be shared and a reload shows the same thing. Who the console speaks as
+// is read through `poll` too, so a console opened while the service is
+// down says so and starts by itself when the service answers.
 
 import {token, whenUnauthorized} from './js/api.js';
 import {forget, signInForm, signOut, whoami} from './js/auth.js';
 import {h, notice, replace} from './js/dom.js';
+import {liveView, poll} from './js/poll.js';
 import * as overview from './js/overview.js';
 import * as calls from './js/calls.js';
 import * as call from './js/call.js';
@@ -26,7 +29,6 @@ const ROUTES = [
 
 const main = document.getElementById('main');
 let stopPage = () => {};
-let generation = 0;
 
 /** Go to a console URL (path and query) and draw its page. */
 export function navigate(url, {replaceState = false} = {}) {
@@ -35,10 +37,9 @@ export function navigate(url, {replaceState = false} = {}) {
   render();
 }
 
-async function render() {
+function render() {
   stopPage();
   stopPage = () => {};
-  const mine = ++generation;
   const path = location.pathname;
   const route = ROUTES.find(([pattern]) => pattern.test(path));
   markTab(route ? route[1] : null);
@@ -46,23 +47,31 @@ async function render() {
     replace(main, notice('error', 'No such page. ', h('a', {href: '/ui/', 'data-nav': true}, 'Go to the overview.')));
     return;
   }
-  let who;
-  try {
-    who = await whoami();
-  } catch (e) {
-    if (mine !== generation) return;
-    if (e.status === 401) return showSignIn(e);
-    replace(main, notice('error', `The service cannot be reached: ${e.message}`));
-    return;
-  }
-  if (mine !== generation) return;
-  showWho(who);
   const [pattern, , page] = route;
-  const params = path.match(pattern).slice(1).map(decodeURIComponent);
-  const query = new URLSearchParams(location.search);
-  replace(main);
-  const stop = page.render(main, {params, query, who, navigate});
-  stopPage = typeof stop === 'function' ? stop : () => {};
+  const view = liveView();
+  replace(main, view.banner, h('p', {class: 'muted'}, 'Loading…'));
+  let stopShown = () => {};
+  const reading = poll({
+    read: () => whoami(),
+    every: null,
+    draw: (who) => {
+      showWho(who);
+      const params = path.match(pattern).slice(1).map(decodeURIComponent);
+      const query = new URLSearchParams(location.search);
+      replace(main);
+      const stop = page.render(main, {params, query, who, navigate});
+      if (typeof stop === 'function') stopShown = stop;
+    },
+    refused: (e) => {
+      if (e.status === 401) return showSignIn(e);
+      replace(main, notice('error', `The service refused the console: ${e.message}`));
+    },
+    view,
+  });
+  stopPage = () => {
+    reading.stop();
+    stopShown();
+  };
 }
 
 function showSignIn(refusal) {

@@ -38,9 +38,9 @@ export function whenUnauthorized(listener) {
 /**
  * One request to the service. Resolves to `{status, body}` for 2xx answers;
  * rejects with `ApiError` otherwise (a 401 also tells the listeners, unless
- * `quiet`: the sign-in's own probes).
+ * `quiet`: the sign-in's own probes). `signal` aborts it (a poll giving up).
  */
-export async function request(method, path, body, {quiet = false} = {}) {
+export async function request(method, path, body, {quiet = false, signal} = {}) {
   const headers = {Accept: 'application/json'};
   const t = token();
   if (t) headers.Authorization = `Bearer ${t}`;
@@ -54,6 +54,7 @@ export async function request(method, path, body, {quiet = false} = {}) {
       credentials: 'omit',
       cache: 'no-store',
       redirect: 'error',
+      signal,
     });
   } catch (e) {
     throw new ApiError(0, 'network', `the service did not answer (${e.message})`);
@@ -72,9 +73,18 @@ export async function request(method, path, body, {quiet = false} = {}) {
   throw failure;
 }
 
-/** GET `path`, the body only. */
-export async function get(path) {
-  return (await request('GET', path)).body;
+/** GET `path`, the body only; `signal` aborts it. */
+export async function get(path, signal) {
+  return (await request('GET', path, undefined, {signal})).body;
+}
+
+/**
+ * The `tenant` parameter of a read, the same on every page: an admin's is
+ * `?tenant=` of the page if given, else every tenant (`*`); a tenant's is
+ * its own (none sent).
+ */
+export function scope(params, who) {
+  return who.admin ? params.get('tenant') || '*' : null;
 }
 
 /** A query string from an object; arrays repeat the name; empty values are left out. */

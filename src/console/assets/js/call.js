@@ -2,49 +2,55 @@
 // business key, args, result or error, effect id, attempts, the audit
 // timeline, and — while it is pending or running — a cancel button that
 // asks for confirmation (and an optional reason) before it sends
-// `POST /v1/tool-calls/{id}/cancel`. Refreshes every 2 s until the call
-// is settled.
+// `POST /v1/tool-calls/{id}/cancel`. Read every 2 s through `poll` until
+// the call is settled; while the service cannot be read, the last state
+// read stays, greyed, and its cancel button is off.
 
 import {get, request, segment} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
 import {dateTime, pretty, statusBadge, TERMINAL, when} from './format.js';
+import {liveView, poll} from './poll.js';
 import {timeline} from './timeline.js';
 
-const REFRESH_MS = 2000;
-
-export function render(main, {params, who}) {
+export function render(main, {params}) {
   const callId = params[0];
+  const view = liveView();
+  // The status and the cancel button, redrawn with each read; the id and
+  // the reading marker stay.
+  const state = h('span', {class: 'call-state'});
   const head = h('div', {class: 'page-head'},
-    h('h1', null, 'Call ', h('code', {id: 'call-id'}, callId)));
+    h('h1', null, 'Call ', h('code', {id: 'call-id'}, callId)), state, view.marker);
   const body = h('div', {id: 'call-body'}, h('p', {class: 'muted'}, 'Loading…'));
   const message = h('div', {id: 'call-message'});
-  main.append(h('p', {class: 'crumbs'}, link('/ui/calls', '« Calls')), head, message, body);
+  main.append(h('p', {class: 'crumbs'}, link('/ui/calls', '« Calls')), head, view.banner, message, body);
 
-  let timer = null;
-  let stopped = false;
   let tools = null;
-  async function refresh() {
-    try {
-      const [call, audit] = await Promise.all([
-        get(`/v1/tool-calls/${segment(callId)}`),
-        get(`/v1/tool-calls/${segment(callId)}/audit`),
-      ]);
-      if (!tools) tools = await get('/v1/tools').then((t) => t.tools).catch(() => []);
-      if (stopped) return;
-      draw(call, audit.events || []);
-      if (!TERMINAL.has(call.status)) timer = setTimeout(refresh, REFRESH_MS);
-    } catch (e) {
-      if (stopped) return;
+  async function read(signal) {
+    const [call, audit] = await Promise.all([
+      get(`/v1/tool-calls/${segment(callId)}`, signal),
+      get(`/v1/tool-calls/${segment(callId)}/audit`, signal),
+    ]);
+    if (!tools) tools = await get('/v1/tools', signal).then((t) => t.tools).catch(() => null);
+    return {call, events: audit.events || []};
+  }
+
+  const reading = poll({
+    read,
+    draw: ({call, events}) => draw(call, events),
+    done: ({call}) => TERMINAL.has(call.status),
+    refused: (e) => {
+      replace(state);
       replace(body, notice('error', e.status === 404
         ? 'No such call here (unknown, purged after its retention, or another tenant\u2019s).'
         : `The call could not be read: ${e.message}`));
-    }
-  }
+    },
+    view,
+    stale: [state, body],
+  });
 
   function draw(call, events) {
     const settled = TERMINAL.has(call.status);
-    replace(head,
-      h('h1', null, 'Call ', h('code', {id: 'call-id'}, call.call_id)),
+    replace(state,
       h('span', {id: 'call-status'}, statusBadge(call.status)),
       settled ? null : h('button', {type: 'button', class: 'danger', id: 'cancel-button',
         on: {click: () => confirmCancel(call)}}, 'Cancel call…'));
@@ -124,13 +130,9 @@ export function render(main, {params, who}) {
         ? `Not cancelled: the call had already ${e.body && e.body.call ? e.body.call.status : 'settled'}.`
         : `Not cancelled: ${e.message}`));
     }
-    clearTimeout(timer);
-    refresh();
+    // Read at once (not at the next tick) to show what the cancel did.
+    reading.now();
   }
 
-  refresh();
-  return () => {
-    stopped = true;
-    clearTimeout(timer);
-  };
+  return reading.stop;
 }

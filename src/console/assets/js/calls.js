@@ -4,10 +4,13 @@
 // `created_after`, `created_before`, `limit`, `tenant` for an admin, and
 // `next`, the cursor of the page shown), so a URL can be shared and a
 // reload shows the same page. `q` is the one search box (see search.js).
+// The list is one snapshot, read through `poll` (which says when it was
+// read, and tries again with backoff until the service answers).
 
-import {get, query} from './api.js';
-import {h, link, notice, panel, replace} from './dom.js';
+import {get, query, scope} from './api.js';
+import {h, link, notice, replace} from './dom.js';
 import {count, dateTime, statusBadge, STATUSES, when} from './format.js';
+import {liveView, poll} from './poll.js';
 import {search} from './search.js';
 
 /** The list API's filters, in the order the form shows them. */
@@ -21,21 +24,22 @@ const LIMITS = ['20', '50', '100', '200', '500'];
 
 export function render(main, {query: params, who, navigate}) {
   const results = h('div', {id: 'results', class: 'panel results'}, h('p', {class: 'muted'}, 'Loading…'));
+  const view = liveView();
   main.append(
-    h('div', {class: 'page-head'}, h('h1', null, 'Calls')),
+    h('div', {class: 'page-head'}, h('h1', null, 'Calls'), view.marker),
     searchBox(params.get('q') || '', navigate),
     filterForm(params, who, navigate),
+    view.banner,
     results);
-  let stopped = false;
-  const show = (...nodes) => {
-    if (!stopped) replace(results, ...nodes);
-  };
   const q = params.get('q');
-  const work = q ? search(q, params, who, navigate) : listPage(params, who);
-  work.then((nodes) => show(nodes)).catch((e) => show(notice('error', failure(e))));
-  return () => {
-    stopped = true;
-  };
+  return poll({
+    read: (signal) => (q ? search(q, params, who, navigate, signal) : listPage(params, who, signal)),
+    draw: (nodes) => replace(results, nodes),
+    every: null,
+    refused: (e) => replace(results, notice('error', failure(e))),
+    view,
+    stale: results,
+  }).stop;
 }
 
 function failure(e) {
@@ -55,14 +59,9 @@ function apiParams(params, who) {
   return out;
 }
 
-/** An admin's scope: `?tenant=` if given, else every tenant; a tenant's: its own. */
-export function scope(params, who) {
-  return who.admin ? params.get('tenant') || '*' : null;
-}
-
 /** One page of the list, with the links to the next and the first. */
-async function listPage(params, who) {
-  const answer = await get(`/v1/tool-calls${query(apiParams(params, who))}`);
+async function listPage(params, who, signal) {
+  const answer = await get(`/v1/tool-calls${query(apiParams(params, who))}`, signal);
   const calls = answer.calls || [];
   const here = new URLSearchParams(params);
   here.delete('next');

@@ -28,6 +28,12 @@ export function dateTime(unix) {
     `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+/** A `Date` as a local time of day, to the second: `14:03:27`. */
+export function timeOfDay(date) {
+  const pad = (n) => String(n).padStart(2, '0');
+  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
 /** Unix seconds as a time with milliseconds (the audit timeline). */
 export function preciseTime(unix) {
   if (unix === null || unix === undefined) return null;

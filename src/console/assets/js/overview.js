@@ -1,47 +1,34 @@
-// The overview (`GET /v1/overview`, every 2 s): calls by status, the
-// backlog and the age of the oldest pending call, created and failed per
-// second over the last 15 minutes, each tool's load, the nodes and their
-// heartbeats, retention and the version. An admin sees every tenant unless
-// `?tenant=` names one; a tenant sees its own calls.
+// The overview (`GET /v1/overview`, every 2 s through `poll`): calls by
+// status, the backlog and the age of the oldest pending call, created and
+// failed per second over the last 15 minutes, each tool's load, the nodes
+// and their heartbeats, retention and the version. An admin sees every
+// tenant unless `?tenant=` names one; a tenant sees its own calls. While
+// the service cannot be read, the last numbers stay, greyed.
 
-import {get, query} from './api.js';
+import {get, query, scope} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
 import {count, duration, statusBadge, STATUSES, when} from './format.js';
 import {rateChart} from './chart.js';
-
-const REFRESH_MS = 2000;
+import {liveView, poll} from './poll.js';
 
 export function render(main, {query: params, who, navigate}) {
-  const tenant = who.admin ? params.get('tenant') || '*' : null;
+  const tenant = scope(params, who);
   const body = h('div', {id: 'overview-body'}, h('p', {class: 'muted'}, 'Loading…'));
-  const updated = h('span', {class: 'updated muted', id: 'updated'});
+  const view = liveView();
   main.append(
     h('div', {class: 'page-head'},
       h('h1', null, 'Overview'),
-      h('span', {class: 'live', title: 'refreshes every 2 s'}, h('span', {class: 'dot', 'aria-hidden': 'true'}), 'live'),
-      updated,
+      view.marker,
       who.admin ? scopeForm(tenant, navigate) : null),
+    view.banner,
     body);
-
-  let timer = null;
-  let stopped = false;
-  async function refresh() {
-    try {
-      const data = await get(`/v1/overview${query({tenant})}`);
-      if (stopped) return;
-      draw(body, data, tenant);
-      replace(updated, `updated ${new Date().toLocaleTimeString()}`);
-    } catch (e) {
-      if (stopped) return;
-      replace(body, notice('error', `The overview could not be read: ${e.message}`));
-    }
-    if (!stopped) timer = setTimeout(refresh, REFRESH_MS);
-  }
-  refresh();
-  return () => {
-    stopped = true;
-    clearTimeout(timer);
-  };
+  return poll({
+    read: (signal) => get(`/v1/overview${query({tenant})}`, signal),
+    draw: (data) => draw(body, data, tenant),
+    refused: (e) => replace(body, notice('error', `The overview could not be read: ${e.message}`)),
+    view,
+    stale: body,
+  }).stop;
 }
 
 /** An admin's scope: every tenant (`*`, the default), or one by name. */

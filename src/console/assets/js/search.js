@@ -3,18 +3,18 @@
 // once, and every call found is listed with what it was found by. Each
 // lookup is an exact filter of the list API, in the caller's scope.
 
-import {get, query, segment} from './api.js';
+import {get, query, scope, segment} from './api.js';
 import {h, notice} from './dom.js';
-import {callTable, scope} from './calls.js';
+import {callTable} from './calls.js';
 
 const CALL_ID = /^c_[0-9a-f]{16}$/;
 const EFFECT_ID = /^eff_[0-9a-f]{16}(_[0-9a-f]{32})?$/;
 
 /** The nodes that show what `q` finds (or a navigation to the one call). */
-export async function search(q, params, who, navigate) {
+export async function search(q, params, who, navigate, signal) {
   if (CALL_ID.test(q)) {
     try {
-      const call = await get(`/v1/tool-calls/${segment(q)}`);
+      const call = await get(`/v1/tool-calls/${segment(q)}`, signal);
       navigate(`/ui/calls/${encodeURIComponent(call.call_id)}`, {replaceState: true});
       return [];
     } catch (e) {
@@ -27,7 +27,7 @@ export async function search(q, params, who, navigate) {
   const lookups = [['key', 'key'], ['business_key', 'business key']];
   if (EFFECT_ID.test(q)) lookups.unshift(['effect_id', 'effect id']);
   const answers = await Promise.all(lookups.map(([filter]) =>
-    get(`/v1/tool-calls${query({[filter]: q, tenant, limit: 100})}`)));
+    get(`/v1/tool-calls${query({[filter]: q, tenant, limit: 100})}`, signal)));
   const seen = new Map();
   answers.forEach((answer, i) => {
     for (const call of answer.calls || []) {
