@@ -34,7 +34,7 @@ step() {
 build_binaries() {
     step "release binaries (cargo build --release --bins)"
     cargo build --release --bins
-    export IDEMPOTENT_TOOL_BIN_DIR=$TARGET/release
+    export IDEM_BIN_DIR=$TARGET/release
 }
 
 python_env() {

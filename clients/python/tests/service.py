@@ -1,7 +1,7 @@
 """The real service for the tests: the release binary (and the chaos proxy) on
 free ports with a temporary database, killed and removed even when a test fails.
 
-The binaries come from ``IDEMPOTENT_TOOL_BIN_DIR`` (``scripts/test_clients.sh``
+The binaries come from ``IDEM_BIN_DIR`` (``scripts/test_clients.sh``
 sets it), else the repository's ``target/release``.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, Callable
 import httpx
 
 REPO = Path(__file__).resolve().parents[3]
-BIN_DIR = Path(os.environ.get("IDEMPOTENT_TOOL_BIN_DIR", REPO / "target" / "release"))
+BIN_DIR = Path(os.environ.get("IDEM_BIN_DIR", REPO / "target" / "release"))
 MATRIX = json.loads((REPO / "clients" / "retry-matrix.json").read_text())
 VECTORS = json.loads((REPO / "clients" / "key-vectors.json").read_text())
 
@@ -56,8 +56,10 @@ class Process:
         try:
             line = lines.get(timeout=STARTUP_DEADLINE)
         except queue.Empty:
+            line = ""
+        if not line:  # no line in time, or the process ended first
             self.kill()
-            raise AssertionError(f"{argv[0]} printed no start-up line: {self.stderr()}") from None
+            raise AssertionError(f"{argv[0]} printed no start-up line: {self.stderr()}")
         match = re.search(marker + r" on http://([0-9.]+:\d+)", line)
         if not match:
             self.kill()
@@ -78,6 +80,7 @@ def _read_lines(proc: subprocess.Popen[bytes], lines: "queue.Queue[str]") -> Non
     assert proc.stdout is not None
     for raw in proc.stdout:
         lines.put(raw.decode(errors="replace"))
+    lines.put("")  # end of output: the process has exited
 
 
 class Service:

@@ -1,7 +1,7 @@
 // The real service for the tests: the release binary (and the chaos proxy) on
 // free ports with a temporary database, killed and removed when the test ends,
 // failed or not (`startService(t)` registers the clean-up with `t.after`). The
-// binaries come from IDEMPOTENT_TOOL_BIN_DIR (scripts/test_clients.sh sets it),
+// binaries come from IDEM_BIN_DIR (scripts/test_clients.sh sets it),
 // else the repository's target/release.
 
 import { spawn } from "node:child_process";
@@ -13,7 +13,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
-const BIN_DIR = process.env.IDEMPOTENT_TOOL_BIN_DIR ?? join(REPO, "target", "release");
+const BIN_DIR = process.env.IDEM_BIN_DIR ?? join(REPO, "target", "release");
 export const MATRIX = JSON.parse(readFileSync(join(REPO, "clients", "retry-matrix.json"), "utf8"));
 export const VECTORS = JSON.parse(readFileSync(join(REPO, "clients", "key-vectors.json"), "utf8"));
 const STARTUP_DEADLINE_MS = 60_000;
