@@ -30,6 +30,8 @@ mod claim_batching;
 mod cli;
 mod client;
 mod client_address;
+mod client_key_vectors;
+mod client_matrix;
 mod closed_output;
 mod configuration;
 mod console;
