@@ -75,3 +75,60 @@ fn the_unit_runs_a_command_line_the_binary_accepts_and_stops_it_in_time() {
         assert_eq!(setting(&text, key), Some(value), "{key}");
     }
 }
+
+fn logrotate() -> String {
+    std::fs::read_to_string(format!("{ROOT}/deploy/idempotent-tool.logrotate"))
+        .expect("the logrotate file")
+}
+
+/// The commands between `postrotate` and `endscript`.
+fn postrotate(text: &str) -> Vec<String> {
+    let mut lines = text.lines().map(str::trim);
+    lines
+        .find(|l| *l == "postrotate")
+        .expect("a postrotate script");
+    lines
+        .take_while(|l| *l != "endscript")
+        .map(str::to_string)
+        .collect()
+}
+
+/// Rotation signals the service's main process only: `systemctl reload`
+/// (the unit's `ExecReload` sends SIGHUP to `$MAINPID`), never a
+/// `systemctl kill` that reaches every process of the unit, its running
+/// command tools included (SIGHUP would kill them, perhaps after their
+/// effect). docs/operations.md shows the file as it is.
+#[test]
+fn logrotate_signals_only_the_main_process() {
+    let text = logrotate();
+    let script = postrotate(&text).join("\n");
+    assert!(
+        script.contains("systemctl reload idempotent-tool.service"),
+        "{script}"
+    );
+    for command in script.split([';', '\n']).map(str::trim) {
+        if command.contains("systemctl kill") || command.contains(" kill ") {
+            assert!(command.contains("--kill-whom=main"), "{command}");
+        }
+        assert!(
+            !command.contains("restart"),
+            "rotation must not restart the service: {command}"
+        );
+    }
+    let unit = unit();
+    assert_eq!(
+        setting(&unit, "ExecReload"),
+        Some("/bin/kill -HUP $MAINPID")
+    );
+    let shown: String = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let operations =
+        std::fs::read_to_string(format!("{ROOT}/docs/operations.md")).expect("operations");
+    assert!(
+        operations.contains(&format!("```text\n{shown}```")),
+        "docs/operations.md shows deploy/idempotent-tool.logrotate as it is:\n{shown}"
+    );
+}
