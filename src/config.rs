@@ -287,7 +287,7 @@ impl Config {
         environment::apply(&mut config, variables)?;
         for (flag, value) in &line.given {
             flags::set(&mut config, flag, value)?;
-            config.origins.set(flag.name, Origin::CommandLine);
+            config.origins.set_by_command_line(flag.name);
         }
         environment::apply_password_file(&mut config)?;
         let schema = config.db_schema.clone();

@@ -351,6 +351,11 @@ impl Event<'_> {
         self.str_field("addr", &addr.to_string())
     }
 
+    /// An environment variable's name, never its value.
+    pub fn variable(self, name: &str) -> Self {
+        self.str_field("variable", name)
+    }
+
     /// The database or a config file, by path.
     pub fn file(self, name: &'static str, path: &std::path::Path) -> Self {
         self.str_field(name, &path.display().to_string())

@@ -56,6 +56,7 @@ pub fn run(args: Vec<String>) -> Result<(), Failure> {
             .seconds("lease", config.runner.lease)
             .emit();
     }
+    warn_of_overridden_variables(&config);
     // Registered before anything starts, so a signal during start-up is not lost.
     let signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(Failure::Signals)?;
     let grace = config.shutdown_grace;
@@ -159,5 +160,19 @@ fn signal_name(signal: i32) -> &'static str {
     match signal {
         SIGINT => "SIGINT",
         _ => "SIGTERM",
+    }
+}
+
+/// One warning for each flag given on the command line over its variable,
+/// which was set too: the variable is ignored (a unit's `ExecStart` flag
+/// would otherwise shadow its environment file without a word). Names only,
+/// never a value: the variable may hold a secret.
+fn warn_of_overridden_variables(config: &Config) {
+    for (flag, variable) in config.origins.overridden() {
+        log::warn("a flag on the command line overrides its variable, which is set too; the variable is ignored")
+            .event("variable_overridden")
+            .label("flag", flag)
+            .variable(variable)
+            .emit();
     }
 }

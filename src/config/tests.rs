@@ -142,8 +142,16 @@ fn variables_set_what_their_flags_would_and_flags_win() {
         c.origins.of("--port"),
         Some(&Origin::Variable("IDEMPOTENT_TOOL_PORT".into()))
     );
-    assert_eq!(c.origins.of("--workers"), Some(&Origin::CommandLine));
+    assert_eq!(
+        c.origins.of("--workers"),
+        Some(&Origin::Overriding("IDEMPOTENT_TOOL_WORKERS".into()))
+    );
     assert_eq!(c.origins.of("--db"), None);
+    let overridden: Vec<(&str, &str)> = c.origins.overridden().collect();
+    assert_eq!(overridden, [("--workers", "IDEMPOTENT_TOOL_WORKERS")]);
+    let alone = parse_with(&["--workers", "3", "--workers", "4"], &[]).unwrap();
+    assert_eq!(alone.origins.of("--workers"), Some(&Origin::CommandLine));
+    assert_eq!(alone.origins.overridden().count(), 0);
     let off = parse_with(&[], &[("IDEMPOTENT_TOOL_CHAOS", "0")]).unwrap();
     assert!(!off.runner.chaos);
 }

@@ -28,10 +28,7 @@ fn systemd_analyze_verifies_the_unit_without_a_warning() {
     let dir = TempDir::new("unit").unwrap();
     let path = dir.path().join("idempotent-tool.service");
     let text = unit();
-    assert!(
-        text.contains(&format!("ExecStart={INSTALLED_AT} ")),
-        "{text}"
-    );
+    assert_eq!(setting(&text, "ExecStart"), Some(INSTALLED_AT), "{text}");
     std::fs::write(&path, text.replace(INSTALLED_AT, SERVER_BIN)).unwrap();
     let out = Command::new("systemd-analyze")
         .arg("verify")
@@ -130,5 +127,43 @@ fn logrotate_signals_only_the_main_process() {
     assert!(
         operations.contains(&format!("```text\n{shown}```")),
         "docs/operations.md shows deploy/idempotent-tool.logrotate as it is:\n{shown}"
+    );
+}
+
+/// The unit's `ExecStart` sets nothing an operator would put in the
+/// environment file: an `IDEMPOTENT_TOOL_DB` there is the database the
+/// service opens (a flag on `ExecStart` would win over it), and without one
+/// the default `idem.db` is the state directory's, the working directory.
+#[test]
+fn the_unit_leaves_every_setting_to_the_environment_file() {
+    let text = unit();
+    assert_eq!(setting(&text, "ExecStart"), Some(INSTALLED_AT));
+    let state = setting(&text, "StateDirectory").expect("StateDirectory");
+    assert_eq!(
+        setting(&text, "WorkingDirectory"),
+        Some(format!("/var/lib/{state}").as_str())
+    );
+    let dir = TempDir::new("unit-env").unwrap();
+    let db_row = |variables: &[(&str, &str)]| {
+        let out = Command::new(SERVER_BIN)
+            .arg("--print-config")
+            .current_dir(dir.path())
+            .env_clear()
+            .envs(variables.iter().copied())
+            .output()
+            .expect("run the server");
+        assert!(out.status.success(), "{out:?}");
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        let row = printed
+            .lines()
+            .find(|l| l.starts_with("--db "))
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "));
+        row.unwrap_or_else(|| panic!("no --db row in {printed}"))
+    };
+    assert_eq!(db_row(&[]), "idem.db default");
+    let url = "postgres://idem@db.example:5432/idem";
+    assert_eq!(
+        db_row(&[("IDEMPOTENT_TOOL_DB", url)]),
+        format!("{url} IDEMPOTENT_TOOL_DB")
     );
 }
