@@ -44,6 +44,7 @@ mod docs;
 mod docs_commands;
 mod effect_ids;
 mod fault_inject;
+mod file_modes;
 mod headers;
 mod host_check;
 mod http_hostile;

@@ -16,7 +16,8 @@
 //! only after its commit was synced, and the snapshot is taken after `began`.
 //! The copy is written beside the destination as `<to>.partial`, switched to
 //! a rollback journal (one self-contained file), synced, and renamed into
-//! place, so a failed backup leaves nothing at `to`. This module never writes
+//! place, so a failed backup leaves nothing at `to`; it is created 0600, as
+//! the database is (it holds every call's args and results). This module never writes
 //! the source.
 
 use super::ownership::foreign_reason;
@@ -159,6 +160,10 @@ fn copy_snapshot(
         .execute_batch("BEGIN")
         .and_then(|()| source.query_row("SELECT count(*) FROM calls", [], |r| r.get::<_, i64>(0)))
         .map_err(|e| BackupError::Source(from.to_path_buf(), e))?;
+    // A fresh file, 0600 like the database: a partial left by a backup that
+    // died is replaced.
+    let _ = std::fs::remove_file(partial);
+    super::schema::create_private(partial);
     let mut copy = Connection::open(partial).map_err(|e| write_error(&e))?;
     let steps = {
         let backup = Backup::new(source, &mut copy).map_err(|e| write_error(&e))?;
