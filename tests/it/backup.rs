@@ -2,8 +2,9 @@
 //! clients post new keys the whole time holds every call acknowledged before
 //! the backup began, verifies clean, and the service kept acknowledging
 //! calls while it ran (a reader does not stop the writer); and its refusals
-//! (an existing destination, another program's file, a PostgreSQL URL) with
-//! their exit statuses, leaving nothing behind.
+//! (an existing destination, another program's file, a PostgreSQL URL, a
+//! deployment's tools file it was not given) with their exit statuses,
+//! leaving nothing behind.
 
 use crate::support::{charge, run_bounded, Counts, Http, Server, TempDb, SERVER_BIN};
 use idempotent_tool::temp::TempDir;
@@ -217,4 +218,45 @@ fn backup_refuses_what_it_must_not_copy_or_overwrite() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
     let stopped = run(&["backup", "--db", db.path_str(), "--to", &path(&to)]);
     assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+}
+
+/// On a deployment with a tools file, `backup` without `--tools` cannot
+/// tell which tools write effects: it makes no copy (exit 2), so the same
+/// command run again fails the same way rather than on a copy it left
+/// behind; with `--tools` the copy is made and verifies clean (exit 0).
+#[test]
+fn without_the_tools_file_it_needs_no_copy_is_made() {
+    let tools = crate::support::downstream::ToolsFile::write(&serde_json::json!({"tools": {
+        "probe": {"kind": "command", "argv": ["/bin/echo", "{}"], "timeout_ms": 10000}
+    }}));
+    let db = TempDb::new("backup-tools");
+    let server = Server::start(&db, &["--tools", tools.path_str()]);
+    let body = serde_json::json!({"tool": "probe", "args": {}});
+    let (status, call) = server.post("probe-1", &body);
+    assert_eq!(status, 202, "{call}");
+    server.wait_terminal(call["call_id"].as_str().unwrap());
+    let dir = TempDir::new("backup-tools-copy").unwrap();
+    let to = dir.join("nightly.db");
+    let args = [
+        "backup",
+        "--db",
+        db.path_str(),
+        "--to",
+        to.to_str().unwrap(),
+    ];
+    for _ in 0..2 {
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("(probe)") && stderr.contains("--tools FILE"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "a copy was left: {left:?}");
+    }
+    let out = run(&[&args[..], &["--tools", tools.path_str()]].concat());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(to.exists());
 }
