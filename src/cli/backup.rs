@@ -26,7 +26,9 @@ written beside --to and renamed into place when whole, then checked like
   --step-pages N   pages copied per step (default 1024)
   --pause-ms MS    pause between two steps, to spare the disk (default 0)
 
-Restoring a copy forgets every key accepted after it: see docs/operations.md,
+The copy is marked: a service started on it refuses (exit 3) until started
+once with --accept-restored-copy and the snapshot's time printed here, since
+restoring a copy forgets every key accepted after it: see docs/operations.md,
 \"Backup and restore\", before you restore one. For PostgreSQL use pg_dump or
 point-in-time recovery (same section).
 
@@ -91,18 +93,21 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
     }
 }
 
-/// The lines saying what was copied, and from when.
+/// The lines saying what was copied, from when, and that the copy is marked.
 fn describe(from: &Path, to: &Path, copied: &Copied) -> String {
-    let began = copied
+    let snapshot = crate::log::rfc3339_millis(copied.began);
+    let millis = copied
         .began
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
-        .as_secs_f64();
+        .as_millis();
     let bytes = u64::from(copied.pages) * u64::from(copied.page_size);
     format!(
         "copied    {} -> {}: {} pages of {} bytes ({:.1} MiB) in {} {}, {} ms\n\
-         snapshot  taken after {} (unix {began:.3}): every call acknowledged before then is in \
-         the copy\ncalls     {} in the copy",
+         snapshot  taken after {snapshot} (unix {}.{:03}): every call acknowledged before then \
+         is in the copy\ncalls     {} in the copy\n\
+         marked    a service started on the copy refuses until started once with \
+         --accept-restored-copy {snapshot}",
         from.display(),
         to.display(),
         copied.pages,
@@ -111,7 +116,8 @@ fn describe(from: &Path, to: &Path, copied: &Copied) -> String {
         copied.steps,
         if copied.steps == 1 { "step" } else { "steps" },
         copied.elapsed.as_millis(),
-        crate::log::rfc3339_millis(copied.began),
+        millis / 1000,
+        millis % 1000,
         copied.calls,
     )
 }

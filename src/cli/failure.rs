@@ -1,6 +1,6 @@
 //! Every way the binary ends early, and `Failure::exit_status`, the one place
 //! that picks the exit status (README: bad usage and a bad tools, auth or
-//! secret file exit 2, a failed start 1; `verify`'s and `backup`'s are in their
+//! secret file exit 2, a failed start 1, a restored copy not accepted 3; `verify`'s and `backup`'s are in their
 //! usage: `backup`'s 2, 3 and 4 mean no copy was made, 1 and 5 a copy that is
 //! kept but failed or missed its check).
 //!
@@ -67,6 +67,9 @@ impl Failure {
         match self {
             Failure::Usage { .. } | Failure::ToolsFile { .. } | Failure::NeedsToolsFile(_) => 2,
             Failure::Start(StartError::Auth(_)) => 2,
+            // Its own status, so a supervisor does not restart into it
+            // (`RestartPreventExitStatus=3` in the unit).
+            Failure::Start(StartError::RestoredCopy { .. }) => 3,
             Failure::LogFile { .. }
             | Failure::Signals(_)
             | Failure::Start(_)

@@ -268,3 +268,30 @@ fn every_option_in_the_help_has_a_variable() {
     }
     assert_eq!(listed.len(), FLAGS.len() + actions.len());
 }
+
+/// `--accept-restored-copy` takes a snapshot's time exactly as `backup`
+/// prints it, for the store to compare with the copy's mark.
+#[test]
+fn accept_restored_copy_takes_a_snapshot_time() {
+    let c = parse_with(&["--accept-restored-copy", "2026-12-06T03:13:45.821Z"], &[]).unwrap();
+    assert_eq!(
+        c.store.accept_restored_copy.as_deref(),
+        Some("2026-12-06T03:13:45.821Z")
+    );
+    assert_eq!(
+        parse_with(&[], &[]).unwrap().store.accept_restored_copy,
+        None
+    );
+    for bad in [
+        "yes",
+        "2026-12-06T03:13:45Z",
+        "2026-12-06 03:13:45.821Z",
+        "",
+    ] {
+        let refused = parse_with(&["--accept-restored-copy", bad], &[]).unwrap_err();
+        assert!(
+            refused.to_string().contains("the snapshot's time"),
+            "{bad}: {refused}"
+        );
+    }
+}

@@ -61,6 +61,7 @@ fn the_unit_runs_a_command_line_the_binary_accepts_and_stops_it_in_time() {
     for (key, value) in [
         ("Type", "notify"),
         ("Restart", "on-failure"),
+        ("RestartPreventExitStatus", "3"),
         ("KillSignal", "SIGTERM"),
         ("KillMode", "mixed"),
         ("StateDirectory", "idempotent-tool"),

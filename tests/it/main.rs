@@ -76,6 +76,7 @@ mod promise_check;
 mod pushback;
 mod quiet_logs;
 mod reclaim;
+mod restore_recipe;
 mod retention;
 mod routes;
 mod runner_slow_tools;

@@ -17,7 +17,9 @@
 //! The copy is written beside the destination as `<to>.partial`, switched to
 //! a rollback journal (one self-contained file), synced, and renamed into
 //! place, so a failed backup leaves nothing at `to`; it is created 0600, as
-//! the database is (it holds every call's args and results). This module never writes
+//! the database is (it holds every call's args and results). The copy is
+//! marked with its snapshot (`copy_mark`), so a service started on it
+//! refuses until told which snapshot it accepts. This module never writes
 //! the source.
 
 use super::ownership::foreign_reason;
@@ -191,6 +193,8 @@ fn copy_snapshot(
     if !mode.eq_ignore_ascii_case("delete") {
         return Err(write_error(&format!("journal_mode stayed {mode}")));
     }
+    // The mark a start-up refuses until the snapshot is named (`copy_mark`).
+    super::copy_mark::mark(&copy, began, from).map_err(|e| write_error(&e))?;
     let pages: u32 = pragma(&copy, "page_count").map_err(|e| write_error(&e))?;
     let page_size: u32 = pragma(&copy, "page_size").map_err(|e| write_error(&e))?;
     let calls: i64 = copy

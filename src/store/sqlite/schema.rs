@@ -351,6 +351,9 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
     refuse_read_only(&conn)?;
     // Before the first write (WAL, page size): another program's file stays as it was.
     super::ownership::refuse_foreign(&conn)?;
+    // A copy `backup` made is refused as it is, unless its snapshot is named.
+    let accepted =
+        super::copy_mark::refuse_unaccepted(&conn, options.accept_restored_copy.as_deref())?;
     configure(&conn, options)?;
     // Small pages: a commit writes every page it dirtied, and a batch dirties
     // many pages a little (index leaves, appended rows), so 1 KiB pages cut
@@ -364,6 +367,9 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
     }
     probe_a_write(&conn)?;
     migrate(&conn)?;
+    if let Some(copy) = accepted {
+        super::copy_mark::accept(&conn, &copy)?;
+    }
     Ok(conn)
 }
 
