@@ -3,7 +3,9 @@
 //! this test run built), its command line is one the binary accepts, and it
 //! has what the service needs: `Type=notify`, restart on failure, SIGTERM
 //! with a stop timeout above the shutdown grace, a state directory, and the
-//! sandbox.
+//! sandbox; it sets no flag an environment file would set; logrotate signals
+//! its main process only; and the drop-ins the docs suggest to relax the
+//! sandbox for command tools are ones systemd accepts.
 
 use crate::support::openapi::ROOT;
 use crate::support::{print_config, SERVER_BIN};
@@ -166,5 +168,55 @@ fn the_unit_leaves_every_setting_to_the_environment_file() {
     assert_eq!(
         db_row(&[("IDEMPOTENT_TOOL_DB", url)]),
         format!("{url} IDEMPOTENT_TOOL_DB")
+    );
+}
+
+/// The `ini` blocks of a section of a document: the drop-ins it suggests.
+fn drop_ins(document: &str, heading: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("{ROOT}/{document}")).expect("the document");
+    let section = text
+        .split(&format!("\n{heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("{document} has {heading:?}"));
+    let section = section.split("\n## ").next().unwrap_or(section);
+    section
+        .split("```ini\n")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap().to_string())
+        .collect()
+}
+
+/// Every drop-in docs/tools.md suggests to relax the sandbox for a kind of
+/// command tool is one systemd accepts beside the unit, without a warning
+/// (a misspelt key would be ignored, and the tool would still break).
+#[test]
+fn the_sandbox_drop_ins_in_the_docs_are_ones_systemd_accepts() {
+    let blocks = drop_ins("docs/tools.md", "## Command tools under the systemd unit");
+    assert!(blocks.len() >= 5, "the drop-ins were read: {blocks:?}");
+    let dir = TempDir::new("unit-drop-ins").unwrap();
+    let unit_path = dir.path().join("idempotent-tool.service");
+    std::fs::write(&unit_path, unit().replace(INSTALLED_AT, SERVER_BIN)).unwrap();
+    let drop_in_dir = dir.path().join("idempotent-tool.service.d");
+    for block in blocks {
+        std::fs::create_dir_all(&drop_in_dir).unwrap();
+        std::fs::write(drop_in_dir.join("relax.conf"), &block).unwrap();
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&unit_path)
+            .env("SYSTEMD_UNIT_PATH", format!("{}:", dir.path().display()))
+            .output()
+            .expect("systemd-analyze");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && said.trim().is_empty(),
+            "{block}\n{said}"
+        );
+        std::fs::remove_dir_all(&drop_in_dir).unwrap();
+    }
+    let operations = std::fs::read_to_string(format!("{ROOT}/docs/operations.md")).unwrap();
+    assert!(
+        operations.contains("printf '[Service]\\nMemoryDenyWriteExecute=no\\n'"),
+        "docs/operations.md's drop-in is the first of docs/tools.md's"
     );
 }
