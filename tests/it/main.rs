@@ -42,6 +42,7 @@ mod disk_error;
 mod disk_full;
 mod docs;
 mod docs_commands;
+mod docs_samples;
 mod effect_ids;
 mod fault_inject;
 mod file_modes;
