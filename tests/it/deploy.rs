@@ -36,7 +36,7 @@ fn systemd_analyze_verifies_the_unit_without_a_warning() {
         .arg("verify")
         .arg(&path)
         .output()
-        .expect("systemd-analyze (apt-get install systemd; .ci/run does)");
+        .expect("systemd-analyze (apt-get install systemd; scripts/test.sh does)");
     let said =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
