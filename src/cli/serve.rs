@@ -1,7 +1,8 @@
 //! Running the service: read the configuration (flags over
-//! `IDEMPOTENT_TOOL_*` variables), install the JSON logger (stderr or
-//! `--log-file`), start, print one line, tell systemd it is ready, serve until
-//! SIGTERM or SIGINT, then stop gracefully (a second signal exits at once).
+//! `IDEMPOTENT_TOOL_*` variables, each flag over a set variable warned of),
+//! install the JSON logger (stderr or `--log-file`), start, print one line,
+//! tell systemd it is ready, serve until SIGTERM or SIGINT, then stop
+//! gracefully (a second signal exits at once).
 //! SIGHUP never stops it: it reopens `--log-file` (logrotate's signal).
 //!
 //! Usage errors and a failed start are plain lines on stderr (a person reads
