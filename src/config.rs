@@ -55,6 +55,10 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               multi-host URL then tries the next (default 2000)
   --db-tcp-timeout-ms MS      PostgreSQL: TCP_USER_TIMEOUT and keepalive: a peer that
                               stops acknowledging is dropped within this (default 10000)
+  --accept-restored-copy TIME SQLite: start on a copy backup made, whose snapshot
+                              was at TIME (as the refusal to start on it prints it);
+                              keys accepted after TIME are not in it and would run
+                              again. Recorded in the audit and the log
   --workers N                 worker threads running tools (default 8)
   --lease-secs SECS           lease per attempt, fractions allowed (default 30);
                               extended every third of it while the tool runs
@@ -287,7 +291,7 @@ impl Config {
         environment::apply(&mut config, variables)?;
         for (flag, value) in &line.given {
             flags::set(&mut config, flag, value)?;
-            config.origins.set(flag.name, Origin::CommandLine);
+            config.origins.set_by_command_line(flag.name);
         }
         environment::apply_password_file(&mut config)?;
         let schema = config.db_schema.clone();

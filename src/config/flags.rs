@@ -49,6 +49,7 @@ pub const FLAGS: &[Flag] = &[
     value("--db-timeout-ms"),
     value("--db-connect-timeout-ms"),
     value("--db-tcp-timeout-ms"),
+    value("--accept-restored-copy"),
     value("--workers"),
     value("--lease-secs"),
     value("--tools"),
@@ -104,6 +105,9 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
                 DbSchema::parse(value).ok_or_else(|| bad_value(name, value, DB_SCHEMA_RULE))?
         }
         "--db-password-file" => config.db_password_file = Some(PathBuf::from(value)),
+        "--accept-restored-copy" => {
+            config.store.accept_restored_copy = Some(snapshot_time(name, value)?)
+        }
         "--db-pool" => config.store.pool_size = number(name, value, 1..=10_000)? as usize,
         "--db-ca-file" => config.store.ca_file = Some(PathBuf::from(value)),
         "--db-timeout-ms" => config.store.pg_timeouts.operation = millis(name, value, 1)?,
@@ -160,6 +164,10 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--db-timeout-ms" => millis(config.store.pg_timeouts.operation),
         "--db-connect-timeout-ms" => millis(config.store.pg_timeouts.connect),
         "--db-tcp-timeout-ms" => millis(config.store.pg_timeouts.tcp),
+        "--accept-restored-copy" => match &config.store.accept_restored_copy {
+            Some(snapshot) => snapshot.clone(),
+            None => "none".to_string(),
+        },
         "--workers" => config.runner.workers.to_string(),
         "--lease-secs" => secs(config.runner.lease),
         "--tools" => path(&config.tools_file),
@@ -185,6 +193,24 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--chaos" => on_off(config.runner.chaos),
         _ => return None,
     })
+}
+
+/// A snapshot's time as `backup` prints it: `2026-12-06T03:13:45.821Z`.
+fn snapshot_time(flag: &str, value: &str) -> Result<String, ConfigError> {
+    let shape = "dddd-dd-ddTdd:dd:dd.dddZ";
+    let fits = value.len() == shape.len()
+        && value.bytes().zip(shape.bytes()).all(|(v, s)| match s {
+            b'd' => v.is_ascii_digit(),
+            other => v == other,
+        });
+    if !fits {
+        return Err(bad_value(
+            flag,
+            value,
+            "the snapshot's time as backup and the refusal print it, e.g. 2026-12-06T03:13:45.821Z",
+        ));
+    }
+    Ok(value.to_string())
 }
 
 /// Each name of a comma-separated list (a flag given twice adds to it).
