@@ -11,7 +11,12 @@
 #     Chromium through chromedriver.
 # On Debian (or Ubuntu) it installs them with apt-get, as root or through
 # sudo; anywhere else it names what is missing and stops. Arguments are
-# passed to `cargo test` (`bash scripts/test.sh --test it backup::`).
+# passed to `cargo test` (`bash scripts/test.sh --test it backup::`), and a
+# run with arguments is that focused run only: the other suites below run
+# when it is given none (README's command, .ci/run).
+#   - the client SDKs' suites (scripts/test_clients.sh: pytest and node
+#     --test against the release binary; needs python3 with venv, node >= 20
+#     and npm, which fetch the pinned packages from PyPI and npm).
 #
 # The steps are functions, run in order by `main` from STEPS at the bottom:
 # a new suite (a client SDK's tests, the MCP conformance suite) is one more
@@ -68,15 +73,28 @@ step_cargo_test() {
     cargo test "${CARGO_TEST_ARGS[@]}"
 }
 
+# Step 3: the Python and TypeScript clients' suites.
+step_client_suites() {
+    bash scripts/test_clients.sh
+}
+
 STEPS=(
+    step_system_packages
+    step_cargo_test
+    step_client_suites
+)
+
+# What a run with arguments (a focused `cargo test`) runs.
+FOCUSED_STEPS=(
     step_system_packages
     step_cargo_test
 )
 
 main() {
     CARGO_TEST_ARGS=("$@")
-    local step
-    for step in "${STEPS[@]}"; do
+    local step steps=("${STEPS[@]}")
+    (($#)) && steps=("${FOCUSED_STEPS[@]}")
+    for step in "${steps[@]}"; do
         echo "test.sh: == ${step#step_}"
         "$step"
     done

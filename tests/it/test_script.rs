@@ -4,7 +4,9 @@
 //! `apt-get` and `cargo` first in `PATH`: on a machine without systemd,
 //! Chromium and chromedriver it installs exactly those (and PostgreSQL's
 //! server if this machine lacks it), then runs `cargo test` with its
-//! arguments; where everything is there it installs nothing.
+//! arguments (and nothing else: a focused run); where everything is there it
+//! installs nothing, and a run without arguments also runs the other suites
+//! (the clients').
 
 use crate::support::openapi::ROOT;
 use crate::support::tmpfs::is_root;
@@ -83,9 +85,16 @@ fn the_test_command_installs_what_is_missing_then_runs_cargo_test() {
     for present in ["systemd-analyze", "chromium", "chromedriver"] {
         stand_in(&bin, present, &dir.join("unused.log"));
     }
+    // Without arguments, the whole run: then every other suite, each a
+    // script run by the `bash` first in `PATH` (here a stand-in).
+    stand_in(&bin, "bash", &log);
     if has_postgres {
         let calls = run_script(&bin, &log, &[]);
-        assert_eq!(calls, ["cargo test"], "nothing to install");
+        assert_eq!(
+            calls,
+            ["cargo test", "bash scripts/test_clients.sh"],
+            "nothing to install"
+        );
     }
 }
 
