@@ -23,10 +23,13 @@
 //! This module never runs a tool, keeps no session, and never puts a token,
 //! a header value or a call's arguments in a log line.
 
+mod call_result;
 mod endpoint;
 pub mod handshake;
 pub mod jsonrpc;
+mod keyless;
+pub mod tasks;
 pub mod tools_call;
 pub mod tools_list;
 
-pub use endpoint::Mcp;
+pub use endpoint::{Mcp, McpOptions};
