@@ -73,12 +73,25 @@ impl Mcp {
         };
         match value {
             Value::Array(batch) => answer_batch(self, req, tenant, exchange, &batch),
-            single => match answer_one(self, req, tenant, exchange, &single) {
-                Some((status, body)) => Response::json(status, &body),
-                None => accepted(),
-            },
+            single => {
+                let mut notes = Vec::new();
+                match answer_one(self, req, tenant, exchange, &single, &mut notes) {
+                    Some((status, body)) if !notes.is_empty() && accepts_events(req) => {
+                        super::progress::event_stream(status, &notes, &body)
+                    }
+                    Some((status, body)) => Response::json(status, &body),
+                    None => accepted(),
+                }
+            }
         }
     }
+}
+
+/// Whether the client takes a `text/event-stream` answer (MCP clients
+/// send `Accept: application/json, text/event-stream`).
+fn accepts_events(req: &Request) -> bool {
+    req.header("accept")
+        .is_some_and(|accept| accept.contains("text/event-stream"))
 }
 
 /// `202 Accepted`, no body: a notification (or a response) was taken.
@@ -114,7 +127,7 @@ fn answer_batch(
     }
     let answers: Vec<Value> = batch
         .iter()
-        .filter_map(|message| answer_one(mcp, req, tenant, exchange, message))
+        .filter_map(|message| answer_one(mcp, req, tenant, exchange, message, &mut Vec::new()))
         .map(|(_, body)| body)
         .collect();
     if answers.is_empty() {
@@ -131,6 +144,7 @@ fn answer_one(
     tenant: &Tenant,
     exchange: &mut Exchange,
     value: &Value,
+    notes: &mut Vec<Value>,
 ) -> Option<(u16, Value)> {
     let (id, method, params) = match jsonrpc::classify(value) {
         Ok(Message::Request { id, method, params }) => (id, method, params),
@@ -175,7 +189,7 @@ fn answer_one(
             tools_list::list(mcp.calls.tools(), revision, cursor, mcp.options.keyless)
                 .map_err(|e| (INVALID_PARAMS, e.to_string(), None))
         }
-        "tools/call" => tools_call::call(mcp, req, tenant, exchange, revision, &params),
+        "tools/call" => tools_call::call(mcp, req, tenant, exchange, revision, &params, notes),
         "tasks/get" => tasks::get(mcp, tenant, revision, &params, exchange),
         "tasks/cancel" => tasks::cancel(mcp, tenant, revision, &params, exchange),
         "tasks/update" => tasks::update(mcp, tenant, revision, &params, exchange),

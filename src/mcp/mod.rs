@@ -10,7 +10,10 @@
 //! error codes), `handshake` (revisions: `initialize`, `server/discover`,
 //! `ping`, the `MCP-Protocol-Version` header and 2026-07-28's mirrored
 //! headers), `tools_list`, `tools_call` (the exactly-once path, through
-//! `Calls::submit`, the same as `POST /v1/tool-calls`).
+//! `Calls::submit`, the same as `POST /v1/tool-calls`), `keyless` (the key
+//! of a call that sends none), `tasks` (the Tasks extension: the task is the
+//! call), `call_result` (a call as a `CallToolResult`) and `progress`
+//! (`notifications/progress` while a call is waited for).
 //!
 //! HTTP statuses: `200` for every JSON-RPC answer of a handshake revision
 //! (errors included, as JSON-RPC over HTTP is usually spoken); `400` for a
@@ -28,6 +31,7 @@ mod endpoint;
 pub mod handshake;
 pub mod jsonrpc;
 mod keyless;
+mod progress;
 pub mod tasks;
 pub mod tools_call;
 pub mod tools_list;

@@ -183,8 +183,25 @@ fn status_message(call: &Call) -> Option<String> {
         }
         Status::Pending => Some("waiting for a worker".into()),
         Status::Running if call.cancel_requested_at.is_some() => Some("being cancelled".into()),
-        Status::Running => Some(format!("running, attempt {}", call.attempt)),
+        Status::Running => Some(
+            match crate::tools::progress::board().latest(&call.call_id) {
+                Some(report) => progress_message(&report),
+                None => format!("running, attempt {}", call.attempt),
+            },
+        ),
         _ => None,
+    }
+}
+
+/// The last progress a tool reported (in this process), as a sentence.
+fn progress_message(report: &crate::tools::progress::Progress) -> String {
+    let done = match report.total {
+        Some(total) => format!("{} of {total}", report.progress),
+        None => report.progress.to_string(),
+    };
+    match &report.message {
+        Some(message) => format!("{message} ({done})"),
+        None => done,
     }
 }
 

@@ -49,6 +49,7 @@ pub fn call(
     exchange: &mut Exchange,
     revision: Revision,
     params: &Map<String, Value>,
+    notes: &mut Vec<Value>,
 ) -> Result<Value, RpcError> {
     let name = params
         .get("name")
@@ -113,7 +114,12 @@ pub fn call(
         log_answer(&call, marks);
         return Ok(super::tasks::created(mcp, &call));
     }
-    let call = settle(mcp, req, call, mcp.options.wait)?;
+    let call = match super::progress::token(params) {
+        Some(token) => {
+            super::progress::settle_reporting(mcp, req, call, mcp.options.wait, &token, notes)?
+        }
+        None => settle(mcp, req, call, mcp.options.wait)?,
+    };
     log_answer(&call, marks);
     Ok(tool_result(&call, Some(spec), marks, revision))
 }

@@ -23,6 +23,7 @@
 //! `excerpt` (bounded excerpts of output), `business_key` (a tool's
 //! business-key rule and what agents are told of it), `secret` ([`Secret`]), `mcp_policy` ([`McpPolicy`]: tasks, keyless calls
 //! and content for MCP clients),
+//! `progress` (what a running tool reports, kept per call),
 //! `stop` ([`Stop`], a running attempt told to stop) and `http_stop` (how an
 //! `http` request is abandoned then). This file is the map and holds no type.
 
@@ -38,6 +39,7 @@ mod http_stop;
 mod http_tool;
 mod mcp_policy;
 mod outcome;
+pub mod progress;
 mod rate;
 mod registry;
 pub(crate) mod schema;
