@@ -52,6 +52,7 @@ mod log_file;
 mod mcp;
 mod mcp_crash;
 mod mcp_origin;
+mod mcp_tasks;
 mod memory;
 mod module_maps;
 mod observability;
