@@ -201,3 +201,36 @@ fn keyless_calls_are_one_call_by_content_within_the_window_only() {
     );
     assert_eq!(count(&db, "calls"), 3);
 }
+
+/// On PostgreSQL, two nodes on one database: a task created on one node is
+/// read by `tasks/get` on the other (a new session, a new process) after
+/// the first is killed with `kill -9`; its call is recovered there, and the
+/// same key re-sent to the second node names the same task. One call, one
+/// effect.
+#[test]
+fn on_postgres_a_task_made_on_one_node_is_read_and_finished_by_another() {
+    let pg = idempotent_tool::temp::postgres::PgServer::shared();
+    let url = pg.fresh_database("mcp_tasks");
+    let scratch = idempotent_tool::temp::TempDir::new("idem-mcp-tasks-pg").unwrap();
+    let flags = ["--tools", FIXTURES, "--lease-secs", "1"];
+    let mut first = Server::start_on_postgres(&url, &flags, &scratch);
+    let second = Server::start_on_postgres(&url, &flags, &scratch);
+    let call = json!({"name": "slow_compute", "arguments": {"seconds": 2},
+                      "_meta": {KEY: "pg-order/compute"}});
+    let created = rpc(&first, None, "tools/call", call.clone())["result"].clone();
+    let task = created["taskId"].as_str().expect("a task").to_string();
+    let seen = rpc(&second, None, "tasks/get", json!({"taskId": task}))["result"].clone();
+    assert_eq!(seen["taskId"], task.as_str(), "{seen}");
+    first.kill();
+    eventually("the other node to finish the task", || {
+        task_status(&second, None, &task) == "completed"
+    });
+    let again = rpc(&second, None, "tools/call", call)["result"].clone();
+    assert_eq!(again["taskId"], task.as_str(), "{again}");
+    let stats = second.stats();
+    assert_eq!(
+        (stats["calls"].clone(), stats["effects"].clone()),
+        (json!(1), json!(1)),
+        "{stats}"
+    );
+}
