@@ -282,8 +282,13 @@ impl Service {
             ),
             None => String::new(),
         };
+        let keyless = crate::mcp::keyless_summary(
+            &self.config.tools,
+            self.config.mcp_keyless,
+            self.config.mcp_content_window,
+        );
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}{lowered}{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}, {keyless}{lowered}{})",
             self.addr(),
             self.config.db,
             self.config.runner.workers,

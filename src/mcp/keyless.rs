@@ -15,9 +15,9 @@
 
 use super::endpoint::Mcp;
 use crate::store::StoreError;
-use crate::tools::{Keyless, ToolSpec};
+use crate::tools::{Keyless, ToolRegistry, ToolSpec};
 use serde_json::{Map, Value};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where a call's idempotency key came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,32 @@ pub fn effective(spec: &ToolSpec, flag: Option<Keyless>) -> Keyless {
         } else {
             Keyless::Content
         })
+}
+
+/// What the start-up line says of keyless calls: how many tools follow each
+/// policy, and the content window (`keyless: content 3, fresh 1 (window 600s)`).
+pub fn summary(registry: &ToolRegistry, flag: Option<Keyless>, window: Duration) -> String {
+    let mut counts = [
+        (Keyless::Content, 0),
+        (Keyless::Fresh, 0),
+        (Keyless::Reject, 0),
+    ];
+    for spec in registry.specs() {
+        let policy = effective(spec, flag);
+        if let Some(entry) = counts.iter_mut().find(|(p, _)| *p == policy) {
+            entry.1 += 1;
+        }
+    }
+    let named: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(policy, n)| format!("{} {n}", policy.as_str()))
+        .collect();
+    format!(
+        "keyless MCP calls: {} (window {}s)",
+        named.join(", "),
+        window.as_secs_f64()
+    )
 }
 
 /// The content key of `tool` with `args` for `tenant` now: the current

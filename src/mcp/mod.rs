@@ -37,3 +37,4 @@ pub mod tools_call;
 pub mod tools_list;
 
 pub use endpoint::{Mcp, McpOptions};
+pub use keyless::summary as keyless_summary;
