@@ -3,8 +3,9 @@
 //! `kill -9` of the process that made it and is read by a new one; the
 //! same key re-sent is the same task and one effect; `tasks/cancel` of a
 //! running command ends it `cancelled` with no effect; another tenant's
-//! task id is unknown exactly as a made-up one; and keyless calls are one
-//! call by their content within the window and a new call after it.
+//! task id is unknown exactly as a made-up one; keyless calls are one
+//! call by their content within the window and a new call after it; and a
+//! command's `$PROGRESS_FD` lines reach the client as progress notifications.
 
 use crate::support::{eventually, open_db, AuthFile, Http, Server, TempDb};
 use serde_json::{json, Value};
@@ -232,5 +233,60 @@ fn on_postgres_a_task_made_on_one_node_is_read_and_finished_by_another() {
         (stats["calls"].clone(), stats["effects"].clone()),
         (json!(1), json!(1)),
         "{stats}"
+    );
+}
+
+/// A `tools/call` with a `progressToken` of a command that writes progress
+/// lines on `$PROGRESS_FD` answers an event stream: a
+/// `notifications/progress` per line, in order and with its message, then
+/// the response. Without a token the answer is plain JSON.
+#[test]
+fn a_commands_progress_lines_become_progress_notifications() {
+    let db = TempDb::new("mcp-progress");
+    let server = start(&db, &[]);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "test_tool_with_progress", "arguments": {},
+                   "_meta": {"progressToken": "p-1"}}});
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let answer = server.call("POST", "/mcp", &headers, Some(&body.to_string()));
+    assert_eq!(answer.status, 200);
+    let text = String::from_utf8(answer.body.clone()).unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    let (notes, response) = events.split_at(events.len() - 1);
+    let progress: Vec<(f64, String)> = notes
+        .iter()
+        .map(|n| {
+            assert_eq!(n["method"], "notifications/progress");
+            assert_eq!(n["params"]["progressToken"], "p-1");
+            let p = &n["params"];
+            (
+                p["progress"].as_f64().unwrap(),
+                p["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let steps: Vec<(f64, String)> = (1..=3)
+        .map(|i| (i as f64, format!("step {i} of 3")))
+        .collect();
+    assert_eq!(progress, steps, "{text}");
+    assert_eq!(response[0]["id"], 7);
+    assert_eq!(
+        response[0]["result"]["content"][0]["text"],
+        "done in 3 steps"
+    );
+    let plain = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+        "params": {"name": "test_tool_with_progress", "arguments": {}}});
+    let plain = server.call("POST", "/mcp", &headers, Some(&plain.to_string()));
+    assert_eq!(
+        plain.json()["result"]["content"][0]["text"],
+        "done in 3 steps"
     );
 }
