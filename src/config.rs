@@ -89,8 +89,9 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
   --mcp-keyless POLICY        an MCP tools/call without an idempotency key, for
                               tools whose tools file names no \"keyless\": content
                               (the same tool and arguments within the window are
-                              one call), fresh (a new call each time) or reject
-                              (default: content, fresh for tools with a business key)
+                              one call), fresh (a new call each time), reject, or
+                              auto: content, fresh for a tool with a business key
+                              (default auto)
   --mcp-content-window-secs SECS
                               how long keyless calls with the same tool and
                               arguments are one call (default 600)

@@ -121,9 +121,13 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--idle-timeout-ms" => config.limits.idle_timeout = millis(name, value, 1)?,
         "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(name, value)?,
         "--mcp-keyless" => {
-            let policy = Keyless::parse(value);
-            config.mcp_keyless =
-                Some(policy.ok_or_else(|| bad_value(name, value, "content, fresh or reject"))?)
+            config.mcp_keyless = match value {
+                "auto" => None,
+                _ => Some(
+                    Keyless::parse(value)
+                        .ok_or_else(|| bad_value(name, value, "auto, content, fresh or reject"))?,
+                ),
+            }
         }
         "--mcp-content-window-secs" => config.mcp_content_window = seconds(name, value)?,
         "--public-host" => each(value, |name| config.trusted_names.add_public_host(name))?,
