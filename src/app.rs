@@ -15,7 +15,7 @@ use crate::calls::{scoped_key, Calls, CallsOptions, KeyCache};
 use crate::config::Config;
 use crate::descriptors::{self, Budget};
 use crate::lock::lock;
-use crate::mcp::Mcp;
+use crate::mcp::{Mcp, McpOptions};
 use crate::metrics::rates::TotalsProbe;
 use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError, RateSampler};
 use crate::runner::{Notifier, OnPurged, Runner};
@@ -207,7 +207,12 @@ impl Service {
         ));
         let mcp = Mcp::new(
             Arc::clone(&calls),
-            config.mcp_wait,
+            McpOptions {
+                wait: config.mcp_wait,
+                keyless: config.mcp_keyless,
+                content_window: config.mcp_content_window,
+                key_ttl: config.store.retention.key_ttl,
+            },
             config.trusted_names.clone(),
         );
         let mcp: Endpoint =
@@ -301,8 +306,13 @@ impl Service {
             ),
             None => String::new(),
         };
+        let keyless = crate::mcp::keyless_summary(
+            &self.config.tools,
+            self.config.mcp_keyless,
+            self.config.mcp_content_window,
+        );
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}{lowered}{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}, {keyless}{lowered}{})",
             self.addr(),
             self.config.db,
             self.config.runner.workers,

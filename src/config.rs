@@ -28,7 +28,7 @@ use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Database, DbSchema, Retention, StoreOptions};
-use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
+use crate::tools::{Keyless, ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -90,6 +90,15 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               settle before answering \"running\" with its call_id
                               (default 50, below the 60 s MCP clients time out
                               at; 0 answers at once; fractions allowed)
+  --mcp-keyless POLICY        an MCP tools/call without an idempotency key, for
+                              tools whose tools file names no \"keyless\": content
+                              (the same tool and arguments within the window are
+                              one call), fresh (a new call each time), reject, or
+                              auto: content, fresh for a tool with a business key
+                              (default auto)
+  --mcp-content-window-secs SECS
+                              how long keyless calls with the same tool and
+                              arguments are one call (default 600)
   --public-host NAMES         names (no port, comma-separated) clients reach the
                               service by, besides loopback ones (and, with no
                               auth file, IP addresses); any other Host is
@@ -132,6 +141,11 @@ pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(86_400);
 /// handle rather than a client-side timeout with nothing.
 pub const DEFAULT_MCP_WAIT: Duration = Duration::from_secs(50);
 
+/// `--mcp-content-window-secs`'s default: ten minutes, as long as a client
+/// plausibly re-sends a call it got no answer to (SQS FIFO's content
+/// deduplication window is five).
+pub const DEFAULT_MCP_CONTENT_WINDOW: Duration = Duration::from_secs(600);
+
 /// Everything the service needs to start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -163,6 +177,13 @@ pub struct Config {
     pub tools: Arc<ToolRegistry>,
     /// How long an MCP `tools/call` waits for its call to settle.
     pub mcp_wait: Duration,
+    /// `--mcp-keyless`: what an MCP `tools/call` without a key means for a
+    /// tool whose tools file says nothing (`None`: `content` without a
+    /// business key, `fresh` with one).
+    pub mcp_keyless: Option<Keyless>,
+    /// `--mcp-content-window-secs`: how long keyless calls with the same
+    /// tool and arguments are one call (`content`).
+    pub mcp_content_window: Duration,
     /// The `Host` names and `Origin`s trusted beyond loopback (`--public-host`,
     /// `--allowed-origin`): `/mcp` always, the other routes without `--auth-file`.
     pub trusted_names: OriginPolicy,
@@ -208,6 +229,8 @@ impl Default for Config {
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
             mcp_wait: DEFAULT_MCP_WAIT,
+            mcp_keyless: None,
+            mcp_content_window: DEFAULT_MCP_CONTENT_WINDOW,
             trusted_names: OriginPolicy::default(),
             log_file: None,
             trusted_proxies: TrustedProxies::default(),

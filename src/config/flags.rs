@@ -11,6 +11,7 @@ use crate::http::BadName;
 use crate::http::TrustedProxies;
 use crate::log::Level;
 use crate::store::{Database, DbSchema, DB_SCHEMA_RULE};
+use crate::tools::Keyless;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -64,6 +65,8 @@ pub const FLAGS: &[Flag] = &[
     value("--auth-file"),
     switch("--insecure-no-auth"),
     value("--mcp-wait-secs"),
+    value("--mcp-keyless"),
+    value("--mcp-content-window-secs"),
     value("--public-host"),
     value("--allowed-origin"),
     value("--key-ttl"),
@@ -121,6 +124,16 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--request-timeout-ms" => config.limits.request_timeout = millis(name, value, 1)?,
         "--idle-timeout-ms" => config.limits.idle_timeout = millis(name, value, 1)?,
         "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(name, value)?,
+        "--mcp-keyless" => {
+            config.mcp_keyless = match value {
+                "auto" => None,
+                _ => Some(
+                    Keyless::parse(value)
+                        .ok_or_else(|| bad_value(name, value, "auto, content, fresh or reject"))?,
+                ),
+            }
+        }
+        "--mcp-content-window-secs" => config.mcp_content_window = seconds(name, value)?,
         "--public-host" => each(value, |name| config.trusted_names.add_public_host(name))?,
         "--allowed-origin" => each(value, |origin| {
             config.trusted_names.add_allowed_origin(origin)
@@ -182,6 +195,11 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--auth-file" => path(&config.auth_file),
         "--insecure-no-auth" => on_off(config.insecure_no_auth),
         "--mcp-wait-secs" => secs(config.mcp_wait),
+        "--mcp-keyless" => config
+            .mcp_keyless
+            .map_or("auto", Keyless::as_str)
+            .to_string(),
+        "--mcp-content-window-secs" => secs(config.mcp_content_window),
         "--public-host" => list(&config.trusted_names.public_hosts),
         "--allowed-origin" => list(&config.trusted_names.allowed_origins),
         "--key-ttl" => secs(config.store.retention.key_ttl.unwrap_or_default()),
