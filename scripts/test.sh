@@ -16,7 +16,10 @@
 # when it is given none (README's command, .ci/run).
 #   - the client SDKs' suites (scripts/test_clients.sh: pytest and node
 #     --test against the release binary; needs python3 with venv, node >= 20
-#     and npm, which fetch the pinned packages from PyPI and npm).
+#     and npm, which fetch the pinned packages from PyPI and npm);
+#   - the official MCP conformance suite (scripts/mcp_conformance.sh: the
+#     pinned suite and Node 22 from the npm registry, against the release
+#     binary with tests/fixtures/mcp-conformance/).
 #
 # The steps are functions, run in order by `main` from STEPS at the bottom:
 # a new suite (a client SDK's tests, the MCP conformance suite) is one more
@@ -78,10 +81,16 @@ step_client_suites() {
     bash scripts/test_clients.sh
 }
 
+# Step 4: the MCP conformance suite's required scenarios.
+step_mcp_conformance() {
+    bash scripts/mcp_conformance.sh
+}
+
 STEPS=(
     step_system_packages
     step_cargo_test
     step_client_suites
+    step_mcp_conformance
 )
 
 # What a run with arguments (a focused `cargo test`) runs.

@@ -6,7 +6,7 @@
 //! server if this machine lacks it), then runs `cargo test` with its
 //! arguments (and nothing else: a focused run); where everything is there it
 //! installs nothing, and a run without arguments also runs the other suites
-//! (the clients').
+//! (the clients', MCP conformance).
 
 use crate::support::openapi::ROOT;
 use crate::support::tmpfs::is_root;
@@ -92,7 +92,11 @@ fn the_test_command_installs_what_is_missing_then_runs_cargo_test() {
         let calls = run_script(&bin, &log, &[]);
         assert_eq!(
             calls,
-            ["cargo test", "bash scripts/test_clients.sh"],
+            [
+                "cargo test",
+                "bash scripts/test_clients.sh",
+                "bash scripts/mcp_conformance.sh"
+            ],
             "nothing to install"
         );
     }
