@@ -6,27 +6,29 @@
 //! It owns the child's whole life: the run ends by the timeout at the latest
 //! (SIGTERM to the group, SIGKILL after a short grace, so a child that ignores
 //! SIGTERM and the processes it started die too), or as soon as its call is
-//! cancelled (the run's `Stop` sends the same SIGTERM, then SIGKILL after
-//! the same grace; `Outcome::Stopped`, unless the command still exits 0
-//! within the grace, which is its answer), stdout is capped at 1 MiB,
-//! only the last 4 KiB of stderr are kept, and whatever the command left
-//! running in its group is killed when it exits. It must never wait on a
-//! child without a deadline, never read output without a cap, and never put
-//! argv or a configured `env` value into an error.
+//! cancelled or the service's stop has waited long enough (the run's `Stop`
+//! sends the same SIGTERM, then SIGKILL after the same grace;
+//! `Outcome::Stopped`, unless the command still exits 0 within the grace,
+//! which is its answer), stdout is capped at 1 MiB, only the last 4 KiB of
+//! stderr are kept, and whatever the command left running is killed when
+//! it exits. How the processes are started and signalled — under the
+//! supervisor, which also stops them if the service dies, or directly —
+//! is `command_process`. It must never wait on a child without a deadline,
+//! never read output without a cap, and never put argv or a configured
+//! `env` value into an error.
 
+use super::command_process::{self, End, Handle, Input};
 use super::error_code::ToolErrorCode;
 use super::excerpt::{tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
 use super::spec::RunContext;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde_json::{json, Value};
 use std::fmt;
-use std::io::{self, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::io::{self, Read};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -59,10 +61,10 @@ impl fmt::Debug for CommandTool {
     }
 }
 
-/// What the waiting worker hears: the child's end, or a cancel's stop
-/// (whose halt has already sent SIGTERM to the group).
+/// What the waiting worker hears: the child's end, or a stop (whose halt
+/// has already sent SIGTERM to the group).
 enum Waited {
-    Exited(io::Result<ExitStatus>),
+    Ended(End),
     Stop,
 }
 
@@ -74,6 +76,8 @@ enum Ended {
     Stopped {
         killed: bool,
     },
+    /// The supervisor could not start the command.
+    NotStarted(io::Error),
     /// The child could not be waited for (should not happen).
     Lost(io::Error),
 }
@@ -96,31 +100,31 @@ impl CommandTool {
     /// One attempt: run the command to its end, its timeout or its stop,
     /// classify.
     pub fn run(&self, ctx: &RunContext) -> Outcome {
-        let mut child = match self.spawn(ctx) {
-            Ok(child) => child,
+        let started = match self.start(ctx) {
+            Ok(started) => started,
             Err(e) => return Outcome::failed(spawn_failure(&e)),
         };
-        let group = Pid::from_raw(child.id() as i32);
+        let handle = started.handle;
         let waited = mpsc::channel();
         if let Some(stop) = ctx.stop {
             stop.mark_sent();
             let woken = waited.0.clone();
             stop.arm(Box::new(move || {
-                let _ = killpg(group, Signal::SIGTERM);
+                handle.terminate();
                 let _ = woken.send(Waited::Stop);
             }));
         }
-        feed_stdin(&mut child, ctx.request_body().to_string());
+        feed_stdin(started.input, ctx.request_body().to_string());
         let overflow = Arc::new(AtomicBool::new(false));
-        let stdout = Capture::head(child.stdout.take(), group, Arc::clone(&overflow));
-        let stderr = Capture::tail(child.stderr.take());
-        let ended = self.wait_bounded(child, group, waited);
+        let stdout = Capture::head(started.stdout, handle, Arc::clone(&overflow));
+        let stderr = Capture::tail(started.stderr);
+        let ended = self.wait_bounded(started.waiting, handle, waited);
         if let Some(stop) = ctx.stop {
             stop.disarm();
         }
         // The command is done; anything it left in its group goes with it, so
         // the pipes close and nothing outlives the attempt.
-        let _ = killpg(group, Signal::SIGKILL);
+        handle.after_exit();
         let stdout = stdout.finish();
         let stderr = self.redact(&tail_excerpt(&stderr.finish()));
         if overflow.load(Ordering::SeqCst) {
@@ -131,24 +135,19 @@ impl CommandTool {
         self.classify(ended, &stdout, stderr)
     }
 
-    fn spawn(&self, ctx: &RunContext) -> io::Result<Child> {
-        let mut command = Command::new(&self.program);
-        command
-            .args(&self.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group: the timeout can then reach everything it started.
-            .process_group(0);
-        for (name, value) in &self.env {
-            command.env(name, value.expose());
-        }
-        command
-            .env("IDEMPOTENCY_KEY", ctx.effect_id)
-            .env("CALL_ID", ctx.call_id)
-            .env("EFFECT_ID", ctx.effect_id)
-            .env("ATTEMPT", ctx.attempt.to_string());
-        command.spawn()
+    fn start(&self, ctx: &RunContext) -> io::Result<command_process::Started> {
+        let attempt = ctx.attempt.to_string();
+        let own = self
+            .env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.expose()));
+        let reserved = [
+            ("IDEMPOTENCY_KEY", ctx.effect_id),
+            ("CALL_ID", ctx.call_id),
+            ("EFFECT_ID", ctx.effect_id),
+            ("ATTEMPT", attempt.as_str()),
+        ];
+        command_process::start(&self.program, &self.args, own.chain(reserved))
     }
 
     /// Wait for the child until the timeout or a stop; past the timeout,
@@ -156,31 +155,34 @@ impl CommandTool {
     /// SIGTERM, the same grace, then SIGKILL.
     fn wait_bounded(
         &self,
-        mut child: Child,
-        group: Pid,
+        waiting: command_process::Waiting,
+        handle: Handle,
         (done, waited): (mpsc::Sender<Waited>, mpsc::Receiver<Waited>),
     ) -> Ended {
         let waiter = thread::Builder::new()
             .name("command-wait".into())
             .spawn(move || {
-                let _ = done.send(Waited::Exited(child.wait()));
+                let _ = done.send(Waited::Ended(command_process::wait(waiting)));
             });
         if let Err(e) = waiter {
-            let _ = killpg(group, Signal::SIGKILL);
+            handle.give_up();
             return Ended::Lost(e);
         }
         match waited.recv_timeout(self.timeout) {
-            Ok(Waited::Exited(Ok(status))) => Ended::Exited(status),
-            Ok(Waited::Exited(Err(e))) => Ended::Lost(e),
-            Ok(Waited::Stop) => match end_group(group, &waited) {
+            Ok(Waited::Ended(end)) => match end {
+                End::Exited { status, .. } => Ended::Exited(status),
+                End::NotStarted(e) => Ended::NotStarted(e),
+                End::Lost(e) => Ended::Lost(e),
+            },
+            Ok(Waited::Stop) => match end_group(handle, &waited) {
                 // Within the grace it still answered: that is its outcome.
-                Some(status) if status.success() => Ended::Exited(status),
-                Some(_) => Ended::Stopped { killed: false },
+                Some((status, _)) if status.success() => Ended::Exited(status),
+                Some((_, killed)) => Ended::Stopped { killed },
                 None => Ended::Stopped { killed: true },
             },
             Err(_) => {
-                let _ = killpg(group, Signal::SIGTERM);
-                end_group(group, &waited);
+                handle.terminate();
+                end_group(handle, &waited);
                 Ended::TimedOut
             }
         }
@@ -211,6 +213,7 @@ impl CommandTool {
                 error.stderr = Some(stderr);
                 return Outcome::failed(error);
             }
+            Ended::NotStarted(e) => return Outcome::failed(spawn_failure(&e)),
             Ended::Lost(e) => {
                 return Outcome::failed(
                     ToolError::new(
@@ -264,18 +267,20 @@ impl CommandTool {
     }
 }
 
-/// After SIGTERM: the group's end within `TERM_GRACE` (its exit status), or
-/// SIGKILL and `None`. Another stop heard meanwhile changes nothing.
-fn end_group(group: Pid, waited: &mpsc::Receiver<Waited>) -> Option<ExitStatus> {
-    let deadline = Instant::now() + TERM_GRACE;
+/// After SIGTERM: the group's end within its grace (its exit status, and
+/// whether a supervisor had to SIGKILL it), or SIGKILL and `None`. Another
+/// stop heard meanwhile changes nothing.
+fn end_group(handle: Handle, waited: &mpsc::Receiver<Waited>) -> Option<(ExitStatus, bool)> {
+    let deadline = Instant::now() + handle.stop_takes();
     loop {
         match waited.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(Waited::Exited(status)) => return status.ok(),
+            Ok(Waited::Ended(End::Exited { status, killed })) => return Some((status, killed)),
+            Ok(Waited::Ended(_)) => return None,
             Ok(Waited::Stop) => continue,
             Err(_) => break,
         }
     }
-    let _ = killpg(group, Signal::SIGKILL);
+    handle.give_up();
     // SIGKILL cannot be ignored; the bound only guards a process stuck in
     // the kernel.
     let _ = waited.recv_timeout(Duration::from_secs(5));
@@ -298,14 +303,10 @@ fn spawn_failure(error: &io::Error) -> ToolError {
 
 /// Write the body on a thread: a command that never reads stdin must not block
 /// the worker once the pipe is full. A closed pipe is the command's business.
-fn feed_stdin(child: &mut Child, body: String) {
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = thread::Builder::new()
-            .name("command-stdin".into())
-            .spawn(move || {
-                let _ = stdin.write_all(body.as_bytes());
-            });
-    }
+fn feed_stdin(input: Input, body: String) {
+    let _ = thread::Builder::new()
+        .name("command-stdin".into())
+        .spawn(move || input.feed(body.as_bytes()));
 }
 
 /// Output read on its own thread into a shared buffer, so the run can end (and
@@ -320,13 +321,13 @@ impl Capture {
     /// `overflow` (the rest is drained and dropped).
     fn head(
         pipe: Option<impl Read + Send + 'static>,
-        group: Pid,
+        handle: Handle,
         overflow: Arc<AtomicBool>,
     ) -> Capture {
         Capture::spawn(pipe, move |buffer, chunk| {
             if buffer.len() + chunk.len() > MAX_OUTPUT_BYTES {
                 if !overflow.swap(true, Ordering::SeqCst) {
-                    let _ = killpg(group, Signal::SIGKILL);
+                    handle.kill();
                 }
                 let room = MAX_OUTPUT_BYTES.saturating_sub(buffer.len());
                 buffer.extend_from_slice(&chunk[..room.min(chunk.len())]);
