@@ -19,7 +19,10 @@
 //! command's process group signalled, an http request abandoned, a sleep
 //! woken), and the attempt is completed as stopped — the store records
 //! `cancelled` under the usual fence, or the tool's success if it won. A
-//! cancel asked before the tool starts means it never starts.
+//! cancel asked before the tool starts means it never starts. A stopping
+//! service whose grace period is over halts the tool the same way; then
+//! the worker records nothing: it leaves the lease, and how its tool
+//! ended, to the stop, which gives the lease back.
 //!
 //! Every failure here leaves a call where recovery finds it: `pending`, or
 //! `running` with a lease that will expire. It never decides who executes a
@@ -33,7 +36,7 @@ use super::tasks::{Task, ToolRuns};
 use crate::chaos;
 use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
-use crate::store::{owner_name, CallStore, Lease};
+use crate::store::{owner_name, CallStore, Lease, ToolAtRelease};
 use crate::tools::{
     self, Outcome, RunContext, Stop, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
@@ -79,7 +82,7 @@ impl Worker {
                 Assignment::Run(task, lease) => {
                     self.dispatch.finish(&task);
                     if stopping() {
-                        self.dispatch.release(&lease);
+                        self.dispatch.release(&lease, &ToolAtRelease::Idle);
                     }
                 }
                 Assignment::Claim(task) => self.dispatch.finish(&task),
@@ -121,7 +124,7 @@ impl Worker {
             } else {
                 // A stop closed the table while this claim committed: give
                 // the lease back rather than run a tool nobody tracks.
-                self.dispatch.release(&lease);
+                self.dispatch.release(&lease, &ToolAtRelease::Idle);
                 self.dispatch.finish(&task);
             }
         }
@@ -149,9 +152,14 @@ impl Worker {
             // Its lease is extended until the tool returns (or panics).
             let _runs = ToolRuns::new(self.dispatch.tasks(), &task);
             if stop.is_requested() {
+                let how = if stop.is_shutdown() {
+                    "the service was stopping before its tool started"
+                } else {
+                    "its cancel came before its tool started"
+                };
                 Outcome::Stopped {
                     sent: false,
-                    how: "its cancel came before its tool started".into(),
+                    how: how.into(),
                 }
             } else {
                 prepared.spec.run(&RunContext {
@@ -168,6 +176,13 @@ impl Worker {
         stop.end();
         self.metrics
             .observe_tool_run(&lease.tool, tool_outcome(&outcome), started.elapsed());
+        if let (Outcome::Stopped { sent, how }, true) = (&outcome, stop.is_shutdown()) {
+            // Halted by the stop, not by a cancel: the stop gives the lease
+            // back, saying how the tool ended (`Runner::stop`).
+            self.metrics.busy_workers.dec();
+            self.dispatch.tasks().halted(&task, *sent, how.clone());
+            return;
+        }
         let retry = retry_delay(&prepared.spec, &lease, &outcome);
         if let Some(stall) = hooks.stall {
             std::thread::sleep(stall);

@@ -9,6 +9,7 @@
 //! call through every event on both backends and holds what they wrote to
 //! this file. This module never writes a row itself.
 
+use super::model::ToolAtRelease;
 use std::time::Duration;
 
 /// What happened to a call, as `audit.event` names it.
@@ -99,9 +100,20 @@ pub(in crate::store) fn retry_reset(attempt: i64) -> String {
     format!("after attempt {attempt}")
 }
 
-/// `released`'s detail.
-pub(in crate::store) fn released(attempt: i64) -> String {
-    format!("attempt {attempt} released by a stopping process")
+/// `released`'s detail: what the stopping process had done to the
+/// attempt's tool before it gave the lease back.
+pub(in crate::store) fn released(attempt: i64, tool: &ToolAtRelease) -> String {
+    match tool {
+        ToolAtRelease::Idle => format!("attempt {attempt} released by a stopping process"),
+        ToolAtRelease::Stopped { sent, how } => format!(
+            "attempt {attempt} released by a stopping process after its tool was stopped, \
+             sent={sent}: {how}"
+        ),
+        ToolAtRelease::StillStopping { sent } => format!(
+            "attempt {attempt} released by a stopping process while its tool, asked to stop, \
+             had not ended, sent={sent}"
+        ),
+    }
 }
 
 /// `stale_completion`'s detail: what the attempt that lost its lease would

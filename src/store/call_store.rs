@@ -19,7 +19,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then, ToolAtRelease,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -216,8 +216,8 @@ impl CallStore {
     }
 
     /// `Backend::release`.
-    pub fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        self.backend.release(lease)
+    pub fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        self.backend.release(lease, tool)
     }
 
     /// `Backend::recover`.

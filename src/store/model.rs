@@ -252,6 +252,21 @@ pub struct CreatedClaimed {
     pub lease: Option<Lease>,
 }
 
+/// What a stopping process had done to the tool of a lease it gives back
+/// (`CallStore::release`): the audit's `released` detail says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolAtRelease {
+    /// No tool of the lease was running: it had not started, or had
+    /// returned.
+    Idle,
+    /// Its tool was stopped first and has ended; `sent`: it had reached the
+    /// outside (the process started, the request went out); `how` it ended.
+    Stopped { sent: bool, how: String },
+    /// Its tool was asked to stop and had not ended when the wait for it
+    /// ran out (a process stuck in the kernel, a connect in progress).
+    StillStopping { sent: bool },
+}
+
 /// The right to execute one attempt of a call, held until `lease_until`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {

@@ -76,7 +76,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Status, Then, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Status, Then, ToolAtRelease, WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -446,9 +446,10 @@ impl Backend for PgStore {
             .collect())
     }
 
-    fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
+    fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        let detail = audit::released(lease.attempt, tool);
         let released = self.run(|c| {
-            if sql::release(c, lease)? {
+            if sql::release(c, lease, &detail)? {
                 return Ok(Completion::Applied);
             }
             let detail = audit::released_after_cancel(lease.attempt);

@@ -472,6 +472,7 @@ pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
 /// its cancel asked, ends `cancelled`.
 pub(super) fn release_op(
     lease: Lease,
+    released: String,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
@@ -492,8 +493,7 @@ pub(super) fn release_op(
                 },
             );
         }
-        let detail = audit::released(lease.attempt);
-        audit_lease(conn, now, &lease, Event::Released, &detail)?;
+        audit_lease(conn, now, &lease, Event::Released, &released)?;
         Ok(Completion::Applied)
     }
 }

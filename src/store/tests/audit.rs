@@ -46,6 +46,14 @@ fn cancel_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError>
     Ok(written)
 }
 
+/// How a stopping process stopped the tool of the lease it gives back.
+fn stopped() -> ToolAtRelease {
+    ToolAtRelease::Stopped {
+        sent: true,
+        how: "its process group got SIGTERM and ended".into(),
+    }
+}
+
 fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), StoreError> {
     const LONG: Duration = Duration::from_secs(30);
     let store = db.open()?;
@@ -61,7 +69,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
     let third = claim(LONG)?;
     let stale = waited(|then| store.succeed_then(&lapsed, &json!({}), None, then))?;
     assert_eq!(stale, Completion::Stale);
-    assert_eq!(store.release(&third)?, Completion::Applied);
+    assert_eq!(store.release(&third, &stopped())?, Completion::Applied);
     let fourth = claim(LONG)?;
     waited(|then| store.fail_then(&fourth, &busy, then))?;
     assert!(matches!(
@@ -91,7 +99,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
             Event::StaleCompletion,
             audit::stale_completion(2, Event::Succeeded),
         ),
-        (Event::Released, audit::released(3)),
+        (Event::Released, audit::released(3, &stopped())),
         (Event::Claimed, audit::claimed("w", 4)),
         (Event::Failed, busy.to_string()),
         (Event::RetryReset, audit::retry_reset(4)),
