@@ -378,3 +378,74 @@ impl Capture {
         std::mem::take(&mut *self.buffer.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The direct way, as a process that names no supervisor runs its
+    //! command tools (this test binary names none); the supervised way is
+    //! `tests/it/tools_command_executor.rs`, through the real binary.
+    use super::*;
+    use crate::tools::DEFAULT_TIMEOUT;
+    use serde_json::Map;
+
+    fn run(script: &str, timeout: Duration) -> Outcome {
+        let tool = CommandTool::new(
+            PathBuf::from("/bin/sh"),
+            vec!["-c".into(), script.into()],
+            Vec::new(),
+            timeout,
+        );
+        let args = Map::new();
+        tool.run(&RunContext {
+            call_id: "c",
+            effect_id: "e",
+            attempt: 1,
+            tool: "t",
+            args: &args,
+            stop: None,
+        })
+    }
+
+    fn failure(outcome: Outcome) -> ToolError {
+        match outcome {
+            Outcome::Failed { error, .. } => error,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    /// Exit 0 answers with stdout; 75 asks for a retry; a signal is a kill.
+    #[test]
+    fn a_direct_run_classifies_its_exit() {
+        assert!(matches!(
+            run("cat >/dev/null; echo '{\"ok\":1}'", DEFAULT_TIMEOUT),
+            Outcome::Succeeded { result, .. } if result == json!({"ok": 1})
+        ));
+        let tempfail = failure(run("exit 75", DEFAULT_TIMEOUT));
+        assert_eq!(
+            (tempfail.code, tempfail.retryable),
+            (ToolErrorCode::CommandTempfail, true)
+        );
+        let killed = failure(run("kill -9 $$", DEFAULT_TIMEOUT));
+        assert_eq!(
+            (killed.code, killed.signal),
+            (ToolErrorCode::CommandKilled, Some(9))
+        );
+    }
+
+    /// Past its timeout a group that ignores SIGTERM is killed, within the
+    /// grace, and the run says it timed out.
+    #[test]
+    fn a_direct_run_past_its_timeout_kills_its_group() {
+        let started = Instant::now();
+        let error = failure(run(
+            "trap '' TERM; sleep 30 & wait",
+            Duration::from_millis(300),
+        ));
+        assert_eq!(error.code, ToolErrorCode::CommandTimeout);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}

@@ -89,6 +89,7 @@ mod stats;
 mod stop_joins_every_thread;
 mod systemd_notify;
 mod tenants;
+mod tool_lifetime;
 mod tool_metrics;
 mod tools_command_executor;
 mod tools_command_service;
