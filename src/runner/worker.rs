@@ -36,12 +36,12 @@ use super::tasks::{Task, ToolRuns};
 use crate::chaos;
 use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
-use crate::store::{owner_name, CallStore, Lease, ToolAtRelease};
+use crate::store::{owner_name, CallStore, Lease, RetryDelay, ToolAtRelease};
 use crate::tools::{
     self, Outcome, RunContext, Stop, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 thread_local! {
     /// This worker thread's stop handle, made once, asked by cancels.
@@ -203,7 +203,7 @@ impl Worker {
         task: Task,
         lease: Lease,
         outcome: Outcome,
-        retry: Option<Duration>,
+        retry: Option<RetryDelay>,
         crash_after_commit: bool,
     ) {
         self.metrics.busy_workers.dec();
@@ -249,18 +249,22 @@ fn tool_outcome(outcome: &Outcome) -> ToolOutcome {
 
 /// Whether a failed attempt is retried automatically, and after how long: a
 /// retryable failure before the tool's last attempt, after its backoff (or the
-/// downstream's `Retry-After`). A call a same-key POST reset after its last
-/// attempt gets one attempt per reset.
-fn retry_delay(spec: &ToolSpec, lease: &Lease, outcome: &Outcome) -> Option<Duration> {
+/// downstream's `Retry-After`, up to the tool's cap, the audit saying when it
+/// was cut). A call a same-key POST reset after its last attempt gets one
+/// attempt per reset.
+fn retry_delay(spec: &ToolSpec, lease: &Lease, outcome: &Outcome) -> Option<RetryDelay> {
     match outcome {
         Outcome::Failed { error, retry_after }
             if error.retryable && lease.attempt < i64::from(spec.max_attempts) =>
         {
             let failed_attempt = u32::try_from(lease.attempt).unwrap_or(u32::MAX);
-            Some(
-                spec.backoff
-                    .delay(failed_attempt, *retry_after, tools::jitter()),
-            )
+            let delay = spec
+                .backoff
+                .delay(failed_attempt, *retry_after, tools::jitter());
+            Some(RetryDelay {
+                delay,
+                capped_from: retry_after.filter(|asked| *asked > delay),
+            })
         }
         _ => None,
     }

@@ -9,8 +9,7 @@
 //! call through every event on both backends and holds what they wrote to
 //! this file. This module never writes a row itself.
 
-use super::model::ToolAtRelease;
-use std::time::Duration;
+use super::model::{RetryDelay, ToolAtRelease};
 
 /// What happened to a call, as `audit.event` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,12 +86,20 @@ pub(in crate::store) fn claimed(owner: &str, attempt: i64) -> String {
 
 /// `retry_scheduled`'s detail: which attempt failed with what code, and
 /// when the next one may start.
-pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: Duration) -> String {
-    format!(
+pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: RetryDelay) -> String {
+    let scheduled = format!(
         "attempt {attempt} failed ({code}); attempt {} in {:.3} s",
         attempt + 1,
-        delay.as_secs_f64()
-    )
+        delay.delay.as_secs_f64()
+    );
+    match delay.capped_from {
+        None => scheduled,
+        Some(asked) => format!(
+            "{scheduled}: the downstream's Retry-After of {:.3} s was capped at the tool's \
+             retry_after_max_ms",
+            asked.as_secs_f64()
+        ),
+    }
 }
 
 /// `retry_reset`'s detail: the attempt whose failure was reset.

@@ -17,7 +17,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then, ToolAtRelease,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::options::DueLimits;
 use super::verify::{Report, VerifyError};
@@ -160,13 +160,14 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
 
     /// Record a retryable failure that has attempts left: the call returns to
     /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced like `fail_then`, and like it ends a call
-    /// whose cancel was asked `cancelled` instead: it never runs again.
+    /// `retry_scheduled` (saying so when a `Retry-After` was capped);
+    /// fenced like `fail_then`, and like it ends a call whose cancel was
+    /// asked `cancelled` instead: it never runs again.
     fn retry_later_then(
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     );
 

@@ -7,6 +7,7 @@ use super::error::StoreError;
 use super::ids::new_effect_id;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// Where a call is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +251,28 @@ impl Created {
 pub struct CreatedClaimed {
     pub created: Created,
     pub lease: Option<Lease>,
+}
+
+/// How long a retryable failure waits before its next attempt
+/// (`CallStore::retry_later_then`), and, when the tool's cap shortened a
+/// downstream's `Retry-After`, what the downstream had asked for: the
+/// audit's `retry_scheduled` detail says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryDelay {
+    pub delay: Duration,
+    /// The downstream's `Retry-After`, when it was longer than the tool
+    /// allows (`retry_after_max_ms`); `delay` is then that cap.
+    pub capped_from: Option<Duration>,
+}
+
+/// A delay no `Retry-After` shortened.
+impl From<Duration> for RetryDelay {
+    fn from(delay: Duration) -> RetryDelay {
+        RetryDelay {
+            delay,
+            capped_from: None,
+        }
+    }
 }
 
 /// What a stopping process had done to the tool of a lease it gives back

@@ -76,7 +76,8 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Status, Then, ToolAtRelease, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Status, Then, ToolAtRelease,
+    WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -412,7 +413,7 @@ impl Backend for PgStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default();
@@ -421,7 +422,7 @@ impl Backend for PgStore {
         let error = error.to_string();
         then(
             self.run(|c| {
-                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)?
+                if sql::retry_later(c, lease, &error, delay.delay.as_secs_f64(), &detail)?
                     || sql::already_recorded(c, lease, Event::RetryScheduled)?
                 {
                     return Ok(Completion::Applied);

@@ -67,7 +67,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then, ToolAtRelease,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -365,7 +365,7 @@ impl Backend for SqliteStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default().to_string();

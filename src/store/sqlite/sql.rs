@@ -12,7 +12,8 @@
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, Status,
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, RetryDelay,
+    Status,
 };
 use super::cancel::{cancelled_or_stale, end_cancelled};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
@@ -175,7 +176,7 @@ pub(super) fn retry_later_op(
     lease: Lease,
     error: String,
     code: String,
-    delay: Duration,
+    delay: RetryDelay,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
@@ -189,7 +190,7 @@ pub(super) fn retry_later_op(
             )?
             .execute(params![
                 error,
-                now + delay.as_secs_f64(),
+                now + delay.delay.as_secs_f64(),
                 now,
                 lease.call_id,
                 lease.attempt
