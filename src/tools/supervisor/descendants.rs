@@ -63,15 +63,18 @@ pub(super) fn kill_all(tool: Pid) -> Option<WaitStatus> {
     let mut ended = None;
     loop {
         let _ = killpg(tool, Signal::SIGKILL);
+        let reaped = reap(tool);
+        ended = reaped.tool.or(ended);
+        // Most tools leave nothing: then `/proc` is never read. (Each
+        // `/proc` entry the supervisor opens costs the service's reaping of
+        // it more than the whole rest of the supervisor's run.)
+        if reaped.none_left || Instant::now() >= deadline {
+            return ended;
+        }
         for child in children() {
             let _ = kill(child, Signal::SIGKILL);
             // A child that made a group of its own takes its group along.
             let _ = killpg(child, Signal::SIGKILL);
-        }
-        let reaped = reap(tool);
-        ended = reaped.tool.or(ended);
-        if reaped.none_left || Instant::now() >= deadline {
-            return ended;
         }
         std::thread::sleep(ROUND_GAP);
     }
