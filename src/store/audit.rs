@@ -10,7 +10,7 @@
 //! call through every event on both backends and holds what they wrote to
 //! this file. This module never writes a row itself.
 
-use std::time::Duration;
+use super::model::{RetryDelay, ToolAtRelease};
 
 /// What happened to a call, as `audit.event` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,12 +107,20 @@ pub(in crate::store) fn claimed(owner: &str, attempt: i64) -> String {
 
 /// `retry_scheduled`'s detail: which attempt failed with what code, and
 /// when the next one may start.
-pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: Duration) -> String {
-    format!(
+pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: RetryDelay) -> String {
+    let scheduled = format!(
         "attempt {attempt} failed ({code}); attempt {} in {:.3} s",
         attempt + 1,
-        delay.as_secs_f64()
-    )
+        delay.delay.as_secs_f64()
+    );
+    match delay.capped_from {
+        None => scheduled,
+        Some(asked) => format!(
+            "{scheduled}: the downstream's Retry-After of {:.3} s was capped at the tool's \
+             retry_after_max_ms",
+            asked.as_secs_f64()
+        ),
+    }
 }
 
 /// `retry_reset`'s detail: the attempt whose failure was reset.
@@ -120,9 +128,20 @@ pub(in crate::store) fn retry_reset(attempt: i64) -> String {
     format!("after attempt {attempt}")
 }
 
-/// `released`'s detail.
-pub(in crate::store) fn released(attempt: i64) -> String {
-    format!("attempt {attempt} released by a stopping process")
+/// `released`'s detail: what the stopping process had done to the
+/// attempt's tool before it gave the lease back.
+pub(in crate::store) fn released(attempt: i64, tool: &ToolAtRelease) -> String {
+    match tool {
+        ToolAtRelease::Idle => format!("attempt {attempt} released by a stopping process"),
+        ToolAtRelease::Stopped { sent, how } => format!(
+            "attempt {attempt} released by a stopping process after its tool was stopped, \
+             sent={sent}: {how}"
+        ),
+        ToolAtRelease::StillStopping { sent } => format!(
+            "attempt {attempt} released by a stopping process while its tool, asked to stop, \
+             had not ended, sent={sent}"
+        ),
+    }
 }
 
 /// `stale_completion`'s detail: what the attempt that lost its lease would

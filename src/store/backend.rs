@@ -17,7 +17,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::options::DueLimits;
 use super::verify::{Report, VerifyError};
@@ -160,13 +160,14 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
 
     /// Record a retryable failure that has attempts left: the call returns to
     /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced like `fail_then`, and like it ends a call
-    /// whose cancel was asked `cancelled` instead: it never runs again.
+    /// `retry_scheduled` (saying so when a `Retry-After` was capped);
+    /// fenced like `fail_then`, and like it ends a call whose cancel was
+    /// asked `cancelled` instead: it never runs again.
     fn retry_later_then(
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     );
 
@@ -176,11 +177,12 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
     /// (taken over after it expired, or released), and extending it must stop.
     fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError>;
 
-    /// Give back a lease whose tool is still running when this process stops:
-    /// the call returns to `pending` (audited `released`) unless the lease was
-    /// already lost, in which case nothing changes (`Stale`). A call whose
-    /// cancel was asked ends `cancelled` instead (`Cancelled`).
-    fn release(&self, lease: &Lease) -> Result<Completion, StoreError>;
+    /// Give back a lease whose call this process did not complete when it
+    /// stopped: the call returns to `pending` (audited `released`, with
+    /// what was done to its `tool`) unless the lease was already lost, in
+    /// which case nothing changes (`Stale`). A call whose cancel was asked
+    /// ends `cancelled` instead (`Cancelled`).
+    fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError>;
 
     /// Return `running` calls whose lease has expired, or whose owner's process
     /// is gone, to `pending`, and name them. A live owner's leases are left

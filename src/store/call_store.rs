@@ -19,7 +19,8 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
+    ToolAtRelease,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -204,10 +205,11 @@ impl CallStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: impl Into<RetryDelay>,
         then: Then<Completion>,
     ) {
-        self.backend.retry_later_then(lease, error, delay, then)
+        self.backend
+            .retry_later_then(lease, error, delay.into(), then)
     }
 
     /// `Backend::extend`.
@@ -216,8 +218,8 @@ impl CallStore {
     }
 
     /// `Backend::release`.
-    pub fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        self.backend.release(lease)
+    pub fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        self.backend.release(lease, tool)
     }
 
     /// `Backend::recover`.

@@ -8,6 +8,7 @@ use super::ids::new_effect_id;
 use crate::status::Status;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// One row of `calls`.
 #[derive(Debug, Clone, PartialEq)]
@@ -210,6 +211,43 @@ impl Created {
 pub struct CreatedClaimed {
     pub created: Created,
     pub lease: Option<Lease>,
+}
+
+/// How long a retryable failure waits before its next attempt
+/// (`CallStore::retry_later_then`), and, when the tool's cap shortened a
+/// downstream's `Retry-After`, what the downstream had asked for: the
+/// audit's `retry_scheduled` detail says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryDelay {
+    pub delay: Duration,
+    /// The downstream's `Retry-After`, when it was longer than the tool
+    /// allows (`retry_after_max_ms`); `delay` is then that cap.
+    pub capped_from: Option<Duration>,
+}
+
+/// A delay no `Retry-After` shortened.
+impl From<Duration> for RetryDelay {
+    fn from(delay: Duration) -> RetryDelay {
+        RetryDelay {
+            delay,
+            capped_from: None,
+        }
+    }
+}
+
+/// What a stopping process had done to the tool of a lease it gives back
+/// (`CallStore::release`): the audit's `released` detail says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolAtRelease {
+    /// No tool of the lease was running: it had not started, or had
+    /// returned.
+    Idle,
+    /// Its tool was stopped first and has ended; `sent`: it had reached the
+    /// outside (the process started, the request went out); `how` it ended.
+    Stopped { sent: bool, how: String },
+    /// Its tool was asked to stop and had not ended when the wait for it
+    /// ran out (a process stuck in the kernel, a connect in progress).
+    StillStopping { sent: bool },
 }
 
 /// The right to execute one attempt of a call, held until `lease_until`.

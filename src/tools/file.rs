@@ -41,7 +41,7 @@ const COMMON_FIELDS: [&str; 14] = [
     "max_concurrency",
     "rate",
 ];
-const HTTP_FIELDS: [&str; 3] = ["url", "headers", "ca_file"];
+const HTTP_FIELDS: [&str; 4] = ["url", "headers", "ca_file", "retry_after_max_ms"];
 const COMMAND_FIELDS: [&str; 2] = ["argv", "env"];
 const MAX_ATTEMPTS_LIMIT: u64 = 100;
 /// A day: heartbeats let a tool outlive the lease, not run forever.
@@ -227,6 +227,7 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
         spec.rate = Some(Rate::parse(rate)?);
     }
     spec.backoff = backoff(entry.get("backoff_ms"))?;
+    spec.backoff.retry_after_max = retry_after_max(entry, &spec.backoff)?;
     if let Some(rule) = entry.get("business_key") {
         let rule = BusinessKeyRule::parse(rule)?;
         spec.business_key = Some(rule);
@@ -463,6 +464,26 @@ fn backoff(value: Option<&Value>) -> Result<Backoff, FieldError> {
         ));
     }
     Ok(backoff)
+}
+
+/// `retry_after_max_ms` (http tools): the longest `Retry-After` honoured;
+/// absent, `backoff_ms.max` is the cap.
+fn retry_after_max(
+    entry: &Map<String, Value>,
+    backoff: &Backoff,
+) -> Result<Option<Duration>, FieldError> {
+    let field = "retry_after_max_ms";
+    let Some(ms) = bounded_integer(entry, field, 1, MAX_TIMEOUT_MS)? else {
+        return Ok(None);
+    };
+    let cap = Duration::from_millis(ms);
+    if cap < backoff.initial {
+        return Err(field_error(
+            field,
+            "must not be less than backoff_ms.initial",
+        ));
+    }
+    Ok(Some(cap))
 }
 
 /// `entry[field]` as an object of strings (absent: empty).

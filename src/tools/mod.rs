@@ -13,7 +13,10 @@
 //!
 //! Submodules: [`builtin`] (the four demo tools), [`file`](mod@file) (the `--tools` file),
 //! [`schema`] (JSON Schema for `input_schema`), [`http_tool`] and
-//! [`command_tool`] (the two executors that reach outside the process),
+//! [`command_tool`] (the two executors that reach outside the process;
+//! `command_process`, how a command's processes are started, signalled and
+//! waited for, and [`supervisor`], the per-attempt process that stops them
+//! even when the service dies),
 //! `error_code` ([`ToolErrorCode`], the one table of the codes a failed
 //! attempt is recorded with), `outcome` ([`Outcome`], [`Effect`] and
 //! [`ToolError`], what an attempt produced), `registry` ([`ToolRegistry`],
@@ -30,6 +33,7 @@
 mod args_error;
 mod builtin;
 mod business_key;
+mod command_process;
 mod command_tool;
 mod error_code;
 mod excerpt;
@@ -46,6 +50,7 @@ pub(crate) mod schema;
 mod secret;
 mod spec;
 mod stop;
+pub mod supervisor;
 
 pub use args_error::ArgsError;
 pub use builtin::{Tool, EFFECT_TOOLS, MAX_SLEEP_SECS, TOOL_NAMES};

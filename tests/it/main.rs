@@ -99,6 +99,7 @@ mod stop_joins_every_thread;
 mod systemd_notify;
 mod tenants;
 mod test_script;
+mod tool_lifetime;
 mod tool_metrics;
 mod tools_command_executor;
 mod tools_command_service;

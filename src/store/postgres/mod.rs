@@ -76,7 +76,8 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
+    WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -413,7 +414,7 @@ impl Backend for PgStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default();
@@ -422,7 +423,7 @@ impl Backend for PgStore {
         let error = error.to_string();
         then(
             self.run(|c| {
-                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)?
+                if sql::retry_later(c, lease, &error, delay.delay.as_secs_f64(), &detail)?
                     || sql::already_recorded(c, lease, Event::RetryScheduled)?
                 {
                     return Ok(Completion::Applied);
@@ -447,9 +448,10 @@ impl Backend for PgStore {
             .collect())
     }
 
-    fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
+    fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        let detail = audit::released(lease.attempt, tool);
         let released = self.run(|c| {
-            if sql::release(c, lease)? {
+            if sql::release(c, lease, &detail)? {
                 return Ok(Completion::Applied);
             }
             let detail = audit::released_after_cancel(lease.attempt);

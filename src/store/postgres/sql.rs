@@ -379,10 +379,11 @@ pub(super) fn retry_later(
 }
 
 /// Give back a lease (a stopping node): `pending` again, fenced (its cancel
-/// not asked).
+/// not asked), audited with `detail` (`audit::released`).
 pub(super) fn release(
     client: &mut impl GenericClient,
     lease: &Lease,
+    detail: &str,
 ) -> Result<bool, ::postgres::Error> {
     const RELEASE: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL,
@@ -392,11 +393,10 @@ pub(super) fn release(
            RETURNING call_id, updated_at
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
-           SELECT updated_at, call_id, $2::int8, 'released',
-                  'attempt ' || $2::int8 || ' released by a stopping process' FROM r
+           SELECT updated_at, call_id, $2::int8, 'released', $3 FROM r
          )
          SELECT count(*) FROM r";
-    let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt])?;
+    let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt, &detail])?;
     Ok(row.get::<_, i64>(0) == 1)
 }
 

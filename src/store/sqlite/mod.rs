@@ -59,6 +59,7 @@ pub use schema::SCHEMA_VERSION;
 use verify::verify_within;
 pub(super) use verify::{tools_outside, verify};
 
+use super::audit;
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
@@ -70,7 +71,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -208,7 +209,8 @@ impl SqliteStore {
         let leases = late.clone();
         let given_back = self.write(move |conn| {
             for lease in leases {
-                sql::release_op(lease)(conn)?;
+                let detail = audit::released(lease.attempt, &ToolAtRelease::Idle);
+                sql::release_op(lease, detail)(conn)?;
             }
             Ok(())
         });
@@ -367,7 +369,7 @@ impl Backend for SqliteStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default().to_string();
@@ -385,8 +387,9 @@ impl Backend for SqliteStore {
         })
     }
 
-    fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        self.write(sql::release_op(lease.clone()))
+    fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        let detail = audit::released(lease.attempt, tool);
+        self.write(sql::release_op(lease.clone(), detail))
     }
 
     /// One writer operation: the scan and the conditional updates share its

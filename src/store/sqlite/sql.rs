@@ -12,7 +12,7 @@
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, RetryDelay,
 };
 use super::cancel::{cancelled_or_stale, end_cancelled};
 use crate::status::Status;
@@ -177,7 +177,7 @@ pub(super) fn retry_later_op(
     lease: Lease,
     error: String,
     code: String,
-    delay: Duration,
+    delay: RetryDelay,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
@@ -191,7 +191,7 @@ pub(super) fn retry_later_op(
             )?
             .execute(params![
                 error,
-                now + delay.as_secs_f64(),
+                now + delay.delay.as_secs_f64(),
                 now,
                 lease.call_id,
                 lease.attempt
@@ -474,6 +474,7 @@ pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
 /// its cancel asked, ends `cancelled`.
 pub(super) fn release_op(
     lease: Lease,
+    released: String,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
@@ -494,8 +495,7 @@ pub(super) fn release_op(
                 },
             );
         }
-        let detail = audit::released(lease.attempt);
-        audit_lease(conn, now, &lease, Event::Released, &detail)?;
+        audit_lease(conn, now, &lease, Event::Released, &released)?;
         Ok(Completion::Applied)
     }
 }

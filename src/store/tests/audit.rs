@@ -46,6 +46,22 @@ fn cancel_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError>
     Ok(written)
 }
 
+/// A retry whose downstream asked for a day, cut to nothing by its cap.
+fn capped() -> RetryDelay {
+    RetryDelay {
+        delay: Duration::ZERO,
+        capped_from: Some(Duration::from_secs(86_400)),
+    }
+}
+
+/// How a stopping process stopped the tool of the lease it gives back.
+fn stopped() -> ToolAtRelease {
+    ToolAtRelease::Stopped {
+        sent: true,
+        how: "its process group got SIGTERM and ended".into(),
+    }
+}
+
 fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), StoreError> {
     const LONG: Duration = Duration::from_secs(30);
     let store = db.open()?;
@@ -55,13 +71,13 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
 
     let first = claim(LONG)?;
     let busy = json!({"code": "busy", "message": "m", "retryable": true});
-    waited(|then| store.retry_later_then(&first, &busy, Duration::ZERO, then))?;
+    waited(|then| store.retry_later_then(&first, &busy, capped(), then))?;
     let lapsed = claim(Duration::ZERO)?;
     assert_eq!(store.recover(&[])?, [id]);
     let third = claim(LONG)?;
     let stale = waited(|then| store.succeed_then(&lapsed, &json!({}), None, then))?;
     assert_eq!(stale, Completion::Stale);
-    assert_eq!(store.release(&third)?, Completion::Applied);
+    assert_eq!(store.release(&third, &stopped())?, Completion::Applied);
     let fourth = claim(LONG)?;
     waited(|then| store.fail_then(&fourth, &busy, then))?;
     assert!(matches!(
@@ -82,7 +98,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
         (Event::Claimed, audit::claimed("w", 1)),
         (
             Event::RetryScheduled,
-            audit::retry_scheduled(1, "busy", Duration::ZERO),
+            audit::retry_scheduled(1, "busy", capped()),
         ),
         (Event::Claimed, audit::claimed("w", 2)),
         (Event::Recover, "lease expired (owner w)".to_string()),
@@ -91,7 +107,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
             Event::StaleCompletion,
             audit::stale_completion(2, Event::Succeeded),
         ),
-        (Event::Released, audit::released(3)),
+        (Event::Released, audit::released(3, &stopped())),
         (Event::Claimed, audit::claimed("w", 4)),
         (Event::Failed, busy.to_string()),
         (Event::RetryReset, audit::retry_reset(4)),
