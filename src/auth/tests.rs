@@ -1,5 +1,6 @@
 //! The auth file's loader and the token check, held to their rules.
 
+use super::entry::parse_sha256_hex;
 use super::*;
 
 fn sha256_hex(token: &str) -> String {
@@ -81,7 +82,7 @@ fn without_an_auth_file_everyone_is_the_anonymous_admin() {
         assert_eq!(auth.authenticate(header), Ok(Tenant::anonymous()));
     }
     assert!(Tenant::anonymous().admin);
-    assert_eq!(auth.tenants().count(), 0);
+    assert_eq!(auth.tenant_names().len(), 0);
 }
 
 #[test]
@@ -112,7 +113,39 @@ fn auth_file_mistakes_are_one_line_errors_naming_the_place() {
         ),
         (
             r#"{"tenants": {"a": {"token_sha256": "{good}", "role": "x"}}}"#,
-            "tenant \"a\": unknown field \"role\"",
+            "tenant \"a\": role must be one of viewer, caller, operator, approver, admin",
+        ),
+        (
+            r#"{"tenants": {"a": {"token_sha256": "{good}", "rol": "viewer"}}}"#,
+            "tenant \"a\": unknown field \"rol\"",
+        ),
+        (
+            r#"{"tenants": {"a": {"token_sha256": "{good}", "admin": true, "role": "viewer"}}}"#,
+            "admin and role viewer disagree",
+        ),
+        (
+            r#"{"tenants": {"a": {"role": "viewer", "tokens": {"b": {"token_sha256": "{good}"}}}}}"#,
+            "admin and role are the tenant token's",
+        ),
+        (
+            r#"{"tenants": {"a": {"tokens": {}}}}"#,
+            "token_sha256 is required (or tokens naming at least one)",
+        ),
+        (
+            r#"{"tenants": {"a": {"tokens": {"b c": {"token_sha256": "{good}"}}}}}"#,
+            "token \"b c\": a token name must be",
+        ),
+        (
+            r#"{"tenants": {"a": {"tokens": {"b": {"token_sha256": "{good}", "role": "boss"}}}}}"#,
+            "tenant \"a\", token \"b\": role must be one of",
+        ),
+        (
+            r#"{"tenants": {"a": {"tokens": {"b": {"role": "viewer"}}}}}"#,
+            "tenant \"a\", token \"b\": token_sha256 is required",
+        ),
+        (
+            r#"{"tenants": {"a": {"token_sha256": "{good}", "mcp_client_may_approve": 1}}}"#,
+            "mcp_client_may_approve must be true or false",
         ),
         (
             r#"{"tenants": {"": {"token_sha256": "{good}"}}}"#,
@@ -186,5 +219,67 @@ fn the_match_is_found_wherever_the_tenant_sits() {
     assert_eq!(
         auth.authenticate(Some("Bearer tok50")),
         Err(AuthError::UnknownToken)
+    );
+}
+
+/// Named tokens carry their own role and name; the tenant's own token is a
+/// caller unless it says otherwise; no two tokens share a hash, even across
+/// tenants.
+#[test]
+fn tokens_carry_their_role_and_principal() {
+    let file = format!(
+        r#"{{"tenants": {{
+             "acme": {{"token_sha256": "{}", "mcp_client_may_approve": true,
+                       "tokens": {{"alice": {{"token_sha256": "{}", "role": "approver"}},
+                                  "bob": {{"token_sha256": "{}", "role": "viewer"}},
+                                  "carol": {{"token_sha256": "{}"}}}}}},
+             "ops": {{"role": "admin", "token_sha256": "{}"}}}}}}"#,
+        sha256_hex("acme-token"),
+        sha256_hex("alice-token"),
+        sha256_hex("bob-token"),
+        sha256_hex("carol-token"),
+        sha256_hex("ops-token"),
+    );
+    let auth = Auth::from_json(&file).unwrap();
+    let who = |token: &str| {
+        let t = auth.authenticate(Some(&format!("Bearer {token}"))).unwrap();
+        (t.name.to_string(), t.principal.to_string(), t.role, t.admin)
+    };
+    assert_eq!(
+        who("acme-token"),
+        ("acme".into(), "acme".into(), Role::Caller, false)
+    );
+    assert_eq!(
+        who("alice-token"),
+        ("acme".into(), "alice".into(), Role::Approver, false)
+    );
+    assert_eq!(
+        who("bob-token"),
+        ("acme".into(), "bob".into(), Role::Viewer, false)
+    );
+    assert_eq!(
+        who("carol-token"),
+        ("acme".into(), "carol".into(), Role::Caller, false)
+    );
+    assert_eq!(
+        who("ops-token"),
+        ("ops".into(), "ops".into(), Role::Admin, true)
+    );
+    let alice = auth.authenticate(Some("Bearer alice-token")).unwrap();
+    assert!(alice.client_may_approve && !alice.notify);
+    assert!(alice.may(Action::Decide) && !alice.may(Action::Call));
+    assert_eq!(auth.tenant_names(), ["acme", "ops"]);
+    let debug = format!("{auth:?}");
+    assert!(debug.contains("alice") && !debug.contains(&sha256_hex("alice-token")));
+
+    let twin = format!(
+        r#"{{"tenants": {{"a": {{"token_sha256": "{h}"}},
+                         "b": {{"tokens": {{"x": {{"token_sha256": "{h}"}}}}}}}}}}"#,
+        h = sha256_hex("same")
+    );
+    let message = load_error(&twin);
+    assert!(
+        message.contains("tenant \"b\", token \"x\"") && message.contains("same token_sha256"),
+        "{message}"
     );
 }

@@ -3,7 +3,8 @@
 //! output schema of the `structuredContent` every call answers with, and
 //! honest annotations — `idempotentHint` is true only where a repeat cannot
 //! add an effect (a tool with a business key, and `get_tool_call`, which
-//! reads). Pages of `PAGE_SIZE` tools, with an opaque cursor.
+//! reads) — and in `_meta` its business-key rule and approval policy.
+//! Pages of `PAGE_SIZE` tools, with an opaque cursor.
 //!
 //! It never reveals a URL, argv, header or env value (only what
 //! `GET /v1/tools` shows), and never runs anything.
@@ -22,6 +23,8 @@ pub const GET_TOOL_CALL: &str = "get_tool_call";
 pub const PAGE_SIZE: usize = 50;
 /// The `_meta` key under which a tool's business-key rule is shown.
 pub const META_BUSINESS_KEY: &str = "dev.idempotent-tool/business-key";
+/// The `_meta` key under which a tool's approval policy is shown.
+pub const META_APPROVAL: &str = "dev.idempotent-tool/approval";
 
 /// The schema of every `tools/call` answer's `structuredContent`.
 pub fn output_schema() -> Value {
@@ -118,8 +121,15 @@ fn describe(spec: &ToolSpec, revision: Revision) -> Value {
         "inputSchema": spec.input_schema,
         "annotations": annotations,
     });
+    let mut meta = Map::new();
     if let Some(rule) = &spec.business_key {
-        tool["_meta"] = json!({ META_BUSINESS_KEY: rule.public_view() });
+        meta.insert(META_BUSINESS_KEY.into(), rule.public_view());
+    }
+    if let Some(policy) = &spec.approval {
+        meta.insert(META_APPROVAL.into(), policy.public_view());
+    }
+    if !meta.is_empty() {
+        tool["_meta"] = Value::Object(meta);
     }
     if revision.has_structured_output() {
         tool["outputSchema"] = output_schema();
@@ -143,6 +153,12 @@ fn description(spec: &ToolSpec) -> String {
             rule.fields.join(", "),
             rule.window_secs
         ));
+    }
+    if spec.approval.is_some() {
+        text.push_str(
+            " A call may need a person's approval first: it then answers status \
+             awaiting_approval with its call_id, and runs once approved (denied: status denied).",
+        );
     }
     text
 }

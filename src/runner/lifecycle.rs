@@ -12,6 +12,7 @@
 //! are still extended, leases still held then are given back, and only then
 //! do the ticker and the completer end.
 
+use super::approval_expiry::ApprovalExpiry;
 use super::cancels::CancelCheck;
 use super::completion::Completer;
 use super::dispatch::{Assignment, Dispatch, Reservation};
@@ -100,7 +101,7 @@ impl Runner {
         let completer = Completer::start(
             Arc::clone(&runner.dispatch),
             Arc::clone(&store),
-            notifier,
+            Arc::clone(&notifier),
             Arc::clone(&metrics),
             Arc::clone(&doorbell),
             handoffs,
@@ -108,7 +109,13 @@ impl Runner {
         let started = completer.and_then(|completer| {
             *lock(&runner.completer) = Some(completer);
             runner.start_workers(&options, &store, tools, &metrics)?;
-            runner.start_ticker(&options, store, metrics, on_purged, (doorbell, listener))
+            let expiry = ApprovalExpiry {
+                store: Arc::clone(&store),
+                notifier: Arc::clone(&notifier),
+                metrics: Arc::clone(&metrics),
+            };
+            let ticker_parts = (on_purged, expiry, (doorbell, listener));
+            runner.start_ticker(&options, store, metrics, ticker_parts)
         });
         if let Err(e) = started {
             runner.stop(Duration::ZERO);
@@ -146,8 +153,11 @@ impl Runner {
         options: &RunnerOptions,
         store: Arc<CallStore>,
         metrics: Arc<Metrics>,
-        on_purged: OnPurged,
-        (doorbell, listener): (Arc<Doorbell>, mpsc::Receiver<()>),
+        (on_purged, expiry, (doorbell, listener)): (
+            OnPurged,
+            ApprovalExpiry,
+            (Arc<Doorbell>, mpsc::Receiver<()>),
+        ),
     ) -> std::io::Result<()> {
         let dispatch = &self.dispatch;
         let chores = maintenance::chores(
@@ -167,6 +177,7 @@ impl Runner {
                 on_purged,
             },
             self.cancels.clone(),
+            expiry,
         );
         let ticker = Ticker::start(Arc::clone(dispatch), chores, doorbell, listener)?;
         *lock(&self.ticker) = Some(ticker);

@@ -67,6 +67,7 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
+mod approval;
 mod audit;
 mod backend;
 mod business_key;
@@ -91,6 +92,10 @@ mod tests;
 pub mod verify;
 mod wake;
 
+pub use approval::{
+    Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling, Source, Verdict,
+    Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
+};
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};

@@ -255,6 +255,7 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
         max_concurrency: None,
         rate: None,
         business_key: None,
+        approval: None,
         agent: AgentFacing::default_for(name, false),
         executor: Executor::Builtin,
     })
