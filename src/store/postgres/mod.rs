@@ -14,6 +14,7 @@
 //! `bulk` (the bench's loader), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
 //! business key, schema step 2), `cancel` (cancelling, schema step 3),
+//! `approval` (approval gates and the webhook outbox, schema step 6),
 //! `limits` (a tool's `max_concurrency` and `rate` shared by every node,
 //! schema step 4), `home_schema` (`--db-schema` made, an earlier release's
 //! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the

@@ -8,7 +8,8 @@
 //! `--db-timeout-ms` (`deadline`); `/healthz`'s read on a fresh connection
 //! runs on a thread of its own (`health_probe`). The statements: `sql`
 //! (the state machine), `instances` (the process registry and recovery,
-//! the nodes), `business_key`, `cancel`, `retention`, `limits` (a tool's
+//! the nodes), `business_key`, `cancel`, `approval` (approval gates and
+//! the webhook outbox), `retention`, `limits` (a tool's
 //! `rate`, shared by every process on the file), `report_reads` (the
 //! operations endpoints), `counts` (the count tables, their triggers and
 //! reads), `list` (the list's statements), `schema` (DDL, pragmas,

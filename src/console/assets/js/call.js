@@ -1,6 +1,7 @@
 // One call (`GET /v1/tool-calls/{id}` and its audit): status, tool, key,
-// business key, args, result or error, effect id, attempts, the audit
-// timeline, and — while it is pending or running — a cancel button that
+// business key, args, result or error, effect id, attempts, its approval
+// request and decision, the audit timeline, and — while it is awaiting
+// approval, pending or running, for a role that may cancel — a cancel button that
 // asks for confirmation (and an optional reason) before it sends
 // `POST /v1/tool-calls/{id}/cancel`. Refreshes every 2 s until the call
 // is settled.
@@ -30,8 +31,12 @@ export function render(main, {params, who}) {
         get(`/v1/tool-calls/${segment(callId)}/audit`),
       ]);
       if (!tools) tools = await get('/v1/tools').then((t) => t.tools).catch(() => []);
+      const events = audit.events || [];
+      const gated = events.some((e) => e.event === 'approval_requested');
+      const approval = gated
+        ? await get(`/v1/tool-calls/${segment(callId)}/approval`).catch(() => null) : null;
       if (stopped) return;
-      draw(call, audit.events || []);
+      draw(call, events, approval);
       if (!TERMINAL.has(call.status)) timer = setTimeout(refresh, REFRESH_MS);
     } catch (e) {
       if (stopped) return;
@@ -41,12 +46,16 @@ export function render(main, {params, who}) {
     }
   }
 
-  function draw(call, events) {
+  function draw(call, events, approval) {
     const settled = TERMINAL.has(call.status);
+    const awaiting = call.status === 'awaiting_approval';
     replace(head,
       h('h1', null, 'Call ', h('code', {id: 'call-id'}, call.call_id)),
       h('span', {id: 'call-status'}, statusBadge(call.status)),
-      settled ? null : h('button', {type: 'button', class: 'danger', id: 'cancel-button',
+      awaiting && ['approver', 'admin'].includes(who.role)
+        ? h('a', {href: '/ui/approvals', 'data-nav': true, id: 'decide-link'}, 'Approve or deny in the queue')
+        : null,
+      settled || who.role === 'viewer' ? null : h('button', {type: 'button', class: 'danger', id: 'cancel-button',
         on: {click: () => confirmCancel(call)}}, 'Cancel call…'));
     replace(body,
       panel('Call', {id: 'call-facts'}, facts([
@@ -63,6 +72,7 @@ export function render(main, {params, who}) {
         ['Updated', when(call.updated_at), 'updated'],
         ['Next attempt', call.next_attempt_at ? dateTime(call.next_attempt_at) : null, 'next-attempt'],
         ['Cancel asked', call.cancel_requested_at ? dateTime(call.cancel_requested_at) : null, 'cancel-requested'],
+        approval ? ['Approval', decision(approval), 'approval'] : null,
         ['Kept until', call.expires_at ? dateTime(call.expires_at) : (settled ? 'forever' : 'while in flight'), 'expires'],
       ])),
       h('div', {class: 'grid-2'},
@@ -73,6 +83,14 @@ export function render(main, {params, who}) {
             ? h('p', {class: 'muted', id: 'call-result'}, settled ? 'No result.' : 'Not yet: the call has not settled.')
             : h('pre', {class: 'json', id: 'call-result'}, pretty(call.result)))),
       panel('Audit timeline', {id: 'audit'}, timeline(events)));
+  }
+
+  /** A request and its decision, in words. */
+  function decision(approval) {
+    const d = approval.decision;
+    if (!d) return `waiting, open until ${dateTime(approval.expires_at)}`;
+    const by = d.by ? ` by ${d.by}` : '';
+    return `${d.decision}${by} (${d.source}) at ${dateTime(d.at)}${d.reason ? `: ${d.reason}` : ''}`;
   }
 
   /** The call's business key, from its tool's rule (JSON Pointers into args). */
@@ -100,7 +118,7 @@ export function render(main, {params, who}) {
       h('h2', null, 'Cancel this call?'),
       h('p', null, call.status === 'running'
         ? 'It is running: the service asks its tool to stop. If the tool\u2019s answer is recorded first, the call stays settled. An http tool\u2019s request may already have reached its downstream.'
-        : 'It has not started: it will never run. Its key will then replay the cancelled call; a new attempt needs a new key.'),
+        : `It has not started${call.status === 'awaiting_approval' ? ' (it waits for approval)' : ''}: it will never run. Its key will then replay the cancelled call; a new attempt needs a new key.`),
       h('label', {class: 'field'}, h('span', null, 'Reason'), reason),
       h('div', {class: 'row end'},
         h('button', {type: 'button', id: 'cancel-dismiss', on: {click: () => {
