@@ -456,3 +456,78 @@ fn a_tenants_webhook_gets_a_signed_notification_retried_after_a_failure() {
         db.count("SELECT count(*) FROM notifications") == 0
     });
 }
+
+/// One MCP request (2025-06-18) with `token`; the JSON-RPC `result`.
+fn mcp(server: &Server, token: &str, method: &str, params: Value) -> Value {
+    let bearer = format!("Bearer {token}");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let response = server.call("POST", "/mcp", &headers, Some(&body.to_string()));
+    let answer = response.json();
+    assert_eq!(response.status, 200, "{method}: {answer}");
+    answer["result"].clone()
+}
+
+/// Over MCP, without tasks: `tools/list` shows a tool's policy; a gated
+/// `tools/call` answers at once (not after `--mcp-wait-secs`), not an
+/// error, `awaiting_approval` with its handle; the same key asks nothing
+/// twice; once denied, the handle reads `denied` as an error.
+#[test]
+fn mcp_shows_the_policy_and_answers_a_gated_call_at_once_with_its_handle() {
+    let db = TempDb::new("approvals-mcp");
+    let (auth, tools) = (auth_file(None), tools_file(86_400));
+    let server = start(&db, &auth, &tools);
+    let listed = mcp(&server, CALLER, "tools/list", json!({}));
+    let charge_tool = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "charge")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        charge_tool["_meta"]["dev.idempotent-tool/approval"]["when"],
+        json!([{"pointer": "/amount", "above": 100.0}])
+    );
+    let params = json!({"name": "charge", "arguments": {"amount": 999},
+                        "_meta": {"dev.idempotent-tool/idempotency-key": "mcp-big"}});
+    let started = std::time::Instant::now();
+    let answer = mcp(&server, CALLER, "tools/call", params.clone());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "answered at once"
+    );
+    assert_eq!(answer["isError"], false, "{answer}");
+    let state = &answer["structuredContent"];
+    assert_eq!(state["status"], "awaiting_approval", "{answer}");
+    let call_id = state["call_id"].as_str().unwrap().to_string();
+    let again = mcp(&server, CALLER, "tools/call", params);
+    assert_eq!(again["structuredContent"]["call_id"], call_id.as_str());
+    assert_eq!(again["structuredContent"]["replayed"], true);
+    assert_eq!(db.count("SELECT count(*) FROM approvals"), 1);
+    decide(
+        &server,
+        APPROVER,
+        &call_id,
+        "deny",
+        json!({"reason": "not via chat"}),
+    );
+    let read = mcp(
+        &server,
+        CALLER,
+        "tools/call",
+        json!({"name": "get_tool_call", "arguments": {"call_id": call_id}}),
+    );
+    assert_eq!(read["isError"], true, "{read}");
+    assert_eq!(read["structuredContent"]["status"], "denied");
+    assert_eq!(
+        read["structuredContent"]["error"]["code"],
+        "approval_denied"
+    );
+    assert_eq!(db.effects(), 0);
+}
