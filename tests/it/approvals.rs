@@ -531,3 +531,52 @@ fn mcp_shows_the_policy_and_answers_a_gated_call_at_once_with_its_handle() {
     );
     assert_eq!(db.effects(), 0);
 }
+
+/// The outbox is durable: a notification its endpoint refused is still due
+/// after a `kill -9`, and the restarted service delivers it — the same
+/// message id — to the endpoint the tenant names now.
+#[test]
+fn a_notification_left_in_the_outbox_is_delivered_after_a_kill() {
+    let db = TempDb::new("approvals-outbox");
+    let secret_dir = idempotent_tool::temp::TempDir::new("webhook-secret").unwrap();
+    let secret_file = secret_dir.join("whsec");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    let secret = secret_file.to_str().unwrap();
+    let refusing = Downstream::start(&["--webhook-secret-file", secret, "--status", "503"]);
+    let tools = tools_file(86_400);
+    let auth = auth_file(Some(&refusing.url("/hooks")));
+    let mut server = start(&db, &auth, &tools);
+    let (_, waiting) = post(&server, CALLER, "kept", &charge(555));
+    server.proc.wait_for_stderr("\"event\":\"webhook_failed\"");
+    // Killed once an attempt is settled (due again in seconds), not inside
+    // one (then held from other deliverers for a minute: at least once).
+    eventually("a failed attempt settled", || {
+        let soon = idempotent_tool::store::now() + 30.0;
+        db.count(&format!(
+            "SELECT count(*) FROM notifications WHERE attempts >= 1 AND next_attempt_at < {soon}"
+        )) == 1
+    });
+    server.kill();
+    assert_eq!(db.count("SELECT count(*) FROM notifications"), 1);
+    let msg_id: String = server
+        .sql()
+        .query_row("SELECT msg_id FROM notifications", [], |r| r.get(0))
+        .unwrap();
+
+    let receiving = Downstream::start(&["--webhook-secret-file", secret]);
+    let auth = auth_file(Some(&receiving.url("/hooks")));
+    let _server = start(&db, &auth, &tools);
+    let mut received = Value::Null;
+    eventually("the kept notification delivered", || {
+        received = receiving.get("/webhooks");
+        received["webhooks"][0]["verified"] == true
+    });
+    assert_eq!(received["webhooks"][0]["msg_id"], msg_id.as_str());
+    assert_eq!(
+        received["webhooks"][0]["body"]["data"]["call_id"],
+        id(&waiting).as_str()
+    );
+    eventually("the outbox emptied", || {
+        db.count("SELECT count(*) FROM notifications") == 0
+    });
+}
