@@ -127,6 +127,14 @@ const MIGRATIONS: &[Migration] = &[
             conn.execute_batch(super::counts::STATUS_INDEX)
         },
     },
+    Migration {
+        version: 12,
+        name: "approvals and notifications: approval gates and their webhook outbox",
+        // `awaiting_approval` and `denied` need no DDL (`status` is free
+        // text here, checked by `verify`). Written only for gated calls;
+        // see `approval`.
+        apply: |conn| conn.execute_batch(super::approval::APPROVAL_TABLES),
+    },
 ];
 
 /// The schema version this release writes.
