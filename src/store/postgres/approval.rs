@@ -21,9 +21,9 @@ use super::super::model::{Call, NewCall};
 use super::error::violates;
 use super::session::GenericClient;
 use super::sql::{call_from_row, select_call, select_tenant_call};
-use ::postgres::types::ToSql;
-use ::postgres::Row;
 use std::time::Duration;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 
 /// Schema step 6: the statuses `awaiting_approval` and `denied` (the
 /// check and the terminal index made again with them: `retention`'s purge
@@ -199,7 +199,7 @@ pub(super) fn create_gated(
     client: &mut impl GenericClient,
     new: &NewCall,
     gate: Gate,
-) -> Result<(Call, bool), ::postgres::Error> {
+) -> Result<(Call, bool), tokio_postgres::Error> {
     let timeout = gate.timeout.as_secs_f64();
     let detail = audit::approval_requested(gate.approvers.as_str(), gate.timeout);
     let mut attempts_left = 8;
@@ -237,7 +237,7 @@ fn decide_read(
     client: &mut impl GenericClient,
     call: Call,
     decision: &Decision,
-) -> Result<Decided, ::postgres::Error> {
+) -> Result<Decided, tokio_postgres::Error> {
     let (status, error_json) = match decision.verdict {
         Verdict::Approve => ("pending", None),
         Verdict::Deny => (
@@ -282,7 +282,7 @@ pub(super) fn decide(
     tenant: Option<&str>,
     call_id: &str,
     decision: &Decision,
-) -> Result<Decided, ::postgres::Error> {
+) -> Result<Decided, tokio_postgres::Error> {
     let call = match tenant {
         Some(tenant) => select_tenant_call(client, tenant, call_id)?,
         None => select_call(client, call_id)?,
@@ -298,7 +298,7 @@ pub(super) fn decide(
 pub(super) fn expire(
     client: &mut impl GenericClient,
     limit: usize,
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     let decision = Decision::expiry();
     let mut ended = Vec::new();
     for row in client.query(EXPIRED, &[&(limit as i64)])? {
@@ -320,7 +320,7 @@ pub(super) fn cancel_awaiting(
     reason: Option<&str>,
     no_reason: &str,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     let row = client.query_one(CANCEL_AWAITING, &[&call_id, &reason, &no_reason, &detail])?;
     Ok(row.get::<_, i64>(0) == 1)
 }
@@ -330,7 +330,7 @@ pub(super) fn approval(
     client: &mut impl GenericClient,
     tenant: Option<&str>,
     call_id: &str,
-) -> Result<Option<Approval>, ::postgres::Error> {
+) -> Result<Option<Approval>, tokio_postgres::Error> {
     Ok(client
         .query_opt(APPROVAL, &[&call_id, &tenant])?
         .map(|r| approval_from_row(&r, 0)))
@@ -342,7 +342,7 @@ pub(super) fn waiting(
     tenant: Option<&str>,
     after: Option<&str>,
     limit: usize,
-) -> Result<Vec<Waiting>, ::postgres::Error> {
+) -> Result<Vec<Waiting>, tokio_postgres::Error> {
     let after = after.unwrap_or("");
     client
         .query(WAITING, &[&tenant, &after, &(limit as i64)])?
@@ -376,7 +376,7 @@ pub(super) fn take(
     client: &mut impl GenericClient,
     limit: usize,
     hold: Duration,
-) -> Result<Vec<Notification>, ::postgres::Error> {
+) -> Result<Vec<Notification>, tokio_postgres::Error> {
     let rows = client.query(TAKE, &[&(limit as i64), &hold.as_secs_f64()])?;
     let mut taken = Vec::with_capacity(rows.len());
     for row in rows {
@@ -407,7 +407,7 @@ pub(super) fn settle(
     msg_id: &str,
     attempts: i64,
     delivery: Delivery,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     match delivery {
         Delivery::Delivered | Delivery::GaveUp => {
             client.execute(SETTLE_GONE, &[&msg_id, &Some(attempts)])?

@@ -15,7 +15,7 @@ use super::super::list::{ListQuery, Ordered, Plan, PREFIX_CANDIDATES};
 use super::super::model::Call;
 use super::session::GenericClient;
 use super::sql::call_from_row;
-use ::postgres::types::ToSql;
+use tokio_postgres::types::ToSql;
 
 /// Newest first in each (tenant, tool, status) group, between two ids, at
 /// most `$6` from each and `$6` in all.
@@ -106,7 +106,7 @@ pub(super) fn rows(
     client: &mut impl GenericClient,
     query: &ListQuery,
     plan: &Plan,
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     match plan {
         Plan::Empty => Ok(Vec::new()),
         Plan::ByEffect { call_id, effect_id } => summaries(
@@ -155,7 +155,7 @@ fn ordered_ids(
     client: &mut impl GenericClient,
     ordered: &Ordered,
     filtered: bool,
-) -> Result<Vec<String>, ::postgres::Error> {
+) -> Result<Vec<String>, tokio_postgres::Error> {
     let take = ordered.take as i64;
     let (lower, upper) = (&ordered.bounds.lower, &ordered.bounds.upper);
     let prefix = match filtered {
@@ -192,7 +192,7 @@ fn summaries(
     client: &mut impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     client
         .query(sql, params)?
         .iter()

@@ -108,7 +108,7 @@ fn cancelled_or_stale(
     lease: &Lease,
     detail: &str,
     would_have: Event,
-) -> Result<Completion, ::postgres::Error> {
+) -> Result<Completion, tokio_postgres::Error> {
     if would_have != Event::Succeeded
         && cancel::end_cancelled(client, &lease.call_id, lease.attempt, detail)?
     {
@@ -246,7 +246,7 @@ impl PgStore {
     /// it returns.
     fn run<T>(
         &self,
-        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {
         if self.stopped.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable("the store is stopping"));
@@ -258,7 +258,7 @@ impl PgStore {
     /// that describe one moment.
     fn snapshot<T>(
         &self,
-        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {
         self.run(|c| {
             let mut tx = c.snapshot()?;
@@ -672,8 +672,8 @@ impl Backend for PgStore {
         deadline: Instant,
     ) -> Result<Report, VerifyError> {
         let target = &self.target;
-        let mut client = connect::connect_blocking(target, self.options.ca_file.as_deref())
+        let mut session = connect::connect_once(target, self.options.ca_file.as_deref())
             .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
-        verify_on(&mut client, target, effect_tools, Some(deadline))
+        verify_on(&mut session, target, effect_tools, Some(deadline))
     }
 }

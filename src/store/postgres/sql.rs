@@ -24,9 +24,9 @@ use super::super::options::DueLimits;
 use super::error::violates;
 use super::session::GenericClient;
 use crate::status::Status;
-use ::postgres::types::{FromSql, ToSql, Type};
-use ::postgres::Row;
 use serde_json::Value;
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::Row;
 
 /// Create-or-get in one statement, `$1`..`$9` the new call; `$10` and
 /// `$11`, when not NULL, a lease of `$10` seconds from the database's clock
@@ -71,7 +71,7 @@ const CREATE_OR_GET: &str = "WITH ins AS (
 pub(super) fn create_or_get(
     client: &mut impl GenericClient,
     new: &NewCall,
-) -> Result<Created, ::postgres::Error> {
+) -> Result<Created, tokio_postgres::Error> {
     Ok(create_or_get_with(client, new, None)?.created)
 }
 
@@ -82,7 +82,7 @@ pub(super) fn create_claimed(
     new: &NewCall,
     owner: &str,
     lease_secs: f64,
-) -> Result<CreatedClaimed, ::postgres::Error> {
+) -> Result<CreatedClaimed, tokio_postgres::Error> {
     create_or_get_with(client, new, Some((owner, lease_secs)))
 }
 
@@ -90,7 +90,7 @@ fn create_or_get_with(
     client: &mut impl GenericClient,
     new: &NewCall,
     first_claim: Option<(&str, f64)>,
-) -> Result<CreatedClaimed, ::postgres::Error> {
+) -> Result<CreatedClaimed, tokio_postgres::Error> {
     // A gated call waits for a decision: never created claimed.
     if let Some(gate) = new.gate {
         let (call, existed) = super::approval::create_gated(client, new, gate)?;
@@ -132,7 +132,7 @@ fn resolve(
     new: &NewCall,
     call: Call,
     existed: bool,
-) -> Result<CreatedClaimed, ::postgres::Error> {
+) -> Result<CreatedClaimed, tokio_postgres::Error> {
     if !existed {
         return Ok(CreatedClaimed {
             lease: call.lease(),
@@ -160,7 +160,7 @@ fn resolve(
 fn reset_failed(
     client: &mut impl GenericClient,
     call_id: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const RESET: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', result_json = NULL, error_json = NULL,
                   lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
@@ -271,7 +271,7 @@ pub(super) fn claim_named(
     call_ids: &[String],
     owner: &str,
     lease_secs: f64,
-) -> Result<Vec<Lease>, ::postgres::Error> {
+) -> Result<Vec<Lease>, tokio_postgres::Error> {
     let rows = client.query(CLAIM_NAMED, &[&call_ids, &lease_secs, &owner])?;
     Ok(rows.iter().map(lease_from_row).collect())
 }
@@ -281,7 +281,7 @@ pub(super) fn claim_due_within(
     limits: &DueLimits,
     owner: &str,
     lease_secs: f64,
-) -> Result<Vec<Lease>, ::postgres::Error> {
+) -> Result<Vec<Lease>, tokio_postgres::Error> {
     let total = limits.total as i64;
     let tools: Vec<&str> = limits.per_tool.iter().map(|(t, _)| t.as_str()).collect();
     let free: Vec<i64> = limits.per_tool.iter().map(|(_, n)| *n as i64).collect();
@@ -323,7 +323,7 @@ pub(super) fn finish_fenced(
     client: &mut impl GenericClient,
     lease: &Lease,
     finish: &Finish<'_>,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const FINISH: &str = "WITH done AS (
            UPDATE calls SET status = $3, result_json = $4, error_json = $5,
                   lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
@@ -368,7 +368,7 @@ pub(super) fn retry_later(
     error_json: &str,
     delay_secs: f64,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const RETRY: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', error_json = $3,
                   next_attempt_at = extract(epoch FROM now())::float8 + $4,
@@ -400,7 +400,7 @@ pub(super) fn release(
     client: &mut impl GenericClient,
     lease: &Lease,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const RELEASE: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL,
                   updated_at = extract(epoch FROM now())::float8
@@ -425,7 +425,7 @@ pub(super) fn already_recorded(
     client: &mut impl GenericClient,
     lease: &Lease,
     event: Event,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const RECORDED: &str = "SELECT EXISTS (SELECT 1 FROM audit
                               WHERE call_id = $1 AND attempt = $2 AND event = $3)";
     let row = client.query_one(RECORDED, &[&lease.call_id, &lease.attempt, &event.as_str()])?;
@@ -437,7 +437,7 @@ pub(super) fn audit_stale(
     client: &mut impl GenericClient,
     lease: &Lease,
     would_have: Event,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     let detail = audit::stale_completion(lease.attempt, would_have);
     let event = Event::StaleCompletion;
     audit_row(client, &lease.call_id, lease.attempt, event, &detail)
@@ -449,7 +449,7 @@ fn audit_row(
     attempt: i64,
     event: Event,
     detail: &str,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     client.execute(
         "INSERT INTO audit (ts, call_id, attempt, event, detail)
          VALUES (extract(epoch FROM now())::float8, $1, $2, $3, $4)",
@@ -464,7 +464,7 @@ pub(super) fn extend(
     client: &mut impl GenericClient,
     leases: &[Lease],
     lease_secs: f64,
-) -> Result<Vec<(String, i64)>, ::postgres::Error> {
+) -> Result<Vec<(String, i64)>, tokio_postgres::Error> {
     const EXTEND: &str = "WITH held AS MATERIALIZED (
            SELECT calls.call_id
              FROM calls JOIN unnest($1::text[], $2::int8[]) AS l(call_id, attempt)
@@ -484,7 +484,7 @@ pub(super) fn extend(
 pub(super) fn due_calls(
     client: &mut impl GenericClient,
     limit: usize,
-) -> Result<Vec<DueCall>, ::postgres::Error> {
+) -> Result<Vec<DueCall>, tokio_postgres::Error> {
     const DUE: &str = "SELECT call_id, tool FROM calls
           WHERE status = 'pending'
             AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
@@ -502,7 +502,7 @@ pub(super) fn due_calls(
 pub(super) fn select_call(
     client: &mut impl GenericClient,
     call_id: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const BY_ID: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
@@ -516,7 +516,7 @@ pub(super) fn select_tenant_call(
     client: &mut impl GenericClient,
     tenant: &str,
     call_id: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const BY_TENANT_ID: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
@@ -529,7 +529,7 @@ pub(super) fn select_call_by_key(
     client: &mut impl GenericClient,
     tenant: &str,
     idem_key: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const BY_KEY: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
@@ -544,7 +544,7 @@ fn one_call(
     client: &mut impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     client
         .query_opt(sql, params)?
         .map(|r| call_from_row(&r))
@@ -554,7 +554,7 @@ fn one_call(
 /// One `calls` row, its columns in the order every statement here returns
 /// them: `call_id` first, `cancel_requested_at` last. A status this release
 /// does not know is an error (`StatusColumn`), never a guess.
-pub(super) fn call_from_row(row: &Row) -> Result<Call, ::postgres::Error> {
+pub(super) fn call_from_row(row: &Row) -> Result<Call, tokio_postgres::Error> {
     let json_col = |i: usize| -> Option<Value> {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())
