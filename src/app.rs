@@ -205,7 +205,7 @@ impl Service {
                 max_pending: config.max_pending,
             },
         ));
-        let mcp = Mcp::new(
+        let mcp = Arc::new(Mcp::new(
             Arc::clone(&calls),
             McpOptions {
                 wait: config.mcp_wait,
@@ -214,7 +214,7 @@ impl Service {
                 key_ttl: config.store.retention.key_ttl,
             },
             config.trusted_names.clone(),
-        );
+        ));
         let mcp: Endpoint =
             Box::new(move |req, tenant, exchange| mcp.handle(req, tenant, exchange));
         let api = Arc::new(Api::new(

@@ -1,9 +1,11 @@
 //! `POST /mcp`: the Model Context Protocol over Streamable HTTP, on the same
 //! hand-written server, authenticated like every other route (the request
-//! runs in its token's tenant). Every request is answered with one
-//! `application/json` body (no SSE stream); a notification, or a response
-//! the client posts, with `202` and no body. `GET /mcp` is `405`: there is no
-//! server-to-client stream, because nothing here is ever pushed.
+//! runs in its token's tenant). A request is answered with one
+//! `application/json` body, or — a `tools/call` with a `progressToken`
+//! while its call runs, and `subscriptions/listen` — with a
+//! `text/event-stream` written as things happen (`events`); a notification,
+//! or a response the client posts, with `202` and no body. `GET /mcp` is
+//! `405`: there is no stream outside a request.
 //!
 //! Map (this file holds no type): `endpoint` (`Mcp`: the `Host` and `Origin` checks,
 //! batches, and each message answered), `jsonrpc` (the message shape and the
@@ -12,8 +14,10 @@
 //! headers), `tools_list`, `tools_call` (the exactly-once path, through
 //! `Calls::submit`, the same as `POST /v1/tool-calls`), `keyless` (the key
 //! of a call that sends none), `tasks` (the Tasks extension: the task is the
-//! call), `call_result` (a call as a `CallToolResult`) and `progress`
-//! (`notifications/progress` while a call is waited for).
+//! call), `listen` (`subscriptions/listen`: task status notifications),
+//! `call_result` (a call as a `CallToolResult`), `progress`
+//! (`notifications/progress` while a call is waited for) and `events` (an
+//! answer as an event stream).
 //!
 //! HTTP statuses: `200` for every JSON-RPC answer of a handshake revision
 //! (errors included, as JSON-RPC over HTTP is usually spoken); `400` for a
@@ -28,9 +32,11 @@
 
 mod call_result;
 mod endpoint;
+mod events;
 pub mod handshake;
 pub mod jsonrpc;
 mod keyless;
+mod listen;
 mod progress;
 pub mod tasks;
 pub mod tools_call;

@@ -1,6 +1,7 @@
 //! Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663): a
 //! `tools/call` that answers a task instead of its result, and the methods
-//! that read and cancel one (`tasks/get`, `tasks/update`, `tasks/cancel`).
+//! that read and cancel one (`tasks/get`, `tasks/update`, `tasks/cancel`);
+//! `listen` pushes the same `DetailedTask` as status notifications.
 //!
 //! The task **is the call**: its `taskId` is the call's id, so any process on
 //! the database answers for it, after a restart, a `kill -9` or a new MCP
@@ -117,7 +118,8 @@ pub fn missing_capability(required: Value) -> RpcError {
     )
 }
 
-fn missing_extension() -> RpcError {
+/// `-32021` naming the tasks extension.
+pub fn missing_extension() -> RpcError {
     missing_capability(json!({"extensions": {TASKS_EXTENSION: {}}}))
 }
 
@@ -183,18 +185,17 @@ fn status_message(call: &Call) -> Option<String> {
         }
         Status::Pending => Some("waiting for a worker".into()),
         Status::Running if call.cancel_requested_at.is_some() => Some("being cancelled".into()),
-        Status::Running => Some(
-            match crate::tools::progress::board().latest(&call.call_id) {
-                Some(report) => progress_message(&report),
-                None => format!("running, attempt {}", call.attempt),
-            },
-        ),
+        Status::Running => Some(match crate::calls::last_progress(call) {
+            Some(report) => progress_message(&report),
+            None => format!("running, attempt {}", call.attempt),
+        }),
         _ => None,
     }
 }
 
-/// The last progress a tool reported (in this process), as a sentence.
-fn progress_message(report: &crate::tools::progress::Progress) -> String {
+/// The last progress its tool reported (on whichever node runs it), as a
+/// sentence.
+fn progress_message(report: &crate::store::CallProgress) -> String {
     let done = match report.total {
         Some(total) => format!("{} of {total}", report.progress),
         None => report.progress.to_string(),
@@ -268,16 +269,23 @@ pub fn get(
     exchange: &mut Exchange,
 ) -> Result<Value, RpcError> {
     let call = the_call(mcp, tenant, revision, params, exchange)?;
-    let mut task = envelope(mcp, &call);
-    match task_status(&call) {
+    Ok(detailed(mcp, &call, revision))
+}
+
+/// The task as `tasks/get` and `notifications/tasks` show it (the
+/// extension's `DetailedTask`): its envelope, with the call's result inlined
+/// once `completed` or its error once `failed`.
+pub fn detailed(mcp: &Mcp, call: &Call, revision: Revision) -> Value {
+    let mut task = envelope(mcp, call);
+    match task_status(call) {
         TaskStatus::Completed => {
             let spec = mcp.calls.tools().get(&call.tool).map(|s| &**s);
-            task["result"] = tool_result(&call, spec, Default::default(), revision);
+            task["result"] = tool_result(call, spec, Default::default(), revision);
         }
-        TaskStatus::Failed => task["error"] = failure(&call),
+        TaskStatus::Failed => task["error"] = failure(call),
         _ => {}
     }
-    Ok(task)
+    task
 }
 
 /// A protocol-level failure as a JSON-RPC error object: the call's error
@@ -361,6 +369,7 @@ mod tests {
             expires_at: None,
             next_attempt_at: None,
             cancel_requested_at: None,
+            progress: None,
         }
     }
 

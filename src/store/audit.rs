@@ -43,12 +43,16 @@ pub(in crate::store) enum Event {
     /// running one once its attempt stopped or ended without an effect
     /// (how, and whether its request had gone out).
     Cancelled,
+    /// A keyless MCP `tools/call` with the same tool and arguments was
+    /// answered with this call, by its content key: nothing ran again
+    /// (`replayed_by_content`).
+    ReplayedByContent,
 }
 
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 11] = [
+    pub(in crate::store) const ALL: [Event; 12] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -60,6 +64,7 @@ impl Event {
         Event::StaleCompletion,
         Event::CancelRequested,
         Event::Cancelled,
+        Event::ReplayedByContent,
     ];
 
     /// The name in `audit.event`, and in the API's timeline.
@@ -76,6 +81,7 @@ impl Event {
             Event::StaleCompletion => "stale_completion",
             Event::CancelRequested => "cancel_requested",
             Event::Cancelled => "cancelled",
+            Event::ReplayedByContent => "replayed_by_content",
         }
     }
 }
@@ -221,5 +227,14 @@ pub(in crate::store) fn recovered_after_cancel(attempt: i64, why: &str) -> Strin
     format!(
         "taken back ({why}) after the cancel was asked: attempt {attempt} may have run, \
          sent=unknown; no effect recorded"
+    )
+}
+
+/// `replayed_by_content`'s detail: which request found the call, and that
+/// nothing ran for it.
+pub(in crate::store) fn replayed_by_content(window_secs: u64) -> String {
+    format!(
+        "a keyless MCP tools/call with the same tool and arguments within {window_secs} s \
+         was answered with this call; nothing ran again"
     )
 }

@@ -61,7 +61,17 @@ const MIGRATIONS: &[Migration] = &[
             super::counts::BACKFILL_EFFECT_COUNTS,
         ],
     },
+    Migration {
+        version: 6,
+        name: "calls.progress_json: a running call's last progress, for every node \
+               (SQLite's version 12)",
+        sql: &[V6],
+    },
 ];
+
+/// Step 6: a running call's last progress report (JSON), written with its
+/// lease's extension by the node that runs it, so any node can show it.
+const V6: &str = "ALTER TABLE calls ADD COLUMN progress_json text;";
 
 /// Step 5: the list's index, keys in byte order, and the count tables
 /// (`counts`).

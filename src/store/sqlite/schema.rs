@@ -127,6 +127,13 @@ const MIGRATIONS: &[Migration] = &[
             conn.execute_batch(super::counts::STATUS_INDEX)
         },
     },
+    Migration {
+        version: 12,
+        name: "calls.progress_json: a running call's last progress, for every process",
+        // Written with the lease's extension (`extend_leases`), so it costs
+        // no write of its own; read with the call. No index.
+        apply: |conn| add_column(conn, "calls", "progress_json", "TEXT"),
+    },
 ];
 
 /// The schema version this release writes.

@@ -1,7 +1,8 @@
 // A call's audit timeline (`GET /v1/tool-calls/{id}/audit`), told as what
 // happened: who claimed each attempt (the owner `pid:thread@instance`),
 // retries, recoveries of expired leases or dead owners, completions fenced
-// off because their attempt was stale, releases at a stop, cancels. The
+// off because their attempt was stale, releases at a stop, cancels, keyless
+// MCP requests answered with the call by their content. The
 // audit's own text is shown as it is, as text.
 
 import {h} from './dom.js';
@@ -20,6 +21,7 @@ const EVENTS = {
   released: ['Lease released at a stop', 'warn'],
   cancel_requested: ['Cancel requested', 'warn'],
   cancelled: ['Cancelled', 'muted'],
+  replayed_by_content: ['Answered again by its content (keyless MCP)', 'info'],
 };
 
 /** The owner named in a `claimed` row (`pid:thread@instance attempt=N`). */
