@@ -11,8 +11,8 @@
 use super::events::Events;
 use super::handshake::{self, Refused, Revision};
 use super::jsonrpc::{
-    self, Message, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, MISSING_CAPABILITY,
-    PARSE_ERROR,
+    self, Message, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+    MISSING_CAPABILITY, PARSE_ERROR,
 };
 use super::tools_call::{Called, RpcError};
 use super::{listen, tasks, tools_call, tools_list};
@@ -252,9 +252,11 @@ fn finished(id: &jsonrpc::Id, revision: Revision, answer: Result<Value, RpcError
     match answer {
         Ok(result) => (200, jsonrpc::result(id, complete(result, revision))),
         Err((code, message, data)) => {
-            // A missing client capability is a 400 under the stateless
-            // revision, as its transport requires.
-            let status = if code == MISSING_CAPABILITY && revision.is_stateless() {
+            // A missing client capability or a custom header that does not
+            // mirror its argument is a 400 under the stateless revision, as
+            // its transport requires.
+            let refused_by_transport = code == MISSING_CAPABILITY || code == HEADER_MISMATCH;
+            let status = if refused_by_transport && revision.is_stateless() {
                 400
             } else {
                 200

@@ -11,7 +11,8 @@
 //! batches, and each message answered), `jsonrpc` (the message shape and the
 //! error codes), `handshake` (revisions: `initialize`, `server/discover`,
 //! `ping`, the `MCP-Protocol-Version` header and 2026-07-28's mirrored
-//! headers), `tools_list`, `tools_call` (the exactly-once path, through
+//! headers), `param_headers` (SEP-2243's header values and a tool's
+//! `Mcp-Param-*` headers), `tools_list`, `tools_call` (the exactly-once path, through
 //! `Calls::submit`, the same as `POST /v1/tool-calls`), `keyless` (the key
 //! of a call that sends none), `tasks` (the Tasks extension: the task is the
 //! call), `listen` (`subscriptions/listen`: task status notifications),
@@ -37,6 +38,7 @@ pub mod handshake;
 pub mod jsonrpc;
 mod keyless;
 mod listen;
+mod param_headers;
 mod progress;
 pub mod tasks;
 pub mod tools_call;

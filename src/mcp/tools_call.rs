@@ -17,7 +17,7 @@
 use super::call_result::{tool_result, Marks};
 use super::endpoint::Mcp;
 use super::handshake::Revision;
-use super::jsonrpc::{IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
+use super::jsonrpc::{HEADER_MISMATCH, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
 use super::keyless::{self, KeyOf};
 use super::progress::Follow;
 use super::tools_list::GET_TOOL_CALL;
@@ -88,6 +88,10 @@ pub fn call(
             Some(json!({"tools": known})),
         ));
     };
+    if revision.is_stateless() {
+        super::param_headers::check(&spec.input_schema, &arguments, |name| req.header(name))
+            .map_err(|message| (HEADER_MISMATCH, message, None))?;
+    }
     let as_task = super::tasks::answers_as_task(spec, revision, params)?;
     let key = match key_of(mcp, tenant, spec, name, &arguments, params)? {
         Ok(key) => key,
