@@ -104,3 +104,130 @@ pub(super) fn drive(
 fn write_whole(mut stream: &TcpStream, bytes: &[u8]) -> io::Result<()> {
     stream.write_all(bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{Shutdown, TcpListener};
+
+    /// A connected pair: the server's end and the client's.
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        (server, client)
+    }
+
+    fn read_to_end(mut client: TcpStream) -> Vec<u8> {
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        got
+    }
+
+    fn never_gone() -> bool {
+        false
+    }
+
+    /// A producer that returns with its pieces sent gets the last chunk,
+    /// and the connection may go on; each piece is one chunk.
+    #[test]
+    fn a_whole_stream_ends_with_the_last_chunk() {
+        let (server, client) = pair();
+        let produce: Producer = Box::new(|sink| {
+            sink.send(b"one").unwrap();
+            sink.send(b"").unwrap();
+            assert!(sink.is_open());
+            sink.send(b"two!").unwrap();
+        });
+        let end = drive(
+            &server,
+            StreamFraming::Chunked,
+            produce,
+            Duration::from_secs(60),
+            &never_gone,
+        );
+        assert_eq!(end, StreamEnd::Whole);
+        server.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(read_to_end(client), b"3\r\none\r\n4\r\ntwo!\r\n0\r\n\r\n");
+    }
+
+    /// Past its time a stream takes nothing more, and it is cut: no last
+    /// chunk, so the client cannot take it for whole.
+    #[test]
+    fn a_stream_past_its_time_is_cut() {
+        let (server, client) = pair();
+        let produce: Producer = Box::new(|sink| {
+            assert!(!sink.is_open());
+            assert_eq!(sink.remaining(), Duration::ZERO);
+            assert_eq!(sink.send(b"late"), Err(Closed));
+        });
+        let end = drive(
+            &server,
+            StreamFraming::Chunked,
+            produce,
+            Duration::ZERO,
+            &never_gone,
+        );
+        assert_eq!(end, StreamEnd::Close);
+        server.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(read_to_end(client), b"");
+    }
+
+    /// A client that has gone closes the stream for its producer, which
+    /// returns; the body is cut. A panicking producer cuts it too.
+    #[test]
+    fn a_gone_client_or_a_panic_cuts_the_stream() {
+        let (server, client) = pair();
+        drop(client);
+        let gone = || true;
+        let produce: Producer = Box::new(|sink| {
+            assert!(!sink.is_open());
+            assert_eq!(sink.send(b"x"), Err(Closed));
+        });
+        let end = drive(
+            &server,
+            StreamFraming::Chunked,
+            produce,
+            Duration::from_secs(60),
+            &gone,
+        );
+        assert_eq!(end, StreamEnd::Close);
+
+        let (server, client) = pair();
+        let produce: Producer = Box::new(|sink| {
+            sink.send(b"half").unwrap();
+            panic!("the producer fails");
+        });
+        let end = drive(
+            &server,
+            StreamFraming::Chunked,
+            produce,
+            Duration::from_secs(60),
+            &never_gone,
+        );
+        assert_eq!(end, StreamEnd::Close);
+        server.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(read_to_end(client), b"4\r\nhalf\r\n");
+    }
+
+    /// HTTP/1.0: the pieces as they are, and the connection closes.
+    #[test]
+    fn an_http_1_0_stream_is_ended_by_the_close() {
+        let (server, client) = pair();
+        let produce: Producer = Box::new(|sink| sink.send(b"data").unwrap());
+        let end = drive(
+            &server,
+            StreamFraming::UntilClose,
+            produce,
+            Duration::from_secs(60),
+            &never_gone,
+        );
+        assert_eq!(end, StreamEnd::Close);
+        server.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(read_to_end(client), b"data");
+    }
+}
