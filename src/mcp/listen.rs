@@ -17,6 +17,7 @@
 //! no list that changes. It never changes a call, and keeps nothing once the
 //! stream ends: a client that goes away ends it.
 
+use super::approval_input::Asker;
 use super::endpoint::Mcp;
 use super::events::Events;
 use super::handshake::Revision;
@@ -44,6 +45,8 @@ pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 pub struct Listening {
     mcp: Arc<Mcp>,
     tenant: String,
+    /// Who listens: whether a task awaiting approval is put to its client.
+    asker: Asker,
     revision: Revision,
     subscription: Id,
     /// The tenant's tasks named by the request, as first read.
@@ -95,6 +98,7 @@ pub fn open(
     Ok(Listening {
         mcp: Arc::clone(mcp),
         tenant: tenant.name.to_string(),
+        asker: Asker::of(tenant, params),
         revision,
         subscription: id.clone(),
         tasks,
@@ -119,7 +123,7 @@ impl Listening {
             .collect();
         loop {
             for (call, sent) in followed.iter_mut() {
-                let task = tasks::detailed(&self.mcp, call, self.revision);
+                let task = tasks::detailed(&self.mcp, call, self.revision, &self.asker)?;
                 if sent.as_ref() != Some(&task) {
                     if events.send(&self.notification(&task)).is_err() {
                         return Ok(self.result());

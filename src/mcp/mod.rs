@@ -15,7 +15,8 @@
 //! `Mcp-Param-*` headers), `tools_list`, `tools_call` (the exactly-once path, through
 //! `Calls::submit`, the same as `POST /v1/tool-calls`), `keyless` (the key
 //! of a call that sends none), `tasks` (the Tasks extension: the task is the
-//! call), `listen` (`subscriptions/listen`: task status notifications),
+//! call), `approval_input` (a call awaiting approval put to the client that
+//! made it as an input request, where it may decide), `listen` (`subscriptions/listen`: task status notifications),
 //! `call_result` (a call as a `CallToolResult`), `progress`
 //! (`notifications/progress` while a call is waited for) and `events` (an
 //! answer as an event stream).
@@ -31,6 +32,7 @@
 //! This module never runs a tool, keeps no session, and never puts a token,
 //! a header value or a call's arguments in a log line.
 
+mod approval_input;
 mod call_result;
 mod endpoint;
 mod events;

@@ -14,6 +14,7 @@
 //! and never lets `notifications/cancelled` (or a client hanging up) abort a
 //! call: the wait ends, the call goes on.
 
+use super::approval_input::{self, Answer, Asker};
 use super::call_result::{tool_result, Marks};
 use super::endpoint::Mcp;
 use super::handshake::Revision;
@@ -93,9 +94,14 @@ pub fn call(
             .map_err(|message| (HEADER_MISMATCH, message, None))?;
     }
     let as_task = super::tasks::answers_as_task(spec, revision, params)?;
-    let key = match key_of(mcp, tenant, spec, name, &arguments, params)? {
-        Ok(key) => key,
-        Err(refused) => return Ok(Called::Now(refused)),
+    // A re-sent call answering an input request names its call in
+    // `requestState`: its key finds it again, whatever the keyless policy.
+    let key = match approval_input::stated_call(mcp, tenant, name, params)? {
+        Some(stated) => KeyOf::Sent(stated.idem_key),
+        None => match key_of(mcp, tenant, spec, name, &arguments, params)? {
+            Ok(key) => key,
+            Err(refused) => return Ok(Called::Now(refused)),
+        },
     };
     exchange.idem_key = Some(key.key().to_string());
     if !revision.schema_failure_is_tool_error() {
@@ -139,11 +145,28 @@ pub fn call(
             .note_replay_by_content(&tenant.name, &call.call_id, mcp.options.content_window)
             .map_err(store_failure)?;
     }
+    let asker = Asker::of(tenant, params);
+    let call = match call.status {
+        Status::AwaitingApproval => approval_input::apply(mcp, tenant, call, Answer::of(params)?)?,
+        _ => call,
+    };
     if as_task {
         log_answer(&call, marks);
-        return Ok(Called::Now(super::tasks::created(mcp, &call)));
+        return super::tasks::created(mcp, &call, &asker).map(Called::Now);
     }
-    let wait = mcp.options.wait;
+    if revision.is_stateless() {
+        if let Some(requests) = approval_input::input_requests(mcp, &asker, &call)? {
+            log_answer(&call, marks);
+            return Ok(Called::Now(approval_input::input_required(&call, requests)));
+        }
+    }
+    // A call awaiting approval is answered at once with its handle: a
+    // person's decision is not a matter of seconds (`get_tool_call`, asked
+    // to wait, does wait).
+    let wait = match call.status {
+        Status::AwaitingApproval => Duration::ZERO,
+        _ => mcp.options.wait,
+    };
     let token = super::progress::token(params);
     if let Some(token) = token.filter(|_| streams && !wait.is_zero()) {
         if !call.status.is_terminal() {
@@ -301,7 +324,7 @@ fn settle(mcp: &Mcp, req: &Request, call: Call, wait: Duration) -> Result<Call, 
 /// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
 /// (and `cancel_requested_at` once a cancel was asked) as
 /// `structuredContent` (from 2025-06-18) and as text; `isError` when the
-/// call failed or was cancelled.
+/// call failed, was cancelled or denied.
 pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
     let mut state = json!({
         "call_id": call.call_id,
@@ -315,17 +338,17 @@ pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Re
     }
     match call.status {
         Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
-        Status::Failed | Status::Cancelled => {
+        Status::Failed | Status::Cancelled | Status::Denied => {
             state["error"] = call.error.clone().unwrap_or(Value::Null)
         }
-        Status::Pending | Status::Running => {}
+        Status::AwaitingApproval | Status::Pending | Status::Running => {}
     }
     if let Some(at) = call.cancel_requested_at {
         state["cancel_requested_at"] = at.into();
     }
     let mut answer = json!({
         "content": [{"type": "text", "text": state.to_string()}],
-        "isError": matches!(call.status, Status::Failed | Status::Cancelled),
+        "isError": matches!(call.status, Status::Failed | Status::Cancelled | Status::Denied),
     });
     if revision.has_structured_output() {
         answer["structuredContent"] = state;

@@ -13,6 +13,7 @@
 //! then are stopped and waited for, only then are the leases still held
 //! given back, and only then do the ticker and the completer end.
 
+use super::approval_expiry::ApprovalExpiry;
 use super::cancels::CancelCheck;
 use super::completion::Completer;
 use super::dispatch::{Assignment, Dispatch, Reservation};
@@ -108,7 +109,7 @@ impl Runner {
         let completer = Completer::start(
             Arc::clone(&runner.dispatch),
             Arc::clone(&store),
-            notifier,
+            Arc::clone(&notifier),
             Arc::clone(&metrics),
             Arc::clone(&doorbell),
             handoffs,
@@ -116,7 +117,13 @@ impl Runner {
         let started = completer.and_then(|completer| {
             *lock(&runner.completer) = Some(completer);
             runner.start_workers(&options, &store, tools, &metrics)?;
-            runner.start_ticker(&options, store, metrics, on_purged, (doorbell, listener))
+            let expiry = ApprovalExpiry {
+                store: Arc::clone(&store),
+                notifier: Arc::clone(&notifier),
+                metrics: Arc::clone(&metrics),
+            };
+            let ticker_parts = (on_purged, expiry, (doorbell, listener));
+            runner.start_ticker(&options, store, metrics, ticker_parts)
         });
         if let Err(e) = started {
             runner.stop(Duration::ZERO);
@@ -154,8 +161,11 @@ impl Runner {
         options: &RunnerOptions,
         store: Arc<CallStore>,
         metrics: Arc<Metrics>,
-        on_purged: OnPurged,
-        (doorbell, listener): (Arc<Doorbell>, mpsc::Receiver<()>),
+        (on_purged, expiry, (doorbell, listener)): (
+            OnPurged,
+            ApprovalExpiry,
+            (Arc<Doorbell>, mpsc::Receiver<()>),
+        ),
     ) -> std::io::Result<()> {
         let dispatch = &self.dispatch;
         let chores = maintenance::chores(
@@ -175,6 +185,7 @@ impl Runner {
                 on_purged,
             },
             self.cancels.clone(),
+            expiry,
         );
         let ticker = Ticker::start(Arc::clone(dispatch), chores, doorbell, listener)?;
         *lock(&self.ticker) = Some(ticker);

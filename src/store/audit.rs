@@ -11,6 +11,7 @@
 //! this file. This module never writes a row itself.
 
 use super::model::{RetryDelay, ToolAtRelease};
+use std::time::Duration;
 
 /// What happened to a call, as `audit.event` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,15 @@ pub(in crate::store) enum Event {
     /// running one once its attempt stopped or ended without an effect
     /// (how, and whether its request had gone out).
     Cancelled,
+    /// A gated call was created waiting for a decision: who may decide and
+    /// until when (`approval_requested`).
+    ApprovalRequested,
+    /// Its request was approved: by whom, from which source, why; the call
+    /// is `pending`.
+    Approved,
+    /// Its request was denied, by a person or by its expiry: the call is
+    /// `denied`.
+    Denied,
     /// A keyless MCP `tools/call` with the same tool and arguments was
     /// answered with this call, by its content key: nothing ran again
     /// (`replayed_by_content`).
@@ -52,7 +62,7 @@ pub(in crate::store) enum Event {
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 12] = [
+    pub(in crate::store) const ALL: [Event; 15] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -64,6 +74,9 @@ impl Event {
         Event::StaleCompletion,
         Event::CancelRequested,
         Event::Cancelled,
+        Event::ApprovalRequested,
+        Event::Approved,
+        Event::Denied,
         Event::ReplayedByContent,
     ];
 
@@ -81,6 +94,9 @@ impl Event {
             Event::StaleCompletion => "stale_completion",
             Event::CancelRequested => "cancel_requested",
             Event::Cancelled => "cancelled",
+            Event::ApprovalRequested => "approval_requested",
+            Event::Approved => "approved",
+            Event::Denied => "denied",
             Event::ReplayedByContent => "replayed_by_content",
         }
     }
@@ -230,6 +246,15 @@ pub(in crate::store) fn recovered_after_cancel(attempt: i64, why: &str) -> Strin
     )
 }
 
+/// `approval_requested`'s detail: who may decide, and for how long the
+/// request stays open.
+pub(in crate::store) fn approval_requested(approvers: &str, timeout: Duration) -> String {
+    format!(
+        "approvers {approvers}; expires in {} s",
+        timeout.as_secs_f64()
+    )
+}
+
 /// `replayed_by_content`'s detail: which request found the call, and that
 /// nothing ran for it.
 pub(in crate::store) fn replayed_by_content(window_secs: u64) -> String {
@@ -237,4 +262,10 @@ pub(in crate::store) fn replayed_by_content(window_secs: u64) -> String {
         "a keyless MCP tools/call with the same tool and arguments within {window_secs} s \
          was answered with this call; nothing ran again"
     )
+}
+
+/// `cancelled`'s detail for a call cancelled while it waited for a
+/// decision: who asked and why; it never ran.
+pub(in crate::store) fn cancelled_awaiting(by: &str, reason: Option<&str>) -> String {
+    format!("{}; awaiting approval, never ran", asked(by, reason))
 }

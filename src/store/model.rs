@@ -3,6 +3,7 @@
 //! produce the same values — and they decide nothing: every transition is
 //! decided by the store's conditional statements.
 
+use super::approval::Gate;
 use super::error::StoreError;
 use super::ids::new_effect_id;
 use crate::status::Status;
@@ -117,16 +118,22 @@ impl Call {
                 .unwrap_or(false)
     }
 
-    /// Whether the call can never change again: `succeeded`, `cancelled`, or a
-    /// failure its client may not retry.
+    /// Whether the call can never change again: `succeeded`, `cancelled`,
+    /// `denied`, or a failure its client may not retry.
     pub fn is_settled(&self) -> bool {
-        self.status == Status::Succeeded
-            || self.status == Status::Cancelled
-            || (self.status == Status::Failed && !self.is_retryable_failure())
+        matches!(
+            self.status,
+            Status::Succeeded | Status::Cancelled | Status::Denied
+        ) || (self.status == Status::Failed && !self.is_retryable_failure())
     }
 
-    /// The row `insert_call` writes, built here so it need not be read back.
+    /// The row `insert_call` writes, built here so it need not be read back:
+    /// `pending`, or `awaiting_approval` when it carries a gate.
     pub(super) fn pending(call_id: String, new: NewCall, now: f64) -> Call {
+        let status = match new.gate {
+            Some(_) => Status::AwaitingApproval,
+            None => Status::Pending,
+        };
         Call {
             effect_id: new_effect_id(&call_id),
             call_id,
@@ -137,7 +144,7 @@ impl Call {
             seq: new.seq,
             tool: new.tool,
             args_json: new.args_json,
-            status: Status::Pending,
+            status,
             result: None,
             error: None,
             attempt: 0,
@@ -219,6 +226,9 @@ pub struct NewCall {
     pub args_json: String,
     pub client_id: Option<String>,
     pub seq: Option<i64>,
+    /// Its tool's approval policy held for its args: the call is created
+    /// `awaiting_approval`, with its request (`store::approval`).
+    pub gate: Option<Gate>,
 }
 
 /// The local record of a side effect, written with its call's `succeeded`.
@@ -441,6 +451,8 @@ pub struct Backlog {
     pub calls_by_status: Vec<(String, i64)>,
     /// `created_at` of the oldest `pending` call.
     pub oldest_pending_created_at: Option<f64>,
+    /// When the oldest open approval request was made.
+    pub oldest_awaiting_since: Option<f64>,
 }
 
 /// What `/healthz` needs from the store: a fresh read, and the writer's state.

@@ -8,6 +8,7 @@
 //! never put a header or `env` value, expanded or not, into a message: those
 //! become [`Secret`]s as soon as they are read.
 
+use super::approval::ApprovalPolicy;
 use super::builtin::{self, EFFECT_TOOLS, TOOL_NAMES};
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::command_tool::{CommandTool, RESERVED_ENV};
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Fields every kind accepts.
-const COMMON_FIELDS: [&str; 14] = [
+const COMMON_FIELDS: [&str; 15] = [
     "tasks",
     "keyless",
     "mcp_result",
@@ -40,6 +41,7 @@ const COMMON_FIELDS: [&str; 14] = [
     "backoff_ms",
     "max_concurrency",
     "rate",
+    "approval",
 ];
 const HTTP_FIELDS: [&str; 4] = ["url", "headers", "ca_file", "retry_after_max_ms"];
 const COMMAND_FIELDS: [&str; 2] = ["argv", "env"];
@@ -232,6 +234,9 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
         let rule = BusinessKeyRule::parse(rule)?;
         spec.business_key = Some(rule);
     }
+    if let Some(policy) = entry.get("approval") {
+        spec.approval = Some(ApprovalPolicy::parse(policy)?);
+    }
     spec.agent
         .apply(entry.get("description"), entry.get("annotations"))?;
     spec.mcp.apply(entry, context.keyless)?;
@@ -269,6 +274,7 @@ fn external_spec(
         max_concurrency: None,
         rate: None,
         business_key: None,
+        approval: None,
         agent: AgentFacing::default_for(name, true),
         mcp: McpPolicy::default_for(kind, name),
         executor,

@@ -7,6 +7,7 @@
 //! [`ToolSpec::run`] returns an [`Outcome`] and the runner commits it. Its
 //! `Debug` never shows the executor, which holds URLs, argv and secrets.
 
+use super::approval::ApprovalPolicy;
 use super::args_error::ArgsError;
 use super::builtin::Tool;
 use super::business_key::{AgentFacing, BusinessKeyRule};
@@ -140,6 +141,8 @@ pub struct ToolSpec {
     pub rate: Option<Rate>,
     /// The second layer: one live call per business key (`None`: keys only).
     pub business_key: Option<BusinessKeyRule>,
+    /// When a call waits for a person's decision (`None`: never).
+    pub approval: Option<ApprovalPolicy>,
     /// Its description and hints for agents (`tools/list`).
     pub agent: AgentFacing,
     /// What MCP clients are told and allowed: tasks, keyless calls,
@@ -237,6 +240,7 @@ impl ToolSpec {
             "max_concurrency": self.max_concurrency,
             "rate": self.rate.as_ref().map(Rate::public_view),
             "business_key": self.business_key.as_ref().map(BusinessKeyRule::public_view),
+            "approval": self.approval.as_ref().map(ApprovalPolicy::public_view),
         })
     }
 }

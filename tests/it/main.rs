@@ -21,6 +21,7 @@
 mod support;
 
 mod api_input;
+mod approvals;
 mod backup;
 mod bench;
 mod business_key;
@@ -36,6 +37,7 @@ mod closed_output;
 mod configuration;
 mod console;
 mod console_api;
+mod console_approvals;
 mod console_outage;
 mod crash;
 mod created_claimed;
@@ -67,6 +69,7 @@ mod observability;
 mod openapi;
 mod openapi_live;
 mod paused_process;
+mod pg_approvals;
 mod pg_bench;
 mod pg_claim;
 mod pg_contract;

@@ -63,15 +63,21 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
-        name: "calls.progress_json: a running call's last progress, for every node \
+        name: "approval gates: awaiting_approval and denied, approvals, notifications \
                (SQLite's version 12)",
-        sql: &[V6],
+        sql: &[super::approval::V6],
+    },
+    Migration {
+        version: 7,
+        name: "calls.progress_json: a running call's last progress, for every node \
+               (SQLite's version 13)",
+        sql: &[V7],
     },
 ];
 
-/// Step 6: a running call's last progress report (JSON), written with its
+/// Step 7: a running call's last progress report (JSON), written with its
 /// lease's extension by the node that runs it, so any node can show it.
-const V6: &str = "ALTER TABLE calls ADD COLUMN progress_json text;";
+const V7: &str = "ALTER TABLE calls ADD COLUMN progress_json text;";
 
 /// Step 5: the list's index, keys in byte order, and the count tables
 /// (`counts`).

@@ -91,6 +91,11 @@ fn create_or_get_with(
     new: &NewCall,
     first_claim: Option<(&str, f64)>,
 ) -> Result<CreatedClaimed, ::postgres::Error> {
+    // A gated call waits for a decision: never created claimed.
+    if let Some(gate) = new.gate {
+        let (call, existed) = super::approval::create_gated(client, new, gate)?;
+        return resolve(client, new, call, existed);
+    }
     let mut attempts_left = 8;
     let row = loop {
         let call_id = new_call_id();
@@ -116,7 +121,18 @@ fn create_or_get_with(
         }
     };
     let existed: bool = row.get("existed");
-    let call = call_from_row(&row)?;
+    resolve(client, new, call_from_row(&row)?, existed)
+}
+
+/// What create-or-get answers for the row its statement returned: a new
+/// call (with its lease when it was created claimed), or the key's existing
+/// call resolved as a replay, a conflict or a retry reset.
+fn resolve(
+    client: &mut impl GenericClient,
+    new: &NewCall,
+    call: Call,
+    existed: bool,
+) -> Result<CreatedClaimed, ::postgres::Error> {
     if !existed {
         return Ok(CreatedClaimed {
             lease: call.lease(),

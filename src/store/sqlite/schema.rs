@@ -129,6 +129,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 12,
+        name: "approvals and notifications: approval gates and their webhook outbox",
+        // `awaiting_approval` and `denied` need no DDL (`status` is free
+        // text here, checked by `verify`). Written only for gated calls;
+        // see `approval`.
+        apply: |conn| conn.execute_batch(super::approval::APPROVAL_TABLES),
+    },
+    Migration {
+        version: 13,
         name: "calls.progress_json: a running call's last progress, for every process",
         // Written with the lease's extension (`extend_leases`), so it costs
         // no write of its own; read with the call. No index.

@@ -85,6 +85,58 @@ fn stopped() -> ToolAtRelease {
     }
 }
 
+/// Two gated calls, one approved and one denied: the approval events, as
+/// `audit.rs` and `approval.rs` word them.
+fn approval_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError> {
+    use super::super::approval::{decided_detail, Approvers, Decision, Gate, Source, Verdict};
+    let timeout = Duration::from_secs(60);
+    let mut written = Vec::new();
+    for (key, verdict) in [("approved", Verdict::Approve), ("denied", Verdict::Deny)] {
+        let new = NewCall {
+            gate: Some(Gate {
+                approvers: Approvers::People,
+                timeout,
+                notify: false,
+            }),
+            ..new_call(key, "fp")
+        };
+        let id = created_call(store.create_or_get(new)?).call_id;
+        let decision = Decision {
+            verdict,
+            source: Source::Person,
+            by: "alice@acme".into(),
+            reason: Some("why".into()),
+            fingerprint: None,
+        };
+        store.decide(None, &id, &decision)?;
+        let event = match verdict {
+            Verdict::Approve => Event::Approved,
+            Verdict::Deny => Event::Denied,
+        };
+        let expected = [
+            (Event::Created, "charge".to_string()),
+            (
+                Event::ApprovalRequested,
+                audit::approval_requested("people", timeout),
+            ),
+            (event, decided_detail(&decision)),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .into_iter()
+            .map(|(event, detail)| (event.as_str().to_string(), detail))
+            .collect();
+        let found: Vec<(String, String)> = store
+            .audit_for(crate::auth::ANONYMOUS, &id)?
+            .expect("the call")
+            .into_iter()
+            .map(|e| (e.event, e.detail.unwrap_or_default()))
+            .collect();
+        assert_eq!(found, expected);
+        written.extend(found);
+    }
+    Ok(written)
+}
+
 fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), StoreError> {
     const LONG: Duration = Duration::from_secs(30);
     let store = db.open()?;
@@ -144,6 +196,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
     assert_eq!(written, expected);
     let mut written = written;
     written.extend(cancel_events(&store)?);
+    written.extend(approval_events(&store)?);
     written.extend(replay_events(&store)?);
     for event in Event::ALL {
         assert!(

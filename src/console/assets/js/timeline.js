@@ -1,7 +1,8 @@
 // A call's audit timeline (`GET /v1/tool-calls/{id}/audit`), told as what
 // happened: who claimed each attempt (the owner `pid:thread@instance`),
 // retries, recoveries of expired leases or dead owners, completions fenced
-// off because their attempt was stale, releases at a stop, cancels, keyless
+// off because their attempt was stale, releases at a stop, cancels, approval
+// requests with their decision (who, from which source, why), and keyless
 // MCP requests answered with the call by their content. The
 // audit's own text is shown as it is, as text.
 
@@ -21,6 +22,9 @@ const EVENTS = {
   released: ['Lease released at a stop', 'warn'],
   cancel_requested: ['Cancel requested', 'warn'],
   cancelled: ['Cancelled', 'muted'],
+  approval_requested: ['Waiting for approval', 'warn'],
+  approved: ['Approved', 'ok'],
+  denied: ['Denied', 'bad'],
   replayed_by_content: ['Answered again by its content (keyless MCP)', 'info'],
 };
 
