@@ -58,29 +58,30 @@ SELECT count(*) FROM (
   SELECT 1 FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3 LIMIT $4) AS m";
 
 /// A page's rows are summaries: `args` read as empty and `result` as
-/// absent (a call's args may be 64 KiB). Each statement below selects the
-/// columns in the order `call_from_row` reads, those two left out.
+/// absent (a call's args may be 64 KiB), and progress as none (a summary
+/// shows none). Each statement below selects the columns in the order
+/// `call_from_row` reads, those three left out.
 ///
 /// The call whose id is `$1` when its effect id (`$2` when none is stored)
 /// is `$3`.
 const SUMMARIES_BY_EFFECT: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE call_id = $1 AND coalesce(effect_id, $2) = $3";
 
 /// The calls of key `$2` in tenants `$1`.
 const SUMMARIES_BY_KEY: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE tenant = ANY($1) AND idem_key = $2";
 
 /// The calls holding business key `$3` in the (tenant, tool) groups `$1`, `$2`.
 const SUMMARIES_BY_BUSINESS_KEY: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls
  WHERE call_id IN (SELECT b.call_id FROM unnest($1::text[], $2::text[]) AS g(tenant, tool)
                      JOIN business_keys b
@@ -90,14 +91,14 @@ SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_
 const SUMMARIES_BY_KEY_RANGE: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3";
 
 /// The calls whose ids are in `$1`.
 const SUMMARIES_BY_ID: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE call_id = ANY($1)";
 
 /// The query's page rows (at most `limit` + 1, in any order; `page` sorts,

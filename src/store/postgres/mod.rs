@@ -78,8 +78,8 @@ use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
+    AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
+    Lease, LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
     WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
@@ -437,11 +437,16 @@ impl Backend for PgStore {
         )
     }
 
-    fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
+    fn extend(
+        &self,
+        leases: &[Lease],
+        progress: &[Option<CallProgress>],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let held = self.run(|c| sql::extend(c, leases, lease.as_secs_f64()))?;
+        let held = self.run(|c| sql::extend(c, leases, progress, lease.as_secs_f64()))?;
         Ok(leases
             .iter()
             .map(|l| {
@@ -449,6 +454,16 @@ impl Backend for PgStore {
                     .any(|(id, attempt)| id == &l.call_id && *attempt == l.attempt)
             })
             .collect())
+    }
+
+    fn note_replay_by_content(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        window_secs: u64,
+    ) -> Result<bool, StoreError> {
+        let detail = audit::replayed_by_content(window_secs);
+        self.run(|c| sql::note_replay_by_content(c, tenant, call_id, &detail))
     }
 
     fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {

@@ -19,7 +19,7 @@
 
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, stored_effect_id};
-use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall};
+use super::super::model::{Call, CallProgress, Created, CreatedClaimed, DueCall, Lease, NewCall};
 use super::super::options::DueLimits;
 use super::error::violates;
 use super::session::GenericClient;
@@ -56,7 +56,7 @@ const CREATE_OR_GET: &str = "WITH ins AS (
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
        RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                  status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                 created_at, updated_at, next_attempt_at, cancel_requested_at,
+                 created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json,
                  (c.call_id <> $1) AS existed
      ), audited AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -167,7 +167,7 @@ fn reset_failed(
             WHERE call_id = $1 AND status = 'failed'
            RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                      status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                     created_at, updated_at, next_attempt_at, cancel_requested_at
+                     created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
            SELECT updated_at, call_id, attempt, 'retry_reset', 'after attempt ' || attempt FROM r
@@ -459,25 +459,34 @@ fn audit_row(
 }
 
 /// Extend each lease by `lease_secs` from now, only while its call is
-/// `running` under the lease's attempt; the (call, attempt) pairs still held.
+/// `running` under the lease's attempt, and store the progress its tool
+/// reported (`progress[i]` for `leases[i]`, if any) in the same update;
+/// the (call, attempt) pairs still held.
 pub(super) fn extend(
     client: &mut impl GenericClient,
     leases: &[Lease],
+    progress: &[Option<CallProgress>],
     lease_secs: f64,
 ) -> Result<Vec<(String, i64)>, tokio_postgres::Error> {
     const EXTEND: &str = "WITH held AS MATERIALIZED (
-           SELECT calls.call_id
-             FROM calls JOIN unnest($1::text[], $2::int8[]) AS l(call_id, attempt)
+           SELECT calls.call_id, l.progress
+             FROM calls JOIN unnest($1::text[], $2::int8[], $4::text[])
+                               AS l(call_id, attempt, progress)
                ON calls.call_id = l.call_id AND calls.attempt = l.attempt
             WHERE calls.status = 'running'
             ORDER BY calls.call_id FOR UPDATE OF calls
          )
-         UPDATE calls SET lease_until = extract(epoch FROM now())::float8 + $3
+         UPDATE calls SET lease_until = extract(epoch FROM now())::float8 + $3,
+                          progress_json = coalesce(held.progress, calls.progress_json)
            FROM held WHERE calls.call_id = held.call_id AND calls.status = 'running'
          RETURNING calls.call_id, calls.attempt";
     let ids: Vec<&str> = leases.iter().map(|l| l.call_id.as_str()).collect();
     let attempts: Vec<i64> = leases.iter().map(|l| l.attempt).collect();
-    let rows = client.query(EXTEND, &[&ids, &attempts, &lease_secs])?;
+    let reports: Vec<Option<String>> = (0..leases.len())
+        .map(|i| progress.get(i).and_then(Option::as_ref))
+        .map(|p| p.map(|p| p.to_json().to_string()))
+        .collect();
+    let rows = client.query(EXTEND, &[&ids, &attempts, &lease_secs, &reports])?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
@@ -499,6 +508,20 @@ pub(super) fn due_calls(
         .collect())
 }
 
+/// The `replayed_by_content` row (`$2`) of the tenant's (`$3`) call `$1`,
+/// under its current attempt; whether the call was there.
+pub(super) fn note_replay_by_content(
+    client: &mut impl GenericClient,
+    tenant: &str,
+    call_id: &str,
+    detail: &str,
+) -> Result<bool, ::postgres::Error> {
+    const NOTE: &str = "INSERT INTO audit (ts, call_id, attempt, event, detail)
+         SELECT extract(epoch FROM now())::float8, call_id, attempt, 'replayed_by_content', $2
+           FROM calls WHERE call_id = $1 AND tenant = $3";
+    Ok(client.execute(NOTE, &[&call_id, &detail, &tenant])? == 1)
+}
+
 pub(super) fn select_call(
     client: &mut impl GenericClient,
     call_id: &str,
@@ -506,7 +529,7 @@ pub(super) fn select_call(
     const BY_ID: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                created_at, updated_at, next_attempt_at, cancel_requested_at
+                created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
            FROM calls WHERE call_id = $1";
     one_call(client, BY_ID, &[&call_id])
 }
@@ -520,7 +543,7 @@ pub(super) fn select_tenant_call(
     const BY_TENANT_ID: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                created_at, updated_at, next_attempt_at, cancel_requested_at
+                created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
            FROM calls WHERE call_id = $1 AND tenant = $2";
     one_call(client, BY_TENANT_ID, &[&call_id, &tenant])
 }
@@ -533,7 +556,7 @@ pub(super) fn select_call_by_key(
     const BY_KEY: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                created_at, updated_at, next_attempt_at, cancel_requested_at
+                created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
            FROM calls WHERE tenant = $1 AND idem_key = $2";
     one_call(client, BY_KEY, &[&tenant, &idem_key])
 }
@@ -552,7 +575,7 @@ fn one_call(
 }
 
 /// One `calls` row, its columns in the order every statement here returns
-/// them: `call_id` first, `cancel_requested_at` last. A status this release
+/// them: `call_id` first, `cancel_requested_at` and `progress_json` last. A status this release
 /// does not know is an error (`StatusColumn`), never a guess.
 pub(super) fn call_from_row(row: &Row) -> Result<Call, tokio_postgres::Error> {
     let json_col = |i: usize| -> Option<Value> {
@@ -580,6 +603,9 @@ pub(super) fn call_from_row(row: &Row) -> Result<Call, tokio_postgres::Error> {
         updated_at: row.get(16),
         next_attempt_at: row.get(17),
         cancel_requested_at: row.get(18),
+        progress: row
+            .get::<_, Option<String>>(19)
+            .and_then(|text| CallProgress::from_json(&text)),
         expires_at: None,
     })
 }

@@ -135,6 +135,13 @@ const MIGRATIONS: &[Migration] = &[
         // see `approval`.
         apply: |conn| conn.execute_batch(super::approval::APPROVAL_TABLES),
     },
+    Migration {
+        version: 13,
+        name: "calls.progress_json: a running call's last progress, for every process",
+        // Written with the lease's extension (`extend_leases`), so it costs
+        // no write of its own; read with the call. No index.
+        apply: |conn| add_column(conn, "calls", "progress_json", "TEXT"),
+    },
 ];
 
 /// The schema version this release writes.
