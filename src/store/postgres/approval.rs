@@ -80,7 +80,7 @@ const CREATE_GATED: &str = "WITH ins AS (
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
        RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                  status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                 created_at, updated_at, next_attempt_at, cancel_requested_at,
+                 created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json,
                  (c.call_id <> $1) AS existed
      ), requested AS (
        INSERT INTO approvals (call_id, tenant, tool, fingerprint, approvers, requested_at,
@@ -158,7 +158,7 @@ const APPROVAL: &str = "SELECT call_id, tenant, tool, fingerprint, approvers, re
 const WAITING: &str = "SELECT c.call_id, c.tenant, c.idem_key, c.fingerprint, c.client_id, c.seq,
             c.tool, c.args_json, c.status, c.result_json, c.error_json, c.attempt,
             c.lease_until, c.owner, c.effect_id, c.created_at, c.updated_at,
-            c.next_attempt_at, c.cancel_requested_at,
+            c.next_attempt_at, c.cancel_requested_at, c.progress_json,
             a.call_id, a.tenant, a.tool, a.fingerprint, a.approvers, a.requested_at,
             a.expires_at, a.decision, a.source, a.decided_by, a.reason, a.decided_at
        FROM approvals a JOIN calls c ON c.call_id = a.call_id
@@ -350,7 +350,7 @@ pub(super) fn waiting(
         .map(|r| {
             Ok(Waiting {
                 call: call_from_row(r)?,
-                approval: approval_from_row(r, 19),
+                approval: approval_from_row(r, 20),
             })
         })
         .collect()
