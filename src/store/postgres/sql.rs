@@ -515,7 +515,7 @@ pub(super) fn note_replay_by_content(
     tenant: &str,
     call_id: &str,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const NOTE: &str = "INSERT INTO audit (ts, call_id, attempt, event, detail)
          SELECT extract(epoch FROM now())::float8, call_id, attempt, 'replayed_by_content', $2
            FROM calls WHERE call_id = $1 AND tenant = $3";
