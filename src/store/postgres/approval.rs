@@ -16,11 +16,10 @@ use super::super::approval::{
     Notification, Verdict, Waiting,
 };
 use super::super::audit::{self, Event};
-use super::super::ids::{new_call_id, new_effect_id};
 use super::super::model::{Call, NewCall};
-use super::error::violates;
+
 use super::session::GenericClient;
-use super::sql::{call_from_row, select_call, select_tenant_call};
+use super::sql::{call_from_row, select_call, select_tenant_call, with_fresh_call_id};
 use std::time::Duration;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -202,11 +201,8 @@ pub(super) fn create_gated(
 ) -> Result<(Call, bool), tokio_postgres::Error> {
     let timeout = gate.timeout.as_secs_f64();
     let detail = audit::approval_requested(gate.approvers.as_str(), gate.timeout);
-    let mut attempts_left = 8;
-    let row = loop {
-        let call_id = new_call_id();
-        let effect_id = new_effect_id(&call_id);
-        let msg_id = request_msg_id(&call_id);
+    let row = with_fresh_call_id(|call_id, effect_id| {
+        let msg_id = request_msg_id(call_id);
         let params: [&(dyn ToSql + Sync); 14] = [
             &call_id,
             &new.tenant,
@@ -223,11 +219,8 @@ pub(super) fn create_gated(
             &msg_id,
             &detail,
         ];
-        match client.query_one(CREATE_GATED, &params) {
-            Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
-            other => break other?,
-        }
-    };
+        client.query_one(CREATE_GATED, &params)
+    })?;
     Ok((call_from_row(&row)?, row.get("existed")))
 }
 

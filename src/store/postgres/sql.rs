@@ -96,11 +96,8 @@ fn create_or_get_with(
         let (call, existed) = super::approval::create_gated(client, new, gate)?;
         return resolve(client, new, call, existed);
     }
-    let mut attempts_left = 8;
-    let row = loop {
-        let call_id = new_call_id();
-        let effect_id = new_effect_id(&call_id);
-        let (owner, lease_secs) = first_claim.unzip();
+    let (owner, lease_secs) = first_claim.unzip();
+    let row = with_fresh_call_id(|call_id, effect_id| {
         let params: [&(dyn ToSql + Sync); 11] = [
             &call_id,
             &new.tenant,
@@ -114,12 +111,8 @@ fn create_or_get_with(
             &lease_secs,
             &owner,
         ];
-        match client.query_one(CREATE_OR_GET, &params) {
-            // Another node drew the same id in the same millisecond: draw again.
-            Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
-            other => break other?,
-        }
-    };
+        client.query_one(CREATE_OR_GET, &params)
+    })?;
     let existed: bool = row.get("existed");
     resolve(client, new, call_from_row(&row)?, existed)
 }
@@ -572,6 +565,23 @@ fn one_call(
         .query_opt(sql, params)?
         .map(|r| call_from_row(&r))
         .transpose()
+}
+
+/// Run `insert` with a newly drawn call id and its effect id; when another
+/// node drew the same id in the same millisecond (`calls_pkey`), draw again,
+/// up to eight times. The one place a new call's identity is drawn.
+pub(super) fn with_fresh_call_id(
+    mut insert: impl FnMut(&str, &str) -> Result<Row, tokio_postgres::Error>,
+) -> Result<Row, tokio_postgres::Error> {
+    let mut attempts_left = 8;
+    loop {
+        let call_id = new_call_id();
+        let effect_id = new_effect_id(&call_id);
+        match insert(&call_id, &effect_id) {
+            Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
+            other => return other,
+        }
+    }
 }
 
 /// One `calls` row, its columns in the order every statement here returns
