@@ -256,7 +256,8 @@ impl Backend for SqliteStore {
         self.write(move |conn| instances::heartbeat(conn, &me))
     }
 
-    /// Then stops the writer thread and joins it.
+    /// Then closes the read connections, and stops the writer thread and
+    /// joins it.
     fn stop(&self) {
         if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
@@ -268,9 +269,13 @@ impl Backend for SqliteStore {
                 .cause(&e)
                 .emit();
         }
-        self.writer.stop();
+        // The writer's connection closes last. Only the last connection to
+        // close folds the WAL into the file and removes `-wal` and `-shm`;
+        // read threads closing at the same moment each see another still
+        // open, so none would, and a clean stop would leave the WAL behind.
         self.readers.close();
         self.probe.close();
+        self.writer.stop();
     }
 
     /// Runs in the writer's `BEGIN IMMEDIATE` transaction, so the lookup and
