@@ -98,8 +98,8 @@ pub mod verify;
 mod wake;
 
 pub use approval::{
-    Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling, Source, Verdict,
-    Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
+    input_answers, Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling,
+    Source, Verdict, Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
 };
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;

@@ -466,6 +466,16 @@ impl Backend for PgStore {
         self.run(|c| sql::note_replay_by_content(c, tenant, call_id, &detail))
     }
 
+    fn note_input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        fingerprint: &str,
+        answers: &str,
+    ) -> Result<bool, StoreError> {
+        self.run(|c| sql::note_input_answers(c, tenant, call_id, fingerprint, answers))
+    }
+
     fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
         let detail = audit::released(lease.attempt, tool);
         let released = self.run(|c| {

@@ -411,6 +411,20 @@ impl Backend for SqliteStore {
         self.write(move |conn| sql::note_replay_by_content(conn, &tenant, &call_id, &detail))
     }
 
+    fn note_input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        fingerprint: &str,
+        answers: &str,
+    ) -> Result<bool, StoreError> {
+        let owned = [tenant, call_id, fingerprint, answers].map(str::to_string);
+        self.write(move |conn| {
+            let [tenant, call_id, fingerprint, answers] = &owned;
+            sql::note_input_answers(conn, tenant, call_id, fingerprint, answers)
+        })
+    }
+
     fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
         let detail = audit::released(lease.attempt, tool);
         self.write(sql::release_op(lease.clone(), detail))
