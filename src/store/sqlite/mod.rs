@@ -14,7 +14,8 @@
 //! operations endpoints), `counts` (the count tables, their triggers and
 //! reads), `list` (the list's statements), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
-//! `backup` (a consistent copy of a live file), `copy_mark` (the mark a
+//! `backup` (a consistent copy of a live file), `error` (a SQLite error
+//! as `Unavailable` or `Internal`), `copy_mark` (the mark a
 //! copy carries, and a start-up's refusal of it until it is accepted); and
 //! the offline `verify`
 //! and the bench's `bulk` loader.
@@ -33,6 +34,7 @@ mod checkpointer;
 mod copy_mark;
 mod counts;
 mod deadline;
+mod error;
 mod handoff;
 mod health_probe;
 mod instances;
