@@ -22,14 +22,13 @@ pub use error::ConfigError;
 pub use flags::{Flag, FLAGS};
 
 use crate::flag::{FlagError, Flags};
-use crate::http::OriginPolicy;
 use crate::http::TrustedProxies;
+use crate::http::{is_loopback, OriginPolicy};
 use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Database, DbSchema, Retention, StoreOptions};
 use crate::tools::{Keyless, ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -346,14 +345,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// Whether binding `host` keeps the service on this machine: `localhost`, or
-/// an address in 127.0.0.0/8 or `::1`. Any other name counts as reachable.
-pub fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

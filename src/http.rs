@@ -50,7 +50,7 @@ pub use error_code::ErrorCode;
 pub use forwarded::{NotAnAddress, TrustedProxies};
 pub use head::{parse_head, Framing, Head};
 pub use message::{ClientProbe, Request, Response, Version, CONTINUE_100, RETRY_AFTER_SECS};
-pub use origin::{BadName, OriginPolicy, Refusal};
+pub use origin::{is_loopback, BadName, OriginPolicy, Refusal};
 pub use parse_error::ParseError;
 pub use parser::{parse_request, Progress, RequestParser};
 pub use parsing::{ParseLimits, ParseStatus};

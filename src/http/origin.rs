@@ -21,10 +21,18 @@
 //! This file decides, and never logs or echoes a header value beyond a
 //! quoted excerpt.
 
-use crate::config::is_loopback;
 use crate::http::ErrorCode;
 use crate::input::quote;
 use std::fmt;
+use std::net::IpAddr;
+
+/// Whether `host` (a name to bind, or a `Host` header's name) is this machine: `localhost`, or
+/// an address in 127.0.0.0/8 or `::1`. Any other name counts as reachable.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
 
 /// The names and origins trusted beyond loopback.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -31,10 +31,10 @@
 //! not, never reads a request's state as trusted (it only has to match the
 //! call it names), and never logs arguments or answers.
 
-use super::endpoint::Mcp;
+use super::context::Mcp;
+use super::handshake::declared;
 use super::jsonrpc::INVALID_PARAMS;
-use super::tasks::declared;
-use super::tools_call::{store_failure, RpcError};
+use super::rpc_error::{store_failure, RpcError};
 use crate::auth::Tenant;
 use crate::store::{Approvers, Call, Decided, Decision, Source, Status, Verdict};
 use crate::tools::{Inputs, Question};

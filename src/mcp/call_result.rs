@@ -8,7 +8,6 @@
 //! It decides nothing about the call and reads nothing: it only renders.
 
 use super::handshake::Revision;
-use super::tools_call::outcome;
 use crate::store::{Call, Status};
 use crate::tools::{McpResult, ToolSpec};
 use serde_json::{json, Value};
@@ -103,6 +102,41 @@ fn result_content(result: &Value) -> Vec<Value> {
 
 fn text_item(text: String) -> Value {
     json!({"type": "text", "text": text})
+}
+
+/// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
+/// (and `cancel_requested_at` once a cancel was asked) as
+/// `structuredContent` (from 2025-06-18) and as text; `isError` when the
+/// call failed, was cancelled or denied.
+pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
+    let mut state = json!({
+        "call_id": call.call_id,
+        "idempotency_key": call.idem_key,
+        "status": call.status.as_str(),
+        "attempt": call.attempt,
+        "replayed": replayed,
+    });
+    if duplicate_intent {
+        state["duplicate_intent"] = true.into();
+    }
+    match call.status {
+        Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
+        Status::Failed | Status::Cancelled | Status::Denied => {
+            state["error"] = call.error.clone().unwrap_or(Value::Null)
+        }
+        Status::AwaitingApproval | Status::Pending | Status::Running => {}
+    }
+    if let Some(at) = call.cancel_requested_at {
+        state["cancel_requested_at"] = at.into();
+    }
+    let mut answer = json!({
+        "content": [{"type": "text", "text": state.to_string()}],
+        "isError": matches!(call.status, Status::Failed | Status::Cancelled | Status::Denied),
+    });
+    if revision.has_structured_output() {
+        answer["structuredContent"] = state;
+    }
+    answer
 }
 
 #[cfg(test)]

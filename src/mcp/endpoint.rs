@@ -8,58 +8,23 @@
 //! It never runs a tool, keeps no session, and never puts a token, a header
 //! value or a call's arguments in a log line.
 
+use super::context::Mcp;
 use super::events::Events;
 use super::handshake::{self, Refused, Revision};
 use super::jsonrpc::{
     self, Message, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
     MISSING_CAPABILITY, PARSE_ERROR,
 };
-use super::tools_call::{Called, RpcError};
+use super::rpc_error::RpcError;
+use super::tools_call::Called;
 use super::{listen, tasks, tools_call, tools_list};
 use crate::auth::Tenant;
-use crate::calls::Calls;
-use crate::http::OriginPolicy;
 use crate::http::{Request, Response};
 use crate::log::Exchange;
-use crate::tools::Keyless;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How the endpoint behaves; filled from the command line.
-#[derive(Debug, Clone)]
-pub struct McpOptions {
-    /// How long a `tools/call` waits for its call to settle
-    /// (`--mcp-wait-secs`) before answering `running` with the call's id.
-    pub wait: Duration,
-    /// `--mcp-keyless`: a keyless call's meaning for tools whose file names none.
-    pub keyless: Option<Keyless>,
-    /// `--mcp-content-window-secs`: how long keyless calls with the same
-    /// tool and arguments are one call.
-    pub content_window: Duration,
-    /// `--key-ttl`: how long a settled call, so a task, is kept (`None`:
-    /// forever); a task's `ttlMs`.
-    pub key_ttl: Option<Duration>,
-}
-
-/// The MCP endpoint, over the `Calls` service the REST routes share.
-pub struct Mcp {
-    pub(super) calls: Arc<Calls>,
-    pub(super) options: McpOptions,
-    /// The `Host` names and `Origin`s served (`--public-host`,
-    /// `--allowed-origin`): the DNS-rebinding guard.
-    origins: OriginPolicy,
-}
 
 impl Mcp {
-    pub fn new(calls: Arc<Calls>, options: McpOptions, origins: OriginPolicy) -> Mcp {
-        Mcp {
-            calls,
-            options,
-            origins,
-        }
-    }
-
     /// Answer one `POST /mcp`.
     pub fn handle(
         self: &Arc<Mcp>,

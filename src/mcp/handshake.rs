@@ -272,6 +272,11 @@ pub fn discover() -> Value {
     })
 }
 
+/// The client capabilities a stateless request declares.
+pub fn declared(params: &Map<String, Value>) -> Option<&Value> {
+    params.get("_meta")?.get(META_CLIENT_CAPABILITIES)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@
 //! window, so every call holds its content for one window from its creation,
 //! not to a boundary. It never writes anything itself.
 
-use super::endpoint::Mcp;
+use super::context::Mcp;
 use crate::store::StoreError;
 use crate::tools::{Keyless, ToolRegistry, ToolSpec};
 use serde_json::{Map, Value};

@@ -18,12 +18,12 @@
 //! stream ends: a client that goes away ends it.
 
 use super::approval_input::Asker;
-use super::endpoint::Mcp;
+use super::context::Mcp;
 use super::events::Events;
 use super::handshake::Revision;
 use super::jsonrpc::{Id, INVALID_PARAMS};
+use super::rpc_error::{store_failure, RpcError};
 use super::tasks;
-use super::tools_call::{store_failure, RpcError};
 use crate::auth::Tenant;
 use crate::store::Call;
 use serde_json::{json, Map, Value};

@@ -7,9 +7,10 @@
 //! or a response the client posts, with `202` and no body. `GET /mcp` is
 //! `405`: there is no stream outside a request.
 //!
-//! Map (this file holds no type): `endpoint` (`Mcp`: the `Host` and `Origin` checks,
-//! batches, and each message answered), `jsonrpc` (the message shape and the
-//! error codes), `handshake` (revisions: `initialize`, `server/discover`,
+//! Map (this file holds no type): `context` (`Mcp` and `McpOptions`: what
+//! every handler holds), `endpoint` (`Mcp::handle`: the `Host` and `Origin`
+//! checks, batches, and each message answered), `jsonrpc` (the message shape
+//! and the error codes), `rpc_error` (`RpcError`, and a refusal as one), `handshake` (revisions: `initialize`, `server/discover`,
 //! `ping`, the `MCP-Protocol-Version` header and 2026-07-28's mirrored
 //! headers), `param_headers` (SEP-2243's header values and a tool's
 //! `Mcp-Param-*` headers), `tools_list`, `tools_call` (the exactly-once path, through
@@ -34,6 +35,7 @@
 
 mod approval_input;
 mod call_result;
+mod context;
 mod endpoint;
 mod events;
 pub mod handshake;
@@ -42,9 +44,10 @@ mod keyless;
 mod listen;
 mod param_headers;
 mod progress;
+mod rpc_error;
 pub mod tasks;
 pub mod tools_call;
 pub mod tools_list;
 
-pub use endpoint::{Mcp, McpOptions};
+pub use context::{Mcp, McpOptions};
 pub use keyless::summary as keyless_summary;

@@ -11,7 +11,7 @@
 //! stream), never the call, whose outcome is there for the same key.
 
 use super::events::Events;
-use super::tools_call::{store_failure, RpcError};
+use super::rpc_error::{store_failure, RpcError};
 use crate::calls::{last_progress, Calls};
 use crate::http::ClientProbe;
 use crate::store::Call;

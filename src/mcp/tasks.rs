@@ -17,10 +17,10 @@
 
 use super::approval_input::{self, Asker};
 use super::call_result::tool_result;
-use super::endpoint::Mcp;
-use super::handshake::{Revision, META_CLIENT_CAPABILITIES, TASKS_EXTENSION};
+use super::context::Mcp;
+use super::handshake::{declared, Revision, TASKS_EXTENSION};
 use super::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, MISSING_CAPABILITY};
-use super::tools_call::RpcError;
+use super::rpc_error::RpcError;
 use crate::auth::Tenant;
 use crate::calls::CancelAnswer;
 use crate::log::Exchange;
@@ -107,11 +107,6 @@ pub fn negotiated(revision: Revision, params: &Map<String, Value>) -> bool {
             .and_then(|c| c.get("extensions"))
             .and_then(|e| e.get(TASKS_EXTENSION))
             .is_some()
-}
-
-/// The client capabilities a stateless request declares.
-pub fn declared(params: &Map<String, Value>) -> Option<&Value> {
-    params.get("_meta")?.get(META_CLIENT_CAPABILITIES)
 }
 
 /// `-32021`: the request needs capabilities its client did not declare;
@@ -270,7 +265,7 @@ fn the_call(
             Ok(call)
         }
         Ok(None) => Err(unknown(id)),
-        Err(e) => Err(super::tools_call::store_failure(e)),
+        Err(e) => Err(super::rpc_error::store_failure(e)),
     }
 }
 
@@ -350,7 +345,7 @@ pub fn cancel(
             exchange.call_id = Some(id.to_string());
             Ok(json!({}))
         }
-        Err(e) => Err(super::tools_call::store_failure(e)),
+        Err(e) => Err(super::rpc_error::store_failure(e)),
     }
 }
 
@@ -375,6 +370,7 @@ pub fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::handshake::META_CLIENT_CAPABILITIES;
 
     fn call(status: Status, code: Option<&str>) -> Call {
         Call {

@@ -15,23 +15,22 @@
 //! call: the wait ends, the call goes on.
 
 use super::approval_input::{self, Asker};
-use super::call_result::{tool_result, Marks};
-use super::endpoint::Mcp;
+use super::call_result::{outcome, tool_result, Marks};
+use super::context::Mcp;
 use super::handshake::Revision;
 use super::jsonrpc::{HEADER_MISMATCH, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
 use super::keyless::{self, KeyOf};
 use super::progress::Follow;
+use super::rpc_error::{rpc_error, store_failure, RpcError};
 use super::tools_list::GET_TOOL_CALL;
 use crate::auth::Tenant;
 // The key and wait bounds are the call path's, so both transports agree.
-use crate::calls::{
-    store_refusal, CallError, CallRefusal, CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS,
-};
-use crate::http::{ErrorCode, Request, RETRY_AFTER_SECS};
+use crate::calls::{CallError, CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
+use crate::http::{ErrorCode, Request};
 use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::Transport;
-use crate::store::{Call, Status, StoreError};
+use crate::store::{Call, Status};
 use crate::tools::{Keyless, ToolSpec};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -40,9 +39,6 @@ use std::time::Duration;
 /// The `_meta` key a client puts its idempotency key under (reverse DNS, as
 /// MCP asks of a non-MCP `_meta` key).
 pub const META_IDEMPOTENCY_KEY: &str = "dev.idempotent-tool/idempotency-key";
-
-/// A JSON-RPC error: code, message, data.
-pub type RpcError = (i64, String, Option<Value>);
 
 fn invalid(message: impl Into<String>) -> RpcError {
     (INVALID_PARAMS, message.into(), None)
@@ -220,21 +216,6 @@ fn refusal(e: CallError, exchange: &mut Exchange) -> Result<Value, RpcError> {
     }
 }
 
-/// A store failure (its cause logged by `store_refusal`, never sent).
-pub(super) fn store_failure(e: StoreError) -> RpcError {
-    rpc_error(store_refusal(e))
-}
-
-/// A refusal no tool result can carry, as a JSON-RPC error: the REST code in
-/// `data.code`, and when it asks the client to come back, after how long.
-fn rpc_error(refusal: CallRefusal) -> RpcError {
-    let mut data = json!({"code": refusal.code.as_str()});
-    if refusal.code.asks_to_retry_later() {
-        data["retry_after_secs"] = json!(RETRY_AFTER_SECS);
-    }
-    (INTERNAL_ERROR, refusal.message, Some(data))
-}
-
 /// The request's key: the client's, or by the tool's keyless policy one
 /// derived from its content or made fresh; `Ok(Err(answer))` when the
 /// policy is `reject` (a tool error saying how to send a key).
@@ -322,41 +303,6 @@ fn settle(mcp: &Mcp, req: &Request, call: Call, wait: Duration) -> Result<Call, 
     mcp.calls
         .wait(call, wait, || req.client.gone())
         .map_err(store_failure)
-}
-
-/// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
-/// (and `cancel_requested_at` once a cancel was asked) as
-/// `structuredContent` (from 2025-06-18) and as text; `isError` when the
-/// call failed, was cancelled or denied.
-pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
-    let mut state = json!({
-        "call_id": call.call_id,
-        "idempotency_key": call.idem_key,
-        "status": call.status.as_str(),
-        "attempt": call.attempt,
-        "replayed": replayed,
-    });
-    if duplicate_intent {
-        state["duplicate_intent"] = true.into();
-    }
-    match call.status {
-        Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
-        Status::Failed | Status::Cancelled | Status::Denied => {
-            state["error"] = call.error.clone().unwrap_or(Value::Null)
-        }
-        Status::AwaitingApproval | Status::Pending | Status::Running => {}
-    }
-    if let Some(at) = call.cancel_requested_at {
-        state["cancel_requested_at"] = at.into();
-    }
-    let mut answer = json!({
-        "content": [{"type": "text", "text": state.to_string()}],
-        "isError": matches!(call.status, Status::Failed | Status::Cancelled | Status::Denied),
-    });
-    if revision.has_structured_output() {
-        answer["structuredContent"] = state;
-    }
-    answer
 }
 
 /// A tool execution error that is not a call's outcome: text only (no

@@ -31,8 +31,9 @@
 //! rules of recovery: `Reclaimable`; `Node`, what `GET /v1/nodes` shows),
 //! `audit` (the audit events and their detail texts), `cancel`
 //! (cancelling: its rules, `Cancel`, the steps a wing runs), `approval`
-//! (approval gates: their rules, `Gate`, `Decision`, `Decided`, the
-//! webhook outbox's `Notification`), `wake`
+//! (approval gates: their rules, `Decision`, `Decided`, the webhook
+//! outbox's `Notification`, the answers an MCP client gave), `gate` (what a
+//! new gated call carries: `Gate`, `Approvers`), `wake`
 //! (another node's news), `business_key` (the second layer's types),
 //! `mixed` (the bench's mixed million, row by row; feature `testing`)
 //! and `verify` (the offline checker's invariants and report); this file
@@ -82,6 +83,7 @@ mod counts;
 mod database;
 mod db_schema;
 mod error;
+mod gate;
 mod ids;
 mod instance;
 mod limits;

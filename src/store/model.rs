@@ -3,8 +3,8 @@
 //! produce the same values — and they decide nothing: every transition is
 //! decided by the store's conditional statements.
 
-use super::approval::Gate;
 use super::error::StoreError;
+use super::gate::Gate;
 use super::ids::new_effect_id;
 use crate::status::Status;
 use serde_json::{json, Map, Value};

@@ -57,7 +57,7 @@ impl fmt::Display for ArgsError {
                 f,
                 "tool {} is unknown; known tools: {}",
                 quote(name),
-                super::builtin::TOOL_NAMES.join(", ")
+                super::kind::TOOL_NAMES.join(", ")
             ),
         }
     }

@@ -9,11 +9,8 @@
 //! `command` tools pass `effect_id` downstream as its idempotency key instead.
 
 use super::args_error::ArgsError;
-use super::business_key::AgentFacing;
 use super::error_code::ToolErrorCode;
-use super::mcp_policy::McpPolicy;
 use super::outcome::{Effect, Outcome, ToolError};
-use super::spec::{Backoff, Executor, Kind, ToolSpec, DEFAULT_TIMEOUT};
 use super::stop::Stop;
 use crate::fingerprint::as_integer;
 use serde_json::{json, Map, Value};
@@ -40,8 +37,7 @@ pub enum Tool {
 /// The longest a `sleep` may run; the lease must exceed it.
 pub const MAX_SLEEP_SECS: f64 = 10.0;
 
-/// Names of the tools, as accepted in `"tool"`.
-pub const TOOL_NAMES: [&str; 4] = ["charge", "send_email", "sleep", "fail"];
+pub use super::kind::TOOL_NAMES;
 
 /// The tools whose every success writes exactly one `effects` row (the others
 /// never write one). `verify` checks the database against this list, and a
@@ -239,28 +235,6 @@ pub fn input_schema(name: &str) -> Option<Value> {
         _ => return None,
     };
     Some(schema)
-}
-
-/// The spec of built-in `name` with its defaults: one attempt (a built-in's
-/// failure is final unless the tools file says otherwise), the default timeout,
-/// no concurrency cap.
-pub fn spec(name: &str) -> Option<ToolSpec> {
-    Some(ToolSpec {
-        name: name.to_string(),
-        kind: Kind::Builtin,
-        input_schema: input_schema(name)?,
-        validator: None,
-        max_attempts: 1,
-        timeout: DEFAULT_TIMEOUT,
-        backoff: Backoff::default(),
-        max_concurrency: None,
-        rate: None,
-        business_key: None,
-        approval: None,
-        agent: AgentFacing::default_for(name, false),
-        mcp: McpPolicy::default_for(Kind::Builtin, name),
-        executor: Executor::Builtin,
-    })
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@
 //! It never waits without a bound the caller chose, and never signals a
 //! group after its tool's end has been reported (its ids may be reused).
 
-use super::command_tool::TERM_GRACE;
 use super::supervisor::report::Report;
 use super::supervisor::{self, SUBCOMMAND};
 use nix::sys::signal::{kill, killpg, Signal};
@@ -29,6 +28,9 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::Duration;
+
+/// How long a timed-out group has between SIGTERM and SIGKILL.
+pub const TERM_GRACE: Duration = Duration::from_millis(500);
 
 /// How much longer than `TERM_GRACE` a supervisor may take to report a
 /// stopped tool: its kill rounds (2 s at most) and room for a loaded host.

@@ -17,12 +17,12 @@
 //! never read output without a cap, and never put argv or a configured
 //! `env` value into an error.
 
-use super::command_process::{self, End, Handle, Input};
+use super::command_process::{self, End, Handle, Input, TERM_GRACE};
 use super::error_code::ToolErrorCode;
 use super::excerpt::{tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 use super::outcome::{Effect, Outcome, ToolError};
+use super::run_context::RunContext;
 use super::secret::{redact_all, Secret};
-use super::spec::RunContext;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::unistd::pipe2;
 use serde_json::{json, Value};
@@ -47,8 +47,6 @@ pub const RESERVED_ENV: [&str; 5] = [
 ];
 /// The exit status that asks for a retry (`EX_TEMPFAIL` in sysexits.h).
 pub const EXIT_TEMPFAIL: i32 = 75;
-/// How long a timed-out group has between SIGTERM and SIGKILL.
-pub const TERM_GRACE: Duration = Duration::from_millis(500);
 /// How long to wait for the output pipes to close once the group is gone; a
 /// process that left the group (`setsid`) may hold them open forever.
 const DRAIN_WAIT: Duration = Duration::from_secs(1);

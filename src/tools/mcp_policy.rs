@@ -8,7 +8,7 @@
 //! answer: the MCP endpoint (`mcp::tools_call`, `mcp::tasks`) does.
 
 use super::file_error::{field_error, FieldError};
-use super::spec::Kind;
+use super::kind::Kind;
 use serde_json::{Map, Value};
 
 /// Whether a tool's `tools/call` may answer a task instead of its result

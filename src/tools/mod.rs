@@ -17,8 +17,10 @@
 //! `command_process`, how a command's processes are started, signalled and
 //! waited for, and [`supervisor`], the per-attempt process that stops them
 //! even when the service dies),
-//! `error_code` ([`ToolErrorCode`], the one table of the codes a failed
-//! attempt is recorded with), `outcome` ([`Outcome`], [`Effect`] and
+//! `kind` ([`Kind`]: the tool kinds, read once, and the built-ins' names),
+//! `run_context` ([`RunContext`]: what an attempt knows, the runner's
+//! contract with every executor), `error_code` ([`ToolErrorCode`], the one
+//! table of the codes a failed attempt is recorded with), `outcome` ([`Outcome`], [`Effect`] and
 //! [`ToolError`], what an attempt produced), `registry` ([`ToolRegistry`],
 //! [`PrepareError`]), `spec` ([`ToolSpec`], [`RunContext`], [`Backoff`]),
 //! `args_error` ([`ArgsError`], why args fail a tool's rules), `file_error`
@@ -45,11 +47,13 @@ pub(crate) mod file;
 mod file_error;
 mod http_stop;
 mod http_tool;
+mod kind;
 mod mcp_policy;
 mod outcome;
 pub mod progress;
 mod rate;
 mod registry;
+mod run_context;
 pub(crate) mod schema;
 mod secret;
 mod spec;
@@ -65,10 +69,12 @@ pub use error_code::ToolErrorCode;
 pub use excerpt::{excerpt, tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 pub use file_error::ToolFileError;
 pub(crate) use http_tool::system_roots;
+pub use kind::Kind;
 pub use mcp_policy::{Keyless, McpPolicy, McpResult, TaskSupport};
 pub use outcome::{Effect, Outcome, ToolError};
 pub use rate::Rate;
 pub use registry::{PrepareError, Prepared, ToolRegistry};
+pub use run_context::RunContext;
 pub use secret::Secret;
-pub use spec::{jitter, Backoff, Executor, Kind, RunContext, ToolSpec, DEFAULT_TIMEOUT};
+pub use spec::{jitter, Backoff, Executor, ToolSpec, DEFAULT_TIMEOUT};
 pub use stop::{Halt, Stop};

@@ -5,8 +5,9 @@
 //! It only reads specs: it never runs a tool and never touches the database.
 
 use super::args_error::ArgsError;
-use super::builtin::{self, EFFECT_TOOLS, TOOL_NAMES};
-use super::spec::{Kind, ToolSpec};
+use super::builtin::{EFFECT_TOOLS, TOOL_NAMES};
+use super::kind::Kind;
+use super::spec::ToolSpec;
 use crate::input::quote;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -69,7 +70,7 @@ impl ToolRegistry {
     pub fn builtins() -> ToolRegistry {
         let mut registry = ToolRegistry::default();
         for name in TOOL_NAMES {
-            registry.insert(builtin::spec(name).expect("every TOOL_NAMES entry is a built-in"));
+            registry.insert(ToolSpec::builtin(name).expect("every TOOL_NAMES entry is a built-in"));
         }
         registry
     }

@@ -12,10 +12,11 @@ use super::args_error::ArgsError;
 use super::builtin::Tool;
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::error_code::ToolErrorCode;
+use super::kind::Kind;
 use super::mcp_policy::McpPolicy;
 use super::outcome::{Outcome, ToolError};
 use super::rate::Rate;
-use super::stop::Stop;
+use super::run_context::RunContext;
 use super::{command_tool, http_tool, schema};
 use serde_json::{json, Map, Value};
 use std::fmt;
@@ -23,24 +24,6 @@ use std::time::Duration;
 
 /// A tool's run time bound when the file does not give `timeout_ms`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Which executor runs a tool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Builtin,
-    Http,
-    Command,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Builtin => "builtin",
-            Kind::Http => "http",
-            Kind::Command => "command",
-        }
-    }
-}
 
 /// Retry delays: exponential from `initial`, never above `max`; a
 /// downstream's `Retry-After` honoured up to `retry_after_max`.
@@ -166,46 +149,29 @@ impl fmt::Debug for ToolSpec {
     }
 }
 
-/// Everything one attempt knows about its call. The same five fields (and
-/// `inputs`, for a tool whose approval asks its MCP client questions) are the
-/// JSON body an `http` downstream receives and a `command` reads on stdin.
-#[derive(Debug, Clone, Copy)]
-pub struct RunContext<'a> {
-    pub call_id: &'a str,
-    /// The call's downstream idempotency key: the same on every attempt.
-    pub effect_id: &'a str,
-    /// 1-based attempt number.
-    pub attempt: i64,
-    pub tool: &'a str,
-    /// The validated args, chaos hooks removed.
-    pub args: &'a Map<String, Value>,
-    /// The answers its approval's questions were given, by key (`None`:
-    /// its tool's policy asks none of its own).
-    pub inputs: Option<&'a Map<String, Value>>,
-    /// How the runner stops this attempt when its call is cancelled; `None`
-    /// for a run nothing can cancel (a test's).
-    pub stop: Option<&'a Stop>,
-}
-
-impl RunContext<'_> {
-    /// `{"call_id", "effect_id", "attempt", "tool", "args"}`, and
-    /// `"inputs"` when the call has them.
-    pub fn request_body(&self) -> Value {
-        let mut body = json!({
-            "call_id": self.call_id,
-            "effect_id": self.effect_id,
-            "attempt": self.attempt,
-            "tool": self.tool,
-            "args": self.args,
-        });
-        if let Some(inputs) = self.inputs {
-            body["inputs"] = Value::Object(inputs.clone());
-        }
-        body
-    }
-}
-
 impl ToolSpec {
+    /// The spec of built-in `name` with its defaults: one attempt (a
+    /// built-in's failure is final unless the tools file says otherwise), the
+    /// default timeout, no concurrency cap; `None` for a name no built-in has.
+    pub fn builtin(name: &str) -> Option<ToolSpec> {
+        Some(ToolSpec {
+            name: name.to_string(),
+            kind: Kind::Builtin,
+            input_schema: super::builtin::input_schema(name)?,
+            validator: None,
+            max_attempts: 1,
+            timeout: DEFAULT_TIMEOUT,
+            backoff: Backoff::default(),
+            max_concurrency: None,
+            rate: None,
+            business_key: None,
+            approval: None,
+            agent: AgentFacing::default_for(name, false),
+            mcp: McpPolicy::default_for(Kind::Builtin, name),
+            executor: Executor::Builtin,
+        })
+    }
+
     /// Check `args` against the tool's rules; the message names the first
     /// failing path (`args.amount ...`).
     pub fn check_args(&self, args: &Map<String, Value>) -> Result<(), ArgsError> {

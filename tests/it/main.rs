@@ -54,6 +54,7 @@ mod file_modes;
 mod headers;
 mod host_check;
 mod http_hostile;
+mod import_cycles;
 mod limits;
 mod log_file;
 mod mcp;

@@ -4,6 +4,7 @@
 use super::*;
 use crate::tools::Outcome;
 use serde_json::json;
+use std::os::unix::fs::PermissionsExt;
 
 const SECRET: &str = "tok-SECRET-value-1";
 

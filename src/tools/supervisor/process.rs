@@ -29,7 +29,7 @@
 
 use super::descendants::{kill_all, reap};
 use super::report::Report;
-use crate::tools::command_tool::TERM_GRACE;
+use crate::tools::command_process::TERM_GRACE;
 use nix::sys::prctl;
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::WaitStatus;
