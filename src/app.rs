@@ -24,7 +24,7 @@ use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError, RateSampler};
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
 use crate::store::{
-    now, CallStore, Database, Rate, RestoredCopy, Scope, StoreError, ToolLimit, Wake, WakeHandler,
+    now, CallStore, Database, RestoredCopy, Scope, StoreError, ToolLimit, Wake, WakeHandler,
 };
 use crate::tools::ToolRegistry;
 use crate::webhook::Webhooks;
@@ -455,10 +455,7 @@ fn tool_limits(tools: &ToolRegistry) -> Vec<ToolLimit> {
         .map(|spec| ToolLimit {
             tool: spec.name.clone(),
             max_concurrency: spec.max_concurrency,
-            rate: spec.rate.map(|r| Rate {
-                per_second: r.per_second,
-                burst: r.burst,
-            }),
+            rate: spec.rate,
         })
         .collect()
 }

@@ -35,7 +35,9 @@
 //! - [`status`]: the call statuses, declared once in one table (the enum,
 //!   their words, which are terminal); every other spelling of the set is
 //!   taken from it or held to it by a test. It imports nothing of the crate.
-//! - [`fingerprint`]: canonical JSON and the request fingerprint.
+//! - [`fingerprint`]: canonical JSON and the request fingerprint; [`rate`]:
+//!   a tool's calls per second and burst, one type for the tools file that
+//!   gives it and the store's bucket that enforces it.
 //! - `chaos`: failure hooks for tests and fault injection (`--chaos` only).
 //! - `lock`: the one lock helper (a poisoned lock is taken as it is);
 //!   `temp`: temporary folders and databases for the tests and the bench,
@@ -93,6 +95,7 @@ pub(crate) mod lock;
 pub mod log;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
+pub mod rate;
 pub(crate) mod request_id;
 pub mod rfc3339;
 pub(crate) mod runner;

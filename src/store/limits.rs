@@ -16,6 +16,7 @@
 //! Plain values and arithmetic only: this file never touches the database.
 
 use super::model::Lease;
+pub use crate::rate::Rate;
 use std::time::Duration;
 
 /// A tool's limits, as its tools file gives them.
@@ -25,15 +26,6 @@ pub struct ToolLimit {
     /// Most calls `running` at once (on PostgreSQL, across every node).
     pub max_concurrency: Option<usize>,
     pub rate: Option<Rate>,
-}
-
-/// Claims per second, and how many may come at once after a quiet spell.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rate {
-    /// Tokens added per second (fractions allowed: 0.5 is one every 2 s).
-    pub per_second: f64,
-    /// The bucket's size: at least 1.
-    pub burst: u32,
 }
 
 /// Which limit held a tool's due calls back.
@@ -54,6 +46,8 @@ impl ToolLimit {
     }
 }
 
+/// The bucket's arithmetic: a rate adds `per_second` tokens a second, up
+/// to `burst`.
 impl Rate {
     /// The tokens a bucket holds `elapsed` seconds after it held `tokens`
     /// (never above the burst; a clock that stepped back adds nothing).

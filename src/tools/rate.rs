@@ -6,21 +6,13 @@
 //! through that bucket alone); a tool knows only its numbers.
 
 use super::file_error::{field_error, FieldError};
+pub use crate::rate::Rate;
 use serde_json::{json, Value};
 
 /// The most calls per second a rate may allow.
 const MAX_PER_SECOND: f64 = 1_000_000.0;
 /// The largest burst.
 const MAX_BURST: u64 = 100_000;
-
-/// Calls per second, and the bucket's size.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rate {
-    /// Above 0 (fractions allowed: 0.5 is one call every two seconds).
-    pub per_second: f64,
-    /// At least 1: how many calls may start at once after a quiet spell.
-    pub burst: u32,
-}
 
 impl Rate {
     /// `rate` as the tools file gives it; `burst` defaults to 1.
