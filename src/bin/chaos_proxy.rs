@@ -104,7 +104,7 @@ struct RawRequest {
 }
 
 /// What the proxy does with a request once the upstream has answered.
-enum Outcome {
+enum Relay {
     /// Write this response to the client and keep the connection if both sides
     /// allow; the note says what was done, for the log.
     Respond(HttpResponse, String),
@@ -203,14 +203,14 @@ fn serve_connection(client: TcpStream, config: &Config) -> io::Result<()> {
             }
         };
         match outcome {
-            Outcome::Drop(status) => {
+            Relay::Drop(status) => {
                 let note = format!("upstream {status}; closed client without the response");
                 log(number, &request, mode, &note);
                 // Both directions: the client must see EOF, not a half-open socket.
                 let _ = client_writer.shutdown(Shutdown::Both);
                 return Ok(());
             }
-            Outcome::Respond(response, note) => {
+            Relay::Respond(response, note) => {
                 log(number, &request, mode, &note);
                 let close = request.wants_close || says_close(&response);
                 write_response(&mut client_writer, &response, close)?;
@@ -229,11 +229,11 @@ fn forward(
     mode: Mode,
     config: &Config,
     upstream: &mut Option<BufReader<TcpStream>>,
-) -> io::Result<Outcome> {
+) -> io::Result<Relay> {
     let response = exchange(upstream, &config.upstream, &request.bytes)?;
     let note = match mode {
         Mode::Pass => format!("forwarded, upstream {}", response.status),
-        Mode::DropResponse => return Ok(Outcome::Drop(response.status)),
+        Mode::DropResponse => return Ok(Relay::Drop(response.status)),
         Mode::DelayResponse => {
             thread::sleep(config.delay);
             format!(
@@ -251,7 +251,7 @@ fn forward(
             )
         }
     };
-    Ok(Outcome::Respond(response, note))
+    Ok(Relay::Respond(response, note))
 }
 
 /// One request/response on the (re)used upstream connection. A connection the
