@@ -4,7 +4,8 @@
 //! (`input_answered`), a question answered once is never asked again, and
 //! the last answer approves the call, which then runs once with the answers
 //! in its request; a declined question denies it and nothing runs; under
-//! tasks a subset of answers leaves only the other questions open. And the
+//! tasks a subset of answers leaves only the other questions open; on
+//! PostgreSQL the rounds may be answered through any node. And the
 //! refusals: where a person must decide (the tool's policy, or the tenant),
 //! the client is asked nothing and an answer it sends anyway is `-32602`,
 //! never a decision; content its question's schema refuses records nothing.
@@ -313,4 +314,58 @@ fn where_a_person_must_decide_the_clients_answer_is_refused() {
         db.count("SELECT count(*) FROM calls WHERE tool = 'client_may' AND status = 'succeeded'")
             == 1
     });
+}
+
+/// On PostgreSQL, across two nodes: the first round is asked by node A,
+/// answered through node B, the second answered through node A — each
+/// node reads the answers the other recorded, nothing is asked twice, and
+/// the tool runs once with both answers.
+#[test]
+fn on_postgres_the_rounds_may_be_answered_through_any_node() {
+    use idempotent_tool::temp::postgres::PgServer;
+    let pg = PgServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = pg.fresh_database("mcp_rounds");
+    let scratch = idempotent_tool::temp::TempDir::new("pg-mcp-rounds").unwrap();
+    let node_a = Server::start_on_postgres(&url, &["--tools", FIXTURES], &scratch);
+    let node_b = Server::start_on_postgres(&url, &["--tools", FIXTURES], &scratch);
+    let caps = capabilities(false);
+    let tool = "test_input_required_result_multi_round";
+    let call = |node: &Server, extra: Value| {
+        let mut params = json!({"name": tool, "arguments": {}, "_meta": {KEY: "pg-rounds-1"}});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        rpc(node, None, &caps, "tools/call", params)["result"].clone()
+    };
+    let first = call(&node_a, json!({}));
+    assert!(first["inputRequests"].get("step1").is_some(), "{first}");
+    let second = call(
+        &node_b,
+        json!({"inputResponses": {"step1": accept(json!({"name": "Alice"}))},
+               "requestState": first["requestState"]}),
+    );
+    assert!(second["inputRequests"].get("step2").is_some(), "{second}");
+    // Node A, asked again with no answer, asks step 2 only: B's answer is read.
+    let asked_again = call(&node_a, json!({}));
+    assert_eq!(asked_again["inputRequests"], second["inputRequests"]);
+    let done = call(
+        &node_a,
+        json!({"inputResponses": {"step2": accept(json!({"color": "green"}))},
+               "requestState": second["requestState"]}),
+    );
+    let text = done["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("Alice") && text.contains("green"), "{done}");
+    let call_id = done["_meta"][CALL]["call_id"].as_str().unwrap().to_string();
+    let (status, audit) = node_b.get(&format!("/v1/tool-calls/{call_id}/audit"));
+    assert_eq!(status, 200, "{audit}");
+    let events: Vec<&str> = audit["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["event"].as_str())
+        .collect();
+    let answered = events.iter().filter(|e| **e == "input_answered").count();
+    let runs = events.iter().filter(|e| **e == "succeeded").count();
+    assert_eq!((answered, runs), (2, 1), "{events:?}");
+    assert!(events.contains(&"approved"), "{events:?}");
 }
