@@ -134,6 +134,7 @@ fn run(config: &Config, variant: Variant) -> Result<Run, BenchError> {
         keep_alive: config.keep_alive,
         stop: config.stop,
         prefix: format!("console-{}", run_id()),
+        hold_open: false,
     });
     stop.store(true, Ordering::SeqCst);
     let (polls, poll_ms) = match poller {
