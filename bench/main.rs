@@ -129,7 +129,8 @@ usage: bench [options]
                        answer and per /healthz (in-process, --access-log off,
                        --rounds rounds of --duration each, default 3 and 5 s;
                        medians) and compare them with the baseline file: exit 1
-                       when one is more than 10% worse
+                       when new keys or same-key answers, per /healthz, are
+                       more than 10% worse
   --baseline PATH      with --check: the baseline file (default
                        bench/baseline.json in the source tree)
   --write-baseline     with --check: write the figures to the baseline file
