@@ -15,12 +15,14 @@ use crate::calls::{scoped_key, Calls, CallsOptions, KeyCache};
 use crate::config::Config;
 use crate::descriptors::{self, Budget};
 use crate::lock::lock;
-use crate::mcp::Mcp;
+use crate::mcp::{Mcp, McpOptions};
 use crate::metrics::rates::TotalsProbe;
 use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError, RateSampler};
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
-use crate::store::{now, CallStore, Rate, Scope, StoreError, ToolLimit, Wake, WakeHandler};
+use crate::store::{
+    now, CallStore, Database, Rate, RestoredCopy, Scope, StoreError, ToolLimit, Wake, WakeHandler,
+};
 use crate::tools::ToolRegistry;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
@@ -39,6 +41,12 @@ pub enum StartError {
         db: Box<crate::store::Database>,
         error: StoreError,
     },
+    /// The database is a copy `backup` made, and `--accept-restored-copy`
+    /// did not name its snapshot: nothing was written to it.
+    RestoredCopy {
+        db: Box<crate::store::Database>,
+        copy: RestoredCopy,
+    },
     /// The open-file limit leaves no room for a single connection.
     Descriptors(descriptors::TooFewDescriptors),
     Bind(std::io::Error),
@@ -52,6 +60,7 @@ impl fmt::Display for StartError {
             StartError::Database { db, error } => {
                 write!(f, "cannot open the database: {db}: {error}")
             }
+            StartError::RestoredCopy { db, copy } => write!(f, "{db}: {copy}"),
             StartError::Descriptors(e) => write!(f, "{e}"),
             StartError::Bind(e) => write!(f, "cannot bind the listening socket: {e}"),
             StartError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
@@ -64,9 +73,26 @@ impl std::error::Error for StartError {
         match self {
             StartError::Auth(e) => Some(e),
             StartError::Database { error, .. } => Some(error),
+            StartError::RestoredCopy { copy, .. } => Some(copy),
             StartError::Descriptors(e) => Some(e),
             StartError::Bind(e) | StartError::Spawn(e) => Some(e),
         }
+    }
+}
+
+/// Why the store did not open: a restored copy not accepted (the store
+/// hands the mark as its error's source), or any other database failure.
+fn database_refused(db: &Database, error: StoreError) -> StartError {
+    let copy = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<RestoredCopy>());
+    match copy {
+        Some(copy) => StartError::RestoredCopy {
+            db: Box::new(db.clone()),
+            copy: copy.clone(),
+        },
+        None => StartError::Database {
+            db: Box::new(db.clone()),
+            error,
+        },
     }
 }
 
@@ -126,10 +152,8 @@ impl Service {
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
         let mut options = config.store.clone();
         options.limits = tool_limits(&config.tools);
-        let store = CallStore::open(&config.db, options).map_err(|error| StartError::Database {
-            db: Box::new(config.db.clone()),
-            error,
-        })?;
+        let store = CallStore::open(&config.db, options)
+            .map_err(|error| database_refused(&config.db, error))?;
         let metrics = Arc::new(Metrics::new());
         crate::log::global()
             .report_dropped_access_lines_to(Arc::clone(&metrics.access_log_dropped));
@@ -183,7 +207,12 @@ impl Service {
         ));
         let mcp = Mcp::new(
             Arc::clone(&calls),
-            config.mcp_wait,
+            McpOptions {
+                wait: config.mcp_wait,
+                keyless: config.mcp_keyless,
+                content_window: config.mcp_content_window,
+                key_ttl: config.store.retention.key_ttl,
+            },
             config.trusted_names.clone(),
         );
         let mcp: Endpoint =
@@ -277,8 +306,13 @@ impl Service {
             ),
             None => String::new(),
         };
+        let keyless = crate::mcp::keyless_summary(
+            &self.config.tools,
+            self.config.mcp_keyless,
+            self.config.mcp_content_window,
+        );
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}{lowered}{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}, {keyless}{lowered}{})",
             self.addr(),
             self.config.db,
             self.config.runner.workers,

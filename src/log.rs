@@ -351,6 +351,16 @@ impl Event<'_> {
         self.str_field("addr", &addr.to_string())
     }
 
+    /// A moment, as RFC 3339 in UTC with milliseconds.
+    pub fn time(self, name: &'static str, time: SystemTime) -> Self {
+        self.str_field(name, &rfc3339_millis(time))
+    }
+
+    /// An environment variable's name, never its value.
+    pub fn variable(self, name: &str) -> Self {
+        self.str_field("variable", name)
+    }
+
     /// The database or a config file, by path.
     pub fn file(self, name: &'static str, path: &std::path::Path) -> Self {
         self.str_field(name, &path.display().to_string())

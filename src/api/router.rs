@@ -312,11 +312,21 @@ impl Api {
 /// A call as REST answers it: `200` once it is terminal, `202` (with
 /// `Retry-After`, a poll interval) while it is pending or running; marked
 /// `"duplicate_intent": true` when it is another key's call that holds the
-/// request's business key.
+/// request's business key; a running call's last `progress`, when its tool
+/// reported one in this process.
 pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
     let mut json = call.to_json();
     if duplicate_intent {
         json["duplicate_intent"] = true.into();
+    }
+    if call.status == crate::store::Status::Running {
+        if let Some(report) = crate::tools::progress::board().latest(&call.call_id) {
+            json["progress"] = serde_json::json!({
+                "progress": report.progress,
+                "total": report.total,
+                "message": report.message,
+            });
+        }
     }
     if call.status.is_terminal() {
         Response::json(200, &json)

@@ -12,9 +12,9 @@ use super::handshake::Revision;
 use crate::calls::MAX_WAIT_SECS;
 use crate::status::Status;
 use crate::tools::schema::Schema;
-use crate::tools::{ArgsError, ToolRegistry, ToolSpec};
+use crate::tools::{ArgsError, Keyless, McpResult, TaskSupport, ToolRegistry, ToolSpec};
 use serde_json::{json, Map, Value};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The MCP-only tool that reads a call by id.
 pub const GET_TOOL_CALL: &str = "get_tool_call";
@@ -22,6 +22,8 @@ pub const GET_TOOL_CALL: &str = "get_tool_call";
 pub const PAGE_SIZE: usize = 50;
 /// The `_meta` key under which a tool's business-key rule is shown.
 pub const META_BUSINESS_KEY: &str = "dev.idempotent-tool/business-key";
+/// The `_meta` key under which a tool's keyless policy is shown.
+pub const META_KEYLESS: &str = "dev.idempotent-tool/keyless";
 
 /// The schema of every `tools/call` answer's `structuredContent`.
 pub fn output_schema() -> Value {
@@ -37,7 +39,8 @@ pub fn output_schema() -> Value {
             "duplicate_intent": {"type": "boolean", "description": "true: another key's call with the same business key"},
             "result": {"description": "the tool's result, when status is succeeded"},
             "error": {"type": "object", "description": "why it failed, when status is failed; {code: cancelled, message: the reason} when cancelled"},
-            "cancel_requested_at": {"type": "number", "description": "Unix time its cancel was asked (POST /v1/tool-calls/{call_id}/cancel); absent if never"}
+            "cancel_requested_at": {"type": "number", "description": "Unix time its cancel was asked (POST /v1/tool-calls/{call_id}/cancel); absent if never"},
+            "key_source": {"type": "string", "enum": ["content"], "description": "content: the client sent no key, and the call is the one its tool and arguments name within the content window"}
         }
     })
 }
@@ -72,6 +75,7 @@ pub fn list(
     registry: &ToolRegistry,
     revision: Revision,
     cursor: Option<&str>,
+    keyless_flag: Option<Keyless>,
 ) -> Result<Value, CursorError> {
     let start = match cursor {
         None => 0,
@@ -80,10 +84,16 @@ pub fn list(
             .and_then(|n| n.parse::<usize>().ok())
             .ok_or_else(|| CursorError::NotIssued(c.to_string()))?,
     };
-    let mut all: Vec<Value> = registry
+    // A tool only a client with tasks can call goes last: a client that
+    // tries "the first tool" then finds one it can call. Still one fixed order.
+    let (open, task_only): (Vec<&Arc<ToolSpec>>, Vec<&Arc<ToolSpec>>) = registry
         .specs()
         .filter(|spec| spec.name != GET_TOOL_CALL)
-        .map(|spec| describe(spec, revision))
+        .partition(|spec| spec.mcp.tasks != TaskSupport::Required);
+    let mut all: Vec<Value> = open
+        .into_iter()
+        .chain(task_only)
+        .map(|spec| describe(spec, revision, keyless_flag))
         .collect();
     all.push(get_tool_call(revision));
     if start > all.len() {
@@ -101,7 +111,7 @@ pub fn list(
     Ok(page)
 }
 
-fn describe(spec: &ToolSpec, revision: Revision) -> Value {
+fn describe(spec: &ToolSpec, revision: Revision, keyless_flag: Option<Keyless>) -> Value {
     let facing = &spec.agent;
     let mut annotations = json!({
         "readOnlyHint": facing.read_only,
@@ -118,11 +128,18 @@ fn describe(spec: &ToolSpec, revision: Revision) -> Value {
         "inputSchema": spec.input_schema,
         "annotations": annotations,
     });
+    let keyless = super::keyless::effective(spec, keyless_flag);
+    tool["_meta"] = json!({ META_KEYLESS: keyless.as_str() });
     if let Some(rule) = &spec.business_key {
-        tool["_meta"] = json!({ META_BUSINESS_KEY: rule.public_view() });
+        tool["_meta"][META_BUSINESS_KEY] = rule.public_view();
+    }
+    if revision.is_stateless() {
+        tool["execution"] = json!({"taskSupport": spec.mcp.tasks.as_str()});
     }
     if revision.has_structured_output() {
-        tool["outputSchema"] = output_schema();
+        if spec.mcp.result == McpResult::Outcome {
+            tool["outputSchema"] = output_schema();
+        }
         if let Some(title) = &facing.title {
             tool["title"] = title.clone().into();
         }
@@ -206,7 +223,7 @@ mod tests {
     #[test]
     fn every_tool_is_listed_with_its_contract_and_the_handle_reader_last() {
         let registry = ToolRegistry::builtins();
-        let page = list(&registry, Revision::V2025_11_25, None).unwrap();
+        let page = list(&registry, Revision::V2025_11_25, None, None).unwrap();
         let names: Vec<&str> = page["tools"]
             .as_array()
             .unwrap()
@@ -221,14 +238,14 @@ mod tests {
         assert_eq!(charge["annotations"]["idempotentHint"], false);
         assert_eq!(charge["outputSchema"]["type"], "object");
         assert!(page.get("nextCursor").is_none());
-        let old = list(&registry, Revision::V2025_03_26, None).unwrap();
+        let old = list(&registry, Revision::V2025_03_26, None, None).unwrap();
         assert!(old["tools"][0].get("outputSchema").is_none());
         assert_eq!(
-            list(&registry, Revision::V2025_03_26, Some("nope")),
+            list(&registry, Revision::V2025_03_26, Some("nope"), None),
             Err(CursorError::NotIssued("nope".into()))
         );
         assert_eq!(
-            list(&registry, Revision::V2025_03_26, Some("tools:99")),
+            list(&registry, Revision::V2025_03_26, Some("tools:99"), None),
             Err(CursorError::PastTheEnd)
         );
     }

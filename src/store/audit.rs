@@ -1,5 +1,6 @@
 //! The audit trail's words: every event a call's timeline may hold, as one
-//! enum, and the detail texts both backends write with them. An audit row
+//! enum, and the detail texts both backends write with them; and the one
+//! event of no call, `RESTORED_COPY_ACCEPTED`. An audit row
 //! is written in the same transaction as the change it records, so the
 //! timeline never shows a change that did not commit.
 //!
@@ -77,6 +78,26 @@ impl Event {
             Event::Cancelled => "cancelled",
         }
     }
+}
+
+/// The one event of no call: a service started on a copy `backup` made, as
+/// `--accept-restored-copy` allowed (SQLite only; `call_id` is NULL, so no
+/// call's timeline shows it, and key retention never deletes it).
+pub(in crate::store) const RESTORED_COPY_ACCEPTED: &str = "restored_copy_accepted";
+
+/// `restored_copy_accepted`'s detail: which snapshot of which file, and the
+/// process that accepted it.
+pub(in crate::store) fn restored_copy_accepted(
+    snapshot: &str,
+    source: &str,
+    source_host: &str,
+    pid: u32,
+    host: &str,
+) -> String {
+    format!(
+        "a copy of {source} on {source_host}, snapshot {snapshot}: keys accepted after it are \
+         not in it; accepted by pid {pid} on {host}"
+    )
 }
 
 /// `claimed`'s detail: who holds the lease, and for which attempt.

@@ -111,7 +111,7 @@ pub use options::{
 };
 pub use postgres::PG_SCHEMA_VERSION;
 pub(crate) use sqlite::backup;
-pub use sqlite::{LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub use sqlite::{RestoredCopy, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 
 /// The bench's bulk loaders and its write-path comparison: for measurement
 /// only, never on a database that serves anyone (see each wing's `bulk`).

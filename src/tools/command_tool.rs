@@ -19,11 +19,14 @@ use super::excerpt::{tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 use super::outcome::{Effect, Outcome, ToolError};
 use super::secret::{redact_all, Secret};
 use super::spec::RunContext;
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::sys::signal::{killpg, Signal};
+use nix::unistd::pipe2;
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -33,7 +36,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// Variables the executor sets itself; the tools file may not set them.
-pub const RESERVED_ENV: [&str; 4] = ["IDEMPOTENCY_KEY", "CALL_ID", "EFFECT_ID", "ATTEMPT"];
+pub const RESERVED_ENV: [&str; 5] = [
+    "IDEMPOTENCY_KEY",
+    "CALL_ID",
+    "EFFECT_ID",
+    "ATTEMPT",
+    "PROGRESS_FD",
+];
 /// The exit status that asks for a retry (`EX_TEMPFAIL` in sysexits.h).
 pub const EXIT_TEMPFAIL: i32 = 75;
 /// How long a timed-out group has between SIGTERM and SIGKILL.
@@ -96,10 +105,11 @@ impl CommandTool {
     /// One attempt: run the command to its end, its timeout or its stop,
     /// classify.
     pub fn run(&self, ctx: &RunContext) -> Outcome {
-        let mut child = match self.spawn(ctx) {
-            Ok(child) => child,
+        let (mut child, progress) = match self.spawn(ctx) {
+            Ok(spawned) => spawned,
             Err(e) => return Outcome::failed(spawn_failure(&e)),
         };
+        read_progress(progress, ctx.call_id.to_string());
         let group = Pid::from_raw(child.id() as i32);
         let waited = mpsc::channel();
         if let Some(stop) = ctx.stop {
@@ -131,7 +141,9 @@ impl CommandTool {
         self.classify(ended, &stdout, stderr)
     }
 
-    fn spawn(&self, ctx: &RunContext) -> io::Result<Child> {
+    /// Start the child, with the write end of a fresh pipe as its
+    /// ``; the read end is returned.
+    fn spawn(&self, ctx: &RunContext) -> io::Result<(Child, OwnedFd)> {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -148,7 +160,18 @@ impl CommandTool {
             .env("CALL_ID", ctx.call_id)
             .env("EFFECT_ID", ctx.effect_id)
             .env("ATTEMPT", ctx.attempt.to_string());
-        command.spawn()
+        // The write end must reach this child and no other: it is made
+        // inheritable only while this spawn holds the lock every command
+        // spawn takes, and this process's copy is closed before the lock
+        // goes (no unsafe pre-exec hook needed).
+        static SPAWNING: Mutex<()> = Mutex::new(());
+        let _only_this_child = SPAWNING.lock().unwrap_or_else(|p| p.into_inner());
+        let (read, write) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+        fcntl(&write, FcntlArg::F_SETFD(FdFlag::empty())).map_err(io::Error::from)?;
+        command.env("PROGRESS_FD", write.as_raw_fd().to_string());
+        let child = command.spawn()?;
+        drop(write);
+        Ok((child, read))
     }
 
     /// Wait for the child until the timeout or a stop; past the timeout,
@@ -294,6 +317,27 @@ fn spawn_failure(error: &io::Error) -> ToolError {
         format!("cannot start the command: {error}"),
     )
     .with_retryable(retryable)
+}
+
+/// Read the child's progress lines on a thread into the board; it ends when
+/// every copy of the write end is closed (the group is killed at the end of
+/// every run). At most `MAX_OUTPUT_BYTES` are read (the rest is drained),
+/// and a line over 4 KiB is ignored.
+fn read_progress(pipe: OwnedFd, call_id: String) {
+    let _ = thread::Builder::new()
+        .name("command-progress".into())
+        .spawn(move || {
+            let mut file = std::fs::File::from(pipe);
+            let bounded = io::BufReader::new((&mut file).take(MAX_OUTPUT_BYTES as u64));
+            for line in bounded.split(b'\n') {
+                let Ok(line) = line else { break };
+                if line.len() <= 4096 {
+                    super::progress::board().report_line(&call_id, &line);
+                }
+            }
+            // Past the budget, drained unread: a child must never block on it.
+            let _ = io::copy(&mut file, &mut io::sink());
+        });
 }
 
 /// Write the body on a thread: a command that never reads stdin must not block

@@ -13,6 +13,7 @@ use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::command_tool::{CommandTool, RESERVED_ENV};
 use super::file_error::{field_error, FieldError, ToolFileError};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
+use super::mcp_policy::{parse_keyless, Keyless, McpPolicy};
 use super::rate::Rate;
 use super::registry::ToolRegistry;
 use super::schema::Schema;
@@ -24,7 +25,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Fields every kind accepts.
-const COMMON_FIELDS: [&str; 10] = [
+const COMMON_FIELDS: [&str; 14] = [
+    "tasks",
+    "keyless",
+    "mcp_result",
+    "client_capabilities",
     "kind",
     "description",
     "annotations",
@@ -50,6 +55,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 struct Context<'a> {
     base_dir: &'a Path,
     vars: &'a dyn Fn(&str) -> Option<String>,
+    /// The file's top-level `"keyless"`: each tool's unless it names its own.
+    keyless: Option<Keyless>,
 }
 
 impl ToolRegistry {
@@ -85,7 +92,12 @@ impl ToolRegistry {
         let root = crate::input::parse_strict(text.as_bytes())
             .map_err(|e| FieldError::entry(unreadable(&e)).in_tool(file, None))?;
         let tools = tools_object(&root).map_err(|e| e.in_tool(file, None))?;
-        let context = Context { base_dir, vars };
+        let keyless = file_keyless(&root).map_err(|e| e.in_tool(file, None))?;
+        let context = Context {
+            base_dir,
+            vars,
+            keyless,
+        };
         let mut registry = ToolRegistry::default();
         for (name, entry) in tools {
             let spec = tool_spec(name, entry, &context).map_err(|e| e.in_tool(file, Some(name)))?;
@@ -138,15 +150,26 @@ fn unreadable(e: &serde_json::Error) -> String {
     }
 }
 
-/// `{"tools": {...}}` with at least one tool, and nothing else at the top.
+/// The file's top-level `"keyless"` (MCP calls without a key), if given.
+fn file_keyless(root: &Value) -> Result<Option<Keyless>, FieldError> {
+    root.get("keyless")
+        .map(|value| parse_keyless("keyless", value))
+        .transpose()
+}
+
+/// `{"tools": {...}}` with at least one tool, and nothing else at the top
+/// but `"keyless"`.
 fn tools_object(root: &Value) -> Result<&Map<String, Value>, FieldError> {
     let root = root
         .as_object()
         .ok_or_else(|| FieldError::entry("must be a JSON object {\"tools\": {...}}"))?;
-    if let Some(extra) = root.keys().find(|k| *k != "tools") {
+    if let Some(extra) = root
+        .keys()
+        .find(|k| !matches!(k.as_str(), "tools" | "keyless"))
+    {
         return Err(field_error(
             extra,
-            "is not a top-level field (only \"tools\")",
+            "is not a top-level field (only \"tools\" and \"keyless\")",
         ));
     }
     let tools = root
@@ -210,6 +233,7 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
     }
     spec.agent
         .apply(entry.get("description"), entry.get("annotations"))?;
+    spec.mcp.apply(entry, context.keyless)?;
     Ok(spec)
 }
 
@@ -245,6 +269,7 @@ fn external_spec(
         rate: None,
         business_key: None,
         agent: AgentFacing::default_for(name, true),
+        mcp: McpPolicy::default_for(kind, name),
         executor,
     })
 }

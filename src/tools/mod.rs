@@ -21,7 +21,9 @@
 //! `args_error` ([`ArgsError`], why args fail a tool's rules), `file_error`
 //! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second),
 //! `excerpt` (bounded excerpts of output), `business_key` (a tool's
-//! business-key rule and what agents are told of it), `secret` ([`Secret`]),
+//! business-key rule and what agents are told of it), `secret` ([`Secret`]), `mcp_policy` ([`McpPolicy`]: tasks, keyless calls
+//! and content for MCP clients),
+//! `progress` (what a running tool reports, kept per call),
 //! `stop` ([`Stop`], a running attempt told to stop) and `http_stop` (how an
 //! `http` request is abandoned then). This file is the map and holds no type.
 
@@ -35,7 +37,9 @@ pub(crate) mod file;
 mod file_error;
 mod http_stop;
 mod http_tool;
+mod mcp_policy;
 mod outcome;
+pub mod progress;
 mod rate;
 mod registry;
 pub(crate) mod schema;
@@ -49,6 +53,7 @@ pub use business_key::{AgentFacing, BusinessKeyRule, OnDuplicate};
 pub use error_code::ToolErrorCode;
 pub use excerpt::{excerpt, tail_excerpt, EXCERPT_BYTES, MAX_OUTPUT_BYTES};
 pub use file_error::ToolFileError;
+pub use mcp_policy::{Keyless, McpPolicy, McpResult, TaskSupport};
 pub use outcome::{Effect, Outcome, ToolError};
 pub use rate::Rate;
 pub use registry::{PrepareError, Prepared, ToolRegistry};

@@ -11,6 +11,7 @@ use super::args_error::ArgsError;
 use super::builtin::Tool;
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::error_code::ToolErrorCode;
+use super::mcp_policy::McpPolicy;
 use super::outcome::{Outcome, ToolError};
 use super::rate::Rate;
 use super::stop::Stop;
@@ -127,6 +128,9 @@ pub struct ToolSpec {
     pub business_key: Option<BusinessKeyRule>,
     /// Its description and hints for agents (`tools/list`).
     pub agent: AgentFacing,
+    /// What MCP clients are told and allowed: tasks, keyless calls,
+    /// content, required client capabilities.
+    pub mcp: McpPolicy,
     pub executor: Executor,
 }
 

@@ -275,7 +275,10 @@ fn readme_is_a_front_page_with_the_two_commands() {
         lines <= README_MAX_LINES,
         "README.md has {lines} lines; move detail into docs/ (at most {README_MAX_LINES})"
     );
-    for command in ["cargo run --release -- --port 8081", "cargo test "] {
+    for command in [
+        "cargo run --release -- --port 8081",
+        "bash scripts/test.sh ",
+    ] {
         assert!(
             readme
                 .lines()

@@ -13,7 +13,9 @@
 //! operations endpoints), `counts` (the count tables, their triggers and
 //! reads), `list` (the list's statements), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
-//! `backup` (a consistent copy of a live file); and the offline `verify`
+//! `backup` (a consistent copy of a live file), `copy_mark` (the mark a
+//! copy carries, and a start-up's refusal of it until it is accepted); and
+//! the offline `verify`
 //! and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
@@ -26,6 +28,7 @@ pub mod bulk;
 mod business_key;
 mod cancel;
 mod checkpointer;
+mod copy_mark;
 mod counts;
 mod deadline;
 mod handoff;
@@ -48,6 +51,7 @@ mod write_queue;
 mod writer;
 
 pub use business_key::LEDGER_SQL;
+pub use copy_mark::RestoredCopy;
 #[cfg(any(test, feature = "testing"))]
 pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
 pub use reader_pool::MAX_READERS;

@@ -46,6 +46,8 @@ const OUR_TABLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("effect_counts", &["tenant", "effects", "detached"]),
+    // In a copy `backup` made, until a start accepts it (`copy_mark`).
+    ("backup_mark", &["snapshot_ms", "source", "host"]),
 ];
 
 /// Refuse a file another program made; say why in one line.

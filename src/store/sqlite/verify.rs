@@ -5,13 +5,16 @@
 //! consistent snapshot. That makes it safe beside a running server: in WAL
 //! mode a reader never blocks the writer, and the writer never changes what
 //! the reader sees. The one cost is that the server cannot checkpoint the
-//! WAL past that snapshot until `verify` ends.
+//! WAL past that snapshot until `verify` ends. A copy on a read-only mount,
+//! where SQLite cannot make the `-shm` a database in WAL mode is read
+//! through, is opened `immutable` when no `-wal` beside it holds commits
+//! (`open_read_only`).
 //!
 //! This module only reads; it never repairs.
 
 use super::super::verify::{business_key_check, invariant_checks, Spec};
 use super::super::verify::{Check, Report, VerifyError, MAX_EXAMPLES};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -109,7 +112,7 @@ fn verify_on(conn: &Connection, path: &Path, effect_tools: &[&str]) -> Result<Re
 /// The file opened read-only, once it is known to hold `calls` and `effects`.
 fn open_service_database(path: &Path) -> Result<Connection, VerifyError> {
     let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
-    let conn = open_read_only(path).map_err(open_error)?;
+    let conn = open_read_only(path)?;
     let tables: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('calls', 'effects')",
@@ -123,15 +126,71 @@ fn open_service_database(path: &Path) -> Result<Connection, VerifyError> {
     Ok(conn)
 }
 
-fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+/// The file opened read-only (it is never created, written or checkpointed),
+/// after a first read. A database in WAL mode is read through its `-shm`,
+/// which SQLite makes beside it when it is missing; where it cannot (a copy
+/// on a read-only mount or in a folder this user may not write) and no
+/// `-wal` holds commits the file lacks, the file alone is the whole
+/// database, and it is opened `immutable`: no locks, no `-shm`, still
+/// read-only. A `-wal` with content there cannot be read without its `-shm`.
+fn open_read_only(path: &Path) -> Result<Connection, VerifyError> {
+    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
     // READ_ONLY without CREATE: a wrong path fails instead of making an empty file.
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+    let conn = Connection::open_with_flags(path, read_only_flags()).map_err(open_error)?;
     // The server may hold a lock for a moment (e.g. while it recovers the WAL).
-    conn.busy_timeout(Duration::from_secs(5))?;
-    Ok(conn)
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(open_error)?;
+    match first_read(&conn) {
+        Ok(()) => Ok(conn),
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::CannotOpen) => {
+            if wal_has_content(path) {
+                return Err(VerifyError::WalWithoutShm(path.to_path_buf()));
+            }
+            let conn = open_immutable(path).map_err(open_error)?;
+            first_read(&conn).map_err(open_error)?;
+            Ok(conn)
+        }
+        Err(e) => Err(open_error(e)),
+    }
+}
+
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// The first read, which opens the `-shm` of a database in WAL mode.
+fn first_read(conn: &Connection) -> rusqlite::Result<()> {
+    conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
+}
+
+/// Whether a `-wal` beside the file holds anything (commits the file may lack).
+fn wal_has_content(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    std::fs::metadata(wal).is_ok_and(|m| m.len() > 0)
+}
+
+/// `path` as an `immutable=1` URI: SQLite takes no lock and opens no `-shm`
+/// or `-wal`, trusting that nothing changes the file while it reads.
+fn open_immutable(path: &Path) -> rusqlite::Result<Connection> {
+    let uri = format!("file:{}?immutable=1", uri_path(path));
+    Connection::open_with_flags(uri, read_only_flags() | OpenFlags::SQLITE_OPEN_URI)
+}
+
+/// A path in a `file:` URI: `%`, `?` and `#` (which would end the path) and
+/// any byte outside printable ASCII percent-encoded.
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut encoded = String::new();
+    for &byte in absolute.as_os_str().as_bytes() {
+        match byte {
+            b'%' | b'?' | b'#' => encoded.push_str(&format!("%{byte:02X}")),
+            0x21..=0x7e => encoded.push(byte as char),
+            _ => encoded.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    encoded
 }
 
 /// `PRAGMA integrity_check`: one row `ok`, or one row per problem found.

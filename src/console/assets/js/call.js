@@ -69,6 +69,7 @@ export function render(main, {params}) {
         ['Updated', when(call.updated_at), 'updated'],
         ['Next attempt', call.next_attempt_at ? dateTime(call.next_attempt_at) : null, 'next-attempt'],
         ['Cancel asked', call.cancel_requested_at ? dateTime(call.cancel_requested_at) : null, 'cancel-requested'],
+        ['Progress', progressText(call.progress), 'progress'],
         ['Kept until', call.expires_at ? dateTime(call.expires_at) : (settled ? 'forever' : 'while in flight'), 'expires'],
       ])),
       h('div', {class: 'grid-2'},
@@ -79,6 +80,14 @@ export function render(main, {params}) {
             ? h('p', {class: 'muted', id: 'call-result'}, settled ? 'No result.' : 'Not yet: the call has not settled.')
             : h('pre', {class: 'json', id: 'call-result'}, pretty(call.result)))),
       panel('Audit timeline', {id: 'audit'}, timeline(events)));
+  }
+
+  /** A running call's last progress report: "message (2 of 5)"; null if none. */
+  function progressText(progress) {
+    if (!progress) return null;
+    const done = progress.total === null ? String(progress.progress)
+      : `${progress.progress} of ${progress.total}`;
+    return progress.message ? `${progress.message} (${done})` : done;
   }
 
   /** The call's business key, from its tool's rule (JSON Pointers into args). */
