@@ -118,8 +118,9 @@ usage: bench [options]
                        /stats, p50/p99, with --rows mixed calls in a temp
                        SQLite file (or in --db postgres://, which must be empty);
                        poll: the distinct load with and without a console
-                       polling every 2 s; writes: the distinct load with and
-                       without the list index and the count triggers; each
+                       polling every 2 s; writes: the distinct load as built,
+                       with the old status index, and with migration 11's
+                       count triggers put back; each
                        comparison interleaved, --rounds rounds, --duration per
                        run (default 10 s)
   --rows N             with --console list: calls to load (default 1000000)

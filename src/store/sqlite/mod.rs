@@ -10,8 +10,9 @@
 //! (the state machine), `instances` (the process registry and recovery,
 //! the nodes), `business_key`, `cancel`, `retention`, `limits` (a tool's
 //! `rate`, shared by every process on the file), `report_reads` (the
-//! operations endpoints), `counts` (the count tables, their triggers and
-//! reads), `list` (the list's statements), `schema` (DDL, pragmas,
+//! operations endpoints), `counts` (the count tables, their DDL and
+//! reads), `count_book` (what each write changes in them, folded in by the
+//! writer before each commit), `list` (the list's statements), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
 //! `backup` (a consistent copy of a live file), `copy_mark` (the mark a
 //! copy carries, and a start-up's refusal of it until it is accepted); and
@@ -29,6 +30,7 @@ mod business_key;
 mod cancel;
 mod checkpointer;
 mod copy_mark;
+mod count_book;
 mod counts;
 mod deadline;
 mod handoff;

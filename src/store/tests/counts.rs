@@ -1,6 +1,8 @@
 //! The count tables, on both backends: after every kind of write — create
-//! (plain, claimed, guarded), claim, automatic retry, fail, succeed with an
-//! effect, a same-key retry reset, release, recovery and purge — `/stats`,
+//! (plain, claimed, guarded), claim, a lapsed lease taken over, automatic
+//! retry, fail, succeed with an effect, a same-key retry reset, release,
+//! recovery, a cancel (of a pending call, and of a running one its owner
+//! ends) and purge — `/stats`,
 //! the backlog and `counts` answer exactly what counting `calls` and
 //! `effects` answers, for every tenant and for each one.
 
@@ -139,9 +141,34 @@ fn counts_stay_exact_through_every_transition(db: &TestDb) -> Result<(), StoreEr
     assert_eq!(store.recover(&[])?, [calls[3].call_id.clone()]);
     assert_exact(db, &store, "recovered");
 
+    // A lapsed lease taken over, that call asked to stop and ended
+    // `cancelled` by its new owner, and a pending call cancelled at once.
+    store.claim(&calls[4].call_id, "1:w", Duration::from_millis(1))?;
+    std::thread::sleep(Duration::from_millis(20));
+    let taken = store
+        .claim(&calls[4].call_id, "2:w", lease)?
+        .expect("a lapsed lease is taken over");
+    assert_eq!(taken.attempt, 2);
+    assert_exact(db, &store, "taken over");
+    store.cancel(&calls[4].tenant, &calls[4].call_id, None)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    store.stopped_then(
+        &taken,
+        true,
+        "stopped",
+        Box::new(move |r| tx.send(r).unwrap()),
+    );
+    assert_eq!(rx.recv().unwrap()?, Completion::Applied);
+    store.cancel(&calls[5].tenant, &calls[5].call_id, None)?;
+    assert_exact(db, &store, "cancelled");
+
     std::thread::sleep(Duration::from_millis(20));
     let purged = store.purge_expired(100)?;
-    assert_eq!(purged.len(), 2, "the two succeeded calls: {purged:?}");
+    assert_eq!(
+        purged.len(),
+        4,
+        "the two succeeded calls and the two cancelled: {purged:?}"
+    );
     assert_exact(db, &store, "purged");
     Ok(())
 }
