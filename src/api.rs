@@ -28,12 +28,16 @@
 //! - `overview`: `GET /v1/overview` and `GET /v1/nodes`;
 //! - `query`: the query string of the read routes, decoded and checked;
 //! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`;
+//! - `approvals`: `POST /v1/tool-calls/{call_id}/approve` and `/deny`,
+//!   `GET /v1/tool-calls/{call_id}/approval` and `GET /v1/approvals` (the
+//!   queue);
 //! - `promise_check`: `GET /v1/verify`, `verify` on demand on a thread of
 //!   its own, one at a time, bounded in time.
 //!
 //! `/ui` is answered by `crate::console` before authentication (its files
 //! hold no data).
 
+mod approvals;
 mod cancel;
 mod error;
 mod exchange;

@@ -6,12 +6,15 @@
 //! `Metrics` fed by the store's writer, the runner and the call path, and
 //! the purge hook that makes the key cache forget purged keys.
 //!
+//! It also starts the `webhooks` thread when a tenant has a webhook, rung
+//! by the call path when a call starts waiting for approval.
+//!
 //! It never sets up logging: the binary (or the bench) installs the process's
 //! logger before starting a service.
 
 use crate::api::{Api, Endpoint};
 use crate::auth::{Auth, AuthFileError};
-use crate::calls::{scoped_key, Calls, CallsOptions, KeyCache};
+use crate::calls::{scoped_key, Bell, Calls, CallsOptions, KeyCache};
 use crate::config::Config;
 use crate::descriptors::{self, Budget};
 use crate::lock::lock;
@@ -24,6 +27,7 @@ use crate::store::{
     now, CallStore, Database, Rate, RestoredCopy, Scope, StoreError, ToolLimit, Wake, WakeHandler,
 };
 use crate::tools::ToolRegistry;
+use crate::webhook::Webhooks;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, Weak};
@@ -112,6 +116,9 @@ pub struct Service {
     /// The `rates` thread, sampling the overview's history; stopped before
     /// the store.
     rates: Mutex<RateSampler>,
+    /// The `webhooks` thread (none without a tenant's webhook); stopped
+    /// before the store, its undelivered notifications left in the outbox.
+    webhooks: Arc<Webhooks>,
     /// Tenants by name, for the banner (no hash ever leaves `Auth`).
     tenants: Vec<String>,
     /// What the first `stop` did; later calls return it again.
@@ -192,7 +199,18 @@ impl Service {
             Arc::downgrade(&runner),
             Arc::downgrade(&notifier),
         ));
-        let tenants = auth.tenants().map(|t| t.name.to_string()).collect();
+        let tenants = auth.tenant_names();
+        let webhooks = Webhooks::start(Arc::clone(&store), auth.webhooks(), Arc::clone(&metrics))
+            .map_err(|e| {
+            runner.stop(Duration::ZERO);
+            store.stop();
+            StartError::Spawn(e)
+        })?;
+        let webhooks = Arc::new(webhooks);
+        let bell: Bell = {
+            let webhooks = Arc::clone(&webhooks);
+            Arc::new(move || webhooks.ring())
+        };
         let calls = Arc::new(Calls::new(
             Arc::clone(&store),
             Arc::clone(&runner),
@@ -203,6 +221,7 @@ impl Service {
             CallsOptions {
                 chaos: config.runner.chaos,
                 max_pending: config.max_pending,
+                on_approval_requested: bell,
             },
         ));
         let mcp = Mcp::new(
@@ -234,6 +253,7 @@ impl Service {
         let limits = config.limits.clone();
         let server = server::start_observed(listener, Arc::clone(&handler), limits, observer)
             .map_err(|e| {
+                webhooks.stop();
                 runner.stop(Duration::ZERO);
                 store.stop();
                 StartError::Spawn(e)
@@ -248,6 +268,7 @@ impl Service {
             notifier,
             metrics,
             rates: Mutex::new(rates),
+            webhooks,
             tenants,
             stopped: Mutex::new(None),
         })
@@ -351,6 +372,7 @@ impl Service {
         self.server.stop();
         let released = self.runner.stop(grace);
         lock(&self.rates).stop();
+        self.webhooks.stop();
         self.store.stop();
         let report = StopReport {
             released,
@@ -370,12 +392,11 @@ fn database_probe(
     move || {
         let store = store.upgrade().ok_or("the store is gone")?;
         let backlog = store.backlog()?;
-        let oldest_pending_age = backlog
-            .oldest_pending_created_at
-            .map(|created| Duration::from_secs_f64((now() - created).max(0.0)));
+        let age = |since: f64| Duration::from_secs_f64((now() - since).max(0.0));
         Ok(DatabaseSnapshot {
             calls_by_status: backlog.calls_by_status,
-            oldest_pending_age,
+            oldest_pending_age: backlog.oldest_pending_created_at.map(age),
+            oldest_approval_wait: backlog.oldest_awaiting_since.map(age),
         })
     }
 }

@@ -307,6 +307,12 @@ impl Event<'_> {
         self.str_field("tool", tool)
     }
 
+    /// Who decided: a token's configured name (`alice@acme`), never a
+    /// token.
+    pub fn principal(self, principal: &str) -> Self {
+        self.str_field("principal", principal)
+    }
+
     /// The lease owner, `pid:thread`.
     pub fn owner(self, owner: &str) -> Self {
         self.str_field("owner", owner)

@@ -60,8 +60,9 @@
 //! - `completion`: the `Completer` thread (`completer`), which records each
 //!   completion once its commit is known and hands a refused one again;
 //! - `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
-//!   lease extension, heartbeat, `recovery`, key purge (`retention`), and
-//!   the check for cancels of the calls running here (`cancels`);
+//!   lease extension, heartbeat, `recovery`, key purge (`retention`), the
+//!   check for cancels of the calls running here (`cancels`), and the end
+//!   of approval requests whose time is over (`approval_expiry`);
 //! - `notifier`: `Notifier`; `stored_args`: a claimed call's args re-checked.
 //!
 //! Threads: `worker-N`, `maintenance`, `completer`; the poll runs on
@@ -69,6 +70,7 @@
 //! joins all of them, except workers still inside a tool when the grace
 //! period ends.
 
+mod approval_expiry;
 mod cancels;
 mod capacity;
 mod completion;

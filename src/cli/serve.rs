@@ -60,6 +60,7 @@ pub fn run(args: Vec<String>) -> Result<(), Failure> {
     warn_of_overridden_variables(&config);
     // Registered before anything starts, so a signal during start-up is not lost.
     let signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(Failure::Signals)?;
+    wait_for_orphaned_tools();
     let grace = config.shutdown_grace;
     let service = Service::start(config).map_err(Failure::Start)?;
     // Tests and scripts read this line to learn the port; it is flushed, and
@@ -72,6 +73,21 @@ pub fn run(args: Vec<String>) -> Result<(), Failure> {
     match report.write_failure {
         None => Ok(()),
         Some(_) => Err(Failure::WritesFailed),
+    }
+}
+
+/// A service killed on this host (`kill -9`, a crash) leaves its command
+/// tools' supervisors stopping them for a moment: wait for them (a few
+/// seconds at most) before recovery takes its calls back, so that no
+/// attempt started here runs beside one of the dead process's.
+fn wait_for_orphaned_tools() {
+    let (found, left) = crate::tools::supervisor::orphans::wait_for_orphans();
+    if found > 0 {
+        log::warn("waited for the command tools of a process that died to be stopped")
+            .event("orphaned_tools")
+            .number("supervisors", found as u64)
+            .number("still_running", left as u64)
+            .emit();
     }
 }
 

@@ -59,6 +59,10 @@ error_codes! {
     /// (`/metrics`, `/stats?scope=all`). Never for another tenant's call:
     /// that is `not_found`, so existence does not leak.
     Forbidden => (403, "forbidden"),
+    /// A token whose role does not allow the action: `error.role` names the
+    /// role made for it (`caller` makes calls, `operator` cancels,
+    /// `approver` approves and denies) and the message every role that may.
+    RoleRequired => (403, "role_required"),
     /// `POST /mcp` reached by a `Host` that is neither loopback nor a
     /// `--public-host` name: a DNS-rebinding page, or a missing flag.
     HostNotAllowed => (403, "host_not_allowed"),
@@ -81,6 +85,14 @@ error_codes! {
     /// tool's answer was recorded before the stop took effect);
     /// `error.call_id` and `error.status` name it, and `call` is the call.
     CallSettled => (409, "call_settled"),
+    /// An approve or deny of a call whose approval request was decided
+    /// before (approved, denied, expired or cancelled): nothing changed;
+    /// `error.call_id` and `error.decision` name it, and `approval` is the
+    /// first decision.
+    AlreadyDecided => (409, "already_decided"),
+    /// An approve or deny whose `fingerprint` is not the waiting request's:
+    /// what was reviewed is not what would run; nothing was decided.
+    FingerprintMismatch => (409, "fingerprint_mismatch"),
     /// The body, or the canonical `args`, is over its limit.
     PayloadTooLarge => (413, "payload_too_large"),
     /// The request line is over its limit.

@@ -67,7 +67,7 @@ fn as_content(call: &Call, answer: Value) -> Value {
     }
     let content = match call.status {
         Status::Succeeded => result_content(call.result.as_ref().unwrap_or(&Value::Null)),
-        Status::Failed | Status::Cancelled => {
+        Status::Failed | Status::Cancelled | Status::Denied => {
             let error = call.error.clone().unwrap_or(Value::Null);
             let message = error
                 .get("message")
@@ -75,7 +75,7 @@ fn as_content(call: &Call, answer: Value) -> Value {
                 .map_or_else(|| error.to_string(), str::to_string);
             vec![text_item(message)]
         }
-        Status::Pending | Status::Running => vec![text_item(format!(
+        Status::Pending | Status::Running | Status::AwaitingApproval => vec![text_item(format!(
             "call {} is {}; read it with get_tool_call or re-send the same key",
             call.call_id,
             call.status.as_str()

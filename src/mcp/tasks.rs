@@ -62,8 +62,10 @@ impl TaskStatus {
 /// awaiting an approval, say) gets its arm here and nowhere else.
 pub fn task_status(call: &Call) -> TaskStatus {
     match call.status {
-        Status::Pending | Status::Running => TaskStatus::Working,
-        Status::Succeeded => TaskStatus::Completed,
+        // A call awaiting a person's decision works on, out of band; a
+        // denial is an answer (its result says `isError`, `approval_denied`).
+        Status::Pending | Status::Running | Status::AwaitingApproval => TaskStatus::Working,
+        Status::Succeeded | Status::Denied => TaskStatus::Completed,
         Status::Failed if tool_answered(call) => TaskStatus::Completed,
         Status::Failed => TaskStatus::Failed,
         Status::Cancelled => TaskStatus::Cancelled,

@@ -116,11 +116,16 @@ pub fn call(
         log_answer(&call, marks);
         return Ok(super::tasks::created(mcp, &call));
     }
+    // A call awaiting approval is answered at once with its handle: a
+    // person's decision is not a matter of seconds (`get_tool_call`, asked
+    // to wait, does wait).
+    let wait = match call.status {
+        Status::AwaitingApproval => Duration::ZERO,
+        _ => mcp.options.wait,
+    };
     let call = match super::progress::token(params) {
-        Some(token) => {
-            super::progress::settle_reporting(mcp, req, call, mcp.options.wait, &token, notes)?
-        }
-        None => settle(mcp, req, call, mcp.options.wait)?,
+        Some(token) => super::progress::settle_reporting(mcp, req, call, wait, &token, notes)?,
+        None => settle(mcp, req, call, wait)?,
     };
     log_answer(&call, marks);
     Ok(tool_result(&call, Some(spec), marks, revision))
@@ -261,7 +266,7 @@ fn settle(mcp: &Mcp, req: &Request, call: Call, wait: Duration) -> Result<Call, 
 /// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
 /// (and `cancel_requested_at` once a cancel was asked) as
 /// `structuredContent` (from 2025-06-18) and as text; `isError` when the
-/// call failed or was cancelled.
+/// call failed, was cancelled or denied.
 pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
     let mut state = json!({
         "call_id": call.call_id,
@@ -275,17 +280,17 @@ pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Re
     }
     match call.status {
         Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
-        Status::Failed | Status::Cancelled => {
+        Status::Failed | Status::Cancelled | Status::Denied => {
             state["error"] = call.error.clone().unwrap_or(Value::Null)
         }
-        Status::Pending | Status::Running => {}
+        Status::AwaitingApproval | Status::Pending | Status::Running => {}
     }
     if let Some(at) = call.cancel_requested_at {
         state["cancel_requested_at"] = at.into();
     }
     let mut answer = json!({
         "content": [{"type": "text", "text": state.to_string()}],
-        "isError": matches!(call.status, Status::Failed | Status::Cancelled),
+        "isError": matches!(call.status, Status::Failed | Status::Cancelled | Status::Denied),
     });
     if revision.has_structured_output() {
         answer["structuredContent"] = state;

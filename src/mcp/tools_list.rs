@@ -3,7 +3,8 @@
 //! output schema of the `structuredContent` every call answers with, and
 //! honest annotations — `idempotentHint` is true only where a repeat cannot
 //! add an effect (a tool with a business key, and `get_tool_call`, which
-//! reads). Pages of `PAGE_SIZE` tools, with an opaque cursor.
+//! reads) — and in `_meta` its business-key rule and approval policy.
+//! Pages of `PAGE_SIZE` tools, with an opaque cursor.
 //!
 //! It never reveals a URL, argv, header or env value (only what
 //! `GET /v1/tools` shows), and never runs anything.
@@ -24,6 +25,8 @@ pub const PAGE_SIZE: usize = 50;
 pub const META_BUSINESS_KEY: &str = "dev.idempotent-tool/business-key";
 /// The `_meta` key under which a tool's keyless policy is shown.
 pub const META_KEYLESS: &str = "dev.idempotent-tool/keyless";
+/// The `_meta` key under which a tool's approval policy is shown.
+pub const META_APPROVAL: &str = "dev.idempotent-tool/approval";
 
 /// The schema of every `tools/call` answer's `structuredContent`.
 pub fn output_schema() -> Value {
@@ -133,6 +136,9 @@ fn describe(spec: &ToolSpec, revision: Revision, keyless_flag: Option<Keyless>) 
     if let Some(rule) = &spec.business_key {
         tool["_meta"][META_BUSINESS_KEY] = rule.public_view();
     }
+    if let Some(policy) = &spec.approval {
+        tool["_meta"][META_APPROVAL] = policy.public_view();
+    }
     if revision.is_stateless() {
         tool["execution"] = json!({"taskSupport": spec.mcp.tasks.as_str()});
     }
@@ -160,6 +166,12 @@ fn description(spec: &ToolSpec) -> String {
             rule.fields.join(", "),
             rule.window_secs
         ));
+    }
+    if spec.approval.is_some() {
+        text.push_str(
+            " A call may need a person's approval first: it then answers status \
+             awaiting_approval with its call_id, and runs once approved (denied: status denied).",
+        );
     }
     text
 }

@@ -75,6 +75,14 @@ pub enum Route {
     Nodes,
     Overview,
     CancelToolCall,
+    /// `POST /v1/tool-calls/{call_id}/approve`.
+    ApproveToolCall,
+    /// `POST /v1/tool-calls/{call_id}/deny`.
+    DenyToolCall,
+    /// `GET /v1/tool-calls/{call_id}/approval`.
+    GetApproval,
+    /// `GET /v1/approvals`: the approval queue.
+    Approvals,
     /// `GET /v1/verify`: the promise check.
     Verify,
     /// `/ui` and everything under it: the console's pages and files.
@@ -84,7 +92,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 16] = [
+    pub const ALL: [Route; 20] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -98,6 +106,10 @@ impl Route {
         Route::Nodes,
         Route::Overview,
         Route::CancelToolCall,
+        Route::ApproveToolCall,
+        Route::DenyToolCall,
+        Route::GetApproval,
+        Route::Approvals,
         Route::Verify,
         Route::Console,
         Route::Other,
@@ -121,6 +133,10 @@ impl Route {
             Route::Console => "/ui",
             Route::Other => "other",
             Route::CancelToolCall => "/v1/tool-calls/{call_id}/cancel",
+            Route::ApproveToolCall => "/v1/tool-calls/{call_id}/approve",
+            Route::DenyToolCall => "/v1/tool-calls/{call_id}/deny",
+            Route::GetApproval => "/v1/tool-calls/{call_id}/approval",
+            Route::Approvals => "/v1/approvals",
         }
     }
 }
@@ -255,6 +271,8 @@ pub struct DatabaseSnapshot {
     pub calls_by_status: Vec<(String, i64)>,
     /// Age of the oldest `pending` call; `None` when there is none.
     pub oldest_pending_age: Option<Duration>,
+    /// Age of the oldest open approval request; `None` when none is open.
+    pub oldest_approval_wait: Option<Duration>,
 }
 
 /// Why a probe could not read the database (a store error, usually).
@@ -303,6 +321,8 @@ pub struct Metrics {
     /// Calls created and failed per second, per tenant, for the overview
     /// (sampled by the `rates` thread the service starts).
     pub rates: Arc<super::RateHistory>,
+    /// Approval requests, decisions, the oldest wait, webhook deliveries.
+    pub approvals: super::ApprovalMetrics,
 }
 
 impl Default for Metrics {
@@ -445,6 +465,7 @@ impl Metrics {
             requests,
             request_duration,
             probe: Mutex::new(None),
+            approvals: super::ApprovalMetrics::register(&r, snapshot.clone()),
             snapshot: Self::register_database_gauges(&r, snapshot.clone()),
             rates: Arc::default(),
             registry: r,

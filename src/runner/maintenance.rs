@@ -11,7 +11,9 @@
 //!   there are free workers claimed in one operation and handed to them;
 //! - key purge (`Purge`, `PURGE_EVERY`, see `retention`);
 //! - the check for cancels of the calls running here (`CancelCheck`,
-//!   `HEARTBEAT_EVERY`, see `cancels`).
+//!   `HEARTBEAT_EVERY`, see `cancels`);
+//! - approval expiry (`ApprovalExpiry`, every second, see
+//!   `approval_expiry`): requests whose time is over end `denied`.
 //!
 //! It sleeps until the next job is due, polls at once when its `Doorbell`
 //! rings (the last poll filled what it could claim, and a completion has
@@ -23,6 +25,7 @@
 //! still running keep their leases while they finish (or are stopped). It
 //! never decides who executes a call.
 
+use super::approval_expiry::ApprovalExpiry;
 use super::cancels::CancelCheck;
 use super::dispatch::Dispatch;
 use super::recovery::Recovery;
@@ -72,6 +75,7 @@ pub(super) fn chores(
     recovery: Recovery,
     purge: Purge,
     cancels: CancelCheck,
+    expiry: ApprovalExpiry,
 ) -> Vec<Box<dyn Chore>> {
     vec![
         Box::new(extension),
@@ -79,6 +83,7 @@ pub(super) fn chores(
         Box::new(recovery),
         Box::new(purge),
         Box::new(cancels),
+        Box::new(expiry),
     ]
 }
 
@@ -172,7 +177,7 @@ fn tick_until_silenced(
     listener: &mpsc::Receiver<()>,
 ) {
     loop {
-        let next = scheduled.iter().map(|s| s.next).min().expect("five jobs");
+        let next = scheduled.iter().map(|s| s.next).min().expect("six jobs");
         let mut idle = next.saturating_duration_since(Instant::now());
         if let Some(token) = dispatch.scheduled_poll_in() {
             idle = idle.min(token);
@@ -304,6 +309,7 @@ mod tests {
             args_json: "{}".into(),
             client_id: None,
             seq: None,
+            gate: None,
         }
     }
 

@@ -10,6 +10,7 @@
 //! call through every event on both backends and holds what they wrote to
 //! this file. This module never writes a row itself.
 
+use super::model::{RetryDelay, ToolAtRelease};
 use std::time::Duration;
 
 /// What happened to a call, as `audit.event` names it.
@@ -43,12 +44,21 @@ pub(in crate::store) enum Event {
     /// running one once its attempt stopped or ended without an effect
     /// (how, and whether its request had gone out).
     Cancelled,
+    /// A gated call was created waiting for a decision: who may decide and
+    /// until when (`approval_requested`).
+    ApprovalRequested,
+    /// Its request was approved: by whom, from which source, why; the call
+    /// is `pending`.
+    Approved,
+    /// Its request was denied, by a person or by its expiry: the call is
+    /// `denied`.
+    Denied,
 }
 
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 11] = [
+    pub(in crate::store) const ALL: [Event; 14] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -60,6 +70,9 @@ impl Event {
         Event::StaleCompletion,
         Event::CancelRequested,
         Event::Cancelled,
+        Event::ApprovalRequested,
+        Event::Approved,
+        Event::Denied,
     ];
 
     /// The name in `audit.event`, and in the API's timeline.
@@ -76,6 +89,9 @@ impl Event {
             Event::StaleCompletion => "stale_completion",
             Event::CancelRequested => "cancel_requested",
             Event::Cancelled => "cancelled",
+            Event::ApprovalRequested => "approval_requested",
+            Event::Approved => "approved",
+            Event::Denied => "denied",
         }
     }
 }
@@ -107,12 +123,20 @@ pub(in crate::store) fn claimed(owner: &str, attempt: i64) -> String {
 
 /// `retry_scheduled`'s detail: which attempt failed with what code, and
 /// when the next one may start.
-pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: Duration) -> String {
-    format!(
+pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: RetryDelay) -> String {
+    let scheduled = format!(
         "attempt {attempt} failed ({code}); attempt {} in {:.3} s",
         attempt + 1,
-        delay.as_secs_f64()
-    )
+        delay.delay.as_secs_f64()
+    );
+    match delay.capped_from {
+        None => scheduled,
+        Some(asked) => format!(
+            "{scheduled}: the downstream's Retry-After of {:.3} s was capped at the tool's \
+             retry_after_max_ms",
+            asked.as_secs_f64()
+        ),
+    }
 }
 
 /// `retry_reset`'s detail: the attempt whose failure was reset.
@@ -120,9 +144,20 @@ pub(in crate::store) fn retry_reset(attempt: i64) -> String {
     format!("after attempt {attempt}")
 }
 
-/// `released`'s detail.
-pub(in crate::store) fn released(attempt: i64) -> String {
-    format!("attempt {attempt} released by a stopping process")
+/// `released`'s detail: what the stopping process had done to the
+/// attempt's tool before it gave the lease back.
+pub(in crate::store) fn released(attempt: i64, tool: &ToolAtRelease) -> String {
+    match tool {
+        ToolAtRelease::Idle => format!("attempt {attempt} released by a stopping process"),
+        ToolAtRelease::Stopped { sent, how } => format!(
+            "attempt {attempt} released by a stopping process after its tool was stopped, \
+             sent={sent}: {how}"
+        ),
+        ToolAtRelease::StillStopping { sent } => format!(
+            "attempt {attempt} released by a stopping process while its tool, asked to stop, \
+             had not ended, sent={sent}"
+        ),
+    }
 }
 
 /// `stale_completion`'s detail: what the attempt that lost its lease would
@@ -203,4 +238,19 @@ pub(in crate::store) fn recovered_after_cancel(attempt: i64, why: &str) -> Strin
         "taken back ({why}) after the cancel was asked: attempt {attempt} may have run, \
          sent=unknown; no effect recorded"
     )
+}
+
+/// `approval_requested`'s detail: who may decide, and for how long the
+/// request stays open.
+pub(in crate::store) fn approval_requested(approvers: &str, timeout: Duration) -> String {
+    format!(
+        "approvers {approvers}; expires in {} s",
+        timeout.as_secs_f64()
+    )
+}
+
+/// `cancelled`'s detail for a call cancelled while it waited for a
+/// decision: who asked and why; it never ran.
+pub(in crate::store) fn cancelled_awaiting(by: &str, reason: Option<&str>) -> String {
+    format!("{}; awaiting approval, never ran", asked(by, reason))
 }

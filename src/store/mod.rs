@@ -7,7 +7,10 @@
 //! pending` with a `next_attempt_at` when a retryable failure has attempts
 //! left (an automatic retry, claimed no earlier than that); `pending →
 //! cancelled` at once, and `running → cancelled` once its cancel was asked
-//! and the attempt stopped or ended short of a success (`cancel`). Every transition
+//! and the attempt stopped or ended short of a success (`cancel`); a gated
+//! call starts `awaiting_approval` and becomes `pending` (approved) or
+//! `denied` (denied, or its request expired), or `cancelled` (`approval`).
+//! Every transition
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
@@ -27,7 +30,9 @@
 //! bucket, `LimitedClaim`), `instance` (instance identity and the liveness
 //! rules of recovery: `Reclaimable`; `Node`, what `GET /v1/nodes` shows),
 //! `audit` (the audit events and their detail texts), `cancel`
-//! (cancelling: its rules, `Cancel`, the steps a wing runs), `wake`
+//! (cancelling: its rules, `Cancel`, the steps a wing runs), `approval`
+//! (approval gates: their rules, `Gate`, `Decision`, `Decided`, the
+//! webhook outbox's `Notification`), `wake`
 //! (another node's news), `business_key` (the second layer's types),
 //! `mixed` (the bench's mixed million, row by row; feature `testing`)
 //! and `verify` (the offline checker's invariants and report); this file
@@ -40,7 +45,7 @@
 //! group-commit writer thread, its syncer and checkpointer, a read pool)
 //! and `postgres/` (for several nodes on one database: a connection pool,
 //! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
-//! `schema`, `instances`, `business_key`, `retention`, `report_reads`,
+//! `schema`, `instances`, `business_key`, `approval`, `retention`, `report_reads`,
 //! `counts` (the count tables and their triggers), `list` (the list's
 //! statements), `bulk` (the bench's loaders), `limits` and `verify`, in
 //! its own SQL.
@@ -67,6 +72,7 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
+mod approval;
 mod audit;
 mod backend;
 mod business_key;
@@ -91,6 +97,10 @@ mod tests;
 pub mod verify;
 mod wake;
 
+pub use approval::{
+    Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling, Source, Verdict,
+    Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
+};
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
@@ -104,7 +114,8 @@ pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
 pub use list::{ListPage, ListQuery};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
+    ToolAtRelease, WriterStats,
 };
 pub use options::{
     DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,

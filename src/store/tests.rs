@@ -5,7 +5,7 @@
 //! thread, migrations) say so in their file.
 //!
 //! The topics: `create`, `create_claimed`, `claims`, `claim_due`,
-//! `recovery`, `retry`, `cancel`, `limits`, `tenants`, `audit`,
+//! `recovery`, `retry`, `cancel`, `approvals`, `limits`, `tenants`, `audit`,
 //! `effect_ids`, `counts` (the count tables against counting the rows),
 //! `list` (every plan of the list, pages, tenants kept apart); `backends`
 //! (the two backends each test runs on) and `wings` (neither wing names
@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod approvals;
 mod audit;
 pub(super) mod backends;
 mod cancel;
@@ -77,6 +78,7 @@ pub(super) fn new_call_in(tenant: &str, key: &str, fp: &str) -> NewCall {
         args_json: r#"{"amount":1}"#.into(),
         client_id: None,
         seq: None,
+        gate: None,
     }
 }
 

@@ -256,6 +256,7 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
         max_concurrency: None,
         rate: None,
         business_key: None,
+        approval: None,
         agent: AgentFacing::default_for(name, false),
         mcp: McpPolicy::default_for(Kind::Builtin, name),
         executor: Executor::Builtin,

@@ -8,6 +8,7 @@
 //! never put a header or `env` value, expanded or not, into a message: those
 //! become [`Secret`]s as soon as they are read.
 
+use super::approval::ApprovalPolicy;
 use super::builtin::{self, EFFECT_TOOLS, TOOL_NAMES};
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::command_tool::{CommandTool, RESERVED_ENV};
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Fields every kind accepts.
-const COMMON_FIELDS: [&str; 14] = [
+const COMMON_FIELDS: [&str; 15] = [
     "tasks",
     "keyless",
     "mcp_result",
@@ -40,8 +41,9 @@ const COMMON_FIELDS: [&str; 14] = [
     "backoff_ms",
     "max_concurrency",
     "rate",
+    "approval",
 ];
-const HTTP_FIELDS: [&str; 3] = ["url", "headers", "ca_file"];
+const HTTP_FIELDS: [&str; 4] = ["url", "headers", "ca_file", "retry_after_max_ms"];
 const COMMAND_FIELDS: [&str; 2] = ["argv", "env"];
 const MAX_ATTEMPTS_LIMIT: u64 = 100;
 /// A day: heartbeats let a tool outlive the lease, not run forever.
@@ -227,9 +229,13 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
         spec.rate = Some(Rate::parse(rate)?);
     }
     spec.backoff = backoff(entry.get("backoff_ms"))?;
+    spec.backoff.retry_after_max = retry_after_max(entry, &spec.backoff)?;
     if let Some(rule) = entry.get("business_key") {
         let rule = BusinessKeyRule::parse(rule)?;
         spec.business_key = Some(rule);
+    }
+    if let Some(policy) = entry.get("approval") {
+        spec.approval = Some(ApprovalPolicy::parse(policy)?);
     }
     spec.agent
         .apply(entry.get("description"), entry.get("annotations"))?;
@@ -268,6 +274,7 @@ fn external_spec(
         max_concurrency: None,
         rate: None,
         business_key: None,
+        approval: None,
         agent: AgentFacing::default_for(name, true),
         mcp: McpPolicy::default_for(kind, name),
         executor,
@@ -463,6 +470,26 @@ fn backoff(value: Option<&Value>) -> Result<Backoff, FieldError> {
         ));
     }
     Ok(backoff)
+}
+
+/// `retry_after_max_ms` (http tools): the longest `Retry-After` honoured;
+/// absent, `backoff_ms.max` is the cap.
+fn retry_after_max(
+    entry: &Map<String, Value>,
+    backoff: &Backoff,
+) -> Result<Option<Duration>, FieldError> {
+    let field = "retry_after_max_ms";
+    let Some(ms) = bounded_integer(entry, field, 1, MAX_TIMEOUT_MS)? else {
+        return Ok(None);
+    };
+    let cap = Duration::from_millis(ms);
+    if cap < backoff.initial {
+        return Err(field_error(
+            field,
+            "must not be less than backoff_ms.initial",
+        ));
+    }
+    Ok(Some(cap))
 }
 
 /// `entry[field]` as an object of strings (absent: empty).

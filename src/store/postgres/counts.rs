@@ -179,12 +179,29 @@ pub(super) fn counts(
             (client.query_one(TENANT_EFFECTS, &[&tenant])?.get(0), oldest)
         }
     };
+    let oldest_awaiting_since = match rows
+        .iter()
+        .any(|r| r.status == "awaiting_approval" && r.calls > 0)
+    {
+        true => {
+            let tenant = scope.tenant();
+            client.query_one(OLDEST_AWAITING, &[&tenant])?.get(0)
+        }
+        false => None,
+    };
     Ok(Counts {
         rows,
         effects,
         oldest_pending_created_at,
+        oldest_awaiting_since,
     })
 }
+
+/// When the oldest open approval request of a scope (`$1`, or every
+/// tenant's when NULL) was made: a `min()` over `approvals_open`, the open
+/// requests only.
+const OLDEST_AWAITING: &str = "SELECT min(requested_at) FROM approvals
+  WHERE decision IS NULL AND ($1::text IS NULL OR tenant = $1)";
 
 /// The count rows of `scope`, summed over the shards.
 pub(super) fn count_rows(

@@ -61,6 +61,12 @@ const MIGRATIONS: &[Migration] = &[
             super::counts::BACKFILL_EFFECT_COUNTS,
         ],
     },
+    Migration {
+        version: 6,
+        name: "approval gates: awaiting_approval and denied, approvals, notifications \
+               (SQLite's version 12)",
+        sql: &[super::approval::V6],
+    },
 ];
 
 /// Step 5: the list's index, keys in byte order, and the count tables

@@ -1,4 +1,4 @@
-//! The count tables' bookkeeping on SQLite since migration 12: every
+//! The count tables' bookkeeping on SQLite since migration 13: every
 //! statement that inserts or deletes a call, moves one to another (tenant,
 //! tool, status, attempt) group, inserts an effect or detaches one from its
 //! purged call notes the change here, and the writer folds a batch's notes
@@ -14,9 +14,9 @@
 //! notes with it (`mark` and `rewind`). Anywhere else — a migration, a test's
 //! connection, the bench's loader — a note is applied at once, one upsert,
 //! so no caller can lose one. What it cannot see is a statement that does
-//! not note: a new statement that changes `calls` or `effects` must (the
-//! list is in CONTRIBUTING.md), and `idempotent-tool verify` compares the
-//! count tables with the rows, so an edit by hand shows.
+//! not note: a new statement that changes `calls` or `effects` must (see
+//! CONTRIBUTING.md), and `store::tests::counts` compares the counts with the
+//! rows after every kind of write. An edit by hand (`sqlite3`) is not counted.
 //!
 //! This module writes only the two count tables, and never reads `calls`.
 

@@ -5,12 +5,11 @@
 //!
 //! Migration 11 kept them with triggers on `calls` and `effects`, so that
 //! every write counted whoever made it; they cost a new key about 45,000
-//! instructions, a quarter of the writer's work, and migration 12 dropped
+//! instructions, a quarter of the writer's work, and migration 13 dropped
 //! them. Since then each statement that changes what they count notes it,
 //! and the writer folds a batch's notes in before its `COMMIT`
-//! (`count_book`). A write made by hand (`sqlite3`) is not counted:
-//! `idempotent-tool verify` says so, and `recount` (run by the bench's bulk
-//! loaders) puts the tables right.
+//! (`count_book`). A write made by hand (`sqlite3`) is not counted; `recount`
+//! (run by the bench's bulk loaders) counts the tables again from the rows.
 //!
 //! This module never reads `calls` in full except in the migration's
 //! one backfill and a recount.
@@ -20,7 +19,7 @@ use super::super::model::Scope;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Migration 11, first part: the tables and their triggers (dropped by
-/// migration 12). `call_counts`
+/// migration 13). `call_counts`
 /// is keyed like the groups the list reads; `WITHOUT ROWID` keeps each row
 /// in its key's B-tree, one page for every counter a batch touches.
 ///
@@ -99,7 +98,7 @@ BEGIN
 END;
 ";
 
-/// Migration 12: migration 11's triggers, dropped; the writer keeps the
+/// Migration 13: migration 11's triggers, dropped; the writer keeps the
 /// counts since (`count_book`).
 pub(super) const DROP_COUNT_TRIGGERS: &str = "
 DROP TRIGGER IF EXISTS calls_counted_on_insert;
@@ -164,9 +163,23 @@ pub(super) fn counts(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Co
         rows,
         effects,
         oldest_pending_created_at: None,
+        oldest_awaiting_since: None,
     };
     counts.oldest_pending_created_at = oldest_pending(conn, &counts)?;
+    if counts.in_status("awaiting_approval") > 0 {
+        counts.oldest_awaiting_since = oldest_awaiting(conn, scope)?;
+    }
     Ok(counts)
+}
+
+/// When the oldest open approval request of `scope` was made: a `min()`
+/// over `idx_approvals_open`, the open requests only.
+fn oldest_awaiting(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Option<f64>> {
+    conn.prepare_cached(
+        "SELECT min(requested_at) FROM approvals
+          WHERE decision IS NULL AND (?1 IS NULL OR tenant = ?1)",
+    )?
+    .query_row(params![scope.tenant()], |r| r.get(0))
 }
 
 pub(super) fn count_rows(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Vec<CountRow>> {

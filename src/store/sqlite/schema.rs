@@ -129,6 +129,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 12,
+        name: "approvals and notifications: approval gates and their webhook outbox",
+        // `awaiting_approval` and `denied` need no DDL (`status` is free
+        // text here, checked by `verify`). Written only for gated calls;
+        // see `approval`.
+        apply: |conn| conn.execute_batch(super::approval::APPROVAL_TABLES),
+    },
+    Migration {
+        version: 13,
         name: "the count tables kept by the writer: migration 11's triggers dropped",
         // The counts stay exact: every statement that changes what they
         // count notes it (`count_book`), and the writer folds a batch's

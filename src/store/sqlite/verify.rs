@@ -12,7 +12,7 @@
 //!
 //! This module only reads; it never repairs.
 
-use super::super::verify::{business_key_check, invariant_checks, Spec};
+use super::super::verify::{approval_checks, business_key_check, invariant_checks, Spec};
 use super::super::verify::{Check, Report, VerifyError, MAX_EXAMPLES};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 use std::path::Path;
@@ -85,6 +85,9 @@ fn verify_on(conn: &Connection, path: &Path, effect_tools: &[&str]) -> Result<Re
     let mut specs = invariant_checks(tenant, purged, effect_tools);
     if has_table(conn, "business_keys") {
         specs.push(business_key_check());
+    }
+    if has_table(conn, "approvals") {
+        specs.extend(approval_checks());
     }
     checks.extend(specs.iter().map(|spec| spec.run(conn)));
     let report = Report {
@@ -334,7 +337,7 @@ mod tests {
                 "effect_not_its_calls",
                 "succeeded_without_effect",
                 "running_without_lease",
-                "unknown_status"
+                "unknown_status",
             ],
             "{report}"
         );
@@ -395,6 +398,72 @@ mod tests {
             .to_string()
             .contains("effect e2 of call c2: no such call"));
         assert!(!report.to_string().contains("effect e1"), "{report}");
+    }
+
+    /// On a migrated file, each way an approval row can disagree with its
+    /// call is named: a waiting call that ran, a denied one with an effect,
+    /// a waiting call without an open request, an open request of a call
+    /// that moved on, and a request without its call.
+    #[test]
+    fn approval_rows_that_disagree_are_named() {
+        let db = TempDb::new("verify-unit-approvals");
+        let conn = Connection::open(&db.path).unwrap();
+        super::super::schema::migrate(&conn).unwrap();
+        let call = |id: &str, status: &str, attempt: i64| {
+            format!(
+                "INSERT INTO calls (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
+                                    attempt, created_at, updated_at)
+                 VALUES ('{id}', 't', '{id}', 'fp', 'charge', '{{}}', '{status}', {attempt}, 0, 0);"
+            )
+        };
+        let request = |id: &str, decision: &str| {
+            format!(
+                "INSERT INTO approvals (call_id, tenant, tool, fingerprint, approvers, requested_at,
+                                        expires_at, decision)
+                 VALUES ('{id}', 't', 'charge', 'fp', 'people', 0, 1, {decision});"
+            )
+        };
+        let ok = [
+            call("c1", "awaiting_approval", 0),
+            request("c1", "NULL"),
+            call("c2", "denied", 0),
+            request("c2", "'denied'"),
+        ]
+        .concat();
+        conn.execute_batch(&ok).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
+        assert!(report.is_clean(), "{report}");
+        let bad = [
+            call("c3", "awaiting_approval", 1),
+            request("c3", "NULL"),
+            call("c4", "denied", 0),
+            request("c4", "'denied'"),
+            "INSERT INTO effects (effect_id, call_id, tool, created_at) VALUES ('e4', 'c4', 'charge', 0);".into(),
+            call("c5", "awaiting_approval", 0),
+            call("c6", "pending", 0),
+            request("c6", "NULL"),
+            request("c7", "'approved'"),
+        ]
+        .concat();
+        conn.execute_batch(&bad).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
+        let names = violated(&report);
+        for name in ["awaiting_holds_nothing", "denied_ran", "approval_agrees"] {
+            assert!(names.contains(&name), "{name}: {report}");
+        }
+        let text = report.to_string();
+        assert!(
+            text.contains("call c5 is 'awaiting_approval', its request missing"),
+            "{text}"
+        );
+        assert!(
+            text.contains("call c6 is 'pending', its request open"),
+            "{text}"
+        );
+        assert!(
+            text.contains("approval request of call c7: no such call"),
+            "{text}"
+        );
     }
 
     #[test]

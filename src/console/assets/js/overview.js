@@ -1,14 +1,16 @@
 // The overview (`GET /v1/overview`, every 2 s through `poll`): calls by
-// status, the backlog and the age of the oldest pending call, created and
-// failed per second over the last 15 minutes, each tool's load, the nodes
-// and their heartbeats, retention and the version. An admin sees every
-// tenant unless `?tenant=` names one; a tenant sees its own calls. While
-// the service cannot be read, the last numbers stay, greyed.
+// status, the backlog and the age of the oldest pending call, the calls
+// awaiting approval and the oldest wait, created and failed per second over
+// the last 15 minutes, each tool's load, the nodes and their heartbeats,
+// retention and the version. An admin sees every tenant unless `?tenant=`
+// names one; a tenant sees its own calls. While the service cannot be read,
+// the last numbers stay, greyed.
 
 import {get, query, scope} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
 import {count, duration, statusBadge, STATUSES, when} from './format.js';
 import {rateChart} from './chart.js';
+import {summary as approvalSummary} from './approvals.js';
 import {liveView, poll} from './poll.js';
 
 export function render(main, {query: params, who, navigate}) {
@@ -70,6 +72,7 @@ function draw(body, data, tenant) {
       panel('Throughput, last 15 minutes', {id: 'rates'},
         rateChart('Calls created per second', rates.created || [], rates.step_s || 10, 'created'),
         rateChart('Calls failed per second', rates.failed || [], rates.step_s || 10, 'failed'))),
+    approvalSummary(data.approvals),
     panel('Tools', {id: 'tool-load'}, toolTable(data.tools || [])),
     panel('Nodes', {id: 'nodes'}, nodeTable(data.nodes || [])),
     panel('Service', {id: 'service'}, facts([

@@ -1,7 +1,8 @@
 // A call's audit timeline (`GET /v1/tool-calls/{id}/audit`), told as what
 // happened: who claimed each attempt (the owner `pid:thread@instance`),
 // retries, recoveries of expired leases or dead owners, completions fenced
-// off because their attempt was stale, releases at a stop, cancels. The
+// off because their attempt was stale, releases at a stop, cancels, and
+// approval requests with their decision (who, from which source, why). The
 // audit's own text is shown as it is, as text.
 
 import {h} from './dom.js';
@@ -20,6 +21,9 @@ const EVENTS = {
   released: ['Lease released at a stop', 'warn'],
   cancel_requested: ['Cancel requested', 'warn'],
   cancelled: ['Cancelled', 'muted'],
+  approval_requested: ['Waiting for approval', 'warn'],
+  approved: ['Approved', 'ok'],
+  denied: ['Denied', 'bad'],
 };
 
 /** The owner named in a `claimed` row (`pid:thread@instance attempt=N`). */
