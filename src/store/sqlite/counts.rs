@@ -128,6 +128,7 @@ SELECT coalesce(c.tenant, ''), count(*), count(*) - count(c.call_id)
 /// Every count from the rows, as migration 11's backfill made them (the
 /// running totals `inserted` and `entered` start again from the rows): for
 /// rows that no statement noted, such as the bench's bulk loads.
+#[cfg(any(test, feature = "testing"))]
 pub(super) fn recount(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(BACKFILL_COUNTS)
 }
