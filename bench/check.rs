@@ -287,7 +287,7 @@ fn write_baseline(config: &Config, figures: Figures, machine: &str) -> Result<bo
         "rounds": config.rounds.max(1),
         "concurrency": config.concurrency,
         "seconds": seconds,
-        "recorded": idempotent_tool::log::rfc3339_millis(std::time::SystemTime::now()),
+        "recorded": idempotent_tool::rfc3339::rfc3339_millis(std::time::SystemTime::now()),
         "machine": machine,
         "command": "cargo run --release --bin bench -- --check --write-baseline",
         "us_per_new_key": round1(figures.new_key),

@@ -8,7 +8,7 @@
 //!   console's pages do, side by side (target: with ≥ 0.95× without);
 //! - `--console writes`: the load on the schema as built, with
 //!   `idx_calls_status` back on its columns before migration 11, and with
-//!   migration 11's count triggers put back (which migration 13 replaced by
+//!   migration 11's count triggers put back (which migration 14 replaced by
 //!   the writer's own bookkeeping), via `store::bulk::strip_console_writes`.
 //!
 //! It starts and stops its own services only, and prints each round and the

@@ -337,21 +337,16 @@ impl Api {
 /// `Retry-After`, a poll interval) while it is pending or running; marked
 /// `"duplicate_intent": true` when it is another key's call that holds the
 /// request's business key; a running call's last `progress`, when its tool
-/// reported one in this process.
+/// reported one (`calls::last_progress`: on any node).
 pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
-    let progress =
-        match call.status {
-            crate::store::Status::Running => crate::tools::progress::board()
-                .latest(&call.call_id)
-                .map(|report| {
-                    serde_json::json!({
-                        "progress": report.progress,
-                        "total": report.total,
-                        "message": report.message,
-                    })
-                }),
-            _ => None,
-        };
+    let progress = crate::calls::last_progress(call).map(|report| {
+        serde_json::json!({
+            "progress": report.progress,
+            "total": report.total,
+            "message": report.message,
+            "at": report.at,
+        })
+    });
     // Written straight out: the bytes `call.to_json()` with these members
     // would print (`Call::write_json`), without the tree.
     let mut body = Vec::with_capacity(512);
@@ -400,6 +395,7 @@ mod tests {
             expires_at: None,
             next_attempt_at: Some(f64::NAN),
             cancel_requested_at: Some(0.1),
+            progress: None,
         }
     }
 
@@ -407,7 +403,7 @@ mod tests {
     /// for byte, with each member an answer may add in its place.
     #[test]
     fn a_call_written_straight_out_is_its_trees_text() {
-        let progress = json!({"progress": 3.0, "total": null, "message": "half"});
+        let progress = json!({"progress": 3.0, "total": null, "message": "half", "at": 1.5});
         for (duplicate_intent, progress) in [(false, None), (true, Some(&progress))] {
             let call = call(Status::Running);
             let mut tree = call.to_json();

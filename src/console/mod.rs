@@ -47,6 +47,7 @@ pub(crate) fn answer(method: &str, path: &str) -> Response {
             status: 200,
             headers: vec![("Content-Type".into(), asset.content_type.into())],
             body: asset.body.to_vec(),
+            stream: None,
         }
     } else {
         Response::from_error(

@@ -53,12 +53,16 @@ pub(in crate::store) enum Event {
     /// Its request was denied, by a person or by its expiry: the call is
     /// `denied`.
     Denied,
+    /// A keyless MCP `tools/call` with the same tool and arguments was
+    /// answered with this call, by its content key: nothing ran again
+    /// (`replayed_by_content`).
+    ReplayedByContent,
 }
 
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 14] = [
+    pub(in crate::store) const ALL: [Event; 15] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -73,6 +77,7 @@ impl Event {
         Event::ApprovalRequested,
         Event::Approved,
         Event::Denied,
+        Event::ReplayedByContent,
     ];
 
     /// The name in `audit.event`, and in the API's timeline.
@@ -92,6 +97,7 @@ impl Event {
             Event::ApprovalRequested => "approval_requested",
             Event::Approved => "approved",
             Event::Denied => "denied",
+            Event::ReplayedByContent => "replayed_by_content",
         }
     }
 }
@@ -246,6 +252,15 @@ pub(in crate::store) fn approval_requested(approvers: &str, timeout: Duration) -
     format!(
         "approvers {approvers}; expires in {} s",
         timeout.as_secs_f64()
+    )
+}
+
+/// `replayed_by_content`'s detail: which request found the call, and that
+/// nothing ran for it.
+pub(in crate::store) fn replayed_by_content(window_secs: u64) -> String {
+    format!(
+        "a keyless MCP tools/call with the same tool and arguments within {window_secs} s \
+         was answered with this call; nothing ran again"
     )
 }
 

@@ -91,10 +91,12 @@ fn an_earlier_release_tables_in_public_move_into_the_schema_at_start() {
     let mut db = connect(&url);
     // What a release before `--db-schema` left: its steps only, 1 to 3 (the
     // one that came with `--db-schema` makes `tool_limits`; the next, the
-    // count tables and the list's index; step 6, approvals and their outbox).
+    // count tables and the list's index; step 6, approvals and their outbox;
+    // step 7, the progress column).
     db.batch_execute(
         "DELETE FROM public.idem_schema WHERE version >= 4;
          DROP TABLE public.approvals, public.notifications;
+         ALTER TABLE public.calls DROP COLUMN progress_json;
          DROP TABLE public.tool_limits;
          DROP TRIGGER calls_counted ON public.calls;
          DROP TRIGGER calls_counted_on_update ON public.calls;

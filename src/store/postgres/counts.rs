@@ -157,7 +157,7 @@ SELECT min(first.created_at) FROM unnest($2::text[]) AS t(tool)
 pub(super) fn counts(
     client: &mut impl GenericClient,
     scope: Scope<'_>,
-) -> Result<Counts, ::postgres::Error> {
+) -> Result<Counts, tokio_postgres::Error> {
     let rows = count_rows(client, scope)?;
     let (effects, oldest_pending_created_at) = match scope {
         Scope::All => (
@@ -207,7 +207,7 @@ const OLDEST_AWAITING: &str = "SELECT min(requested_at) FROM approvals
 pub(super) fn count_rows(
     client: &mut impl GenericClient,
     scope: Scope<'_>,
-) -> Result<Vec<CountRow>, ::postgres::Error> {
+) -> Result<Vec<CountRow>, tokio_postgres::Error> {
     let tenant = match scope {
         Scope::All => None,
         Scope::Tenant(t) => Some(t),
@@ -260,7 +260,7 @@ ON CONFLICT (tenant, shard) DO UPDATE
 
 /// `FOLD_*` in one transaction, unless another node is folding now.
 /// Returns whether this one did.
-pub(super) fn fold(client: &mut Session) -> Result<bool, ::postgres::Error> {
+pub(super) fn fold(client: &mut Session) -> Result<bool, tokio_postgres::Error> {
     let mut tx = client.transaction()?;
     let locked: bool = tx
         .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&FOLD_LOCK])?

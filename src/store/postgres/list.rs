@@ -15,7 +15,7 @@ use super::super::list::{ListQuery, Ordered, Plan, PREFIX_CANDIDATES};
 use super::super::model::Call;
 use super::session::GenericClient;
 use super::sql::call_from_row;
-use ::postgres::types::ToSql;
+use tokio_postgres::types::ToSql;
 
 /// Newest first in each (tenant, tool, status) group, between two ids, at
 /// most `$6` from each and `$6` in all.
@@ -58,29 +58,30 @@ SELECT count(*) FROM (
   SELECT 1 FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3 LIMIT $4) AS m";
 
 /// A page's rows are summaries: `args` read as empty and `result` as
-/// absent (a call's args may be 64 KiB). Each statement below selects the
-/// columns in the order `call_from_row` reads, those two left out.
+/// absent (a call's args may be 64 KiB), and progress as none (a summary
+/// shows none). Each statement below selects the columns in the order
+/// `call_from_row` reads, those three left out.
 ///
 /// The call whose id is `$1` when its effect id (`$2` when none is stored)
 /// is `$3`.
 const SUMMARIES_BY_EFFECT: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE call_id = $1 AND coalesce(effect_id, $2) = $3";
 
 /// The calls of key `$2` in tenants `$1`.
 const SUMMARIES_BY_KEY: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE tenant = ANY($1) AND idem_key = $2";
 
 /// The calls holding business key `$3` in the (tenant, tool) groups `$1`, `$2`.
 const SUMMARIES_BY_BUSINESS_KEY: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls
  WHERE call_id IN (SELECT b.call_id FROM unnest($1::text[], $2::text[]) AS g(tenant, tool)
                      JOIN business_keys b
@@ -90,14 +91,14 @@ SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_
 const SUMMARIES_BY_KEY_RANGE: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3";
 
 /// The calls whose ids are in `$1`.
 const SUMMARIES_BY_ID: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE call_id = ANY($1)";
 
 /// The query's page rows (at most `limit` + 1, in any order; `page` sorts,
@@ -106,7 +107,7 @@ pub(super) fn rows(
     client: &mut impl GenericClient,
     query: &ListQuery,
     plan: &Plan,
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     match plan {
         Plan::Empty => Ok(Vec::new()),
         Plan::ByEffect { call_id, effect_id } => summaries(
@@ -155,7 +156,7 @@ fn ordered_ids(
     client: &mut impl GenericClient,
     ordered: &Ordered,
     filtered: bool,
-) -> Result<Vec<String>, ::postgres::Error> {
+) -> Result<Vec<String>, tokio_postgres::Error> {
     let take = ordered.take as i64;
     let (lower, upper) = (&ordered.bounds.lower, &ordered.bounds.upper);
     let prefix = match filtered {
@@ -192,7 +193,7 @@ fn summaries(
     client: &mut impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     client
         .query(sql, params)?
         .iter()

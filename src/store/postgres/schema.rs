@@ -67,7 +67,17 @@ const MIGRATIONS: &[Migration] = &[
                (SQLite's version 12)",
         sql: &[super::approval::V6],
     },
+    Migration {
+        version: 7,
+        name: "calls.progress_json: a running call's last progress, for every node \
+               (SQLite's version 13)",
+        sql: &[V7],
+    },
 ];
+
+/// Step 7: a running call's last progress report (JSON), written with its
+/// lease's extension by the node that runs it, so any node can show it.
+const V7: &str = "ALTER TABLE calls ADD COLUMN progress_json text;";
 
 /// Step 5: the list's index, keys in byte order, and the count tables
 /// (`counts`).

@@ -1,4 +1,4 @@
-//! The count tables' bookkeeping on SQLite since migration 13: every
+//! The count tables' bookkeeping on SQLite since migration 14: every
 //! statement that inserts or deletes a call, moves one to another (tenant,
 //! tool, status, attempt) group, inserts an effect or detaches one from its
 //! purged call notes the change here, and the writer folds a batch's notes

@@ -5,7 +5,7 @@
 //!
 //! Migration 11 kept them with triggers on `calls` and `effects`, so that
 //! every write counted whoever made it; they cost a new key about 45,000
-//! instructions, a quarter of the writer's work, and migration 13 dropped
+//! instructions, a quarter of the writer's work, and migration 14 dropped
 //! them. Since then each statement that changes what they count notes it,
 //! and the writer folds a batch's notes in before its `COMMIT`
 //! (`count_book`). A write made by hand (`sqlite3`) is not counted; `recount`
@@ -19,7 +19,7 @@ use super::super::model::Scope;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// Migration 11, first part: the tables and their triggers (dropped by
-/// migration 13). `call_counts`
+/// migration 14). `call_counts`
 /// is keyed like the groups the list reads; `WITHOUT ROWID` keeps each row
 /// in its key's B-tree, one page for every counter a batch touches.
 ///
@@ -98,7 +98,7 @@ BEGIN
 END;
 ";
 
-/// Migration 13: migration 11's triggers, dropped; the writer keeps the
+/// Migration 14: migration 11's triggers, dropped; the writer keeps the
 /// counts since (`count_book`).
 pub(super) const DROP_COUNT_TRIGGERS: &str = "
 DROP TRIGGER IF EXISTS calls_counted_on_insert;

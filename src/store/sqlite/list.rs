@@ -204,10 +204,11 @@ fn summaries(
     .collect()
 }
 
-/// `CALL_COLUMNS` with `args_json` and `result_json` read as empty: a page
-/// is a list of summaries, and a call's args may be 64 KiB.
+/// `CALL_COLUMNS` with `args_json`, `result_json` and `progress_json` read
+/// as empty: a page is a list of summaries, and a call's args may be 64 KiB.
 fn summary_columns() -> String {
     CALL_COLUMNS
         .replace("args_json", "'' AS args_json")
         .replace("result_json", "NULL AS result_json")
+        .replace("progress_json", "NULL AS progress_json")
 }

@@ -137,6 +137,13 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 13,
+        name: "calls.progress_json: a running call's last progress, for every process",
+        // Written with the lease's extension (`extend_leases`), so it costs
+        // no write of its own; read with the call. No index.
+        apply: |conn| add_column(conn, "calls", "progress_json", "TEXT"),
+    },
+    Migration {
+        version: 14,
         name: "the count tables kept by the writer: migration 11's triggers dropped",
         // The counts stay exact: every statement that changes what they
         // count notes it (`count_book`), and the writer folds a batch's

@@ -1,8 +1,9 @@
 // A call's audit timeline (`GET /v1/tool-calls/{id}/audit`), told as what
 // happened: who claimed each attempt (the owner `pid:thread@instance`),
 // retries, recoveries of expired leases or dead owners, completions fenced
-// off because their attempt was stale, releases at a stop, cancels, and
-// approval requests with their decision (who, from which source, why). The
+// off because their attempt was stale, releases at a stop, cancels, approval
+// requests with their decision (who, from which source, why), and keyless
+// MCP requests answered with the call by their content. The
 // audit's own text is shown as it is, as text.
 
 import {h} from './dom.js';
@@ -24,6 +25,7 @@ const EVENTS = {
   approval_requested: ['Waiting for approval', 'warn'],
   approved: ['Approved', 'ok'],
   denied: ['Denied', 'bad'],
+  replayed_by_content: ['Answered again by its content (keyless MCP)', 'info'],
 };
 
 /** The owner named in a `claimed` row (`pid:thread@instance attempt=N`). */
