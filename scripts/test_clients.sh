@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The client SDKs' own suites, against the real release binary: the Python
 # client (pytest, sync and async, its adapters under the OpenAI Agents SDK's
-# scripted model and LangChain's fake chat model in a LangGraph agent) and the
+# scripted model and LangChain's fake chat model in a LangGraph agent, and
+# POST /mcp under the official MCP Python SDK) and the
 # TypeScript client (node --test, its AI SDK adapter under the SDK's mock
 # model), each running the shared retry matrix (clients/retry-matrix.json) and
 # key vectors (clients/key-vectors.json) that `cargo test` runs through the

@@ -3,7 +3,8 @@
 //! to the fingerprint, audited with who and why), then an approved call is
 //! handed to this process's runner (another node's poll finds it too) and
 //! a denied one's waits end. Also the reads of the approval queue and of a
-//! call's request.
+//! call's request, and the answers its MCP client gave to the request's
+//! questions (recorded as they come, read back by key).
 //!
 //! It never checks a role — the transport does, before it asks — and never
 //! decides anything itself; it never logs a reason (free text).
@@ -11,6 +12,7 @@
 use super::service::Calls;
 use crate::auth::Tenant;
 use crate::store::{Approval, Decided, Decision, Source, StoreError, Verdict, Waiting};
+use serde_json::{Map, Value};
 
 /// The longest page of the approval queue.
 pub const MAX_QUEUE_PAGE: usize = 500;
@@ -70,6 +72,32 @@ impl Calls {
         limit: usize,
     ) -> Result<Vec<Waiting>, StoreError> {
         self.store.waiting(scope, after, limit.min(MAX_QUEUE_PAGE))
+    }
+
+    /// Record the tenant's waiting call's answers to its approval's
+    /// questions (`answers`, by key), committed before this returns;
+    /// `false` when the call no longer waits under `fingerprint`.
+    pub fn note_input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        fingerprint: &str,
+        answers: &Map<String, Value>,
+    ) -> Result<bool, StoreError> {
+        let answers = Value::Object(answers.clone()).to_string();
+        self.store
+            .note_input_answers(tenant, call_id, fingerprint, &answers)
+    }
+
+    /// The answers recorded so far for the tenant's call's approval
+    /// questions, by key (empty when it has none, or no such call).
+    pub fn input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+    ) -> Result<Map<String, Value>, StoreError> {
+        let timeline = self.store.audit_for(tenant, call_id)?.unwrap_or_default();
+        Ok(crate::store::input_answers(&timeline))
     }
 }
 

@@ -15,7 +15,7 @@
 //! and never shows another tenant's call: an id the tenant has no call for is
 //! `-32602`, exactly like one that never existed.
 
-use super::approval_input::{self, Answer, Asker};
+use super::approval_input::{self, Asker};
 use super::call_result::tool_result;
 use super::endpoint::Mcp;
 use super::handshake::{Revision, META_CLIENT_CAPABILITIES, TASKS_EXTENSION};
@@ -305,7 +305,9 @@ pub fn detailed(
             task["result"] = tool_result(call, spec, Default::default(), revision);
         }
         TaskStatus::Failed => task["error"] = failure(call),
-        TaskStatus::InputRequired => task["inputRequests"] = input.unwrap_or_default(),
+        TaskStatus::InputRequired => {
+            task["inputRequests"] = input.map(|asked| asked.requests).unwrap_or_default()
+        }
         _ => {}
     }
     Ok(task)
@@ -352,10 +354,11 @@ pub fn cancel(
     }
 }
 
-/// `tasks/update`: input for a task waiting on its client — the answer to
-/// its approval request, recorded as the client's decision where it may
-/// give one (`approval_input`), and refused (`-32602`) where a person
-/// must. Answers to keys it never asked are ignored. The ack is empty; the
+/// `tasks/update`: input for a task waiting on its client — answers to
+/// its approval's open questions, recorded (a subset leaves the others
+/// open) and deciding it once every one is answered, where the client may
+/// (`approval_input`), and refused (`-32602`) where a person must.
+/// Answers to keys it is not asking are ignored. The ack is empty; the
 /// task's state is `tasks/get`'s to tell. An unknown task is `-32602`.
 pub fn update(
     mcp: &Mcp,
@@ -365,8 +368,7 @@ pub fn update(
     exchange: &mut Exchange,
 ) -> Result<Value, RpcError> {
     let call = the_call(mcp, tenant, revision, params, exchange)?;
-    let answer = Answer::of(params)?;
-    approval_input::apply(mcp, tenant, call, answer)?;
+    approval_input::answer(mcp, tenant, call, params)?;
     Ok(json!({}))
 }
 

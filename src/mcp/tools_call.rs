@@ -14,7 +14,7 @@
 //! and never lets `notifications/cancelled` (or a client hanging up) abort a
 //! call: the wait ends, the call goes on.
 
-use super::approval_input::{self, Answer, Asker};
+use super::approval_input::{self, Asker};
 use super::call_result::{tool_result, Marks};
 use super::endpoint::Mcp;
 use super::handshake::Revision;
@@ -147,18 +147,21 @@ pub fn call(
     }
     let asker = Asker::of(tenant, params);
     let call = match call.status {
-        Status::AwaitingApproval => approval_input::apply(mcp, tenant, call, Answer::of(params)?)?,
+        Status::AwaitingApproval => approval_input::answer(mcp, tenant, call, params)?,
         _ => call,
     };
+    // A policy that asks `before_task` gathers its answers in this call's
+    // own answers; the task is made once they are in (SEP-2663).
+    let asks_first = !as_task || spec.approval.as_ref().is_some_and(|p| p.before_task);
+    if revision.is_stateless() && asks_first {
+        if let Some(asked) = approval_input::input_requests(mcp, &asker, &call)? {
+            log_answer(&call, marks);
+            return Ok(Called::Now(approval_input::input_required(&call, asked)));
+        }
+    }
     if as_task {
         log_answer(&call, marks);
         return super::tasks::created(mcp, &call, &asker).map(Called::Now);
-    }
-    if revision.is_stateless() {
-        if let Some(requests) = approval_input::input_requests(mcp, &asker, &call)? {
-            log_answer(&call, marks);
-            return Ok(Called::Now(approval_input::input_required(&call, requests)));
-        }
     }
     // A call awaiting approval is answered at once with its handle: a
     // person's decision is not a matter of seconds (`get_tool_call`, asked

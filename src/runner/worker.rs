@@ -9,7 +9,9 @@
 //!
 //! A claimed call's stored args are re-checked against this process's tools
 //! before its tool starts (`stored_args`): a failure there is the call's
-//! `bad_args`, never a worker's panic. A retryable failure with attempts left
+//! `bad_args`, never a worker's panic. A tool whose approval asks its own
+//! questions gets the answers read then; a read that fails is a retryable
+//! `inputs_unavailable`, and the tool does not start. A retryable failure with attempts left
 //! is completed as `retry_later`: back to `pending` until its backoff ends,
 //! with no worker waiting for it.
 //!
@@ -36,10 +38,11 @@ use super::tasks::{Task, ToolRuns};
 use crate::chaos;
 use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
-use crate::store::{owner_name, CallStore, Lease, RetryDelay, ToolAtRelease};
+use crate::store::{owner_name, CallStore, Lease, RetryDelay, StoreError, ToolAtRelease};
 use crate::tools::{
     self, Outcome, RunContext, Stop, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -141,6 +144,16 @@ impl Worker {
                 return self.complete(task, lease, Outcome::failed(error), None, false);
             }
         };
+        let inputs = match self.approval_inputs(&prepared.spec, &lease.call_id) {
+            Ok(inputs) => inputs,
+            Err(e) => {
+                let why = format!("the answers to its approval's questions: {e}");
+                let error = ToolError::new(ToolErrorCode::InputsUnavailable, why);
+                let outcome = Outcome::failed(error);
+                let retry = retry_delay(&prepared.spec, &lease, &outcome);
+                return self.complete(task, lease, outcome, retry, false);
+            }
+        };
         let hooks = if self.chaos && lease.attempt == 1 {
             hooks
         } else {
@@ -168,6 +181,7 @@ impl Worker {
                     attempt: lease.attempt,
                     tool: &lease.tool,
                     args: &args,
+                    inputs: inputs.as_ref(),
                     stop: Some(stop),
                 })
             }
@@ -191,6 +205,27 @@ impl Worker {
             chaos::crash("after the tool ran, before its completion committed");
         }
         self.complete(task, lease, outcome, retry, hooks.crash_after_commit);
+    }
+
+    /// The answers its approval's questions were given, for a tool whose
+    /// policy asks questions of its own (`None`: it asks none, or only the
+    /// confirmation); read from the call's audit, its tenant's.
+    fn approval_inputs(
+        &self,
+        spec: &ToolSpec,
+        call_id: &str,
+    ) -> Result<Option<Map<String, Value>>, StoreError> {
+        let asks = spec.approval.as_ref().is_some_and(|p| p.inputs.explicit());
+        if !asks {
+            return Ok(None);
+        }
+        let Some(call) = self.store.get(call_id)? else {
+            return Ok(Some(Map::new()));
+        };
+        let timeline = self.store.audit_for(&call.tenant, call_id)?;
+        Ok(Some(crate::store::input_answers(
+            &timeline.unwrap_or_default(),
+        )))
     }
 
     /// Hand the fenced completion to the store without waiting for its

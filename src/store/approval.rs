@@ -21,12 +21,18 @@
 //! by `expiry`, fenced the same way; so is a cancel of a waiting call,
 //! which ends it `cancelled` and closes its request (`cancelled`).
 //!
+//! Where the MCP client may decide, its answers to the approval's
+//! questions are recorded as they come — `input_answered` audit rows, each
+//! the answers of one request by key, written only while the call still
+//! waits under the same fingerprint — and `input_answers` reads them back
+//! (for the next question, and for the tool when the call runs).
+//!
 //! A `denied` call never ran and has no effect row; its key replays it and
 //! its business key no longer holds (like `failed`). This file holds no SQL
 //! and decides nothing; the wings' updates do.
 
-use super::model::Call;
-use serde_json::{json, Value};
+use super::model::{AuditEvent, Call};
+use serde_json::{json, Map, Value};
 use std::time::Duration;
 
 /// The longest reason a decision may give, in bytes.
@@ -372,4 +378,53 @@ pub const APPROVAL_REQUESTED: &str = "approval.requested";
 /// The message id of `call_id`'s approval request notification.
 pub(in crate::store) fn request_msg_id(call_id: &str) -> String {
     format!("msg_{}_requested", call_id.trim_start_matches("c_"))
+}
+
+/// The answers recorded for a call's approval questions: every
+/// `input_answered` row's, by key, the first answer to a key kept (a row
+/// that is not a JSON object is skipped).
+pub fn input_answers(timeline: &[AuditEvent]) -> Map<String, Value> {
+    let mut answers = Map::new();
+    let rows = timeline
+        .iter()
+        .filter(|e| e.event == super::audit::Event::InputAnswered.as_str())
+        .filter_map(|e| serde_json::from_str::<Map<String, Value>>(e.detail.as_deref()?).ok());
+    for row in rows {
+        for (key, answer) in row {
+            answers.entry(key).or_insert(answer);
+        }
+    }
+    answers
+}
+
+#[cfg(test)]
+mod input_answers_tests {
+    use super::*;
+
+    fn row(event: &str, detail: &str) -> AuditEvent {
+        AuditEvent {
+            at: 0.0,
+            event: event.into(),
+            attempt: Some(0),
+            detail: Some(detail.into()),
+        }
+    }
+
+    #[test]
+    fn answers_are_read_from_their_rows_the_first_to_a_key_kept() {
+        let timeline = [
+            row("approval_requested", "{\"a\": 1}"),
+            row("input_answered", "{\"name\": {\"name\": \"Alice\"}}"),
+            row("input_answered", "not json"),
+            row(
+                "input_answered",
+                "{\"name\": {\"name\": \"Bob\"}, \"color\": {}}",
+            ),
+        ];
+        let answers = input_answers(&timeline);
+        assert_eq!(
+            Value::Object(answers),
+            json!({"name": {"name": "Alice"}, "color": {}})
+        );
+    }
 }

@@ -57,12 +57,16 @@ pub(in crate::store) enum Event {
     /// answered with this call, by its content key: nothing ran again
     /// (`replayed_by_content`).
     ReplayedByContent,
+    /// The MCP client that may decide a waiting call answered some of its
+    /// approval's questions; the detail is the answers, a JSON object by
+    /// key (`input_answered`).
+    InputAnswered,
 }
 
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 15] = [
+    pub(in crate::store) const ALL: [Event; 16] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -78,6 +82,7 @@ impl Event {
         Event::Approved,
         Event::Denied,
         Event::ReplayedByContent,
+        Event::InputAnswered,
     ];
 
     /// The name in `audit.event`, and in the API's timeline.
@@ -98,6 +103,7 @@ impl Event {
             Event::Approved => "approved",
             Event::Denied => "denied",
             Event::ReplayedByContent => "replayed_by_content",
+            Event::InputAnswered => "input_answered",
         }
     }
 }

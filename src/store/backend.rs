@@ -197,6 +197,18 @@ pub(in crate::store) trait Backend: Any + Send + Sync {
         window_secs: u64,
     ) -> Result<bool, StoreError>;
 
+    /// Record in the tenant's call `call_id`'s audit the answers (`answers`,
+    /// a JSON object by key) its MCP client gave to its approval's
+    /// questions: one `input_answered` row, written only while the call is
+    /// `awaiting_approval` under `fingerprint`. Returns whether it was.
+    fn note_input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        fingerprint: &str,
+        answers: &str,
+    ) -> Result<bool, StoreError>;
+
     /// Give back a lease whose call this process did not complete when it
     /// stopped: the call returns to `pending` (audited `released`, with
     /// what was done to its `tool`) unless the lease was already lost, in

@@ -247,6 +247,18 @@ impl CallStore {
             .note_replay_by_content(tenant, call_id, window_secs)
     }
 
+    /// `Backend::note_input_answers`.
+    pub fn note_input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        fingerprint: &str,
+        answers: &str,
+    ) -> Result<bool, StoreError> {
+        self.backend
+            .note_input_answers(tenant, call_id, fingerprint, answers)
+    }
+
     /// `Backend::release`.
     pub fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
         self.backend.release(lease, tool)

@@ -5,10 +5,9 @@
 //! where there is one, for the log; the message never holds a password.
 //!
 //! This module decides nothing about which backend error is which kind: each
-//! backend maps its own errors (`From<rusqlite::Error>` here, for SQLite;
-//! `postgres::error` for PostgreSQL).
+//! backend maps its own errors (`sqlite::error` for SQLite, `postgres::error`
+//! for PostgreSQL). It names no database driver.
 
-use rusqlite::ErrorCode;
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
@@ -123,41 +122,5 @@ impl Error for StoreError {
             .source
             .as_deref()
             .map(|e| e as &(dyn Error + 'static))
-    }
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> StoreError {
-        let transient = matches!(
-            e.sqlite_error_code(),
-            Some(
-                ErrorCode::DatabaseBusy
-                    | ErrorCode::DatabaseLocked
-                    | ErrorCode::DiskFull
-                    | ErrorCode::ReadOnly
-                    | ErrorCode::SystemIoFailure
-                    | ErrorCode::CannotOpen
-                    | ErrorCode::OutOfMemory
-            )
-        );
-        let cause = Cause::with_source(e.to_string(), e);
-        if transient {
-            StoreError::Unavailable(cause)
-        } else {
-            StoreError::Internal(cause)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sqlite_error_stays_reachable_as_the_source() {
-        let e = StoreError::from(rusqlite::Error::InvalidQuery);
-        assert!(!e.is_unavailable());
-        let source = e.source().expect("the rusqlite error is the source");
-        assert!(source.downcast_ref::<rusqlite::Error>().is_some());
     }
 }

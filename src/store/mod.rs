@@ -98,14 +98,14 @@ pub mod verify;
 mod wake;
 
 pub use approval::{
-    Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling, Source, Verdict,
-    Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
+    input_answers, Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling,
+    Source, Verdict, Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
 };
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
 pub use counts::{CountRow, Counts, Totals};
-pub use database::{Database, DatabaseRef, DatabaseUrlError, PgTarget, SslMode};
+pub use database::{Database, DatabaseRef, DatabaseUrlError};
 pub use db_schema::{DbSchema, DB_SCHEMA_RULE, DEFAULT_DB_SCHEMA};
 pub use error::{Cause, StoreError};
 pub use ids::{call_id_of_effect, effect_id_for, now};
@@ -121,6 +121,7 @@ pub use options::{
     DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
 };
 pub use postgres::PG_SCHEMA_VERSION;
+pub use postgres::{PgTarget, SslMode};
 pub(crate) use sqlite::backup;
 pub use sqlite::{RestoredCopy, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 

@@ -2,13 +2,14 @@
 //! it waits for a person's decision before it runs — always, or when a
 //! predicate on its arguments holds (a JSON Pointer's value above a numeric
 //! limit, or equal to a value) — whether the MCP client that made the call
-//! may decide it too (where its tenant allows it), and how long a request
-//! stays open.
+//! may decide it too (where its tenant allows it) and what it is then asked
+//! (`approval_inputs`), and how long a request stays open.
 //!
 //! It owns reading the field and judging a call's arguments against it. It
 //! never touches the database and never decides who may approve: the store
 //! keeps the request, the API checks the decider's role.
 
+use super::approval_inputs::Inputs;
 use super::file_error::{field_error, FieldError};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -68,13 +69,20 @@ pub enum When {
     Any(Vec<Predicate>),
 }
 
-/// `{"when": ..., "mcp_client": bool, "timeout_secs": N}`.
+/// `{"when": ..., "mcp_client": bool, "inputs": [...], "before_task": bool,
+/// "timeout_secs": N}`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalPolicy {
     pub when: When,
     /// The MCP client that made the call may decide it too (through an
     /// input request), where its tenant allows it.
     pub mcp_client: bool,
+    /// What that client is asked (one confirmation unless the file says).
+    pub inputs: Inputs,
+    /// Under tasks, the client is asked in `tools/call`'s own answers, and
+    /// the task is made once it has answered (SEP-2663's composition),
+    /// rather than by the task's `input_required` status.
+    pub before_task: bool,
     /// How long a request stays open before it ends `denied`.
     pub timeout: Duration,
 }
@@ -86,14 +94,20 @@ impl ApprovalPolicy {
         let object = value.as_object().ok_or_else(|| {
             field_error(
                 "approval",
-                "must be an object {\"when\": ..., \"mcp_client\"?: bool, \"timeout_secs\"?: N}",
+                "must be an object {\"when\": ..., \"mcp_client\"?: bool, \"inputs\"?: [...], \
+                 \"before_task\"?: bool, \"timeout_secs\"?: N}",
             )
         })?;
-        if let Some(extra) = object
-            .keys()
-            .find(|k| !matches!(k.as_str(), "when" | "mcp_client" | "timeout_secs"))
-        {
-            return Err(at(extra, "is not a field (when, mcp_client, timeout_secs)"));
+        if let Some(extra) = object.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "when" | "mcp_client" | "inputs" | "before_task" | "timeout_secs"
+            )
+        }) {
+            return Err(at(
+                extra,
+                "is not a field (when, mcp_client, inputs, before_task, timeout_secs)",
+            ));
         }
         let when = match object.get("when") {
             Some(Value::String(s)) if s == "always" => When::Always,
@@ -119,6 +133,21 @@ impl ApprovalPolicy {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(at("mcp_client", "must be true or false")),
         };
+        let inputs = match object.get("inputs") {
+            None => Inputs::confirmation(),
+            Some(_) if !mcp_client => {
+                return Err(at("inputs", "are asked of the MCP client: set mcp_client"))
+            }
+            Some(value) => Inputs::parse(value)?,
+        };
+        let before_task = match object.get("before_task") {
+            None => false,
+            Some(Value::Bool(b)) if !*b || mcp_client => *b,
+            Some(Value::Bool(_)) => {
+                return Err(at("before_task", "is about the MCP client: set mcp_client"))
+            }
+            Some(_) => return Err(at("before_task", "must be true or false")),
+        };
         let timeout = match object.get("timeout_secs") {
             None => DEFAULT_APPROVAL_TIMEOUT,
             Some(v) => match v.as_u64() {
@@ -134,6 +163,8 @@ impl ApprovalPolicy {
         Ok(ApprovalPolicy {
             when,
             mcp_client,
+            inputs,
+            before_task,
             timeout,
         })
     }
@@ -158,11 +189,18 @@ impl ApprovalPolicy {
                 Value::Array(predicates.iter().map(Predicate::public_view).collect())
             }
         };
-        json!({
+        let mut view = json!({
             "when": when,
             "mcp_client": self.mcp_client,
             "timeout_secs": self.timeout.as_secs(),
-        })
+        });
+        if self.inputs.explicit() {
+            view["inputs"] = self.inputs.public_view();
+        }
+        if self.before_task {
+            view["before_task"] = true.into();
+        }
+        view
     }
 }
 
@@ -282,6 +320,18 @@ mod tests {
             (
                 json!({"when": "always", "timeout_secs": 0}),
                 "approval.timeout_secs",
+            ),
+            (
+                json!({"when": "always", "inputs": [{"a": {"message": "m", "schema": {"type": "object"}}}]}),
+                "approval.inputs",
+            ),
+            (
+                json!({"when": "always", "before_task": true}),
+                "approval.before_task",
+            ),
+            (
+                json!({"when": "always", "mcp_client": true, "before_task": "yes"}),
+                "approval.before_task",
             ),
             (
                 json!({"when": "always", "timeout_secs": 2_592_001}),

@@ -451,6 +451,7 @@ mod tests {
             attempt: 1,
             tool: "t",
             args: &args,
+            inputs: None,
             stop: None,
         })
     }

@@ -49,6 +49,10 @@ tool_error_codes! {
     /// The stored args fail the tool's rules when an attempt starts (the
     /// tools file changed since the call was accepted).
     BadArgs => ("bad_args", retryable: false),
+    /// The answers its approval's questions were given could not be read
+    /// when an attempt started (the database did not answer): the tool did
+    /// not run.
+    InputsUnavailable => ("inputs_unavailable", retryable: true),
     /// The built-in `fail` tool failed as asked; retryable when its
     /// `retryable` argument says so.
     ToolFailed => ("tool_failed", retryable: false),

@@ -25,13 +25,15 @@
 //! ([`ToolFileError`]), `rate` ([`Rate`], a tool's calls per second),
 //! `excerpt` (bounded excerpts of output), `business_key` (a tool's
 //! business-key rule and what agents are told of it), `approval` (a tool's
-//! approval policy: when a call waits for a person's decision), `secret` ([`Secret`]),
+//! approval policy: when a call waits for a person's decision),
+//! `approval_inputs` (what the MCP client that may decide is asked), `secret` ([`Secret`]),
 //! `mcp_policy` ([`McpPolicy`]: tasks, keyless calls and content for MCP clients),
 //! `progress` (what a running tool reports, kept per call),
 //! `stop` ([`Stop`], a running attempt told to stop) and `http_stop` (how an
 //! `http` request is abandoned then). This file is the map and holds no type.
 
 mod approval;
+mod approval_inputs;
 mod args_error;
 mod builtin;
 mod business_key;
@@ -55,6 +57,7 @@ mod stop;
 pub mod supervisor;
 
 pub use approval::{ApprovalPolicy, Predicate, When, DEFAULT_APPROVAL_TIMEOUT};
+pub use approval_inputs::{Inputs, Question, CONFIRMATION_KEY};
 pub use args_error::ArgsError;
 pub use builtin::{Tool, EFFECT_TOOLS, MAX_SLEEP_SECS, TOOL_NAMES};
 pub use business_key::{AgentFacing, BusinessKeyRule, OnDuplicate};

@@ -177,6 +177,7 @@ mod tests {
             attempt: 1,
             tool: "charge",
             args: &a,
+            inputs: None,
             stop: None,
         };
         assert_eq!(

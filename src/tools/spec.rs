@@ -166,7 +166,8 @@ impl fmt::Debug for ToolSpec {
     }
 }
 
-/// Everything one attempt knows about its call. The same five fields are the
+/// Everything one attempt knows about its call. The same five fields (and
+/// `inputs`, for a tool whose approval asks its MCP client questions) are the
 /// JSON body an `http` downstream receives and a `command` reads on stdin.
 #[derive(Debug, Clone, Copy)]
 pub struct RunContext<'a> {
@@ -178,21 +179,29 @@ pub struct RunContext<'a> {
     pub tool: &'a str,
     /// The validated args, chaos hooks removed.
     pub args: &'a Map<String, Value>,
+    /// The answers its approval's questions were given, by key (`None`:
+    /// its tool's policy asks none of its own).
+    pub inputs: Option<&'a Map<String, Value>>,
     /// How the runner stops this attempt when its call is cancelled; `None`
     /// for a run nothing can cancel (a test's).
     pub stop: Option<&'a Stop>,
 }
 
 impl RunContext<'_> {
-    /// `{"call_id", "effect_id", "attempt", "tool", "args"}`.
+    /// `{"call_id", "effect_id", "attempt", "tool", "args"}`, and
+    /// `"inputs"` when the call has them.
     pub fn request_body(&self) -> Value {
-        json!({
+        let mut body = json!({
             "call_id": self.call_id,
             "effect_id": self.effect_id,
             "attempt": self.attempt,
             "tool": self.tool,
             "args": self.args,
-        })
+        });
+        if let Some(inputs) = self.inputs {
+            body["inputs"] = Value::Object(inputs.clone());
+        }
+        body
     }
 }
 

@@ -57,6 +57,7 @@ mod http_hostile;
 mod limits;
 mod log_file;
 mod mcp;
+mod mcp_approvals;
 mod mcp_conformance_list;
 mod mcp_crash;
 mod mcp_origin;

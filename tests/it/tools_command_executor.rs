@@ -46,6 +46,7 @@ fn run(registry: &ToolRegistry, attempt: i64) -> Outcome {
         attempt,
         tool: "notify",
         args: &args,
+        inputs: None,
         stop: None,
     };
     let outcome = registry.get("notify").unwrap().run(&ctx);
@@ -263,6 +264,7 @@ fn a_command_that_cannot_start_is_a_permanent_failure() {
         attempt: 1,
         tool: "notify",
         args: &args,
+        inputs: None,
         stop: None,
     };
     let error = failure(tools.get("notify").unwrap().run(&ctx));

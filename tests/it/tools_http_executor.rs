@@ -40,6 +40,7 @@ fn run(registry: &ToolRegistry, effect_id: &str, attempt: i64) -> Outcome {
         attempt,
         tool: "refund",
         args: &args,
+        inputs: None,
         stop: None,
     };
     let outcome = registry.get("refund").unwrap().run(&ctx);

@@ -9,11 +9,11 @@
 //! made once from the rows (`BACKFILL_*_COUNTS`, as the migration makes them),
 //! all in one transaction: no one sees the calls without their counts.
 
-use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::mixed::{MixedCalls, MixedRow};
 use super::counts::{BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS};
 use super::error::store_error;
+use super::target::PgTarget;
 use std::fmt::Write as _;
 use std::io::Write as _;
 

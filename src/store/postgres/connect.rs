@@ -15,11 +15,11 @@
 //! pool does) and never lends one out; `connect_once` opens one outside the
 //! pool, for `verify`.
 
-use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::options::PgTimeouts;
 use super::error::store_error;
 use super::session::{self, ConnectError, Session};
+use super::target::PgTarget;
 use super::tls::{self, TlsSetupError};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

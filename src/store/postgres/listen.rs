@@ -31,12 +31,12 @@
 //! writes a row and never decides anything; whoever it wakes re-reads the
 //! database.
 
-use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::options::PgTimeouts;
 use super::super::wake::{Wake, WakeHandler};
 use super::connect::Connector;
 use super::session::{GenericClient, Session};
+use super::target::PgTarget;
 use super::tls::TlsSetupError;
 use crate::lock::lock;
 use std::path::Path;

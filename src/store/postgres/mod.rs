@@ -6,7 +6,8 @@
 //! Map: `pool` (at most `--db-pool` connections, broken ones replaced,
 //! every operation within `--db-timeout-ms`), `session` (one connection whose
 //! every wait ends at a deadline), `connect` (the URL's hosts in turn, TCP
-//! timeouts), `contact` (whether this node may judge others dead), `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
+//! timeouts), `target` (a `--db` URL parsed into the client's settings),
+//! `contact` (whether this node may judge others dead), `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
 //! (the state machine), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (audit, health), `counts` (the count tables,
@@ -52,6 +53,7 @@ mod retention;
 mod schema;
 mod session;
 mod sql;
+mod target;
 #[cfg(test)]
 mod tests;
 mod tls;
@@ -65,6 +67,7 @@ pub(super) use verify::{tools_outside, verify};
 #[cfg(any(test, feature = "testing"))]
 pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
 pub use schema::PG_SCHEMA_VERSION;
+pub use target::{PgTarget, SslMode};
 
 use super::approval::{Approval, Decided, Decision, Delivery, Notification, Verdict, Waiting};
 use super::audit::{self, Event};
@@ -72,7 +75,6 @@ use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::{cancel_with, Cancel};
 use super::counts::Counts;
-use super::database::PgTarget;
 use super::error::StoreError;
 use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
@@ -464,6 +466,16 @@ impl Backend for PgStore {
     ) -> Result<bool, StoreError> {
         let detail = audit::replayed_by_content(window_secs);
         self.run(|c| sql::note_replay_by_content(c, tenant, call_id, &detail))
+    }
+
+    fn note_input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        fingerprint: &str,
+        answers: &str,
+    ) -> Result<bool, StoreError> {
+        self.run(|c| sql::note_input_answers(c, tenant, call_id, fingerprint, answers))
     }
 
     fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {

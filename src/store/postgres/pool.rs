@@ -16,13 +16,13 @@
 //! the cap, and never let an operation outlast its deadline (then it is
 //! `Unavailable`). It also tells `Contact` whenever the server answered.
 
-use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::options::PgTimeouts;
 use super::connect::Connector;
 use super::contact::Contact;
 use super::error::store_error;
 use super::session::{GenericClient, Session};
+use super::target::PgTarget;
 use super::tls::TlsSetupError;
 use crate::lock::lock;
 use std::path::Path;

@@ -501,6 +501,24 @@ pub(super) fn due_calls(
         .collect())
 }
 
+/// The `input_answered` row (`$2`, the answers) of the tenant's (`$3`) call
+/// `$1`, under its current attempt, written only while it waits for a
+/// decision under fingerprint `$4`; whether it was.
+pub(super) fn note_input_answers(
+    client: &mut impl GenericClient,
+    tenant: &str,
+    call_id: &str,
+    fingerprint: &str,
+    answers: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    const NOTE: &str = "INSERT INTO audit (ts, call_id, attempt, event, detail)
+         SELECT extract(epoch FROM now())::float8, call_id, attempt, 'input_answered', $2
+           FROM calls
+          WHERE call_id = $1 AND tenant = $3 AND status = 'awaiting_approval'
+            AND fingerprint = $4";
+    Ok(client.execute(NOTE, &[&call_id, &answers, &tenant, &fingerprint])? == 1)
+}
+
 /// The `replayed_by_content` row (`$2`) of the tenant's (`$3`) call `$1`,
 /// under its current attempt; whether the call was there.
 pub(super) fn note_replay_by_content(

@@ -7,8 +7,8 @@
 //! It owns building the rustls configuration, and must never weaken a
 //! `verify-*` mode (a certificate it cannot check is a failed connection).
 
-use super::super::database::SslMode;
 use super::super::error::{Cause, StoreError};
+use super::target::SslMode;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};

@@ -7,13 +7,13 @@
 //!
 //! This module only reads; it never repairs.
 
-use super::super::database::PgTarget;
 use super::super::verify::{
     approval_checks, business_key_check, invariant_checks, Check, Report, Spec, VerifyError,
     MAX_EXAMPLES,
 };
 use super::error::store_error;
 use super::session::{GenericClient, Session, Transaction};
+use super::target::PgTarget;
 use std::path::PathBuf;
 use std::time::Instant;
 

@@ -15,7 +15,8 @@
 //! reads), `count_book` (what each write changes in them, folded in by the
 //! writer before each commit), `list` (the list's statements), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
-//! `backup` (a consistent copy of a live file), `copy_mark` (the mark a
+//! `backup` (a consistent copy of a live file), `error` (a SQLite error
+//! as `Unavailable` or `Internal`), `copy_mark` (the mark a
 //! copy carries, and a start-up's refusal of it until it is accepted); and
 //! the offline `verify`
 //! and the bench's `bulk` loader.
@@ -35,6 +36,7 @@ mod copy_mark;
 mod count_book;
 mod counts;
 mod deadline;
+mod error;
 mod handoff;
 mod health_probe;
 mod instances;
@@ -258,7 +260,8 @@ impl Backend for SqliteStore {
         self.write(move |conn| instances::heartbeat(conn, &me))
     }
 
-    /// Then stops the writer thread and joins it.
+    /// Then closes the read connections, and stops the writer thread and
+    /// joins it.
     fn stop(&self) {
         if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
@@ -270,9 +273,13 @@ impl Backend for SqliteStore {
                 .cause(&e)
                 .emit();
         }
-        self.writer.stop();
+        // The writer's connection closes last. Only the last connection to
+        // close folds the WAL into the file and removes `-wal` and `-shm`;
+        // read threads closing at the same moment each see another still
+        // open, so none would, and a clean stop would leave the WAL behind.
         self.readers.close();
         self.probe.close();
+        self.writer.stop();
     }
 
     /// Runs in the writer's `BEGIN IMMEDIATE` transaction, so the lookup and
@@ -406,6 +413,20 @@ impl Backend for SqliteStore {
         let (tenant, call_id) = (tenant.to_string(), call_id.to_string());
         let detail = audit::replayed_by_content(window_secs);
         self.write(move |conn| sql::note_replay_by_content(conn, &tenant, &call_id, &detail))
+    }
+
+    fn note_input_answers(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        fingerprint: &str,
+        answers: &str,
+    ) -> Result<bool, StoreError> {
+        let owned = [tenant, call_id, fingerprint, answers].map(str::to_string);
+        self.write(move |conn| {
+            let [tenant, call_id, fingerprint, answers] = &owned;
+            sql::note_input_answers(conn, tenant, call_id, fingerprint, answers)
+        })
     }
 
     fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {

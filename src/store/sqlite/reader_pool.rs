@@ -150,15 +150,24 @@ impl Readers {
         }
         queue.started += 1;
         let number = queue.started;
+        // Taken before the queue is let go, so a `close` that begins now
+        // waits for this thread's handle and joins it: a thread it missed
+        // could keep its connection open past the process's exit (no last
+        // checkpoint, the `-wal` left behind).
+        let mut threads = lock(&self.threads);
         drop(queue);
         let shared = Arc::clone(&self.shared);
         let spawned = std::thread::Builder::new()
             .name(format!("store-reader-{number}"))
             .spawn(move || shared.serve());
         match spawned {
-            Ok(thread) => lock(&self.threads).push(thread),
+            Ok(thread) => threads.push(thread),
             // The queued read waits for another thread, or its deadline.
-            Err(_) => lock(&self.shared.queue).started -= 1,
+            Err(_) => {
+                // Never the queue under the threads' lock: `hand_over` takes them the other way.
+                drop(threads);
+                lock(&self.shared.queue).started -= 1;
+            }
         }
     }
 
@@ -269,6 +278,28 @@ mod tests {
         assert!(peak <= MAX_READERS && peak > 1, "peak {peak}");
         assert!(pool.open() <= MAX_READERS, "{} open", pool.open());
         pool.close();
+    }
+
+    /// A read handed over while the pool closes is either refused or run on
+    /// a thread `close` joins: once `close` returns, no read thread (and so
+    /// no connection) is left, whatever the interleaving. A thread it
+    /// missed would keep its connection past the process's exit.
+    #[test]
+    fn close_joins_a_thread_started_by_a_read_racing_it() {
+        let db = TempDb::new("idem-readers-close-race");
+        for _ in 0..1_500 {
+            let pool = Arc::new(Readers::new(&db.path, &StoreOptions::default()));
+            let reader = Arc::clone(&pool);
+            let read = thread::spawn(move || {
+                let _ = reader.read(|conn| conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)));
+            });
+            thread::yield_now();
+            pool.close();
+            // Every read thread holds `shared`; `close` joined them all.
+            let left = Arc::strong_count(&pool.shared) - 1;
+            read.join().unwrap();
+            assert_eq!(left, 0, "a read thread outlived close");
+        }
     }
 
     /// A read blocked where nothing can wake it (here, on a channel; on a

@@ -510,6 +510,34 @@ pub(super) fn audit(
     Ok(())
 }
 
+/// The `input_answered` row of the tenant's call `call_id`, under its
+/// current attempt, written only while it waits for a decision under
+/// `fingerprint`; whether it was.
+pub(super) fn note_input_answers(
+    conn: &Connection,
+    tenant: &str,
+    call_id: &str,
+    fingerprint: &str,
+    answers: &str,
+) -> rusqlite::Result<bool> {
+    let written = conn
+        .prepare_cached(
+            "INSERT INTO audit (ts, call_id, attempt, event, detail)
+             SELECT ?1, call_id, attempt, ?2, ?3 FROM calls
+              WHERE call_id = ?4 AND tenant = ?5 AND status = 'awaiting_approval'
+                AND fingerprint = ?6",
+        )?
+        .execute(params![
+            now(),
+            Event::InputAnswered.as_str(),
+            answers,
+            call_id,
+            tenant,
+            fingerprint
+        ])?;
+    Ok(written == 1)
+}
+
 /// The `replayed_by_content` row of the tenant's call `call_id`, under its
 /// current attempt; whether the call was there.
 pub(super) fn note_replay_by_content(

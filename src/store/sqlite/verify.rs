@@ -24,7 +24,7 @@ pub(in crate::store) fn tools_outside(
     path: &Path,
     known: &[&str],
 ) -> Result<Vec<String>, VerifyError> {
-    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
+    let open_error = |e: rusqlite::Error| VerifyError::Open(path.to_path_buf(), Box::new(e));
     let conn = open_service_database(path)?;
     let mut statement = conn
         .prepare("SELECT DISTINCT tool FROM calls ORDER BY tool")
@@ -76,7 +76,7 @@ pub(in crate::store) fn verify_within(
 
 /// Every count and check on an open connection, in one read transaction.
 fn verify_on(conn: &Connection, path: &Path, effect_tools: &[&str]) -> Result<Report, VerifyError> {
-    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
+    let open_error = |e: rusqlite::Error| VerifyError::Open(path.to_path_buf(), Box::new(e));
     // One read transaction: every count and check below sees the same commit.
     conn.execute_batch("BEGIN").map_err(open_error)?;
     let tenant = has_column(conn, "calls", "tenant");
@@ -114,7 +114,7 @@ fn verify_on(conn: &Connection, path: &Path, effect_tools: &[&str]) -> Result<Re
 
 /// The file opened read-only, once it is known to hold `calls` and `effects`.
 fn open_service_database(path: &Path) -> Result<Connection, VerifyError> {
-    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
+    let open_error = |e: rusqlite::Error| VerifyError::Open(path.to_path_buf(), Box::new(e));
     let conn = open_read_only(path)?;
     let tables: i64 = conn
         .query_row(
@@ -137,7 +137,7 @@ fn open_service_database(path: &Path) -> Result<Connection, VerifyError> {
 /// database, and it is opened `immutable`: no locks, no `-shm`, still
 /// read-only. A `-wal` with content there cannot be read without its `-shm`.
 fn open_read_only(path: &Path) -> Result<Connection, VerifyError> {
-    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
+    let open_error = |e: rusqlite::Error| VerifyError::Open(path.to_path_buf(), Box::new(e));
     // READ_ONLY without CREATE: a wrong path fails instead of making an empty file.
     let conn = Connection::open_with_flags(path, read_only_flags()).map_err(open_error)?;
     // The server may hold a lock for a moment (e.g. while it recovers the WAL).

@@ -69,6 +69,54 @@ fn replay_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError>
     Ok(written)
 }
 
+/// A waiting call's answers from its MCP client: one `input_answered` row
+/// of the answers as given, written only under the call's own tenant and
+/// fingerprint and only while it waits; `input_answers` reads them back.
+fn input_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError> {
+    use super::super::approval::{input_answers, Approvers, Decision, Gate, Source, Verdict};
+    let new = NewCall {
+        gate: Some(Gate {
+            approvers: Approvers::PeopleOrClient,
+            timeout: Duration::from_secs(60),
+            notify: false,
+        }),
+        ..new_call("asked", "fp-asked")
+    };
+    let id = created_call(store.create_or_get(new)?).call_id;
+    let answers = r#"{"user_name":{"name":"Alice"}}"#;
+    let me = crate::auth::ANONYMOUS;
+    assert!(store.note_input_answers(me, &id, "fp-asked", answers)?);
+    assert!(!store.note_input_answers(me, &id, "fp-other", answers)?);
+    assert!(!store.note_input_answers("another-tenant", &id, "fp-asked", answers)?);
+    let decision = Decision {
+        verdict: Verdict::Approve,
+        source: Source::Client,
+        by: "mcp client of anonymous".into(),
+        reason: None,
+        fingerprint: None,
+    };
+    store.decide(None, &id, &decision)?;
+    assert!(!store.note_input_answers(me, &id, "fp-asked", r#"{"late":{}}"#)?);
+    let timeline = store.audit_for(me, &id)?.expect("the call");
+    assert_eq!(
+        serde_json::Value::Object(input_answers(&timeline)),
+        json!({"user_name": {"name": "Alice"}})
+    );
+    let written: Vec<(String, String)> = timeline
+        .into_iter()
+        .map(|e| (e.event, e.detail.unwrap_or_default()))
+        .filter(|(event, _)| event == Event::InputAnswered.as_str())
+        .collect();
+    assert_eq!(
+        written,
+        [(
+            Event::InputAnswered.as_str().to_string(),
+            answers.to_string()
+        )]
+    );
+    Ok(written)
+}
+
 /// A retry whose downstream asked for a day, cut to nothing by its cap.
 fn capped() -> RetryDelay {
     RetryDelay {
@@ -198,6 +246,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
     written.extend(cancel_events(&store)?);
     written.extend(approval_events(&store)?);
     written.extend(replay_events(&store)?);
+    written.extend(input_events(&store)?);
     for event in Event::ALL {
         assert!(
             written.iter().any(|(name, _)| name == event.as_str()),

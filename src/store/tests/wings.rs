@@ -4,6 +4,11 @@
 //! `sqlite` or `postgres` module (`super::sqlite`, `crate::store::postgres`,
 //! `super::{postgres, ...}`); the `postgres` crate (`::postgres::Client`),
 //! `temp::postgres`, comments and strings do not count.
+//!
+//! And the root speaks no driver: outside the wings (and the tests), no file
+//! names the `rusqlite`, `tokio_postgres` or `postgres` crate — each wing
+//! turns its driver's types into the root's (`StoreError`, `PgTarget`'s
+//! settings stay in `postgres/target.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -107,6 +112,85 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
+}
+
+/// The driver crates `source` names: a path starting with one (`rusqlite::`,
+/// `::postgres::`, `tokio_postgres::`, or `use` of one), comments and
+/// strings aside; the store's own `postgres` wing (`super::postgres`) is not
+/// the crate.
+fn drivers_named(source: &str) -> Vec<&'static str> {
+    let code = code_only(source);
+    let mut named = Vec::new();
+    for driver in ["rusqlite", "tokio_postgres", "postgres"] {
+        let found = code
+            .match_indices(&format!("{driver}::"))
+            .any(|(at, _)| starts_a_crate_path(&code[..at]));
+        if found {
+            named.push(driver);
+        }
+    }
+    named
+}
+
+/// Whether a path segment after `before` is a crate's name: nothing of a
+/// name just before it, and either no `::` before it or a `::` that follows
+/// no module (`::postgres`, `use ::postgres`; `code_only` wrote `use::`).
+fn starts_a_crate_path(before: &str) -> bool {
+    let is_name = |c: char| c.is_alphanumeric() || c == '_';
+    match before.strip_suffix("::") {
+        None => !before.ends_with(is_name),
+        Some(rest) => {
+            let name_start = rest.rfind(|c: char| !is_name(c)).map_or(0, |i| i + 1);
+            matches!(&rest[name_start..], "" | "use" | "pub")
+        }
+    }
+}
+
+#[test]
+fn the_driver_scan_tells_a_crate_from_the_wing_and_from_text() {
+    let cases: &[(&str, &[&str])] = &[
+        ("use rusqlite::Connection;", &["rusqlite"]),
+        ("fn f(e: rusqlite::Error) {}", &["rusqlite"]),
+        (
+            "let c = tokio_postgres::Config::new();",
+            &["tokio_postgres"],
+        ),
+        ("use ::postgres::Client;", &["postgres"]),
+        (
+            "use postgres::fallible_iterator::FallibleIterator;",
+            &["postgres"],
+        ),
+        ("use super::postgres::PgTarget;", &[]),
+        ("use crate::store::postgres::listen;", &[]),
+        ("// rusqlite::Error is mapped in the wing", &[]),
+        ("let s = \"tokio_postgres::Error\";", &[]),
+    ];
+    for (source, expected) in cases {
+        assert_eq!(drivers_named(source), *expected, "{source}");
+    }
+}
+
+#[test]
+fn the_root_names_no_driver_crate() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files = Vec::new();
+    rust_files(&store, &mut files);
+    let mut wrong = Vec::new();
+    for path in files {
+        let file = path.strip_prefix(&store).expect("under src/store");
+        let in_a_wing = file.starts_with("sqlite") || file.starts_with("postgres");
+        let a_test = file.starts_with("tests") || file == Path::new("tests.rs");
+        if in_a_wing || a_test {
+            continue;
+        }
+        let source = std::fs::read_to_string(&path).expect("a source file");
+        // A file's own unit tests may open a database to check it.
+        let production = source.split("#[cfg(test)]").next().unwrap_or(&source);
+        for driver in drivers_named(production) {
+            wrong.push(format!("src/store/{} names {driver}", file.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 #[test]

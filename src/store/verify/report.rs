@@ -121,7 +121,7 @@ fn parenthesized(counts: &[(String, i64)]) -> String {
 pub enum VerifyError {
     /// SQLite could not open or read the file (missing, unreadable, not a
     /// database, a header it cannot parse).
-    Open(PathBuf, rusqlite::Error),
+    Open(PathBuf, Box<dyn std::error::Error + Send + Sync>),
     /// A database in WAL mode whose `-wal` holds content, in a folder where
     /// its `-shm` cannot be made (a read-only mount): what the `-wal` holds
     /// cannot be read, and the file alone may lack commits.
@@ -165,7 +165,7 @@ impl fmt::Display for VerifyError {
 impl std::error::Error for VerifyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            VerifyError::Open(_, e) => Some(e),
+            VerifyError::Open(_, e) => Some(e.as_ref()),
             VerifyError::NotAServiceDatabase(_)
             | VerifyError::WalWithoutShm(_)
             | VerifyError::TimedOut => None,

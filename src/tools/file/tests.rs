@@ -495,6 +495,7 @@ fn relative_argv0_resolves_against_the_files_folder() {
         attempt: 1,
         tool: "notify",
         args: &args,
+        inputs: None,
         stop: None,
     };
     // A fork elsewhere in this test process may still hold the just-written

@@ -26,6 +26,7 @@ const EVENTS = {
   approved: ['Approved', 'ok'],
   denied: ['Denied', 'bad'],
   replayed_by_content: ['Answered again by its content (keyless MCP)', 'info'],
+  input_answered: ['Its MCP client answered the approval\'s questions', 'info'],
 };
 
 /** The owner named in a `claimed` row (`pid:thread@instance attempt=N`). */

@@ -4,6 +4,7 @@
 //! PostgreSQL store has no writer thread.
 
 use super::super::sql::create_or_get_op;
+use super::super::MAX_READERS;
 use super::*;
 use rusqlite::Connection;
 use std::sync::mpsc;
@@ -199,6 +200,43 @@ fn stop_commits_what_was_queued_and_refuses_the_rest() -> Result<(), StoreError>
         Err(StoreError::Unavailable(_))
     ));
     assert_eq!(rows(db.path(), "SELECT count(*) FROM calls"), 1);
+    Ok(())
+}
+
+/// A clean stop leaves the file alone, the `-wal` and `-shm` gone, however
+/// many read connections were open: only the last connection to close may
+/// remove them, and read threads closing at the same moment each see the
+/// other still open, so the writer's connection is the one that closes last.
+#[test]
+fn a_clean_stop_with_several_readers_open_leaves_no_wal() -> Result<(), StoreError> {
+    let db = TempDb::new("a_clean_stop_with_several_readers_open_leaves_no_wal");
+    for round in 0..60 {
+        let store = CallStore::open(db.path(), StoreOptions::default())?;
+        store.create_or_get(new_call(&format!("k{round}"), "fp"))?;
+        // Reads that overlap, so that the pool opens all its connections.
+        let barrier = Arc::new(std::sync::Barrier::new(MAX_READERS));
+        let readers: Vec<_> = (0..MAX_READERS)
+            .map(|_| {
+                let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    store.sqlite().readers.read(move |conn| {
+                        barrier.wait();
+                        conn.query_row("SELECT count(*) FROM calls", [], |r| r.get::<_, i64>(0))
+                    })
+                })
+            })
+            .collect();
+        for reader in readers {
+            assert_eq!(reader.join().unwrap()?, round + 1);
+        }
+        store.stop();
+        let wal = std::path::PathBuf::from(format!("{}-wal", db.path().display()));
+        assert!(
+            !wal.exists(),
+            "round {round}: a clean stop left {}",
+            wal.display()
+        );
+    }
     Ok(())
 }
 
