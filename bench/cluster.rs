@@ -115,6 +115,7 @@ fn measure_nodes(
         keep_alive: config.keep_alive,
         stop: config.stop,
         prefix: format!("bench-{}", run_id()),
+        hold_open: false,
     });
     let (drain, after, drained) = wait_for_drain(stats, config.drain_timeout)?;
     // `/stats` of any node counts the whole database: the nodes share it.
@@ -125,6 +126,7 @@ fn measure_nodes(
         server_pid: None,
         _service: None,
         downstream: None,
+        child: None,
     };
     let checks = check_invariants(&target, mode, &load, &before, &after, drained);
     let completed = after.calls - before.calls - after.unfinished();

@@ -6,11 +6,10 @@
 //! - `--console poll`: the load alone, and the load with a console polling
 //!   `GET /v1/overview` and `GET /v1/tool-calls` every `POLL_EVERY`, as the
 //!   console's pages do, side by side (target: with ≥ 0.95× without);
-//! - `--console writes`: the load on the schema as built, and with what
-//!   migration 9 changed on every write undone again (`idx_calls_status` back
-//!   on its old columns, the count tables' triggers dropped, or both: the write
-//!   path of the release before),
-//!   via `store::bulk::strip_console_writes`.
+//! - `--console writes`: the load on the schema as built, with
+//!   `idx_calls_status` back on its columns before migration 11, and with
+//!   migration 11's count triggers put back (which migration 14 replaced by
+//!   the writer's own bookkeeping), via `store::bulk::strip_console_writes`.
 //!
 //! It starts and stops its own services only, and prints each round and the
 //! spread; it never judges a figure beyond the ratio it prints.
@@ -38,7 +37,7 @@ const POLL_EVERY: Duration = Duration::from_secs(2);
 struct Variant {
     name: &'static str,
     poll: bool,
-    /// Put the old status index back, drop the count triggers
+    /// Put the old status index back; put migration 11's count triggers back
     /// (`strip_console_writes`).
     strip: (bool, bool),
 }
@@ -76,22 +75,17 @@ pub fn run_poll_comparison(config: &Config) -> Result<bool, BenchError> {
 pub fn run_write_comparison(config: &Config) -> Result<bool, BenchError> {
     let variants = [
         Variant {
-            name: "neither (before)",
-            poll: false,
-            strip: (true, true),
-        },
-        Variant {
-            name: "status index reshaped only",
-            poll: false,
-            strip: (false, true),
-        },
-        Variant {
-            name: "count triggers only",
+            name: "old status index",
             poll: false,
             strip: (true, false),
         },
         Variant {
-            name: "as built",
+            name: "count triggers back (migration 11)",
+            poll: false,
+            strip: (false, true),
+        },
+        Variant {
+            name: "as built (the writer keeps the counts)",
             poll: false,
             strip: (false, false),
         },
@@ -134,6 +128,7 @@ fn run(config: &Config, variant: Variant) -> Result<Run, BenchError> {
         keep_alive: config.keep_alive,
         stop: config.stop,
         prefix: format!("console-{}", run_id()),
+        hold_open: false,
     });
     stop.store(true, Ordering::SeqCst);
     let (polls, poll_ms) = match poller {
@@ -264,8 +259,8 @@ fn spread(values: &[f64]) -> (f64, f64) {
         .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
 }
 
-/// Put the old status index back and drop the count triggers, as `strip`
-/// says, before the service opens `db` (`--console writes` only).
+/// Put the old status index back, or migration 11's count triggers, as
+/// `strip` says, before the service opens `db` (`--console writes` only).
 #[cfg(feature = "testing")]
 fn strip(db: &std::path::Path, (list_index, triggers): (bool, bool)) -> Result<(), BenchError> {
     if list_index || triggers {

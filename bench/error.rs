@@ -13,6 +13,7 @@ use idempotent_tool::store::{DatabaseUrlError, StoreError};
 use idempotent_tool::tools::ToolFileError;
 use std::fmt;
 use std::io;
+use std::path::PathBuf;
 use std::process::ExitStatus;
 
 #[derive(Debug)]
@@ -45,6 +46,10 @@ pub enum BenchError {
     StatsStatus(u16),
     /// `/stats` answered a body that is not JSON.
     StatsBody(serde_json::Error),
+    /// `--check`'s baseline file is not what `--write-baseline` writes.
+    Baseline { path: PathBuf, why: String },
+    /// `--check` found a figure more than 10% worse than this baseline's.
+    Worse(PathBuf),
     /// `pgbench_ceiling.sh` printed no ceiling: how it ended and its stderr.
     NoCeiling { status: ExitStatus, stderr: String },
 }
@@ -83,6 +88,14 @@ impl fmt::Display for BenchError {
             BenchError::Tools(e) => e.fmt(f),
             BenchError::StatsStatus(status) => write!(f, "GET /stats answered {status}"),
             BenchError::StatsBody(e) => write!(f, "GET /stats: {e}"),
+            BenchError::Baseline { path, why } => {
+                write!(f, "baseline file {}: {why}", path.display())
+            }
+            BenchError::Worse(path) => write!(
+                f,
+                "--check: the server's CPU per call is more than 10% worse than {} says (see above)",
+                path.display()
+            ),
             BenchError::NoCeiling { status, stderr } => {
                 write!(
                     f,

@@ -5,6 +5,7 @@
 //! It owns what each mode sends and under which key; it never reads the
 //! server's state and never judges the answers beyond counting them by status.
 
+use crate::cpu::{self, CpuUse};
 use crate::{Mode, Stop};
 use idempotent_tool::client::HttpConnection;
 use idempotent_tool::http::{Request, Version};
@@ -48,6 +49,11 @@ pub struct Load<'a> {
     pub stop: Stop,
     /// Prefix of this run's idempotency keys.
     pub prefix: String,
+    /// Hand each client's open connection back in `LoadResult::open`
+    /// instead of closing it: a server in its own process then keeps each
+    /// connection's thread, and the switches `cpu` reads from it, until the
+    /// caller has read them.
+    pub hold_open: bool,
 }
 
 /// What a load run saw (or one of its client threads, before the merge).
@@ -58,6 +64,11 @@ pub struct LoadResult {
     pub latencies_us: Vec<u32>,
     pub codes: BTreeMap<u16, u64>,
     pub status0: u64,
+    /// What the client threads spent themselves (CPU and switches): an
+    /// in-process server's readings are taken less this.
+    pub cpu: CpuUse,
+    /// With `Load::hold_open`, the connections still open.
+    pub open: Vec<HttpConnection>,
 }
 
 impl LoadResult {
@@ -126,6 +137,8 @@ pub fn run_load(load: &Load) -> LoadResult {
                 *merged.codes.entry(code).or_default() += n;
             }
             merged.status0 += t.status0;
+            merged.cpu = merged.cpu + t.cpu;
+            merged.open.extend(t.open);
         }
         merged.latencies_us.sort_unstable();
         merged
@@ -160,6 +173,10 @@ fn client_loop(load: &Load, index: usize, next: &AtomicU64, barrier: &Barrier) -
         }
         let micros = started.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
         tally.latencies_us.push(micros);
+    }
+    tally.cpu = cpu::this_thread();
+    if load.hold_open {
+        tally.open.extend(conn);
     }
     tally
 }

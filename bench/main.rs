@@ -29,7 +29,9 @@
 //! pre-filled database), `report` (text and JSON), `cluster` (`--db
 //! postgres://…`: PostgreSQL with one and several nodes beside SQLite),
 //! `list_latency` and `console_load` (`--console`: the list's latency at a
-//! million calls, and what the console costs the write path).
+//! million calls, and what the console costs the write path), `cpu` (what the
+//! server spends: CPU time and context switches per request) and `check`
+//! (`--check`: that CPU per call held to the committed `bench/baseline.json`).
 #![forbid(unsafe_code)]
 // Without the `testing` feature the loading runs are left out (`loaders`), and
 // what only they use goes unused; with it (`cargo test`, `cargo clippy
@@ -37,8 +39,10 @@
 #![cfg_attr(not(feature = "testing"), allow(dead_code, unused_imports))]
 
 mod calibrate;
+mod check;
 mod cluster;
 mod console_load;
+mod cpu;
 mod downstream;
 mod error;
 mod invariants;
@@ -64,7 +68,7 @@ use measure::{measure, measure_without_http, peak_rss_kib};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use target::{start_with, Setup, Target};
+use target::{spawn_server, start_with, Setup, Target};
 
 const USAGE: &str = "\
 usage: bench [options]
@@ -81,7 +85,12 @@ usage: bench [options]
   --nodes N            with --db postgres://: the many-node row (default 3)
   --pgbench            with --db postgres://: measure the pgbench ceiling on the
                        same database first (bench/pgbench_ceiling.sh)
-  --server-pid PID     with --base: read the server's peak RSS from /proc/PID
+  --server-pid PID     with --base: read the server's peak RSS and its CPU from
+                       /proc/PID
+  --server-bin PATH    start this server binary (this build's
+                       target/release/idempotent-tool, or another build's) on a
+                       temp database and a free port, and load it: the server's
+                       CPU is then its own process's, read from /proc
   --mode MODE          distinct (default): a new key per request, charge 1;
                        same-key: every request one key;
                        mixed: 40% charge, 10% send_email, 10% sleep 0.01 s,
@@ -109,13 +118,24 @@ usage: bench [options]
                        /stats, p50/p99, with --rows mixed calls in a temp
                        SQLite file (or in --db postgres://, which must be empty);
                        poll: the distinct load with and without a console
-                       polling every 2 s; writes: the distinct load with and
-                       without the list index and the count triggers; each
+                       polling every 2 s; writes: the distinct load as built,
+                       with the old status index, and with migration 11's
+                       count triggers put back; each
                        comparison interleaved, --rounds rounds, --duration per
                        run (default 10 s)
   --rows N             with --console list: calls to load (default 1000000)
   --samples N          with --console list: requests per query (default 200)
   --rounds N           with --console poll or writes: rounds (default 3)
+  --check              measure this build's server CPU per new key, per same-key
+                       answer and per /healthz (in-process, --access-log off,
+                       --rounds rounds of --duration each, default 3 and 5 s;
+                       medians) and compare them with the baseline file: exit 1
+                       when new keys or same-key answers, per /healthz, are
+                       more than 10% worse
+  --baseline PATH      with --check: the baseline file (default
+                       bench/baseline.json in the source tree)
+  --write-baseline     with --check: write the figures to the baseline file
+                       instead of comparing
   --json               print one JSON object instead of the text report
   --help               print this help
 ";
@@ -139,6 +159,16 @@ impl Mode {
             Mode::Mixed => "mixed",
             Mode::HttpTool => "http-tool",
             Mode::Healthz => "healthz",
+        }
+    }
+
+    /// What one accepted request of this mode is, in the report's CPU line.
+    fn call_name(self) -> &'static str {
+        match self {
+            Mode::Distinct | Mode::HttpTool => "new key",
+            Mode::SameKey => "same-key answer",
+            Mode::Mixed => "accepted call",
+            Mode::Healthz => "/healthz",
         }
     }
 }
@@ -172,6 +202,12 @@ struct Config {
     /// Measure the pgbench ceiling first.
     pgbench: bool,
     server_pid: Option<u32>,
+    /// `--server-bin`: a server binary to start and load.
+    server_bin: Option<PathBuf>,
+    /// `--check` (and `--write-baseline`): the CPU guard instead of a load run.
+    check: Option<check::Check>,
+    /// `--baseline`: the file `--check` compares with.
+    baseline: PathBuf,
     mode: Mode,
     stop: Stop,
     concurrency: usize,
@@ -204,6 +240,9 @@ impl Config {
             nodes: 3,
             pgbench: false,
             server_pid: None,
+            server_bin: None,
+            check: None,
+            baseline: PathBuf::from(check::DEFAULT_BASELINE),
             mode: Mode::Distinct,
             stop: Stop::Count(300),
             concurrency: 20,
@@ -219,6 +258,7 @@ impl Config {
             setup: Setup::default(),
         };
         let (mut duration, mut count, mut latency) = (None, None, Duration::from_millis(50));
+        let mut access_log_given = false;
         let mut flags = Flags::new(args);
         while let Some(flag) = flags.next_flag()? {
             let mut value = || flags.value();
@@ -244,6 +284,10 @@ impl Config {
                 "--nodes" => c.nodes = number(&flag, &value()?)? as usize,
                 "--pgbench" => c.pgbench = true,
                 "--server-pid" => c.server_pid = Some(number(&flag, &value()?)? as u32),
+                "--server-bin" => c.server_bin = Some(PathBuf::from(value()?)),
+                "--check" => c.check = Some(c.check.unwrap_or(check::Check::Compare)),
+                "--write-baseline" => c.check = Some(check::Check::Write),
+                "--baseline" => c.baseline = PathBuf::from(value()?),
                 "--mode" => {
                     c.mode = match value()?.as_str() {
                         "distinct" => Mode::Distinct,
@@ -277,7 +321,8 @@ impl Config {
                 "--rounds" => c.rounds = number(&flag, &value()?)? as usize,
                 "--json" => c.json = true,
                 "--access-log" => {
-                    c.access_log = parse_access_log(&value()?).map_err(BenchError::Setting)?
+                    c.access_log = parse_access_log(&value()?).map_err(BenchError::Setting)?;
+                    access_log_given = true;
                 }
                 other => return Err(FlagError::Unknown(other.to_string()).into()),
             }
@@ -296,10 +341,34 @@ impl Config {
             c.stop = Stop::Count(n);
         } else if c.sweep {
             c.stop = Stop::After(Duration::from_secs(3));
+        } else if c.check.is_some() {
+            c.stop = Stop::After(Duration::from_secs(5));
         } else if c.console.is_some() {
             c.stop = Stop::After(Duration::from_secs(10));
         } else if c.mode == Mode::HttpTool {
             c.stop = Stop::Count((c.ideal_per_s().unwrap_or(60.0) * 5.0).ceil() as u64);
+        }
+        if c.check.is_some() {
+            let alone = c.base.is_none()
+                && c.server_bin.is_none()
+                && !c.sweep
+                && c.console.is_none()
+                && c.postgres.is_none()
+                && c.mode == Mode::Distinct;
+            if !alone {
+                return Err(BenchError::Usage(
+                    "--check starts its own in-process services and loads them itself; no --base, --server-bin, --sweep, --console, --db postgres:// or --mode",
+                ));
+            }
+            // What a call costs the service, not its logging (unless asked).
+            if !access_log_given {
+                c.access_log = false;
+            }
+        }
+        if c.server_bin.is_some() && (c.base.is_some() || c.sweep || c.mode == Mode::HttpTool) {
+            return Err(BenchError::Usage(
+                "--server-bin starts the server it loads; no --base, --sweep or http-tool",
+            ));
         }
         if c.setup.workers.is_some_and(|w| w > 1024) {
             return Err(BenchError::Usage(
@@ -404,7 +473,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let outcome = if let Some(console) = config.console {
+    let outcome = if let Some(check) = config.check {
+        check::run_check(&config, check)
+    } else if let Some(console) = config.console {
         match console {
             Console::List => loaders::run_list_latency(&config),
             Console::Poll => console_load::run_poll_comparison(&config),
@@ -443,16 +514,21 @@ fn run_single(config: &Config) -> Result<bool, BenchError> {
                 server_pid: config.server_pid,
                 _service: None,
                 downstream: None,
+                child: None,
             };
             (target, calibration_dir_beside(config.db.as_deref()))
         }
         None => {
             temp = TempDir::new("idem-bench").map_err(BenchError::io("temp folder"))?;
             let db = temp.join("idem.db");
-            (
-                start_with(&db, config.setup, || Ok(()))?,
-                temp.path().to_path_buf(),
-            )
+            let target = match &config.server_bin {
+                Some(bin) => {
+                    let log = temp.join("server.log");
+                    spawn_server(bin, &db, &log, config.access_log, config.setup)?
+                }
+                None => start_with(&db, config.setup, || Ok(()))?,
+            };
+            (target, temp.path().to_path_buf())
         }
     };
     idempotent_tool::errln!(
@@ -471,11 +547,13 @@ fn run_single(config: &Config) -> Result<bool, BenchError> {
     };
     // The run without HTTP measures acceptance; http-tool measures the workers.
     let no_http = match config.mode {
+        // Another build's server would be set beside this build's handler.
+        _ if config.server_bin.is_some() => None,
         Mode::HttpTool => None,
         _ => Some(measure_without_http(&calibration_dir, config)?),
     };
     let access = report::AccessLog {
-        enabled: target.in_process.then_some(config.access_log),
+        enabled: (target.in_process || target.child.is_some()).then_some(config.access_log),
         micros_per_line: calibrate::access_log_micros_per_line(&calibration_dir)?,
     };
     let downstream = target.downstream.as_ref().map(|d| &d.gauge);

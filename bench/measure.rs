@@ -7,6 +7,7 @@
 //! only through `/stats` (and `/proc`); the database is the invariants' to read.
 
 use crate::calibrate::{healthz_calibration, CommitRate};
+use crate::cpu::{CpuUse, Window};
 use crate::error::BenchError;
 use crate::invariants::{check_invariants, Check};
 use crate::load::{parsed_request, run_load, Load, LoadResult, Via, REQUEST_TIMEOUT};
@@ -106,6 +107,10 @@ pub struct Measurement {
     /// From the end of the load until no call was pending or running.
     pub drain: Duration,
     pub checks: Vec<Check>,
+    /// What the server spent answering the `/healthz` calibration, and over
+    /// the load and the drain (`None`: a `--base` server without its pid).
+    pub healthz_cpu: Option<CpuUse>,
+    pub cpu: Option<CpuUse>,
 }
 
 impl Measurement {
@@ -136,6 +141,22 @@ impl Measurement {
     pub fn completed_x(&self, single_commit: CommitRate) -> f64 {
         ratio(self.completed_per_s(), single_commit.mean())
     }
+    /// The server's CPU per accepted (2xx) request of the load, drain included,
+    /// in microseconds, and its context switches per request.
+    pub fn cpu_per_call(&self) -> Option<(f64, f64)> {
+        let (cpu, n) = (self.cpu?, self.load.accepted());
+        Some((cpu.micros_per(n), cpu.switches_per(n)))
+    }
+    /// The same per `/healthz` answered in the calibration.
+    pub fn cpu_per_healthz(&self) -> Option<(f64, f64)> {
+        let (cpu, n) = (self.healthz_cpu?, self.healthz.requests());
+        Some((cpu.micros_per(n), cpu.switches_per(n)))
+    }
+    /// How many of the box's CPUs the server kept busy over the load and drain.
+    pub fn server_cpus(&self) -> Option<f64> {
+        let wall = (self.load.wall + self.drain).as_secs_f64().max(1e-9);
+        Some(self.cpu?.micros as f64 / 1e6 / wall)
+    }
     /// The attempts histogram of the calls this run added (section 12.12.5).
     pub fn attempts(&self) -> BTreeMap<String, i64> {
         let before = |a: &String| self.before.attempts.get(a).copied().unwrap_or(0);
@@ -162,17 +183,25 @@ pub fn measure(
         keep_alive: config.keep_alive,
         stop: config.stop,
         prefix: format!("bench-{}", run_id()),
+        hold_open: !target.in_process,
     };
-    let healthz = healthz_calibration(&plan(Mode::Healthz));
+    let server = target.cpu_server();
+    let window = Window::open(server);
+    let mut healthz = healthz_calibration(&plan(Mode::Healthz));
+    let healthz_cpu = window.close(healthz.cpu);
+    healthz.open.clear();
     let before = fetch_stats(&target.authority)?;
     idempotent_tool::errln!(
         "bench: concurrency {concurrency}: {} load ({} calls already)",
         mode.name(),
         before.calls
     );
-    let load = run_load(&plan(mode));
+    let window = Window::open(server);
+    let mut load = run_load(&plan(mode));
     let (drain, after, drained) =
         wait_for_drain(|| fetch_stats(&target.authority), config.drain_timeout)?;
+    let cpu = window.close(load.cpu);
+    load.open.clear();
     let checks = check_invariants(target, mode, &load, &before, &after, drained);
     Ok(Measurement {
         mode,
@@ -183,6 +212,8 @@ pub fn measure(
         after,
         drain,
         checks,
+        healthz_cpu,
+        cpu,
     })
 }
 
@@ -209,6 +240,7 @@ pub fn measure_without_http(dir: &Path, config: &Config) -> Result<LoadResult, B
         keep_alive: true,
         stop: config.stop,
         prefix: format!("bench-{}", run_id()),
+        hold_open: false,
     });
     let stats_request = parsed_request("GET", "/stats");
     let fetch = || {

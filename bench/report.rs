@@ -57,6 +57,24 @@ fn print_writer(w: WriterStats) {
     );
 }
 
+/// The server's CPU and context switches per accepted request, and per
+/// `/healthz` of the calibration: the figures a change is judged by.
+fn print_cpu(m: &Measurement) {
+    let (Some((us, switches)), Some(cpus)) = (m.cpu_per_call(), m.server_cpus()) else {
+        return idempotent_tool::outln!("cpu: - (give --server-pid)");
+    };
+    idempotent_tool::out!(
+        "cpu: {us:.1}us per {} ({switches:.2} switches; the server over the load and the drain, {cpus:.2} CPUs)",
+        m.mode.call_name()
+    );
+    match m.cpu_per_healthz() {
+        Some((us, switches)) => {
+            idempotent_tool::outln!("  /healthz {us:.1}us ({switches:.2} switches)")
+        }
+        None => idempotent_tool::outln!(),
+    }
+}
+
 /// What the service's access log was doing, and what one line costs.
 #[derive(Debug, Clone, Copy)]
 pub struct AccessLog {
@@ -162,6 +180,7 @@ pub fn print_report(
         h.ms(0.99)
     );
     idempotent_tool::outln!("({} requests)", h.requests());
+    print_cpu(m);
     print_writer(m.writer());
     print_commit_rate(commit);
     print_access_log(access, l.rps());
@@ -307,6 +326,20 @@ pub fn print_sweep(points: &[Measurement], config: &Config, commit: CommitRate, 
     }
 }
 
+/// `print_cpu`'s figures (`null` when the server's process could not be read).
+fn cpu_json(m: &Measurement) -> Value {
+    let (Some((us, switches)), Some((healthz_us, healthz_switches))) =
+        (m.cpu_per_call(), m.cpu_per_healthz())
+    else {
+        return Value::Null;
+    };
+    json!({
+        "per": m.mode.call_name(), "us_per_call": us, "switches_per_call": switches,
+        "healthz_us": healthz_us, "healthz_switches": healthz_switches,
+        "server_cpus": m.server_cpus(),
+    })
+}
+
 fn measurement_json(m: &Measurement, commit: CommitRate) -> Value {
     let (l, h, w) = (&m.load, &m.healthz, m.writer());
     let checks: Vec<Value> = m
@@ -326,6 +359,7 @@ fn measurement_json(m: &Measurement, commit: CommitRate) -> Value {
         "completed_per_s": m.completed_per_s(), "completed_x_single_commit": m.completed_x(commit),
         "healthz": {"n": h.requests(), "rps": h.rps(), "p99_ms": h.ms(0.99), "status0": h.status0},
         "single_commit_per_s": commit.mean(), "single_commit_p99_ms": commit.p99_ms,
+        "cpu": cpu_json(m),
         "writer": {"batches": w.batches, "ops": w.ops, "ops_per_batch": w.ops_per_batch(),
                    "run_us_per_op": w.run_us_per_op(), "commit_ms_per_batch": w.commit_ms_per_batch()},
         "checks": checks, "ok": m.ok(),
@@ -355,10 +389,10 @@ pub fn single_json(
     }));
     v["stop"] = json!(stop_text(config.stop));
     v["keep_alive"] = json!(config.keep_alive);
-    v["server"] = json!(if target.in_process {
-        "in-process"
-    } else {
-        "base"
+    v["server"] = json!(match (target.in_process, target.child.is_some()) {
+        (true, _) => "in-process",
+        (false, true) => "server-bin",
+        (false, false) => "base",
     });
     v["peak_rss_kib"] = json!(rss);
     v

@@ -7,6 +7,7 @@
 //! It starts servers but never loads or measures them, and it never deletes a
 //! file it did not create: only a `TempDir` it made is removed.
 
+use crate::cpu::Server;
 use crate::downstream::LatencyDownstream;
 use crate::error::BenchError;
 use idempotent_tool::app::Service;
@@ -14,7 +15,9 @@ use idempotent_tool::config::Config as ServiceConfig;
 use idempotent_tool::store::{now, Database};
 use idempotent_tool::tools::ToolRegistry;
 use serde_json::json;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +55,19 @@ pub struct Target {
     /// `--mode http-tool`'s downstream; declared after the service, so it is
     /// dropped after the service's workers stopped calling it.
     pub downstream: Option<LatencyDownstream>,
+    /// `--server-bin`: the server's own process, killed when the target is dropped.
+    pub child: Option<ServerProcess>,
+}
+
+impl Target {
+    /// Where to read what the server spends (`cpu`).
+    pub fn cpu_server(&self) -> Server {
+        match (self.in_process, self.server_pid) {
+            (true, _) => Server::InProcess,
+            (false, Some(pid)) => Server::Pid(pid),
+            (false, None) => Server::Unknown,
+        }
+    }
 }
 
 /// Start the service in this process on `db`, a free port, default settings.
@@ -79,6 +95,7 @@ pub fn start_with(
         server_pid: None,
         _service: Some(service),
         downstream,
+        child: None,
     })
 }
 
@@ -107,6 +124,7 @@ pub fn start_db(
         server_pid: None,
         _service: Some(service),
         downstream: None,
+        child: None,
     })
 }
 
@@ -135,4 +153,79 @@ pub fn service_config(
         .map_err(BenchError::Tools)?;
     config.tools = Arc::new(tools);
     Ok((config, Some(downstream)))
+}
+
+/// A server binary the bench started (`--server-bin`), on a database in a
+/// folder of the bench's: the process is killed and reaped on drop.
+pub struct ServerProcess {
+    child: Child,
+    /// Kept open: the server may write to it again, and a closed pipe
+    /// would fail that write.
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `bin` (this build's `idempotent-tool`, or another build's, to
+/// compare the two with one load generator) on `db` and a free port, with the
+/// access log as `access_log` says and `setup`'s workers; its stderr goes to
+/// `log`. Returns once it printed where it listens.
+pub fn spawn_server(
+    bin: &Path,
+    db: &Path,
+    log: &Path,
+    access_log: bool,
+    setup: Setup,
+) -> Result<Target, BenchError> {
+    let stderr = std::fs::File::create(log).map_err(BenchError::io(log.display().to_string()))?;
+    let mut command = Command::new(bin);
+    command
+        .arg("--port")
+        .arg("0")
+        .arg("--db")
+        .arg(db)
+        .arg("--access-log")
+        .arg(if access_log { "on" } else { "off" })
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    if let Some(workers) = setup.workers {
+        command.arg("--workers").arg(workers.to_string());
+    }
+    let doing = format!("start {}", bin.display());
+    let mut child = command.spawn().map_err(BenchError::io(doing.clone()))?;
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut server = ServerProcess {
+        child,
+        stdout: BufReader::new(stdout),
+    };
+    // "idempotent-tool listening on http://127.0.0.1:PORT (…)"
+    let mut line = String::new();
+    let _ = server.stdout.read_line(&mut line);
+    let authority = line
+        .split_once("http://")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(str::to_string)
+        .ok_or_else(|| BenchError::Io {
+            doing,
+            source: std::io::Error::other(format!(
+                "it printed no address ({line:?}); its log: {}",
+                log.display()
+            )),
+        })?;
+    Ok(Target {
+        authority,
+        db: Some(db.to_path_buf()),
+        in_process: false,
+        server_pid: Some(pid),
+        _service: None,
+        downstream: None,
+        child: Some(server),
+    })
 }

@@ -339,22 +339,22 @@ impl Api {
 /// request's business key; a running call's last `progress`, when its tool
 /// reported one (`calls::last_progress`: on any node).
 pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
-    let mut json = call.to_json();
-    if duplicate_intent {
-        json["duplicate_intent"] = true.into();
-    }
-    if let Some(report) = crate::calls::last_progress(call) {
-        json["progress"] = serde_json::json!({
+    let progress = crate::calls::last_progress(call).map(|report| {
+        serde_json::json!({
             "progress": report.progress,
             "total": report.total,
             "message": report.message,
             "at": report.at,
-        });
-    }
+        })
+    });
+    // Written straight out: the bytes `call.to_json()` with these members
+    // would print (`Call::write_json`), without the tree.
+    let mut body = Vec::with_capacity(512);
+    call.write_json(&mut body, duplicate_intent, progress.as_ref());
     if call.status.is_terminal() {
-        Response::json(200, &json)
+        Response::json_bytes(200, body)
     } else {
-        Response::json(202, &json).with_header("Retry-After", POLL_AFTER_SECS)
+        Response::json_bytes(202, body).with_header("Retry-After", POLL_AFTER_SECS)
     }
 }
 
@@ -365,4 +365,68 @@ fn refused(e: CallError, exchange: &mut Exchange) -> ApiError {
         exchange.call_id = Some(call_id.clone());
     }
     e.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Status;
+    use serde_json::json;
+
+    fn call(status: Status) -> Call {
+        Call {
+            call_id: "c_0193a1b2c3d4e5f6".into(),
+            tenant: "acme".into(),
+            idem_key: "k \"quoted\" \\ é \u{1}".into(),
+            fingerprint: "f".repeat(64),
+            client_id: Some("agent-7".into()),
+            seq: Some(-3),
+            tool: "charge".into(),
+            args_json: r#"{"amount":1.5,"memo":"ß","nested":{"b":[1,2],"a":null}}"#.into(),
+            status,
+            result: Some(json!({"ok": true, "n": 1e300, "s": "x\ny"})),
+            error: None,
+            attempt: 2,
+            lease_until: Some(1.5),
+            owner: Some("api".into()),
+            effect_id: "eff_0193a1b2c3d4e5f6_0123456789abcdef0123456789abcdef".into(),
+            created_at: 1_733_500_000.123_456,
+            updated_at: 1_733_500_001.5,
+            expires_at: None,
+            next_attempt_at: Some(f64::NAN),
+            cancel_requested_at: Some(0.1),
+            progress: None,
+        }
+    }
+
+    /// The answer is written without a tree, and is the tree's text byte
+    /// for byte, with each member an answer may add in its place.
+    #[test]
+    fn a_call_written_straight_out_is_its_trees_text() {
+        let progress = json!({"progress": 3.0, "total": null, "message": "half", "at": 1.5});
+        for (duplicate_intent, progress) in [(false, None), (true, Some(&progress))] {
+            let call = call(Status::Running);
+            let mut tree = call.to_json();
+            if duplicate_intent {
+                tree["duplicate_intent"] = true.into();
+            }
+            if let Some(progress) = progress {
+                tree["progress"] = progress.clone();
+            }
+            let mut written = Vec::new();
+            call.write_json(&mut written, duplicate_intent, progress);
+            assert_eq!(
+                String::from_utf8(written).unwrap(),
+                tree.to_string(),
+                "duplicate_intent {duplicate_intent}, progress {progress:?}"
+            );
+        }
+        let settled = call(Status::Succeeded);
+        let response = render(&settled, false);
+        assert_eq!(response.status, 200);
+        assert_eq!(
+            response.body,
+            format!("{}\n", settled.to_json()).into_bytes()
+        );
+    }
 }

@@ -105,7 +105,24 @@ fn distinct_run_reports_the_seeds_figures_and_holds_its_invariants() {
     assert!(writer["ops"].as_u64().unwrap() >= 120, "{writer}");
     assert!(writer["batches"].as_u64().unwrap() >= 1, "{writer}");
     assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{r}");
+    assert_cpu_was_read(r, "new key");
     assert_no_http_run_accepted_every_call(r, 60);
+}
+
+/// The server's CPU and switches per accepted request and per `/healthz`
+/// were read: every request costs the server some of both (a request is
+/// read, so its thread waited for it at least once per connection).
+fn assert_cpu_was_read(report: &Value, per: &str) {
+    let cpu = &report["cpu"];
+    assert_eq!(cpu["per"], per, "{report}");
+    for field in [
+        "us_per_call",
+        "healthz_us",
+        "switches_per_call",
+        "server_cpus",
+    ] {
+        assert!(cpu[field].as_f64().unwrap() > 0.0, "{field}: {report}");
+    }
 }
 
 /// The run without HTTP sent the same load into a service's handler, and
@@ -145,6 +162,7 @@ fn same_key_run_makes_one_call_and_one_effect() {
         .sum();
     assert_eq!(answered, 40, "{r}");
     assert!(checks(r).1.is_empty(), "{r}");
+    assert_cpu_was_read(r, "same-key answer");
 }
 
 #[test]
@@ -378,4 +396,117 @@ fn console_poll_runs_the_load_with_and_without_a_console() {
     let polls = variants[1]["polls"].as_array().unwrap();
     assert!(polls.iter().all(|p| p.as_u64().unwrap() >= 2), "{report}");
     assert_eq!(variants[0]["polls"], json!([0, 0, 0]));
+}
+
+/// `--server-bin` starts the given server binary on a database of its own
+/// and loads it: every key became a call there, and the server's CPU is read
+/// from its process (`/proc`), whose clock ticks a second of load moves.
+#[test]
+fn server_bin_loads_its_own_process_and_reads_its_cpu() {
+    let run = run_bench(&[
+        "--server-bin",
+        crate::support::SERVER_BIN,
+        "--duration",
+        "1",
+        "--concurrency",
+        "2",
+        "--access-log",
+        "off",
+    ]);
+    let r = &run.report;
+    assert_eq!(run.code, Some(0), "{r}\n{}", run.proc.stderr());
+    assert_eq!(r["server"], "server-bin", "{r}");
+    assert_eq!(r["calls"], r["http"]["202"], "{r}");
+    assert!(checks(r).1.is_empty(), "{r}");
+    assert_cpu_was_read(r, "new key");
+    // Another build's server is not set beside this build's handler.
+    assert_eq!(r["no_http"], Value::Null, "{r}");
+}
+
+/// Run `bench --check` small with `baseline`, returning its exit code and
+/// its `check` object.
+fn check_against(baseline: &std::path::Path, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let mut args = vec![
+        "--check",
+        "--baseline",
+        baseline.to_str().unwrap(),
+        "--duration",
+        "0.3",
+        "--rounds",
+        "1",
+        "--concurrency",
+        "2",
+    ];
+    args.extend_from_slice(extra);
+    let out = std::process::Command::new(BENCH_BIN)
+        .args(&args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    (out.status.code(), report, stderr)
+}
+
+/// `--write-baseline` records the three figures; `--check` then passes
+/// against a baseline whose new keys cost five times as much, and fails with
+/// exit 1 against one where they cost far less, naming the figure.
+#[test]
+fn check_compares_the_cpu_per_call_with_the_baseline_file() {
+    let dir = idempotent_tool::temp::TempDir::new("bench-check").unwrap();
+    let baseline = dir.join("baseline.json");
+    let (code, _, stderr) = check_against(&baseline, &["--write-baseline"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut file: Value = serde_json::from_slice(&std::fs::read(&baseline).unwrap()).unwrap();
+    for field in [
+        "us_per_new_key",
+        "us_per_same_key",
+        "us_per_healthz",
+        "new_key_per_healthz",
+        "same_key_per_healthz",
+    ] {
+        assert!(file[field].as_f64().unwrap() > 0.0, "{file}");
+    }
+    assert_eq!(file["rounds"], 1, "{file}");
+    let mut scale = |field: &str, by: f64| {
+        let was = file[field].as_f64().unwrap();
+        file[field] = json!(was * by);
+        file.clone()
+    };
+
+    // Both calls five times as dear in the baseline, on another machine
+    // (so `/healthz` itself is not compared): well inside the tolerance,
+    // whatever this short run's noise (one 0.3 s round of a debug build
+    // on a shared 2-core box: its ratios can move by half between runs).
+    scale("new_key_per_healthz", 5.0);
+    scale("same_key_per_healthz", 5.0);
+    let mut file = scale("us_per_healthz", 1.0);
+    file["machine"] = json!("another machine");
+    std::fs::write(&baseline, file.to_string()).unwrap();
+    let (code, report, stderr) = check_against(&baseline, &[]);
+    let verdicts = &report["check"]["verdicts"];
+    assert_eq!(code, Some(0), "{report}\n{stderr}");
+    assert_eq!(verdicts[0]["what"], "new key per /healthz", "{report}");
+    assert_eq!(verdicts.as_array().unwrap().len(), 2, "{report}");
+    assert!(
+        verdicts.as_array().unwrap().iter().all(|v| v["ok"] == true),
+        "{report}"
+    );
+
+    // New keys a two-hundredth of what they were measured at: this build
+    // fails, naming them.
+    let was = file["new_key_per_healthz"].as_f64().unwrap();
+    file["new_key_per_healthz"] = json!(was / 1000.0);
+    std::fs::write(&baseline, file.to_string()).unwrap();
+    let (code, report, stderr) = check_against(&baseline, &[]);
+    assert_eq!(code, Some(1), "{report}\n{stderr}");
+    assert_eq!(report["check"]["verdicts"][0]["ok"], false, "{report}");
+    assert_eq!(report["check"]["verdicts"][1]["ok"], true, "{report}");
+    assert_eq!(report["check"]["ok"], false, "{report}");
+    assert!(stderr.contains("more than 10% worse"), "{stderr}");
 }

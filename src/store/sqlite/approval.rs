@@ -16,7 +16,9 @@ use super::super::approval::{
 use super::super::audit::{self, Event};
 use super::super::ids::now;
 use super::super::model::Call;
-use super::sql::{audit, select_call};
+use super::count_book;
+use super::sql::{audit, group, select_call};
+use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::time::Duration;
 
@@ -163,6 +165,12 @@ fn decide(
         let approval = select_approval(conn, &call.call_id)?;
         return Ok(Decided::explain(call, approval, decision));
     }
+    // Read in this transaction and fenced by its status: its group is known.
+    let to = match decision.verdict {
+        Verdict::Approve => Status::Pending,
+        Verdict::Deny => Status::Denied,
+    };
+    left_awaiting(conn, &call, to)?;
     close(
         conn,
         &call.call_id,
@@ -272,6 +280,7 @@ pub(super) fn cancel_awaiting(
         )?
         .execute(params![now, call.call_id, reason, no_reason])?;
     if changed == 1 {
+        left_awaiting(conn, call, Status::Cancelled)?;
         let closing = Decision {
             verdict: Verdict::Deny,
             source: Source::Cancel,
@@ -283,6 +292,14 @@ pub(super) fn cancel_awaiting(
         audit(conn, now, &call.call_id, 0, Event::Cancelled, detail)?;
     }
     Ok(changed == 1)
+}
+
+/// `call`, read in this transaction, moved out of `awaiting_approval` into
+/// `to`: noted for the count tables (`count_book`).
+fn left_awaiting(conn: &Connection, call: &Call, to: Status) -> rusqlite::Result<()> {
+    let (tenant, tool) = (&call.tenant, &call.tool);
+    let from = group(tenant, tool, Status::AwaitingApproval, call.attempt);
+    count_book::moved(conn, from, group(tenant, tool, to, call.attempt))
 }
 
 /// A call by id in `tenant`'s scope (`None`: any tenant's).

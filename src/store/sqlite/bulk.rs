@@ -2,7 +2,7 @@
 //! points need a database that looks as if it had served a million charges
 //! (`insert_succeeded_charges`), or a day of mixed calls (`insert_mixed`),
 //! in seconds rather than hours; and `strip_console_writes`, for the bench's
-//! comparison of the write path without what the console added to it.
+//! comparison of the write path with and without what the console added to it.
 //!
 //! This bypasses the writer and its guarantees on purpose — no fsync per
 //! transaction (`synchronous=OFF`; the caller syncs the file once), no audit
@@ -72,13 +72,15 @@ pub fn insert_succeeded_charges(
         }
         tx.commit()?;
     }
+    // No statement here notes its rows for the count tables: count them all.
+    super::counts::recount(&conn)?;
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
     Ok(())
 }
 
 /// Insert `mix`'s calls, their effects and business keys into the database
 /// at `path` (whose schema must exist), in large unsynced transactions, then
-/// checkpoint the WAL. The count tables' triggers fire as for any insert.
+/// checkpoint the WAL; the count tables are then counted from the rows.
 pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
     let mut conn = Connection::open(path)?;
     conn.execute_batch("PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;")?;
@@ -133,16 +135,19 @@ pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
         }
         tx.commit()?;
     }
+    // No statement here notes its rows for the count tables: count them all.
+    super::counts::recount(&conn)?;
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
     Ok(())
 }
 
-/// For the bench's write-path comparison only: undo in the file at `path`
-/// what migration 11 changed on every write — put `idx_calls_status` back on
-/// `(status, lease_until, attempt)` (`old_status_index`), drop the count
-/// tables' triggers (`count_triggers`) — so that a service on it writes as
-/// the release before did. Its counts and lists are wrong from then on:
-/// never on a database that serves anyone.
+/// For the bench's write-path comparison only: change in the file at `path`
+/// what a service on it writes for every call — put `idx_calls_status` back
+/// on `(status, lease_until, attempt)` as before migration 11
+/// (`old_status_index`), and put migration 11's count triggers back
+/// (`count_triggers`; the writer keeps the counts too, so they are counted
+/// twice) — to measure what each cost. Its counts and lists are wrong from
+/// then on: never on a database that serves anyone.
 pub fn strip_console_writes(
     path: &Path,
     old_status_index: bool,
@@ -156,13 +161,7 @@ pub fn strip_console_writes(
         )?;
     }
     if count_triggers {
-        conn.execute_batch(
-            "DROP TRIGGER calls_counted_on_insert;
-             DROP TRIGGER calls_counted_on_update;
-             DROP TRIGGER calls_counted_on_delete;
-             DROP TRIGGER effects_counted_on_insert;
-             DROP TRIGGER effects_counted_on_delete;",
-        )?;
+        conn.execute_batch(super::counts::COUNT_TABLES)?;
     }
     Ok(())
 }

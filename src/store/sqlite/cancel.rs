@@ -15,7 +15,9 @@ use super::super::audit::{self, Event};
 use super::super::cancel::{cancel_with, Cancel, CancelSteps, NO_REASON};
 use super::super::ids::now;
 use super::super::model::{Call, Completion, Lease, LeaseHeld};
-use super::sql::{audit, discard_stale, select_tenant_call};
+use super::count_book;
+use super::sql::{audit, discard_stale, group, left_running, select_tenant_call, tenant_and_tool};
+use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// One cancel, in the writer's transaction: no other writer runs between
@@ -74,6 +76,11 @@ impl CancelSteps for Steps<'_> {
                 self.reason
             ])?;
         if changed == 1 {
+            // Read in this transaction and fenced by status and attempt.
+            let (tenant, tool) = (&call.tenant, &call.tool);
+            let from = group(tenant, tool, Status::Pending, call.attempt);
+            let to = group(tenant, tool, Status::Cancelled, call.attempt);
+            count_book::moved(self.conn, from, to)?;
             audit(
                 self.conn,
                 self.now,
@@ -135,13 +142,16 @@ pub(super) fn end_cancelled(
                     lease_until = NULL, owner = NULL, updated_at = ?1
               WHERE call_id = ?2 AND status = 'running' AND attempt = ?3
                 AND cancel_requested_at IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.call_id = calls.call_id)",
+                AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.call_id = calls.call_id)
+          RETURNING tenant, tool",
         )?
-        .execute(params![now, call_id, attempt, NO_REASON])?;
-    if changed == 1 {
+        .query_row(params![now, call_id, attempt, NO_REASON], tenant_and_tool)
+        .optional()?;
+    let changed = left_running(conn, changed, attempt, Status::Cancelled)?;
+    if changed {
         audit(conn, now, call_id, attempt, Event::Cancelled, detail)?;
     }
-    Ok(changed == 1)
+    Ok(changed)
 }
 
 /// The owner stopped `lease`'s attempt: `cancelled`, or a stale completion.

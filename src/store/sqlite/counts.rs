@@ -1,23 +1,25 @@
 //! The count tables on SQLite (migration 11; see `store::counts` for what
-//! they hold): their DDL, the triggers that keep them in the same
-//! transaction as every change to `calls` and `effects`, the backfill from
-//! the rows already there, and the reads behind `/stats`, `/metrics`, the
+//! they hold): their DDL, the backfill from the rows already there (also a
+//! recount, `recount`), and the reads behind `/stats`, `/metrics`, the
 //! overview and the list's planner.
 //!
-//! Triggers rather than the writer's own bookkeeping: every write counts,
-//! whoever makes it — another process on the file running an older
-//! release, the bench's bulk loader, an operator's `DELETE`. They cost the
-//! writer a few row updates per call on a table of a few hundred rows that
-//! stays in the page cache (docs/performance.md measures it).
+//! Migration 11 kept them with triggers on `calls` and `effects`, so that
+//! every write counted whoever made it; they cost a new key about 45,000
+//! instructions, a quarter of the writer's work, and migration 14 dropped
+//! them. Since then each statement that changes what they count notes it,
+//! and the writer folds a batch's notes in before its `COMMIT`
+//! (`count_book`). A write made by hand (`sqlite3`) is not counted; `recount`
+//! (run by the bench's bulk loaders) counts the tables again from the rows.
 //!
 //! This module never reads `calls` in full except in the migration's
-//! one backfill.
+//! one backfill and a recount.
 
 use super::super::counts::{CountRow, Counts};
 use super::super::model::Scope;
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// Migration 9, first part: the tables and their triggers. `call_counts`
+/// Migration 11, first part: the tables and their triggers (dropped by
+/// migration 14). `call_counts`
 /// is keyed like the groups the list reads; `WITHOUT ROWID` keeps each row
 /// in its key's B-tree, one page for every counter a batch touches.
 ///
@@ -96,7 +98,17 @@ BEGIN
 END;
 ";
 
-/// Migration 9, second part: the counts of the rows already there, once,
+/// Migration 14: migration 11's triggers, dropped; the writer keeps the
+/// counts since (`count_book`).
+pub(super) const DROP_COUNT_TRIGGERS: &str = "
+DROP TRIGGER IF EXISTS calls_counted_on_insert;
+DROP TRIGGER IF EXISTS calls_counted_on_update;
+DROP TRIGGER IF EXISTS calls_counted_on_delete;
+DROP TRIGGER IF EXISTS effects_counted_on_insert;
+DROP TRIGGER IF EXISTS effects_counted_on_delete;
+";
+
+/// Migration 11, second part: the counts of the rows already there, once,
 /// inside the migration's transaction (so no write falls between the count
 /// and the triggers). An effect whose call is gone counts under the tenant
 /// `''` as detached: it still counts for every tenant together, as
@@ -112,6 +124,14 @@ SELECT coalesce(c.tenant, ''), count(*), count(*) - count(c.call_id)
   FROM effects e LEFT JOIN calls c ON c.call_id = e.call_id
  GROUP BY coalesce(c.tenant, '');
 ";
+
+/// Every count from the rows, as migration 11's backfill made them (the
+/// running totals `inserted` and `entered` start again from the rows): for
+/// rows that no statement noted, such as the bench's bulk loads.
+#[cfg(any(test, feature = "testing"))]
+pub(super) fn recount(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(BACKFILL_COUNTS)
+}
 
 /// `idx_calls_status` reshaped from `(status, lease_until, attempt)` to
 /// `(status, tenant, tool, call_id)`: calls by status, then tenant and tool,

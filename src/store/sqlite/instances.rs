@@ -12,8 +12,9 @@ use super::super::ids::now;
 use super::super::instance::{pid_is_alive, Instance, Node, Reclaimable, DEAD_AFTER, NODES_LISTED};
 use super::super::model::LeaseHeld;
 use super::cancel::end_cancelled;
-use super::sql::audit;
-use rusqlite::{params, Connection};
+use super::sql::{audit, left_running, tenant_and_tool};
+use crate::status::Status;
+use rusqlite::{params, Connection, OptionalExtension};
 
 /// Record this process, and mark stopped every earlier instance on this host
 /// whose pid is gone (it was killed: nothing else marked it). Returns how many
@@ -115,11 +116,13 @@ pub(super) fn recover_expired(
                 "UPDATE calls
                     SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
                   WHERE call_id = ?2 AND status = 'running' AND attempt = ?3
-                    AND cancel_requested_at IS NULL",
+                    AND cancel_requested_at IS NULL
+              RETURNING tenant, tool",
             )?
-            .execute(params![now, call.call_id, call.attempt])?;
+            .query_row(params![now, call.call_id, call.attempt], tenant_and_tool)
+            .optional()?;
         let why = call.why();
-        if changed == 1 {
+        if left_running(conn, changed, call.attempt, Status::Pending)? {
             audit(conn, now, &call.call_id, call.attempt, Event::Recover, &why)?;
             recovered.push(call.call_id);
         } else if end_cancelled(

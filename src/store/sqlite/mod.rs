@@ -11,8 +11,9 @@
 //! the nodes), `business_key`, `cancel`, `approval` (approval gates and
 //! the webhook outbox), `retention`, `limits` (a tool's
 //! `rate`, shared by every process on the file), `report_reads` (the
-//! operations endpoints), `counts` (the count tables, their triggers and
-//! reads), `list` (the list's statements), `schema` (DDL, pragmas,
+//! operations endpoints), `counts` (the count tables, their DDL and
+//! reads), `count_book` (what each write changes in them, folded in by the
+//! writer before each commit), `list` (the list's statements), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
 //! `backup` (a consistent copy of a live file), `error` (a SQLite error
 //! as `Unavailable` or `Internal`), `copy_mark` (the mark a
@@ -32,6 +33,7 @@ mod business_key;
 mod cancel;
 mod checkpointer;
 mod copy_mark;
+mod count_book;
 mod counts;
 mod deadline;
 mod error;

@@ -16,6 +16,8 @@
 
 use super::super::ids::now;
 use super::super::model::Purged;
+use super::count_book;
+use super::sql::{group, StatusColumn};
 use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -70,19 +72,22 @@ pub(super) fn purge_op(
         let now = now();
         let mut purged = Vec::with_capacity(call_ids.len());
         for call_id in call_ids {
-            let deleted: Option<(String, String)> = conn
+            let deleted: Option<(String, String, String, StatusColumn, i64)> = conn
                 .prepare_cached(
                     "DELETE FROM calls
                       WHERE call_id = ?1
                         AND status IN ('succeeded', 'failed', 'cancelled', 'denied')
                         AND updated_at < ?2
-                  RETURNING tenant, idem_key",
+                  RETURNING tenant, idem_key, tool, status, attempt",
                 )?
-                .query_row(params![call_id, cutoff], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row(params![call_id, cutoff], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
                 .optional()?;
-            let Some((tenant, idem_key)) = deleted else {
+            let Some((tenant, idem_key, tool, StatusColumn(status), attempt)) = deleted else {
                 continue;
             };
+            count_book::deleted(conn, group(&tenant, &tool, status, attempt))?;
             conn.prepare_cached("DELETE FROM audit WHERE call_id = ?1")?
                 .execute(params![call_id])?;
             // A purged call's business key goes with it (its window is long over
@@ -94,8 +99,13 @@ pub(super) fn purge_op(
                 .execute(params![call_id])?;
             conn.prepare_cached("DELETE FROM notifications WHERE call_id = ?1")?
                 .execute(params![call_id])?;
-            conn.prepare_cached("UPDATE effects SET call_purged_at = ?1 WHERE call_id = ?2")?
+            let kept_effect = conn
+                .prepare_cached("UPDATE effects SET call_purged_at = ?1 WHERE call_id = ?2")?
                 .execute(params![now, call_id])?;
+            if kept_effect > 0 {
+                // The effect stays, its call gone: detached, for this tenant.
+                count_book::effect_detached(conn, tenant.clone())?;
+            }
             purged.push(Purged {
                 call_id,
                 tenant,

@@ -142,6 +142,15 @@ const MIGRATIONS: &[Migration] = &[
         // no write of its own; read with the call. No index.
         apply: |conn| add_column(conn, "calls", "progress_json", "TEXT"),
     },
+    Migration {
+        version: 14,
+        name: "the count tables kept by the writer: migration 11's triggers dropped",
+        // The counts stay exact: every statement that changes what they
+        // count notes it (`count_book`), and the writer folds a batch's
+        // notes in before its COMMIT. The triggers cost a new key a quarter
+        // of the writer's work (docs/performance.md).
+        apply: |conn| conn.execute_batch(super::counts::DROP_COUNT_TRIGGERS),
+    },
 ];
 
 /// The schema version this release writes.

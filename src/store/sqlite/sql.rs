@@ -17,6 +17,7 @@ use super::super::model::{
     RetryDelay,
 };
 use super::cancel::{cancelled_or_stale, end_cancelled};
+use super::count_book::{self, Group};
 use crate::status::Status;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ValueRef};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row};
@@ -93,7 +94,10 @@ pub(super) fn audit_created(
 
 /// A claim takes a `pending` call that is due (no automatic retry scheduled
 /// for later), or a `running` one whose lease has expired — unless its
-/// cancel was asked: recovery ends that one `cancelled` instead.
+/// cancel was asked: recovery ends that one `cancelled` instead. Two
+/// statements, one per state a claim takes a call from, so that each knows
+/// the group it moves the call out of (`count_book`); the second runs only
+/// when the first found no pending call.
 pub(super) fn claim_one(
     conn: &Connection,
     call_id: &str,
@@ -101,32 +105,88 @@ pub(super) fn claim_one(
     now: f64,
     lease_until: f64,
 ) -> rusqlite::Result<Option<Lease>> {
-    let lease = conn
-        .prepare_cached(
-            "UPDATE calls
-                SET status = 'running', attempt = attempt + 1,
-                    lease_until = ?1, owner = ?2, updated_at = ?3, next_attempt_at = NULL
-              WHERE call_id = ?4
-                AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?3))
-                     OR (status = 'running' AND lease_until <= ?3
-                         AND cancel_requested_at IS NULL))
-          RETURNING attempt, tool, args_json, effect_id",
-        )?
-        .query_row(params![lease_until, owner, now, call_id], |r| {
-            Ok(Lease {
+    let row = |r: &Row| {
+        Ok((
+            Lease {
                 call_id: call_id.to_string(),
                 attempt: r.get(0)?,
                 tool: r.get(1)?,
                 args_json: r.get(2)?,
                 effect_id: stored_effect_id(r.get(3)?, call_id),
                 lease_until,
-            })
-        })
+            },
+            r.get::<_, String>(4)?,
+        ))
+    };
+    let claimed = conn
+        .prepare_cached(
+            "UPDATE calls
+                SET status = 'running', attempt = attempt + 1,
+                    lease_until = ?1, owner = ?2, updated_at = ?3, next_attempt_at = NULL
+              WHERE call_id = ?4
+                AND status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?3)
+          RETURNING attempt, tool, args_json, effect_id, tenant",
+        )?
+        .query_row(params![lease_until, owner, now, call_id], row)
         .optional()?;
-    if let Some(lease) = &lease {
-        audit_claimed(conn, now, call_id, owner, lease.attempt)?;
+    let (lease, tenant, was) = match claimed {
+        Some((lease, tenant)) => (lease, tenant, Status::Pending),
+        None => {
+            let taken_over = conn
+                .prepare_cached(
+                    "UPDATE calls
+                        SET attempt = attempt + 1,
+                            lease_until = ?1, owner = ?2, updated_at = ?3, next_attempt_at = NULL
+                      WHERE call_id = ?4
+                        AND status = 'running' AND lease_until <= ?3
+                        AND cancel_requested_at IS NULL
+                  RETURNING attempt, tool, args_json, effect_id, tenant",
+                )?
+                .query_row(params![lease_until, owner, now, call_id], row)
+                .optional()?;
+            match taken_over {
+                Some((lease, tenant)) => (lease, tenant, Status::Running),
+                None => return Ok(None),
+            }
+        }
+    };
+    let from = group(&tenant, &lease.tool, was, lease.attempt - 1);
+    let to = group(&tenant, &lease.tool, Status::Running, lease.attempt);
+    count_book::moved(conn, from, to)?;
+    audit_claimed(conn, now, call_id, owner, lease.attempt)?;
+    Ok(Some(lease))
+}
+
+/// `RETURNING tenant, tool`.
+pub(super) fn tenant_and_tool(r: &Row) -> rusqlite::Result<(String, String)> {
+    Ok((r.get(0)?, r.get(1)?))
+}
+
+/// After a fenced `UPDATE` of a `running` call under `attempt` to `to`:
+/// whether it applied (it returned the call's tenant and tool), its move
+/// noted for the count tables.
+pub(super) fn left_running(
+    conn: &Connection,
+    changed: Option<(String, String)>,
+    attempt: i64,
+    to: Status,
+) -> rusqlite::Result<bool> {
+    let Some((tenant, tool)) = changed else {
+        return Ok(false);
+    };
+    let from = group(&tenant, &tool, Status::Running, attempt);
+    count_book::moved(conn, from, group(&tenant, &tool, to, attempt))?;
+    Ok(true)
+}
+
+/// A call's place in the count tables.
+pub(super) fn group(tenant: &str, tool: &str, status: Status, attempt: i64) -> Group {
+    Group {
+        tenant: tenant.to_string(),
+        tool: tool.to_string(),
+        status: status.as_str(),
+        attempt,
     }
-    Ok(lease)
 }
 
 /// The audit row of a won claim, however it was won.
@@ -148,23 +208,29 @@ pub(super) fn succeed_op(
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
-        if !finish_fenced(conn, now, &lease, Status::Succeeded, Some(&result), None)? {
+        let Some(tenant) =
+            finish_fenced(conn, now, &lease, Status::Succeeded, Some(&result), None)?
+        else {
             return discard_stale(conn, now, &lease, Event::Succeeded);
-        }
+        };
         if let Some(effect) = effect {
             let detail = effect.detail.map(|d| d.to_string());
-            conn.prepare_cached(
-                "INSERT OR IGNORE INTO effects (effect_id, call_id, tool, amount, detail, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(params![
-                lease.effect_id,
-                lease.call_id,
-                lease.tool,
-                effect.amount,
-                detail,
-                now
-            ])?;
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO effects (effect_id, call_id, tool, amount, detail, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    lease.effect_id,
+                    lease.call_id,
+                    lease.tool,
+                    effect.amount,
+                    detail,
+                    now
+                ])?;
+            if inserted == 1 {
+                count_book::effect_inserted(conn, Some(tenant))?;
+            }
         }
         audit_lease(conn, now, &lease, Event::Succeeded, &lease.effect_id)?;
         Ok(Completion::Applied)
@@ -180,7 +246,7 @@ pub(super) fn fail_op(
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
-        if !finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))? {
+        if finish_fenced(conn, now, &lease, Status::Failed, None, Some(&error))?.is_none() {
             let detail = audit::ended_after_cancel(lease.attempt, &code);
             return cancelled_or_stale(conn, now, &lease, &detail, Event::Failed);
         }
@@ -208,16 +274,21 @@ pub(super) fn retry_later_op(
                     SET status = 'pending', error_json = ?1, next_attempt_at = ?2,
                         lease_until = NULL, owner = NULL, updated_at = ?3
                   WHERE call_id = ?4 AND status = 'running' AND attempt = ?5
-                    AND cancel_requested_at IS NULL",
+                    AND cancel_requested_at IS NULL
+              RETURNING tenant, tool",
             )?
-            .execute(params![
-                error,
-                now + delay.delay.as_secs_f64(),
-                now,
-                lease.call_id,
-                lease.attempt
-            ])?;
-        if changed == 0 {
+            .query_row(
+                params![
+                    error,
+                    now + delay.delay.as_secs_f64(),
+                    now,
+                    lease.call_id,
+                    lease.attempt
+                ],
+                tenant_and_tool,
+            )
+            .optional()?;
+        if !left_running(conn, changed, lease.attempt, Status::Pending)? {
             let detail = audit::ended_after_cancel(lease.attempt, &code);
             return cancelled_or_stale(conn, now, &lease, &detail, Event::RetryScheduled);
         }
@@ -258,7 +329,8 @@ pub(super) fn extend_leases(
 /// under the attempt this lease claimed; a worker whose lease was taken over
 /// (it paused, its lease expired, recovery re-queued the call) changes nothing.
 /// Anything but a success also needs the call's cancel not to have been
-/// asked (the caller then ends it `cancelled`). Returns whether it applied.
+/// asked (the caller then ends it `cancelled`). Returns the call's tenant
+/// if it applied.
 fn finish_fenced(
     conn: &Connection,
     now: f64,
@@ -266,24 +338,31 @@ fn finish_fenced(
     status: Status,
     result_json: Option<&str>,
     error_json: Option<&str>,
-) -> rusqlite::Result<bool> {
-    let changed = conn
+) -> rusqlite::Result<Option<String>> {
+    let changed: Option<(String, String)> = conn
         .prepare_cached(
             "UPDATE calls
                 SET status = ?1, result_json = ?2, error_json = ?3,
                     lease_until = NULL, owner = NULL, updated_at = ?4
               WHERE call_id = ?5 AND status = 'running' AND attempt = ?6
-                AND (?1 = 'succeeded' OR cancel_requested_at IS NULL)",
+                AND (?1 = 'succeeded' OR cancel_requested_at IS NULL)
+          RETURNING tenant, tool",
         )?
-        .execute(params![
-            status.as_str(),
-            result_json,
-            error_json,
-            now,
-            lease.call_id,
-            lease.attempt
-        ])?;
-    Ok(changed == 1)
+        .query_row(
+            params![
+                status.as_str(),
+                result_json,
+                error_json,
+                now,
+                lease.call_id,
+                lease.attempt
+            ],
+            tenant_and_tool,
+        )
+        .optional()?;
+    let tenant = changed.as_ref().map(|(tenant, _)| tenant.clone());
+    left_running(conn, changed, lease.attempt, status)?;
+    Ok(tenant)
 }
 
 /// Insert a `pending` call under a fresh id and return the row as written;
@@ -332,7 +411,11 @@ fn insert_call_as(
                 call.owner
             ]);
         match inserted {
-            Ok(_) => return Ok(call),
+            Ok(_) => {
+                let at = group(&call.tenant, &call.tool, call.status, call.attempt);
+                count_book::inserted(conn, at)?;
+                return Ok(call);
+            }
             Err(e)
                 if e.sqlite_error_code() == Some(ErrorCode::ConstraintViolation)
                     && attempts_left > 0 =>
@@ -369,6 +452,11 @@ pub(super) fn resolve_existing(
     if changed == 0 {
         return Ok(Created::Existing(existing));
     }
+    // Read in this transaction and fenced by its status: its group is known.
+    let (tenant, tool) = (&existing.tenant, &existing.tool);
+    let from = group(tenant, tool, Status::Failed, existing.attempt);
+    let to = group(tenant, tool, Status::Pending, existing.attempt);
+    count_book::moved(conn, from, to)?;
     let detail = audit::retry_reset(existing.attempt);
     let attempt = existing.attempt;
     audit(
@@ -567,10 +655,12 @@ pub(super) fn release_op(
                 "UPDATE calls
                     SET status = 'pending', lease_until = NULL, owner = NULL, updated_at = ?1
                   WHERE call_id = ?2 AND status = 'running' AND attempt = ?3
-                    AND cancel_requested_at IS NULL",
+                    AND cancel_requested_at IS NULL
+              RETURNING tenant, tool",
             )?
-            .execute(params![now, lease.call_id, lease.attempt])?;
-        if changed == 0 {
+            .query_row(params![now, lease.call_id, lease.attempt], tenant_and_tool)
+            .optional()?;
+        if !left_running(conn, changed, lease.attempt, Status::Pending)? {
             let detail = audit::released_after_cancel(lease.attempt);
             return Ok(
                 match end_cancelled(conn, now, &lease.call_id, lease.attempt, &detail)? {
@@ -610,7 +700,7 @@ pub(super) fn due_calls(
 
 /// `calls.status` as read: `Status::parse`, so an unknown word fails the
 /// read with `UnknownStatus` as its cause.
-struct StatusColumn(Status);
+pub(super) struct StatusColumn(pub(super) Status);
 
 impl FromSql for StatusColumn {
     fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {

@@ -73,6 +73,7 @@
 use super::super::error::StoreError;
 use super::super::model::{Then, WriterStats};
 use super::checkpointer::{self, Checkpointer, WAL_BOUND_PAGES, WAL_FILE_LIMIT_PAGES};
+use super::count_book::Book;
 use super::schema;
 use super::sync_mode::SyncMode;
 use super::syncer::{fdatasync_wal, Committed, Durability, Reply, SyncWal, Syncer};
@@ -454,6 +455,9 @@ impl WriterThread {
             return;
         }
         let conn = &self.conn;
+        // The count tables' notes of this batch's operations, folded in just
+        // before COMMIT (`count_book`).
+        Book::open();
         let mut jobs = batch.into_iter();
         let mut replies: Vec<Reply> = Vec::with_capacity(ops);
         let mut lost = None;
@@ -470,9 +474,13 @@ impl WriterThread {
         let committing = Instant::now();
         let batch_number = self.durability.begin_commit();
         let outcome = match lost {
-            Some(err) => Err(err),
-            None => conn
-                .prepare_cached("COMMIT")
+            Some(err) => {
+                Book::discard();
+                Err(err)
+            }
+            // No COMMIT without the batch's counts: a failed fold loses the batch.
+            None => Book::fold(conn)
+                .and_then(|()| conn.prepare_cached("COMMIT"))
                 .and_then(|mut commit| commit.execute([]))
                 .map(|_| ())
                 .map_err(|e| BatchLost::from(e).0),
@@ -573,6 +581,7 @@ fn in_savepoint<T>(
         )));
     }
     run_cached(conn, "SAVEPOINT op")?;
+    let notes = Book::mark();
     let outcome = catch_unwind(AssertUnwindSafe(|| op(conn)));
     if conn.is_autocommit() {
         return Err(match outcome {
@@ -592,6 +601,8 @@ fn in_savepoint<T>(
     };
     run_cached(conn, "ROLLBACK TO op")?;
     run_cached(conn, "RELEASE op")?;
+    // Its rows are undone: so are its notes for the count tables.
+    Book::rewind(notes);
     Ok(Err(outcome))
 }
 

@@ -1,9 +1,12 @@
 //! The count tables, on both backends: after every kind of write — create
-//! (plain, claimed, guarded), claim, automatic retry, fail, succeed with an
-//! effect, a same-key retry reset, release, recovery and purge — `/stats`,
-//! the backlog and `counts` answer exactly what counting `calls` and
+//! (plain, claimed, guarded), claim, a lapsed lease taken over, automatic
+//! retry, fail, succeed with an effect, a same-key retry reset, release,
+//! recovery, a cancel (of a pending call, and of a running one its owner
+//! ends), an approval gate (approved, denied, cancelled while it waits) and
+//! purge — `/stats`, the backlog and `counts` answer exactly what counting `calls` and
 //! `effects` answers, for every tenant and for each one.
 
+use super::super::approval::{Approvers, Decided, Decision, Gate, Source, Verdict};
 use super::*;
 use crate::store::business_key::BusinessKey;
 
@@ -139,9 +142,82 @@ fn counts_stay_exact_through_every_transition(db: &TestDb) -> Result<(), StoreEr
     assert_eq!(store.recover(&[])?, [calls[3].call_id.clone()]);
     assert_exact(db, &store, "recovered");
 
+    // A lapsed lease taken over, that call asked to stop and ended
+    // `cancelled` by its new owner, and a pending call cancelled at once.
+    store.claim(&calls[4].call_id, "1:w", Duration::from_millis(1))?;
+    let taken = taken_over_when_lapsed(&store, &calls[4].call_id, lease)?;
+    assert_eq!(taken.attempt, 2);
+    assert_exact(db, &store, "taken over");
+    store.cancel(&calls[4].tenant, &calls[4].call_id, None)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    store.stopped_then(
+        &taken,
+        true,
+        "stopped",
+        Box::new(move |r| tx.send(r).unwrap()),
+    );
+    assert_eq!(rx.recv().unwrap()?, Completion::Applied);
+    store.cancel(&calls[5].tenant, &calls[5].call_id, None)?;
+    assert_exact(db, &store, "cancelled");
+
+    let gated = [0, 1, 2, 3].map(|i| {
+        let new = NewCall {
+            gate: Some(Gate {
+                approvers: Approvers::People,
+                timeout: Duration::from_secs(3600),
+                notify: false,
+            }),
+            ..new_call_in(TENANTS[i % 2], &format!("g{i}"), "fp")
+        };
+        store.create_or_get(new).map(created_call)
+    });
+    let gated = gated.into_iter().collect::<Result<Vec<_>, _>>()?;
+    assert_exact(db, &store, "awaiting approval");
+    for (call, verdict) in gated.iter().zip([Verdict::Approve, Verdict::Deny]) {
+        let decision = store.decide(None, &call.call_id, &decided(verdict))?;
+        assert!(matches!(decision, Decided::Applied { .. }), "{decision:?}");
+    }
+    store.cancel(&gated[2].tenant, &gated[2].call_id, None)?;
+    assert_exact(db, &store, "approved, denied, cancelled while waiting");
+
     std::thread::sleep(Duration::from_millis(20));
     let purged = store.purge_expired(100)?;
-    assert_eq!(purged.len(), 2, "the two succeeded calls: {purged:?}");
+    assert_eq!(
+        purged.len(),
+        6,
+        "the two succeeded calls, the three cancelled and the denied: {purged:?}"
+    );
     assert_exact(db, &store, "purged");
     Ok(())
+}
+
+/// A person's decision.
+fn decided(verdict: Verdict) -> Decision {
+    Decision {
+        verdict,
+        source: Source::Person,
+        by: "alice@acme".into(),
+        reason: None,
+        fingerprint: None,
+    }
+}
+
+/// Claim `call_id` under a new owner once its lease has lapsed (within a
+/// deadline): the lapsed lease taken over.
+fn taken_over_when_lapsed(
+    store: &CallStore,
+    call_id: &str,
+    lease: Duration,
+) -> Result<Lease, StoreError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(taken) = store.claim(call_id, "2:w", lease)? {
+            return Ok(taken);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never lapsed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
