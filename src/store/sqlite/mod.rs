@@ -1,6 +1,7 @@
 //! The SQLite backend (the default): one process's file, which several
 //! processes on one host may share. Every write goes to one writer thread
-//! that groups commits (`writer`, its two lanes in `write_queue`), fsynced
+//! that groups commits (`writer`, its two lanes in `write_queue`, each
+//! operation in its `savepoint` with the table of what each error undoes), fsynced
 //! off its path (`syncer`, `sync_mode`) and checkpointed on a thread of its
 //! own (`checkpointer`); reads go to a bounded pool of read connections
 //! (`reader_pool`). A request never touches the file itself: it hands the
@@ -46,6 +47,7 @@ mod ownership;
 mod reader_pool;
 mod report_reads;
 mod retention;
+mod savepoint;
 mod schema;
 mod sql;
 mod sync_mode;
