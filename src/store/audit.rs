@@ -42,12 +42,15 @@ pub(in crate::store) enum Event {
     /// running one once its attempt stopped or ended without an effect
     /// (how, and whether its request had gone out).
     Cancelled,
+    /// A `failed` or `cancelled` call sent back to `pending` by an operator:
+    /// who, why, and after which attempt (`rerun`; see `store::rerun`).
+    Rerun,
 }
 
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 11] = [
+    pub(in crate::store) const ALL: [Event; 12] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -59,6 +62,7 @@ impl Event {
         Event::StaleCompletion,
         Event::CancelRequested,
         Event::Cancelled,
+        Event::Rerun,
     ];
 
     /// The name in `audit.event`, and in the API's timeline.
@@ -75,6 +79,7 @@ impl Event {
             Event::StaleCompletion => "stale_completion",
             Event::CancelRequested => "cancel_requested",
             Event::Cancelled => "cancelled",
+            Event::Rerun => "rerun",
         }
     }
 }
@@ -84,11 +89,17 @@ pub(in crate::store) fn claimed(owner: &str, attempt: i64) -> String {
     format!("{owner} attempt={attempt}")
 }
 
-/// `retry_scheduled`'s detail: which attempt failed with what code, and
-/// when the next one may start.
-pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: Duration) -> String {
+/// `retry_scheduled`'s detail: which attempt failed with what error (its
+/// code and message, so the timeline shows every attempt's error, not only
+/// the last one the call keeps), and when the next one may start.
+pub(in crate::store) fn retry_scheduled(
+    attempt: i64,
+    code: &str,
+    message: &str,
+    delay: Duration,
+) -> String {
     format!(
-        "attempt {attempt} failed ({code}); attempt {} in {:.3} s",
+        "attempt {attempt} failed ({code}: {message}); attempt {} in {:.3} s",
         attempt + 1,
         delay.as_secs_f64()
     )
@@ -150,6 +161,16 @@ pub(in crate::store) fn cancelled_pending(by: &str, reason: Option<&str>, attemp
         ),
     };
     format!("{}; {state}", asked(by, reason))
+}
+
+/// `rerun`'s detail: who asked and why, and which attempt ended how.
+pub(in crate::store) fn rerun(
+    by: &str,
+    reason: Option<&str>,
+    attempt: i64,
+    ended: crate::status::Status,
+) -> String {
+    format!("{}; after attempt {attempt} ({ended})", asked(by, reason))
 }
 
 /// `cancelled`'s detail when the owner stopped the attempt: whether its

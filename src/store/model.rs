@@ -63,12 +63,25 @@ impl Call {
                 .unwrap_or(false)
     }
 
-    /// Whether the call can never change again: `succeeded`, `cancelled`, or a
-    /// failure its client may not retry.
+    /// Whether the call has ended and its client cannot run it again:
+    /// `succeeded`, `cancelled`, or a failure its client may not retry (an
+    /// operator may still re-run a failed or cancelled one: `is_final`).
     pub fn is_settled(&self) -> bool {
         self.status == Status::Succeeded
             || self.status == Status::Cancelled
             || (self.status == Status::Failed && !self.is_retryable_failure())
+    }
+
+    /// Whether the call can never change again, by anyone: `succeeded` (its
+    /// effect happened; it is never re-run). A failed or cancelled call may
+    /// be re-run by an operator (`store::rerun`).
+    pub fn is_final(&self) -> bool {
+        self.status == Status::Succeeded
+    }
+
+    /// Its error's code (`error.code`): its last failure's, or `cancelled`.
+    pub fn error_code(&self) -> Option<&str> {
+        self.error.as_ref()?.get("code")?.as_str()
     }
 
     /// The row `insert_call` writes, built here so it need not be read back.

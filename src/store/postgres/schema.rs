@@ -61,6 +61,33 @@ const MIGRATIONS: &[Migration] = &[
             super::counts::BACKFILL_EFFECT_COUNTS,
         ],
     },
+    Migration {
+        version: 6,
+        name: "calls_error, error_counts: the list by error code, failures by code \
+               (SQLite's version 12)",
+        sql: &[
+            super::list::ERROR_INDEX,
+            super::counts::ERROR_COUNTS,
+            super::counts::BACKFILL_ERROR_COUNTS,
+        ],
+    },
+    Migration {
+        version: 7,
+        name: "rate_readings: the overview's history, kept across restarts (SQLite's version 13)",
+        sql: &[super::readings::READINGS_TABLE],
+    },
+    Migration {
+        version: 8,
+        name: "paused_tools: a paused tool's calls are kept but claimed by no node \
+               (SQLite's version 14)",
+        sql: &[super::paused::PAUSED_TOOLS_TABLE],
+    },
+    Migration {
+        version: 9,
+        name: "bulk_jobs: cancel or re-run every call a filter matches, in the background \
+               (SQLite's version 15)",
+        sql: &[super::bulk_jobs::BULK_JOBS_TABLE],
+    },
 ];
 
 /// Step 5: the list's index, keys in byte order, and the count tables

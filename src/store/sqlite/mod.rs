@@ -11,7 +11,9 @@
 //! the nodes), `business_key`, `cancel`, `retention`, `limits` (a tool's
 //! `rate`, shared by every process on the file), `report_reads` (the
 //! operations endpoints), `counts` (the count tables, their triggers and
-//! reads), `list` (the list's statements), `schema` (DDL, pragmas,
+//! reads), `list` (the list's statements, and a filter's total), `rerun`,
+//! `paused` (paused tools), `bulk_jobs`, `readings` (the overview's
+//! history) and `operator` (`Operator` on them), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
 //! `backup` (a consistent copy of a live file); and the offline `verify`
 //! and the bench's `bulk` loader.
@@ -23,6 +25,7 @@
 pub mod backup;
 #[cfg(any(test, feature = "testing"))]
 pub mod bulk;
+mod bulk_jobs;
 mod business_key;
 mod cancel;
 mod checkpointer;
@@ -33,9 +36,13 @@ mod health_probe;
 mod instances;
 mod limits;
 mod list;
+mod operator;
 mod ownership;
+mod paused;
 mod reader_pool;
+mod readings;
 mod report_reads;
+mod rerun;
 mod retention;
 mod schema;
 mod sql;
@@ -49,12 +56,16 @@ mod writer;
 
 pub use business_key::LEDGER_SQL;
 #[cfg(any(test, feature = "testing"))]
-pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
+pub use list::{
+    ALL_IDS, ALL_IDS_FILTERED, ERROR_IDS, ERROR_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED,
+    PREFIX_COUNT,
+};
 pub use reader_pool::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
 use verify::verify_within;
 pub(super) use verify::{tools_outside, verify};
 
+use super::audit;
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
@@ -367,10 +378,10 @@ impl Backend for SqliteStore {
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default().to_string();
-        self.writer.submit(
-            sql::retry_later_op(lease.clone(), error.to_string(), code, delay),
-            then,
-        )
+        let message = crate::input::clip(error["message"].as_str().unwrap_or_default());
+        let detail = audit::retry_scheduled(lease.attempt, &code, message, delay);
+        let op = sql::retry_later_op(lease.clone(), error.to_string(), code, detail, delay);
+        self.writer.submit(op, then)
     }
 
     fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {

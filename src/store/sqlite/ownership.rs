@@ -46,6 +46,20 @@ const OUR_TABLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("effect_counts", &["tenant", "effects", "detached"]),
+    ("error_counts", &["tenant", "tool", "error_code", "failed"]),
+    ("rate_readings", &["at", "totals"]),
+    ("paused_tools", &["tool", "paused_at", "paused_by"]),
+    (
+        "bulk_jobs",
+        &[
+            "job_id",
+            "tenant",
+            "idem_key",
+            "action",
+            "filter_json",
+            "state",
+        ],
+    ),
 ];
 
 /// Refuse a file another program made; say why in one line.

@@ -58,7 +58,11 @@ fn create_or_get(
             lease: None,
         });
     }
-    let first_claim = first_claim.map(|(owner, lease)| (owner, now + lease.as_secs_f64()));
+    // A paused tool's call is created `pending`, never already claimed.
+    let first_claim = match first_claim {
+        Some(_) if super::paused::is_paused(conn, &new.tool)? => None,
+        claim => claim.map(|(owner, lease)| (owner, now + lease.as_secs_f64())),
+    };
     let call = insert_call_as(conn, new, now, first_claim)?;
     audit(conn, now, &call.call_id, 0, Event::Created, &call.tool)?;
     if let Some((owner, _)) = first_claim {
@@ -72,7 +76,8 @@ fn create_or_get(
 
 /// A claim takes a `pending` call that is due (no automatic retry scheduled
 /// for later), or a `running` one whose lease has expired — unless its
-/// cancel was asked: recovery ends that one `cancelled` instead.
+/// cancel was asked (recovery ends that one `cancelled` instead), and never
+/// a call of a paused tool (`paused`).
 pub(super) fn claim_one(
     conn: &Connection,
     call_id: &str,
@@ -89,6 +94,7 @@ pub(super) fn claim_one(
                 AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?3))
                      OR (status = 'running' AND lease_until <= ?3
                          AND cancel_requested_at IS NULL))
+                AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
           RETURNING attempt, tool, args_json, effect_id",
         )?
         .query_row(params![lease_until, owner, now, call_id], |r| {
@@ -168,7 +174,8 @@ pub(super) fn fail_op(
     }
 }
 
-/// A retryable failure before the tool's last attempt: back to `pending`,
+/// A retryable failure before the tool's last attempt (`detail`: its audit
+/// row's, `audit::retry_scheduled`): back to `pending`,
 /// not to be claimed before `now + delay`, fenced like a completion (a call
 /// whose cancel was asked ends `cancelled` instead, never to run again). The
 /// error stays on the call (the client sees why it is waiting); the next
@@ -177,6 +184,7 @@ pub(super) fn retry_later_op(
     lease: Lease,
     error: String,
     code: String,
+    detail: String,
     delay: Duration,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
@@ -200,7 +208,6 @@ pub(super) fn retry_later_op(
             let detail = audit::ended_after_cancel(lease.attempt, &code);
             return cancelled_or_stale(conn, now, &lease, &detail, Event::RetryScheduled);
         }
-        let detail = audit::retry_scheduled(lease.attempt, &code, delay);
         audit_lease(conn, now, &lease, Event::RetryScheduled, &detail)?;
         Ok(Completion::Applied)
     }
@@ -500,7 +507,8 @@ pub(super) fn release_op(
     }
 }
 
-/// Up to `limit` `pending` calls that are due at `now`, oldest first.
+/// Up to `limit` `pending` calls that are due at `now`, oldest first; a
+/// paused tool's are not due (and cannot hold the others back).
 pub(super) fn due_calls(
     conn: &Connection,
     now: f64,
@@ -513,6 +521,7 @@ pub(super) fn due_calls(
         // own would cost every create and claim one more B-tree write.
         "SELECT call_id, tool FROM calls
           WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+            AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
           ORDER BY lease_until, rowid LIMIT ?2",
     )?
     .query_map(params![now, limit as i64], |r| {
