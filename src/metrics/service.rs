@@ -75,6 +75,14 @@ pub enum Route {
     Nodes,
     Overview,
     CancelToolCall,
+    RerunToolCall,
+    /// `POST /v1/bulk-actions`.
+    PostBulkAction,
+    /// `GET /v1/bulk-actions/{job_id}`.
+    GetBulkAction,
+    /// `POST /v1/tools/{name}/pause` and `/resume`.
+    PauseTool,
+    ResumeTool,
     /// `GET /v1/verify`: the promise check.
     Verify,
     /// `/ui` and everything under it: the console's pages and files.
@@ -84,7 +92,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 16] = [
+    pub const ALL: [Route; 21] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -98,6 +106,11 @@ impl Route {
         Route::Nodes,
         Route::Overview,
         Route::CancelToolCall,
+        Route::RerunToolCall,
+        Route::PostBulkAction,
+        Route::GetBulkAction,
+        Route::PauseTool,
+        Route::ResumeTool,
         Route::Verify,
         Route::Console,
         Route::Other,
@@ -121,6 +134,11 @@ impl Route {
             Route::Console => "/ui",
             Route::Other => "other",
             Route::CancelToolCall => "/v1/tool-calls/{call_id}/cancel",
+            Route::RerunToolCall => "/v1/tool-calls/{call_id}/rerun",
+            Route::PostBulkAction => "/v1/bulk-actions",
+            Route::GetBulkAction => "/v1/bulk-actions/{job_id}",
+            Route::PauseTool => "/v1/tools/{name}/pause",
+            Route::ResumeTool => "/v1/tools/{name}/resume",
         }
     }
 }
@@ -300,9 +318,8 @@ pub struct Metrics {
     probe: Mutex<Option<Probe>>,
     /// What the probe read for the scrape being rendered.
     snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
-    /// Calls created and failed per second, per tenant, for the overview
-    /// (sampled by the `rates` thread the service starts).
-    pub rates: Arc<super::RateHistory>,
+    /// The operator's families: paused tools, re-runs, bulk jobs.
+    pub operator: super::operator::OperatorMetrics,
 }
 
 impl Default for Metrics {
@@ -446,7 +463,7 @@ impl Metrics {
             request_duration,
             probe: Mutex::new(None),
             snapshot: Self::register_database_gauges(&r, snapshot.clone()),
-            rates: Arc::default(),
+            operator: super::operator::OperatorMetrics::new(&r),
             registry: r,
         }
     }
@@ -543,6 +560,7 @@ impl Metrics {
             self.tool_runs.with(&[tool, outcome.label()]);
         }
         self.tool_run_duration.with(&[tool]);
+        self.operator.declare_tool(tool);
     }
 
     /// Create the zero series of a tool's limit, so its rates exist before
