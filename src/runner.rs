@@ -60,8 +60,10 @@
 //! - `completion`: the `Completer` thread (`completer`), which records each
 //!   completion once its commit is known and hands a refused one again;
 //! - `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
-//!   lease extension, heartbeat, `recovery`, key purge (`retention`), and
-//!   the check for cancels of the calls running here (`cancels`);
+//!   lease extension, heartbeat, `recovery`, key purge (`retention`), the
+//!   check for cancels of the calls running here (`cancels`), the paused
+//!   tools (`paused`: `PausedSet`, what this process knows of them), and
+//!   the bulk jobs (`bulk`: a batch at a time, under a rate);
 //! - `notifier`: `Notifier`; `stored_args`: a claimed call's args re-checked.
 //!
 //! Threads: `worker-N`, `maintenance`, `completer`; the poll runs on
@@ -69,6 +71,7 @@
 //! joins all of them, except workers still inside a tool when the grace
 //! period ends.
 
+mod bulk;
 mod cancels;
 mod capacity;
 mod completion;
@@ -77,6 +80,7 @@ mod lifecycle;
 mod limited;
 mod maintenance;
 mod notifier;
+mod paused;
 mod pool;
 mod recovery;
 mod retention;

@@ -12,11 +12,13 @@
 //! are still extended, leases still held then are given back, and only then
 //! do the ticker and the completer end.
 
+use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
 use super::completion::Completer;
 use super::dispatch::{Assignment, Dispatch, Reservation};
 use super::maintenance::{self, Doorbell, Heartbeat, LeaseExtension, Ticker};
 use super::notifier::Notifier;
+use super::paused::{PauseRefresh, PausedSet};
 use super::pool::WorkerPool;
 use super::recovery::Recovery;
 use super::retention::{OnPurged, Purge};
@@ -25,7 +27,7 @@ use super::worker::Worker;
 use crate::lock::lock;
 use crate::log;
 use crate::metrics::Metrics;
-use crate::store::{CallStore, Lease};
+use crate::store::{CallStore, Lease, PausedTool, StoreError, Toggled};
 use crate::tools::ToolRegistry;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +58,10 @@ pub struct Runner {
     /// Joined by `stop` once every completion already handed to the store is
     /// recorded.
     completer: Mutex<Option<Completer>>,
+    /// The tools paused now, as this process knows (`paused`).
+    paused: Arc<PausedSet>,
+    /// For a pause or a resume made here.
+    store: Arc<CallStore>,
 }
 
 impl Runner {
@@ -72,6 +78,7 @@ impl Runner {
         let (completions, handoffs) = mpsc::channel();
         let (doorbell, listener) = Doorbell::new();
         let doorbell = Arc::new(doorbell);
+        let paused = Arc::new(PausedSet::default());
         let dispatch = Arc::new(Dispatch::new(
             TaskTable::new(&tools, options.lease, completions),
             options.workers,
@@ -79,6 +86,7 @@ impl Runner {
             Arc::clone(&store),
             (Arc::clone(&notifier), Arc::clone(&doorbell)),
             Arc::clone(&metrics),
+            Arc::clone(&paused),
         ));
         let recovery = Recovery {
             dispatch: Arc::clone(&dispatch),
@@ -96,7 +104,10 @@ impl Runner {
             cancels,
             ticker: Mutex::new(None),
             completer: Mutex::new(None),
+            paused,
+            store: Arc::clone(&store),
         });
+        runner.refresh_paused(&metrics);
         let completer = Completer::start(
             Arc::clone(&runner.dispatch),
             Arc::clone(&store),
@@ -150,6 +161,20 @@ impl Runner {
         (doorbell, listener): (Arc<Doorbell>, mpsc::Receiver<()>),
     ) -> std::io::Result<()> {
         let dispatch = &self.dispatch;
+        let extra = maintenance::Extra {
+            pauses: PauseRefresh {
+                paused: Arc::clone(&self.paused),
+                dispatch: Arc::clone(dispatch),
+                store: Arc::clone(&store),
+                metrics: Arc::clone(&metrics),
+            },
+            bulk: BulkWork::new(
+                Arc::clone(dispatch),
+                Arc::clone(&store),
+                Arc::clone(&metrics),
+                options.lease,
+            ),
+        };
         let chores = maintenance::chores(
             LeaseExtension {
                 dispatch: Arc::clone(dispatch),
@@ -167,6 +192,7 @@ impl Runner {
                 on_purged,
             },
             self.cancels.clone(),
+            extra,
         );
         let ticker = Ticker::start(Arc::clone(dispatch), chores, doorbell, listener)?;
         *lock(&self.ticker) = Some(ticker);
@@ -270,5 +296,55 @@ impl Runner {
     /// Returns how many were claimed.
     pub fn claim_due_work(&self) -> usize {
         self.dispatch.claim_due_work()
+    }
+
+    /// Calls were sent back to `pending` here (a re-run): poll for them at
+    /// once rather than at the next interval.
+    pub fn poll_soon(&self) {
+        self.dispatch.poll_soon();
+    }
+
+    /// Every paused tool, as this process knows (`paused`).
+    pub fn paused_tools(&self) -> Vec<PausedTool> {
+        self.paused.all()
+    }
+
+    /// `tool`'s pause, if it is paused.
+    pub fn paused(&self, tool: &str) -> Option<PausedTool> {
+        self.paused.get(tool)
+    }
+
+    /// Whether this process holds `call_id` waiting for its tool's slot.
+    pub fn waits_for_slot(&self, call_id: &str) -> bool {
+        self.dispatch.tasks().waits_for_slot(call_id)
+    }
+
+    /// Pause `tool` for every process (`store::paused`), and know it here
+    /// at once.
+    pub fn pause(&self, tool: &str, by: &str, reason: Option<&str>) -> Result<Toggled, StoreError> {
+        let toggled = self.store.pause_tool(tool, by, reason)?;
+        if let Toggled::Now(Some(paused)) | Toggled::Already(Some(paused)) = &toggled {
+            self.paused.insert(paused.clone());
+        }
+        Ok(toggled)
+    }
+
+    /// Resume `tool` for every process, and poll for its calls at once.
+    pub fn resume(&self, tool: &str) -> Result<Toggled, StoreError> {
+        let toggled = self.store.resume_tool(tool)?;
+        self.paused.remove(tool);
+        self.dispatch.poll_soon();
+        Ok(toggled)
+    }
+
+    /// Read the paused tools now (start-up; then every interval).
+    fn refresh_paused(&self, metrics: &Arc<Metrics>) {
+        PauseRefresh {
+            paused: Arc::clone(&self.paused),
+            dispatch: Arc::clone(&self.dispatch),
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(metrics),
+        }
+        .run_once();
     }
 }

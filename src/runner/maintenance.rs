@@ -11,7 +11,10 @@
 //!   there are free workers claimed in one operation and handed to them;
 //! - key purge (`Purge`, `PURGE_EVERY`, see `retention`);
 //! - the check for cancels of the calls running here (`CancelCheck`,
-//!   `HEARTBEAT_EVERY`, see `cancels`).
+//!   `HEARTBEAT_EVERY`, see `cancels`);
+//! - the paused tools read again (`PauseRefresh`, `HEARTBEAT_EVERY`, see
+//!   `paused`);
+//! - a batch of the bulk job this process works (`BulkWork`, see `bulk`).
 //!
 //! It sleeps until the next job is due, polls at once when its `Doorbell`
 //! rings (the last poll filled what it could claim, and a completion has
@@ -23,8 +26,10 @@
 //! still running keep their leases while they finish (or are stopped). It
 //! never decides who executes a call.
 
+use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
 use super::dispatch::Dispatch;
+use super::paused::PauseRefresh;
 use super::recovery::Recovery;
 use super::retention::Purge;
 use super::tasks::TaskTable;
@@ -72,6 +77,7 @@ pub(super) fn chores(
     recovery: Recovery,
     purge: Purge,
     cancels: CancelCheck,
+    extra: Extra,
 ) -> Vec<Box<dyn Chore>> {
     vec![
         Box::new(extension),
@@ -79,7 +85,16 @@ pub(super) fn chores(
         Box::new(recovery),
         Box::new(purge),
         Box::new(cancels),
+        Box::new(extra.pauses),
+        Box::new(extra.bulk),
     ]
+}
+
+/// The operator's chores, after the call path's: the paused tools read
+/// again (`paused`), and bulk jobs worked a batch at a time (`bulk`).
+pub(super) struct Extra {
+    pub(super) pauses: PauseRefresh,
+    pub(super) bulk: BulkWork,
 }
 
 /// How the ticker is asked to poll at once, and told to end: a channel whose
@@ -172,7 +187,7 @@ fn tick_until_silenced(
     listener: &mpsc::Receiver<()>,
 ) {
     loop {
-        let next = scheduled.iter().map(|s| s.next).min().expect("five jobs");
+        let next = scheduled.iter().map(|s| s.next).min().expect("seven jobs");
         let mut idle = next.saturating_duration_since(Instant::now());
         if let Some(token) = dispatch.scheduled_poll_in() {
             idle = idle.min(token);
