@@ -28,20 +28,29 @@
 //! - `overview`: `GET /v1/overview` and `GET /v1/nodes`;
 //! - `query`: the query string of the read routes, decoded and checked;
 //! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`;
+//! - `rerun`: `POST /v1/tool-calls/{call_id}/rerun`;
+//! - `bulk`: `POST /v1/bulk-actions`, `GET /v1/bulk-actions/{job_id}`;
+//! - `pause`: `POST /v1/tools/{name}/pause` and `/resume`, and the tools'
+//!   paused state in `GET /v1/tools`;
+//! - `operate`: who may re-run, run a bulk job, pause (`may_operate`);
 //! - `promise_check`: `GET /v1/verify`, `verify` on demand on a thread of
 //!   its own, one at a time, bounded in time.
 //!
 //! `/ui` is answered by `crate::console` before authentication (its files
 //! hold no data).
 
+mod bulk;
 mod cancel;
 mod error;
 mod exchange;
 mod list;
+mod operate;
 mod operations;
 mod overview;
+mod pause;
 mod promise_check;
 mod query;
+mod rerun;
 mod router;
 mod validate;
 

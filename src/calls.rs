@@ -26,6 +26,9 @@
 //! - `pushback`: `--max-pending`, the bound on calls waiting for a worker;
 //! - `cancel`: a call cancelled (pending: at once; running: its tool
 //!   halted), and the bounded wait for a running one to end;
+//! - `operate`: the operator's doors — re-run a call, pause and resume a
+//!   tool, bulk jobs, a filter's total, a call's effect — and why a pending
+//!   call waits (`Wait`);
 //! - `key_cache`: what this process knows about keys, and the settled
 //!   answers kept for retries;
 //! - `error`: `CallError`, every way the call path refuses.
@@ -34,6 +37,7 @@ mod cancel;
 mod check;
 mod error;
 mod key_cache;
+mod operate;
 mod pushback;
 mod request;
 mod service;

@@ -47,6 +47,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/nodes"),
     ("GET", "/v1/overview"),
     ("POST", "/v1/tool-calls/{call_id}/cancel"),
+    ("POST", "/v1/tool-calls/{call_id}/rerun"),
+    ("POST", "/v1/bulk-actions"),
+    ("GET", "/v1/bulk-actions/{job_id}"),
+    ("POST", "/v1/tools/{name}/pause"),
+    ("POST", "/v1/tools/{name}/resume"),
     ("GET", "/v1/verify"),
     ("GET", "/ui"),
     ("GET", "/ui/{asset}"),
@@ -178,7 +183,11 @@ impl Api {
             }
             "/v1/tools" => {
                 allow("GET")?;
-                Ok(Response::json(200, &self.calls.tools().public_view()))
+                Ok(Response::json(200, &self.tools_view()))
+            }
+            "/v1/bulk-actions" => {
+                allow("POST")?;
+                self.create_bulk_job(req, &tenant, exchange)
             }
             "/mcp" => {
                 allow("POST")?;
@@ -205,10 +214,26 @@ impl Api {
                     })?;
                     exchange.call_id = Some(call.call_id.clone());
                     self.respond_with_call(call, wait_param(req)?, &req.client)
+                } else if let Some(job_id) = path.strip_prefix("/v1/bulk-actions/") {
+                    allow("GET")?;
+                    self.bulk_job(&tenant, job_id)
+                } else if let Some(rest) = path.strip_prefix("/v1/tools/") {
+                    let (name, action) = rest.rsplit_once('/').unwrap_or((rest, ""));
+                    match action {
+                        "pause" | "resume" => {
+                            allow("POST")?;
+                            self.pause_or_resume(req, &tenant, name, action == "pause")
+                        }
+                        _ => Err(ApiError::NotFound(format!("path {}", quote(path)))),
+                    }
                 } else if let Some(rest) = path.strip_prefix("/v1/tool-calls/") {
                     if let Some(call_id) = rest.strip_suffix("/cancel") {
                         allow("POST")?;
                         return self.cancel(req, &tenant, call_id, exchange);
+                    }
+                    if let Some(call_id) = rest.strip_suffix("/rerun") {
+                        allow("POST")?;
+                        return self.rerun(req, &tenant, call_id, exchange);
                     }
                     allow("GET")?;
                     if let Some(call_id) = rest.strip_suffix("/audit") {
@@ -231,8 +256,8 @@ impl Api {
     /// carries its `Location`; one that returns a call that already existed
     /// (not one it reset to run again) carries `Idempotent-Replayed: true`,
     /// and one that is another key's call holding the same business key also
-    /// says `"duplicate_intent": true`. A settled replay's answer is kept
-    /// for the key's next retry.
+    /// says `"duplicate_intent": true`. A final replay's answer (a
+    /// success's) is kept for the key's next retry.
     fn post_call(
         &self,
         req: &Request,
@@ -270,7 +295,7 @@ impl Api {
             Err(e) => return Err(refused(e, exchange)),
         };
         let call_id = call.call_id.clone();
-        if replayed && call.is_settled() && !duplicate_intent {
+        if replayed && call.is_final() && !duplicate_intent {
             let response = render(&call, false);
             self.calls
                 .keep_answer(tenant, key, call, &response.body, &req.body);
@@ -289,7 +314,8 @@ impl Api {
         client: &ClientProbe,
     ) -> Result<Response, ApiError> {
         let call = self.waited(call, wait, client)?;
-        Ok(render(&call, false))
+        let json = self.with_wait(call.to_json(), &call);
+        Ok(render_json(&call, json))
     }
 
     /// With a wait, the call once it is terminal, the wait is over, or the
@@ -318,6 +344,12 @@ pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
     if duplicate_intent {
         json["duplicate_intent"] = true.into();
     }
+    render_json(call, json)
+}
+
+/// `call`'s answer with `json` as its body: `200` once it is terminal,
+/// `202` (with `Retry-After`) while it is not.
+fn render_json(call: &Call, json: serde_json::Value) -> Response {
     if call.status.is_terminal() {
         Response::json(200, &json)
     } else {

@@ -158,19 +158,25 @@ fn depth(value: &Value) -> usize {
 /// at most `MAX_CANCEL_REASON_BYTES` (or `null`), parsed strictly, no other
 /// member. The reason, if one was given.
 pub(super) fn cancel_reason(body: &[u8]) -> Result<Option<String>, ApiError> {
+    reason_of(body, "a cancel")
+}
+
+/// The optional body of an action on a call or a tool (`what`: "a cancel",
+/// "a re-run", "a pause"): as a cancel's, `{"reason": "..."}` or nothing.
+pub(super) fn reason_of(body: &[u8], what: &str) -> Result<Option<String>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
     let value = parse_strict(body)
-        .map_err(|e| ApiError::BadRequest(format!("a cancel's body is not valid JSON: {e}")))?;
+        .map_err(|e| ApiError::BadRequest(format!("{what}'s body is not valid JSON: {e}")))?;
     let Value::Object(mut map) = value else {
-        return Err(ApiError::BadRequest(
-            "a cancel's body must be a JSON object".into(),
-        ));
+        return Err(ApiError::BadRequest(format!(
+            "{what}'s body must be a JSON object"
+        )));
     };
     if let Some(field) = map.keys().find(|k| k.as_str() != "reason") {
         return Err(ApiError::BadRequest(format!(
-            "{} is not a field of a cancel (expected: reason)",
+            "{} is not a field of {what} (expected: reason)",
             quote(field)
         )));
     }
