@@ -20,8 +20,8 @@ use super::error::ApiError;
 use super::list::{list_query, FILTERS};
 use super::operate::{may_operate, operating_scope, Operation};
 use super::query::QueryParams;
-use super::router::Api;
-use super::validate::{idempotency_key, parse_body};
+use super::router::{Api, POLL_AFTER_SECS};
+use super::validate::{idempotency_key, object_with};
 use crate::auth::Tenant;
 use crate::fingerprint::{canonical, hex_sha256};
 use crate::http::{ErrorCode, Request, Response};
@@ -42,11 +42,17 @@ impl Api {
     ) -> Result<Response, ApiError> {
         let key = idempotency_key(req)?;
         exchange.idem_key = Some(key.to_string());
-        let body = parse_body(&req.body)?;
+        let body = object_with(
+            &req.body,
+            &["action", "filter", "reason", "max_calls"],
+            "a bulk action",
+        )?;
         let new = self.new_job(tenant, key, &body)?;
         let created = self.calls.create_job(new)?;
         let response = match created {
-            JobCreated::New(job) => job_answer(202, &job),
+            JobCreated::New(job) => {
+                job_answer(202, &job).with_header("Retry-After", POLL_AFTER_SECS)
+            }
             JobCreated::Existing(job) => {
                 job_answer(200, &job).with_header("Idempotent-Replayed", "true")
             }
@@ -75,7 +81,7 @@ impl Api {
             .calls
             .job(operating_scope(tenant), job_id)?
             .ok_or_else(|| ApiError::NotFound(format!("bulk job {}", quote(job_id))))?;
-        Ok(job_answer(200, &job))
+        Ok(Response::json(200, &job.to_json()))
     }
 
     /// The job a body asks for, checked: its action, its filter (the list's,
@@ -86,15 +92,6 @@ impl Api {
         key: &str,
         object: &Map<String, Value>,
     ) -> Result<NewBulkJob, ApiError> {
-        if let Some(field) = object
-            .keys()
-            .find(|k| !["action", "filter", "reason", "max_calls"].contains(&k.as_str()))
-        {
-            return Err(bad(format!(
-                "{} is not a field of a bulk action (expected: action, filter, reason, max_calls)",
-                quote(field)
-            )));
-        }
         let action = match object.get("action").and_then(Value::as_str) {
             Some(word) => BulkAction::parse(word).ok_or_else(|| {
                 bad(format!(

@@ -13,7 +13,7 @@ use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::mixed::{MixedCalls, MixedRow};
 use super::connect::connect_once;
-use super::counts::{BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS};
+use super::counts::{BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS, BACKFILL_ERROR_COUNTS};
 use super::error::store_error;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -31,9 +31,11 @@ pub(in crate::store) fn insert_mixed(
     let mut tx = client.transaction().map_err(store_error)?;
     tx.batch_execute(
         "ALTER TABLE calls DISABLE TRIGGER calls_counted;
+         ALTER TABLE calls DISABLE TRIGGER calls_failures_counted;
          ALTER TABLE effects DISABLE TRIGGER effects_counted;
          DELETE FROM call_counts;
-         DELETE FROM effect_counts;",
+         DELETE FROM effect_counts;
+         DELETE FROM error_counts;",
     )
     .map_err(store_error)?;
     for first in (0..mix.count).step_by(ROWS_PER_COPY as usize) {
@@ -71,11 +73,23 @@ pub(in crate::store) fn insert_mixed(
             }),
         )?;
     }
-    for backfill in [BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS] {
+    copy(
+        &mut tx,
+        "COPY rate_readings (at, totals) FROM STDIN",
+        mix.readings()
+            .iter()
+            .map(|r| format!("{}\t{}\n", r.at, r.totals_json())),
+    )?;
+    for backfill in [
+        BACKFILL_CALL_COUNTS,
+        BACKFILL_EFFECT_COUNTS,
+        BACKFILL_ERROR_COUNTS,
+    ] {
         tx.batch_execute(backfill).map_err(store_error)?;
     }
     tx.batch_execute(
         "ALTER TABLE calls ENABLE TRIGGER calls_counted;
+         ALTER TABLE calls ENABLE TRIGGER calls_failures_counted;
          ALTER TABLE effects ENABLE TRIGGER effects_counted;",
     )
     .map_err(store_error)?;

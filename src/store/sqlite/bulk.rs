@@ -77,7 +77,8 @@ pub fn insert_succeeded_charges(
 }
 
 /// Insert `mix`'s calls, their effects and business keys into the database
-/// at `path` (whose schema must exist), in large unsynced transactions, then
+/// at `path` (whose schema must exist), in large unsynced transactions, and
+/// a week of the overview's readings (`MixedCalls::readings`), then
 /// checkpoint the WAL. The count tables' triggers fire as for any insert.
 pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
     let mut conn = Connection::open(path)?;
@@ -133,6 +134,14 @@ pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
         }
         tx.commit()?;
     }
+    let tx = conn.transaction()?;
+    {
+        let mut reading = tx.prepare("INSERT INTO rate_readings (at, totals) VALUES (?1, ?2)")?;
+        for r in mix.readings() {
+            reading.execute(params![r.at, r.totals_json()])?;
+        }
+    }
+    tx.commit()?;
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
     Ok(())
 }
