@@ -302,7 +302,11 @@ impl Api {
             return Ok(returned_call(exchange, response, &call_id, true));
         }
         let call = self.waited(call, wait, &req.client)?;
-        let response = render(&call, duplicate_intent);
+        let mut json = self.with_wait(call.to_json(), &call);
+        if duplicate_intent {
+            json["duplicate_intent"] = true.into();
+        }
+        let response = render_json(&call, json);
         Ok(returned_call(exchange, response, &call_id, replayed))
     }
 

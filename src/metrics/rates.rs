@@ -103,8 +103,14 @@ impl Rates {
             created.push(rate.map(|r| r.0));
             failed.push(rate.map(|r| r.1));
         }
-        let base = ends.iter().take(SLOTS).flatten().next();
-        let failed_by_code = match base {
+        // The earliest reading the points found (the one at the last point
+        // too: a history younger than a step still has one).
+        let base = at_points
+            .iter()
+            .flatten()
+            .next()
+            .map(|r| (r.at, r.totals(tenant)));
+        let failed_by_code = match &base {
             Some((_, before)) => {
                 by_code(&before.failed_by_code, &live.totals(tenant).failed_by_code)
             }
@@ -114,7 +120,7 @@ impl Rates {
             step_s: range / SLOTS as f64,
             range_s: range,
             until: live.at,
-            since: base.map(|(at, _)| *at),
+            since: base.map(|(at, _)| at),
             created,
             failed,
             failed_by_code,

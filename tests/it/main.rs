@@ -58,6 +58,7 @@ mod module_maps;
 mod observability;
 mod openapi;
 mod openapi_live;
+mod operator;
 mod paused_process;
 mod pg_bench;
 mod pg_claim;
