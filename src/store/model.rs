@@ -161,6 +161,7 @@ impl Call {
             "expires_at": self.expires_at,
             "next_attempt_at": self.next_attempt_at,
             "cancel_requested_at": self.cancel_requested_at,
+            "lease_until": self.lease_until,
         })
     }
 }

@@ -34,6 +34,7 @@ mod closed_output;
 mod configuration;
 mod console;
 mod console_api;
+mod console_operator;
 mod console_outage;
 mod crash;
 mod created_claimed;
