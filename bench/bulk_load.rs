@@ -88,8 +88,10 @@ fn run(config: &Config, calls: u64, with_job: bool) -> Result<Run, BenchError> {
         stop: config.stop,
         prefix: format!("bulk-{}", run_id()),
     });
+    // A new connection: the first one sat idle past the server's idle
+    // timeout while the load ran.
     let job = match job_id {
-        Some(id) => Some(wait_done(&mut conn, &id, job_started)?),
+        Some(id) => Some(wait_done(&mut connect(&target)?, &id, job_started)?),
         None => None,
     };
     drop(target);

@@ -360,6 +360,19 @@ fn paused_calls_wait_then_run(pauser: &Server, poster: &Server) {
     }
 }
 
+/// MCP's `tools/list` on `server`, its tools.
+fn mcp_tools(server: &Server) -> Vec<Value> {
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let (status, answer) = server.request("POST", "/mcp", &headers, Some(&body.to_string()));
+    assert_eq!(status, 200, "{answer}");
+    answer["result"]["tools"].as_array().expect("tools").clone()
+}
+
 /// A tenant re-runs its own calls only, may not pause a tool nor run a
 /// bulk job over another tenant's calls; an admin may do all three.
 #[test]
