@@ -59,8 +59,13 @@ pub fn run_bulk_comparison(config: &Config) -> Result<bool, BenchError> {
 fn run(config: &Config, calls: u64, with_job: bool) -> Result<Run, BenchError> {
     let dir = TempDir::new("idem-bench-bulk").map_err(BenchError::io("temp folder"))?;
     let target = start_in_process(&dir.join("idem.db"), || Ok(()))?;
-    let mut conn = connect(&target)?;
-    expect(&mut conn, "POST", "/v1/tools/sleep/pause", None, 200)?;
+    expect(
+        &mut connect(&target)?,
+        "POST",
+        "/v1/tools/sleep/pause",
+        None,
+        200,
+    )?;
     make_waiting_calls(&target, calls)?;
     let job_started = Instant::now();
     let job_id = match with_job {
@@ -68,7 +73,9 @@ fn run(config: &Config, calls: u64, with_job: bool) -> Result<Run, BenchError> {
             let body = json!({"action": "cancel", "filter": {"status": "pending", "tool": "sleep"},
                               "max_calls": calls})
             .to_string();
-            let answer = conn
+            // A new connection for each request made after a long wait: one
+            // left idle past the server's idle timeout is closed.
+            let answer = connect(&target)?
                 .request(
                     "POST",
                     "/v1/bulk-actions",
@@ -88,8 +95,6 @@ fn run(config: &Config, calls: u64, with_job: bool) -> Result<Run, BenchError> {
         stop: config.stop,
         prefix: format!("bulk-{}", run_id()),
     });
-    // A new connection: the first one sat idle past the server's idle
-    // timeout while the load ran.
     let job = match job_id {
         Some(id) => Some(wait_done(&mut connect(&target)?, &id, job_started)?),
         None => None,

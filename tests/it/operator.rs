@@ -292,7 +292,8 @@ fn a_tool_paused_on_one_node_holds_on_another_on_postgres() {
 
 /// Paused through `pauser`, `charge`'s calls posted to `poster` are
 /// accepted and wait (`waiting_for: paused`) while a later call of another
-/// tool runs; the pause shows in `/v1/tools` and `/metrics`; after the
+/// tool runs; the pause shows in `/v1/tools`, MCP `tools/list` and
+/// `/metrics`; after the
 /// resume they run.
 fn paused_calls_wait_then_run(pauser: &Server, poster: &Server) {
     let (status, paused) = post_json(
@@ -314,6 +315,17 @@ fn paused_calls_wait_then_run(pauser: &Server, poster: &Server) {
             .iter()
             .any(|t| t["name"] == "charge" && t["paused"] == true)
     });
+    let charge_in_mcp = |server: &Server| {
+        mcp_tools(server)
+            .into_iter()
+            .find(|t| t["name"] == "charge")
+            .expect("charge is listed")
+    };
+    let listed = charge_in_mcp(poster);
+    assert_eq!(
+        listed["_meta"]["dev.idempotent-tool/paused"]["reason"], "bank maintenance",
+        "{listed}"
+    );
     let waiting: Vec<String> = (0..3)
         .map(|n| {
             let (status, call) = poster.post(
@@ -358,6 +370,10 @@ fn paused_calls_wait_then_run(pauser: &Server, poster: &Server) {
     for call_id in &waiting {
         assert_eq!(poster.wait_terminal(call_id)["status"], "succeeded");
     }
+    // Another node hears of the resume within an interval, as of the pause.
+    eventually("the resume known in MCP where the calls are posted", || {
+        charge_in_mcp(poster)["_meta"]["dev.idempotent-tool/paused"].is_null()
+    });
 }
 
 /// MCP's `tools/list` on `server`, its tools.

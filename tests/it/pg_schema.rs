@@ -101,6 +101,10 @@ fn an_earlier_release_tables_in_public_move_into_the_schema_at_start() {
          DROP TABLE public.error_counts, public.rate_readings, public.paused_tools,
                     public.bulk_jobs;
          DROP INDEX public.calls_error;
+         DROP TRIGGER calls_error_code ON public.calls;
+         DROP TRIGGER calls_error_code_on_update ON public.calls;
+         DROP FUNCTION public.idem_error_code();
+         ALTER TABLE public.calls DROP COLUMN error_code;
          DROP TABLE public.tool_limits;
          DROP TRIGGER calls_counted ON public.calls;
          DROP TRIGGER calls_counted_on_update ON public.calls;

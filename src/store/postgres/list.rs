@@ -43,15 +43,43 @@ SELECT x.call_id FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, to
     ORDER BY call_id DESC LIMIT $6) AS x
  ORDER BY x.call_id DESC LIMIT $6";
 
-/// Schema step 6: the list's index of a call's error code, an expression
-/// on `error_json` (no column is added, so no row is rewritten), partial:
-/// only the calls that hold an error have an entry, and a call's create,
-/// claim and success write none. Every statement that reads it names the
-/// same expression and `error_json IS NOT NULL`.
-pub(super) const ERROR_INDEX: &str = "
-CREATE INDEX calls_error ON calls
-  (tenant, tool, status, ((error_json::jsonb) ->> 'code'), call_id)
-  WHERE error_json IS NOT NULL";
+/// Schema step 6: a call's error code as a column of its own, kept by a
+/// trigger, and the list's index of it.
+///
+/// `error_code` is `error_json`'s `code`, set by a `BEFORE` trigger on any
+/// insert or update that changes `error_json` (or `error_code` itself), so
+/// whoever writes a call (another node, an older release, an operator's
+/// SQL) leaves the two agreeing; the `WHEN` keeps the function out of every
+/// other write — a new call has no error, a success after a first attempt
+/// keeps `NULL`. A column, not an expression index: an index-only scan can
+/// read a plain column (a page of ids, a total counted up to `TOTAL_CAP`,
+/// no table page read), which PostgreSQL cannot do for an expression. The
+/// column is added without a default, so no row is rewritten but the calls
+/// that hold an error (the backfill). `calls_error` is partial: only those
+/// calls have an entry, and a call's create, claim and success write none.
+pub(super) const ERROR_CODE_COLUMN: &str = "
+ALTER TABLE calls ADD COLUMN error_code text;
+
+CREATE FUNCTION idem_error_code() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  NEW.error_code := (NEW.error_json::jsonb) ->> 'code';
+  RETURN NEW;
+END $$;
+
+CREATE TRIGGER calls_error_code BEFORE INSERT ON calls
+  FOR EACH ROW WHEN (NEW.error_json IS NOT NULL OR NEW.error_code IS NOT NULL)
+  EXECUTE FUNCTION idem_error_code();
+CREATE TRIGGER calls_error_code_on_update BEFORE UPDATE ON calls
+  FOR EACH ROW
+  WHEN (NEW.error_json IS DISTINCT FROM OLD.error_json
+        OR NEW.error_code IS DISTINCT FROM OLD.error_code)
+  EXECUTE FUNCTION idem_error_code();
+
+UPDATE calls SET error_code = (error_json::jsonb) ->> 'code' WHERE error_json IS NOT NULL;
+
+CREATE INDEX calls_error ON calls (tenant, tool, status, error_code, call_id)
+  WHERE error_code IS NOT NULL;
+";
 
 /// Newest first in each group's calls with error code `$7`, by
 /// `calls_error`, between two ids, at most `$6` from each and in all.
@@ -60,7 +88,7 @@ SELECT x.call_id FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, to
  CROSS JOIN LATERAL (
    SELECT call_id FROM calls
     WHERE calls.tenant = g.tenant AND calls.tool = g.tool AND calls.status = g.status
-      AND error_json IS NOT NULL AND (error_json::jsonb) ->> 'code' = $7
+      AND error_code = $7
       AND call_id >= $4 AND call_id < $5
     ORDER BY call_id DESC LIMIT $6) AS x
  ORDER BY x.call_id DESC LIMIT $6";
@@ -71,7 +99,7 @@ SELECT x.call_id FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, to
  CROSS JOIN LATERAL (
    SELECT call_id FROM calls
     WHERE calls.tenant = g.tenant AND calls.tool = g.tool AND calls.status = g.status
-      AND error_json IS NOT NULL AND (error_json::jsonb) ->> 'code' = $7
+      AND error_code = $7
       AND call_id >= $4 AND call_id < $5 AND starts_with(idem_key, $8)
     ORDER BY call_id DESC LIMIT $6) AS x
  ORDER BY x.call_id DESC LIMIT $6";
@@ -95,7 +123,7 @@ SELECT count(*) FROM (
    CROSS JOIN LATERAL (
      SELECT 1 FROM calls
       WHERE calls.tenant = g.tenant AND calls.tool = g.tool AND calls.status = g.status
-        AND error_json IS NOT NULL AND (error_json::jsonb) ->> 'code' = $7
+        AND error_code = $7
         AND call_id >= $4 AND call_id < $5
       LIMIT $6) AS x
   LIMIT $6) AS m";
@@ -112,7 +140,7 @@ SELECT count(*) FROM (
   SELECT 1 FROM calls
    WHERE tenant = ANY($1) AND idem_key >= $2 AND ($3::text IS NULL OR idem_key < $3)
      AND ($5::text IS NULL OR tool = $5)
-     AND ($6::text IS NULL OR (error_json IS NOT NULL AND (error_json::jsonb) ->> 'code' = $6))
+     AND ($6::text IS NULL OR error_code = $6)
      AND ($7::text[] IS NULL OR status = ANY($7))
      AND call_id >= $8 AND call_id < $9
    LIMIT $4) AS m";

@@ -63,10 +63,10 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
-        name: "calls_error, error_counts: the list by error code, failures by code \
-               (SQLite's version 12)",
+        name: "calls.error_code, calls_error, error_counts: the list by error code, \
+               failures by code (SQLite's version 12)",
         sql: &[
-            super::list::ERROR_INDEX,
+            super::list::ERROR_CODE_COLUMN,
             super::counts::ERROR_COUNTS,
             super::counts::BACKFILL_ERROR_COUNTS,
         ],
