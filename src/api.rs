@@ -28,6 +28,9 @@
 //! - `overview`: `GET /v1/overview` and `GET /v1/nodes`;
 //! - `query`: the query string of the read routes, decoded and checked;
 //! - `cancel`: `POST /v1/tool-calls/{call_id}/cancel`;
+//! - `approvals`: `POST /v1/tool-calls/{call_id}/approve` and `/deny`,
+//!   `GET /v1/tool-calls/{call_id}/approval` and `GET /v1/approvals` (the
+//!   queue);
 //! - `rerun`: `POST /v1/tool-calls/{call_id}/rerun`;
 //! - `bulk`: `POST /v1/bulk-actions`, `GET /v1/bulk-actions/{job_id}`;
 //! - `pause`: `POST /v1/tools/{name}/pause` and `/resume`, and the tools'
@@ -39,6 +42,7 @@
 //! `/ui` is answered by `crate::console` before authentication (its files
 //! hold no data).
 
+mod approvals;
 mod bulk;
 mod cancel;
 mod error;

@@ -6,24 +6,29 @@
 //! `Metrics` fed by the store's writer, the runner and the call path, and
 //! the purge hook that makes the key cache forget purged keys.
 //!
+//! It also starts the `webhooks` thread when a tenant has a webhook, rung
+//! by the call path when a call starts waiting for approval.
+//!
 //! It never sets up logging: the binary (or the bench) installs the process's
 //! logger before starting a service.
 
 use crate::api::{Api, Endpoint};
 use crate::auth::{Auth, AuthFileError};
-use crate::calls::{scoped_key, Calls, CallsOptions, KeyCache};
+use crate::calls::{scoped_key, Bell, Calls, CallsOptions, KeyCache};
 use crate::config::Config;
 use crate::descriptors::{self, Budget};
 use crate::lock::lock;
-use crate::mcp::Mcp;
+use crate::mcp::{Mcp, McpOptions};
 use crate::metrics::rates::ReadingProbe;
 use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError, RateSampler};
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
 use crate::store::{
-    now, CallStore, Rate, Reading, Scope, StoreError, ToolLimit, Wake, WakeHandler,
+    now, CallStore, Database, Rate, Reading, RestoredCopy, Scope, StoreError, ToolLimit, Wake,
+    WakeHandler,
 };
 use crate::tools::ToolRegistry;
+use crate::webhook::Webhooks;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, Weak};
@@ -41,6 +46,12 @@ pub enum StartError {
         db: Box<crate::store::Database>,
         error: StoreError,
     },
+    /// The database is a copy `backup` made, and `--accept-restored-copy`
+    /// did not name its snapshot: nothing was written to it.
+    RestoredCopy {
+        db: Box<crate::store::Database>,
+        copy: RestoredCopy,
+    },
     /// The open-file limit leaves no room for a single connection.
     Descriptors(descriptors::TooFewDescriptors),
     Bind(std::io::Error),
@@ -54,6 +65,7 @@ impl fmt::Display for StartError {
             StartError::Database { db, error } => {
                 write!(f, "cannot open the database: {db}: {error}")
             }
+            StartError::RestoredCopy { db, copy } => write!(f, "{db}: {copy}"),
             StartError::Descriptors(e) => write!(f, "{e}"),
             StartError::Bind(e) => write!(f, "cannot bind the listening socket: {e}"),
             StartError::Spawn(e) => write!(f, "cannot start a thread: {e}"),
@@ -66,9 +78,26 @@ impl std::error::Error for StartError {
         match self {
             StartError::Auth(e) => Some(e),
             StartError::Database { error, .. } => Some(error),
+            StartError::RestoredCopy { copy, .. } => Some(copy),
             StartError::Descriptors(e) => Some(e),
             StartError::Bind(e) | StartError::Spawn(e) => Some(e),
         }
+    }
+}
+
+/// Why the store did not open: a restored copy not accepted (the store
+/// hands the mark as its error's source), or any other database failure.
+fn database_refused(db: &Database, error: StoreError) -> StartError {
+    let copy = std::error::Error::source(&error).and_then(|e| e.downcast_ref::<RestoredCopy>());
+    match copy {
+        Some(copy) => StartError::RestoredCopy {
+            db: Box::new(db.clone()),
+            copy: copy.clone(),
+        },
+        None => StartError::Database {
+            db: Box::new(db.clone()),
+            error,
+        },
     }
 }
 
@@ -88,6 +117,9 @@ pub struct Service {
     /// The `rates` thread, sampling the overview's history; stopped before
     /// the store.
     rates: Mutex<RateSampler>,
+    /// The `webhooks` thread (none without a tenant's webhook); stopped
+    /// before the store, its undelivered notifications left in the outbox.
+    webhooks: Arc<Webhooks>,
     /// Tenants by name, for the banner (no hash ever leaves `Auth`).
     tenants: Vec<String>,
     /// What the first `stop` did; later calls return it again.
@@ -128,10 +160,8 @@ impl Service {
             TcpListener::bind((config.host.as_str(), config.port)).map_err(StartError::Bind)?;
         let mut options = config.store.clone();
         options.limits = tool_limits(&config.tools);
-        let store = CallStore::open(&config.db, options).map_err(|error| StartError::Database {
-            db: Box::new(config.db.clone()),
-            error,
-        })?;
+        let store = CallStore::open(&config.db, options)
+            .map_err(|error| database_refused(&config.db, error))?;
         let metrics = Arc::new(Metrics::new());
         crate::log::global()
             .report_dropped_access_lines_to(Arc::clone(&metrics.access_log_dropped));
@@ -166,7 +196,18 @@ impl Service {
             Arc::downgrade(&runner),
             Arc::downgrade(&notifier),
         ));
-        let tenants = auth.tenants().map(|t| t.name.to_string()).collect();
+        let tenants = auth.tenant_names();
+        let webhooks = Webhooks::start(Arc::clone(&store), auth.webhooks(), Arc::clone(&metrics))
+            .map_err(|e| {
+            runner.stop(Duration::ZERO);
+            store.stop();
+            StartError::Spawn(e)
+        })?;
+        let webhooks = Arc::new(webhooks);
+        let bell: Bell = {
+            let webhooks = Arc::clone(&webhooks);
+            Arc::new(move || webhooks.ring())
+        };
         let calls = Arc::new(Calls::new(
             Arc::clone(&store),
             Arc::clone(&runner),
@@ -177,11 +218,17 @@ impl Service {
             CallsOptions {
                 chaos: config.runner.chaos,
                 max_pending: config.max_pending,
+                on_approval_requested: bell,
             },
         ));
         let mcp = Mcp::new(
             Arc::clone(&calls),
-            config.mcp_wait,
+            McpOptions {
+                wait: config.mcp_wait,
+                keyless: config.mcp_keyless,
+                content_window: config.mcp_content_window,
+                key_ttl: config.store.retention.key_ttl,
+            },
             config.trusted_names.clone(),
         );
         let mcp: Endpoint =
@@ -203,6 +250,7 @@ impl Service {
         let limits = config.limits.clone();
         let server = server::start_observed(listener, Arc::clone(&handler), limits, observer)
             .map_err(|e| {
+                webhooks.stop();
                 runner.stop(Duration::ZERO);
                 store.stop();
                 StartError::Spawn(e)
@@ -217,6 +265,7 @@ impl Service {
             notifier,
             metrics,
             rates: Mutex::new(rates),
+            webhooks,
             tenants,
             stopped: Mutex::new(None),
         })
@@ -275,8 +324,13 @@ impl Service {
             ),
             None => String::new(),
         };
+        let keyless = crate::mcp::keyless_summary(
+            &self.config.tools,
+            self.config.mcp_keyless,
+            self.config.mcp_content_window,
+        );
         format!(
-            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}{lowered}{})",
+            "idempotent-tool listening on http://{} (db {}, workers {}, lease {}s, {}, keys kept {}{tools}, {keyless}{lowered}{})",
             self.addr(),
             self.config.db,
             self.config.runner.workers,
@@ -315,6 +369,7 @@ impl Service {
         self.server.stop();
         let released = self.runner.stop(grace);
         lock(&self.rates).stop();
+        self.webhooks.stop();
         self.store.stop();
         let report = StopReport {
             released,
@@ -334,12 +389,11 @@ fn database_probe(
     move || {
         let store = store.upgrade().ok_or("the store is gone")?;
         let backlog = store.backlog()?;
-        let oldest_pending_age = backlog
-            .oldest_pending_created_at
-            .map(|created| Duration::from_secs_f64((now() - created).max(0.0)));
+        let age = |since: f64| Duration::from_secs_f64((now() - since).max(0.0));
         Ok(DatabaseSnapshot {
             calls_by_status: backlog.calls_by_status,
-            oldest_pending_age,
+            oldest_pending_age: backlog.oldest_pending_created_at.map(age),
+            oldest_approval_wait: backlog.oldest_awaiting_since.map(age),
         })
     }
 }

@@ -1,17 +1,32 @@
-//! Tenants and their bearer tokens: the `--auth-file` loader and the check of
-//! an `Authorization` header against it.
+//! Tenants, their tokens and roles: the `--auth-file` loader and the check
+//! of an `Authorization` header against it.
 //!
 //! The file holds SHA-256 hashes of tokens, never tokens:
-//! `{"tenants": {"acme": {"token_sha256": "<64 hex>"}, "ops": {"token_sha256": "<64 hex>", "admin": true}}}`.
-//! A presented token is hashed at once and compared with every tenant's hash in
-//! constant time, so neither the position of the first differing byte nor which
-//! tenant matched shows in the time taken. Without an auth file every request
-//! is the one anonymous tenant, an admin, which is how the service behaved
-//! before tenants existed.
+//! `{"tenants": {"acme": {"token_sha256": "<64 hex>"}, "ops": {"token_sha256": "<64 hex>", "admin": true}}}`;
+//! a tenant's entry may also name its people's tokens, each with a role,
+//! and say whether the MCP client may decide approvals and where its
+//! webhook is (`entry`). A role says what a token may do within its tenant
+//! (`role`: `viewer`, `caller`, `operator`, `approver`, `admin`); a token
+//! without one is a `caller`, and `"admin": true` an admin, as before roles
+//! existed. A presented token is hashed at once and compared with every
+//! token's hash in constant time, so neither the position of the first
+//! differing byte nor which token matched shows in the time taken. Without
+//! an auth file every request is the one anonymous tenant, an admin, which
+//! is how the service behaved before tenants existed.
 //!
 //! This module must never keep, return or print a raw token: it borrows the
 //! header value only long enough to hash it, and no error or `Debug` output
-//! contains a token or a configured hash.
+//! contains a token, a configured hash, a webhook's URL or its secret
+//! (`webhook`). Its tests are in `tests`.
+
+mod entry;
+mod role;
+mod webhook;
+
+pub use role::{Action, Role};
+pub use webhook::{decode_secret, WebhookTarget};
+
+use entry::Credential;
 
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -27,13 +42,26 @@ pub const ANONYMOUS: &str = "anonymous";
 /// The longest tenant name.
 pub const MAX_TENANT_NAME: usize = 64;
 
-/// Who made a request: the scope of its idempotency keys and calls.
+/// Who made a request: the scope of its idempotency keys and calls, and
+/// what the token that made it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant {
     /// 1–64 of `[A-Za-z0-9_.-]`; what `calls.tenant` stores.
     pub name: Arc<str>,
-    /// May read `/metrics` and the global `/stats`.
+    /// `role` is `Admin`: every tenant, `/metrics`, the global `/stats`.
     pub admin: bool,
+    /// What the token may do within its tenant.
+    pub role: Role,
+    /// Who presented the token: its name among the tenant's `tokens`, or
+    /// the tenant's own name for the tenant's token. What the audit records
+    /// of a decision.
+    pub principal: Arc<str>,
+    /// The tenant lets the MCP client that made a call decide its approval
+    /// where the tool's policy allows it (`mcp_client_may_approve`).
+    pub client_may_approve: bool,
+    /// The tenant has a webhook: a call of its that starts waiting for
+    /// approval is notified.
+    pub notify: bool,
 }
 
 impl Tenant {
@@ -41,7 +69,18 @@ impl Tenant {
         Tenant {
             name: Arc::from(ANONYMOUS),
             admin: true,
+            role: Role::Admin,
+            principal: Arc::from(ANONYMOUS),
+            // Without an auth file anyone who reaches the service is this
+            // admin already: the tool's policy alone decides.
+            client_may_approve: true,
+            notify: false,
         }
+    }
+
+    /// Whether this token may take `action`.
+    pub fn may(&self, action: Action) -> bool {
+        self.role.may(action)
     }
 }
 
@@ -110,23 +149,19 @@ impl std::error::Error for AuthFileError {
     }
 }
 
-/// One tenant and the hash of its token.
-struct Credential {
-    token_sha256: [u8; 32],
-    tenant: Tenant,
-}
-
 /// Decides which tenant a request is: anonymous, or by bearer token.
 pub struct Auth {
     /// Empty means no auth file: everyone is the anonymous tenant.
     credentials: Vec<Credential>,
+    /// The tenants' webhooks, by tenant name.
+    webhooks: Vec<(String, WebhookTarget)>,
     /// The tenant of every request when `credentials` is empty, made once so
     /// that a request costs a reference count, not an allocation.
     anonymous: Tenant,
 }
 
 impl fmt::Debug for Auth {
-    /// Names and admin flags only: hashes stay out of any output.
+    /// Names, roles and settings only: hashes stay out of any output.
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.debug_list()
             .entries(self.credentials.iter().map(|c| &c.tenant))
@@ -139,25 +174,37 @@ impl Auth {
     pub fn anonymous() -> Auth {
         Auth {
             credentials: Vec::new(),
+            webhooks: Vec::new(),
             anonymous: Tenant::anonymous(),
         }
     }
 
-    /// Load and validate `--auth-file`.
+    /// Load and validate `--auth-file`; a webhook's relative `secret_file`
+    /// starts at the file's folder.
     pub fn load(path: &Path) -> Result<Auth, AuthFileError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| AuthFileError::Read(path.display().to_string(), e))?;
-        Auth::from_json(&text)
+        let folder = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        Auth::from_json_in(&text, folder)
+    }
+
+    /// `from_json_in`, relative paths from the working directory.
+    pub fn from_json(text: &str) -> Result<Auth, AuthFileError> {
+        Auth::from_json_in(text, Path::new("."))
     }
 
     /// Validate an auth file's text: unknown fields, repeated members, bad
-    /// names, bad hex and two tenants with one hash are all refused.
-    pub fn from_json(text: &str) -> Result<Auth, AuthFileError> {
+    /// names, bad hex, unknown roles and two tokens with one hash are all
+    /// refused.
+    pub fn from_json_in(text: &str, base_dir: &Path) -> Result<Auth, AuthFileError> {
         let root = crate::input::parse_strict(text.as_bytes()).map_err(AuthFileError::Syntax)?;
         let root = root
             .as_object()
             .ok_or_else(|| invalid("the top level must be an object {\"tenants\": {...}}"))?;
-        only_fields(root, &["tenants"], "the top level")?;
+        entry::only_fields(root, &["tenants"], "the top level")?;
         let tenants = root
             .get("tenants")
             .ok_or_else(|| invalid("\"tenants\" is required"))?
@@ -169,21 +216,30 @@ impl Auth {
             ));
         }
         let mut credentials: Vec<Credential> = Vec::with_capacity(tenants.len());
+        let mut webhooks = Vec::new();
         for (name, entry) in tenants {
-            let credential = credential(name, entry)?;
-            if let Some(twin) = credentials
-                .iter()
-                .find(|c| c.token_sha256 == credential.token_sha256)
-            {
-                return Err(invalid(format!(
-                    "tenants {:?} and {name:?} have the same token_sha256; each tenant needs its own token",
-                    &*twin.tenant.name
-                )));
+            check_tenant_name(name)?;
+            let entry = entry::parse(name, entry, base_dir)?;
+            for credential in entry.credentials {
+                if let Some(twin) = credentials
+                    .iter()
+                    .find(|c| c.token_sha256 == credential.token_sha256)
+                {
+                    return Err(invalid(format!(
+                        "{} and {} have the same token_sha256; each token must be its own",
+                        who(&twin.tenant),
+                        who(&credential.tenant)
+                    )));
+                }
+                credentials.push(credential);
             }
-            credentials.push(credential);
+            if let Some(webhook) = entry.webhook {
+                webhooks.push((name.clone(), webhook));
+            }
         }
         Ok(Auth {
             credentials,
+            webhooks,
             anonymous: Tenant::anonymous(),
         })
     }
@@ -193,9 +249,27 @@ impl Auth {
         !self.credentials.is_empty()
     }
 
-    /// The configured tenants, sorted by name (none when anonymous).
-    pub fn tenants(&self) -> impl Iterator<Item = &Tenant> {
+    /// The configured tenants' names, sorted, each once (none when
+    /// anonymous).
+    pub fn tenant_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .credentials
+            .iter()
+            .map(|c| c.tenant.name.to_string())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Every token's identity (tenant, principal, role; never its hash).
+    pub fn tokens(&self) -> impl Iterator<Item = &Tenant> {
         self.credentials.iter().map(|c| &c.tenant)
+    }
+
+    /// The tenants' webhooks, by tenant name (for the webhook thread).
+    pub fn webhooks(&self) -> Vec<(String, WebhookTarget)> {
+        self.webhooks.clone()
     }
 
     /// The tenant a request is, from its `Authorization` header value.
@@ -236,45 +310,6 @@ fn bearer_token(header: &str) -> Result<&str, AuthError> {
     Ok(token)
 }
 
-fn credential(name: &str, entry: &serde_json::Value) -> Result<Credential, AuthFileError> {
-    check_tenant_name(name)?;
-    let entry = entry.as_object().ok_or_else(|| {
-        invalid(format!(
-            "tenant {name:?} must be an object {{\"token_sha256\": \"<hex>\", \"admin\"?: bool}}"
-        ))
-    })?;
-    only_fields(
-        entry,
-        &["token_sha256", "admin"],
-        &format!("tenant {name:?}"),
-    )?;
-    let hex = entry
-        .get("token_sha256")
-        .ok_or_else(|| invalid(format!("tenant {name:?}: token_sha256 is required")))?
-        .as_str()
-        .ok_or_else(|| invalid(format!("tenant {name:?}: token_sha256 must be a string")))?;
-    let token_sha256 = parse_sha256_hex(hex).ok_or_else(|| {
-        invalid(format!(
-            "tenant {name:?}: token_sha256 must be 64 hex digits (a SHA-256 of the token, not the token; got {} characters)",
-            hex.chars().count()
-        ))
-    })?;
-    let admin = match entry.get("admin") {
-        None => false,
-        Some(serde_json::Value::Bool(admin)) => *admin,
-        Some(_) => {
-            return Err(invalid(format!(
-                "tenant {name:?}: admin must be true or false"
-            )))
-        }
-    };
-    let name = Arc::from(name);
-    Ok(Credential {
-        token_sha256,
-        tenant: Tenant { name, admin },
-    })
-}
-
 /// Whether `name` can be a tenant's: 1 to `MAX_TENANT_NAME` of `[A-Za-z0-9_.-]`.
 pub fn is_tenant_name(name: &str) -> bool {
     let allowed = |b: u8| b.is_ascii_alphanumeric() || b"_.-".contains(&b);
@@ -296,33 +331,13 @@ fn check_tenant_name(name: &str) -> Result<(), AuthFileError> {
     Ok(())
 }
 
-fn only_fields(
-    object: &serde_json::Map<String, serde_json::Value>,
-    known: &[&str],
-    place: &str,
-) -> Result<(), AuthFileError> {
-    match object.keys().find(|k| !known.contains(&k.as_str())) {
-        None => Ok(()),
-        Some(field) => {
-            let shown: String = field.chars().take(64).collect();
-            Err(invalid(format!(
-                "{place}: unknown field {shown:?} (expected: {})",
-                known.join(", ")
-            )))
-        }
+/// How a refusal names a token: its tenant, and its name when it has one.
+fn who(tenant: &Tenant) -> String {
+    if tenant.principal == tenant.name {
+        format!("tenant {:?}", &*tenant.name)
+    } else {
+        format!("tenant {:?}, token {:?}", &*tenant.name, &*tenant.principal)
     }
-}
-
-/// 64 hex digits, either case, into 32 bytes.
-fn parse_sha256_hex(hex: &str) -> Option<[u8; 32]> {
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (byte, pair) in out.iter_mut().zip(hex.as_bytes().chunks(2)) {
-        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
-    }
-    Some(out)
 }
 
 fn invalid(what: impl Into<String>) -> AuthFileError {
@@ -330,194 +345,4 @@ fn invalid(what: impl Into<String>) -> AuthFileError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sha256_hex(token: &str) -> String {
-        Sha256::digest(token.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
-
-    fn two_tenants() -> Auth {
-        let file = format!(
-            r#"{{"tenants": {{"acme": {{"token_sha256": "{}"}},
-                             "ops": {{"token_sha256": "{}", "admin": true}}}}}}"#,
-            sha256_hex("acme-token"),
-            sha256_hex("ops-token").to_uppercase()
-        );
-        Auth::from_json(&file).unwrap()
-    }
-
-    fn load_error(text: &str) -> String {
-        let message = Auth::from_json(text).unwrap_err().to_string();
-        assert!(!message.contains('\n'), "one line: {message}");
-        message
-    }
-
-    #[test]
-    fn each_token_authenticates_its_own_tenant() {
-        let auth = two_tenants();
-        assert!(auth.is_required());
-        let acme = auth.authenticate(Some("Bearer acme-token")).unwrap();
-        assert_eq!((&*acme.name, acme.admin), ("acme", false));
-        let ops = auth.authenticate(Some("bearer   ops-token")).unwrap();
-        assert_eq!((&*ops.name, ops.admin), ("ops", true));
-    }
-
-    #[test]
-    fn wrong_missing_and_malformed_tokens_are_refused() {
-        let auth = two_tenants();
-        let cases = [
-            (None, AuthError::Missing),
-            (Some("Bearer acme-tokeN"), AuthError::UnknownToken),
-            (Some("Bearer acme-toke"), AuthError::UnknownToken),
-            (Some("Bearer acme-token "), AuthError::NotBearer),
-            (Some("Basic YWNtZTp4"), AuthError::NotBearer),
-            (Some("Bearer"), AuthError::NotBearer),
-            (Some("Bearer "), AuthError::NotBearer),
-            (Some("acme-token"), AuthError::NotBearer),
-            (Some(""), AuthError::NotBearer),
-        ];
-        for (header, expected) in cases {
-            assert_eq!(auth.authenticate(header), Err(expected), "{header:?}");
-        }
-    }
-
-    #[test]
-    fn errors_and_debug_never_show_tokens_or_hashes() {
-        let auth = two_tenants();
-        let debug = format!("{auth:?}");
-        assert!(debug.contains("acme") && !debug.contains(&sha256_hex("acme-token")));
-        for header in [None, Some("Bearer s3cret"), Some("Token s3cret")] {
-            let err = auth.authenticate(header).unwrap_err();
-            let shown = format!("{err} {err:?} {}", err.challenge());
-            assert!(!shown.contains("s3cret"), "{shown}");
-        }
-        let hash = sha256_hex("x");
-        let message = load_error(&format!(
-            r#"{{"tenants": {{"a": {{"token_sha256": "{hash}"}}, "b": {{"token_sha256": "{hash}"}}}}}}"#
-        ));
-        assert!(message.contains("same token_sha256") && !message.contains(&hash));
-        let message = load_error(r#"{"tenants": {"a": {"token_sha256": "my-raw-token"}}}"#);
-        assert!(message.contains("64 hex") && !message.contains("my-raw-token"));
-    }
-
-    #[test]
-    fn without_an_auth_file_everyone_is_the_anonymous_admin() {
-        let auth = Auth::anonymous();
-        assert!(!auth.is_required());
-        for header in [None, Some("Bearer anything"), Some("garbage")] {
-            assert_eq!(auth.authenticate(header), Ok(Tenant::anonymous()));
-        }
-        assert!(Tenant::anonymous().admin);
-        assert_eq!(auth.tenants().count(), 0);
-    }
-
-    #[test]
-    fn auth_file_mistakes_are_one_line_errors_naming_the_place() {
-        let good = sha256_hex("t");
-        let cases = [
-            ("[]", "top level must be an object"),
-            ("{}", "\"tenants\" is required"),
-            (r#"{"tenants": []}"#, "must be an object"),
-            (r#"{"tenants": {}}"#, "is empty"),
-            (r#"{"tenants": {}, "extra": 1}"#, "unknown field \"extra\""),
-            (r#"{"tenants": {"a": 1}}"#, "tenant \"a\" must be an object"),
-            (
-                r#"{"tenants": {"a": {}}}"#,
-                "tenant \"a\": token_sha256 is required",
-            ),
-            (
-                r#"{"tenants": {"a": {"token_sha256": 5}}}"#,
-                "must be a string",
-            ),
-            (
-                r#"{"tenants": {"a": {"token_sha256": "abc"}}}"#,
-                "64 hex digits",
-            ),
-            (
-                r#"{"tenants": {"a": {"token_sha256": "{good}", "admin": "yes"}}}"#,
-                "admin must be true or false",
-            ),
-            (
-                r#"{"tenants": {"a": {"token_sha256": "{good}", "role": "x"}}}"#,
-                "tenant \"a\": unknown field \"role\"",
-            ),
-            (
-                r#"{"tenants": {"": {"token_sha256": "{good}"}}}"#,
-                "tenant name \"\" must be 1 to 64",
-            ),
-            (
-                r#"{"tenants": {"a b": {"token_sha256": "{good}"}}}"#,
-                "tenant name \"a b\"",
-            ),
-            (
-                r#"{"tenants": {"anonymous": {"token_sha256": "{good}"}}}"#,
-                "reserved",
-            ),
-            (
-                r#"{"tenants": {"a": {"token_sha256": "{good}"}, "a": {"token_sha256": "{good}"}}}"#,
-                "appears more than once",
-            ),
-            ("{\"tenants\": ", "not valid JSON"),
-        ];
-        for (text, expected) in cases {
-            let text = text.replace("{good}", &good);
-            let message = load_error(&text);
-            assert!(message.contains(expected), "{text}: {message}");
-        }
-        let long = "x".repeat(MAX_TENANT_NAME + 1);
-        let message = load_error(&format!(
-            r#"{{"tenants": {{"{long}": {{"token_sha256": "{good}"}}}}}}"#
-        ));
-        assert!(message.contains("1 to 64"), "{message}");
-        let ok = format!(
-            r#"{{"tenants": {{"{}": {{"token_sha256": "{good}"}}}}}}"#,
-            "A-z_0.9".repeat(9).chars().take(64).collect::<String>()
-        );
-        assert!(Auth::from_json(&ok).is_ok());
-    }
-
-    #[test]
-    fn a_missing_file_names_its_path() {
-        let err = Auth::load(Path::new("/nonexistent/auth.json")).unwrap_err();
-        assert!(err.to_string().contains("/nonexistent/auth.json"), "{err}");
-    }
-
-    #[test]
-    fn hex_parses_both_cases_and_nothing_else() {
-        let lower = sha256_hex("t");
-        let parsed = parse_sha256_hex(&lower).unwrap();
-        assert_eq!(parse_sha256_hex(&lower.to_uppercase()), Some(parsed));
-        assert_eq!(parsed.to_vec(), Sha256::digest(b"t").to_vec());
-        assert_eq!(parse_sha256_hex(&lower[..62]), None);
-        assert_eq!(parse_sha256_hex(&format!("{}g", &lower[..63])), None);
-        assert_eq!(parse_sha256_hex(&format!("+{}", &lower[..63])), None);
-        // 64 bytes that are not 64 characters: multi-byte UTF-8.
-        assert_eq!(parse_sha256_hex(&"é".repeat(32)), None);
-    }
-
-    #[test]
-    fn the_match_is_found_wherever_the_tenant_sits() {
-        let tenants: Vec<String> = (0..50)
-            .map(|i| {
-                format!(
-                    r#""t{i}": {{"token_sha256": "{}"}}"#,
-                    sha256_hex(&format!("tok{i}"))
-                )
-            })
-            .collect();
-        let auth =
-            Auth::from_json(&format!(r#"{{"tenants": {{{}}}}}"#, tenants.join(","))).unwrap();
-        for i in [0, 1, 25, 49] {
-            let tenant = auth.authenticate(Some(&format!("Bearer tok{i}"))).unwrap();
-            assert_eq!(&*tenant.name, format!("t{i}"));
-        }
-        assert_eq!(
-            auth.authenticate(Some("Bearer tok50")),
-            Err(AuthError::UnknownToken)
-        );
-    }
-}
+mod tests;

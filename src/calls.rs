@@ -19,13 +19,15 @@
 //!   guarded create under a business key, then the new call handed to the
 //!   runner;
 //! - `check`: a request checked and made into the row to create (chaos
-//!   hooks, the tool's rules, the business key, canonical args, the
-//!   fingerprint);
+//!   hooks, the tool's rules, the business key, the approval gate,
+//!   canonical args, the fingerprint);
 //! - `request`: `CallRequest`, `Submitted`, and the bounds both transports
 //!   hold a request to;
 //! - `pushback`: `--max-pending`, the bound on calls waiting for a worker;
 //! - `cancel`: a call cancelled (pending: at once; running: its tool
 //!   halted), and the bounded wait for a running one to end;
+//! - `decide`: a waiting call approved (handed to the runner) or denied,
+//!   and the reads of the approval queue and of a call's request;
 //! - `operate`: the operator's doors — re-run a call, pause and resume a
 //!   tool, bulk jobs, a filter's total, a call's effect — and why a pending
 //!   call waits (`Wait`);
@@ -35,6 +37,7 @@
 
 mod cancel;
 mod check;
+mod decide;
 mod error;
 mod key_cache;
 mod operate;
@@ -44,7 +47,8 @@ mod service;
 mod submit;
 
 pub use cancel::{CancelAnswer, DEFAULT_CANCEL_WAIT};
+pub use decide::{by_person, MAX_QUEUE_PAGE};
 pub use error::{store_refusal, CallError, CallRefusal};
 pub use key_cache::{scoped_key, KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
 pub use request::{CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
-pub use service::{Calls, CallsOptions};
+pub use service::{Bell, Calls, CallsOptions};

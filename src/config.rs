@@ -28,7 +28,7 @@ use crate::log::Level;
 use crate::runner::RunnerOptions;
 use crate::server::Limits;
 use crate::store::{Database, DbSchema, Retention, StoreOptions};
-use crate::tools::{ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
+use crate::tools::{Keyless, ToolFileError, ToolRegistry, MAX_SLEEP_SECS};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,6 +55,10 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               multi-host URL then tries the next (default 2000)
   --db-tcp-timeout-ms MS      PostgreSQL: TCP_USER_TIMEOUT and keepalive: a peer that
                               stops acknowledging is dropped within this (default 10000)
+  --accept-restored-copy TIME SQLite: start on a copy backup made, whose snapshot
+                              was at TIME (as the refusal to start on it prints it);
+                              keys accepted after TIME are not in it and would run
+                              again. Recorded in the audit and the log
   --workers N                 worker threads running tools (default 8)
   --lease-secs SECS           lease per attempt, fractions allowed (default 30);
                               extended every third of it while the tool runs
@@ -86,6 +90,15 @@ pub const OPTIONS: &str = "  --host HOST                 address to bind (defaul
                               settle before answering \"running\" with its call_id
                               (default 50, below the 60 s MCP clients time out
                               at; 0 answers at once; fractions allowed)
+  --mcp-keyless POLICY        an MCP tools/call without an idempotency key, for
+                              tools whose tools file names no \"keyless\": content
+                              (the same tool and arguments within the window are
+                              one call), fresh (a new call each time), reject, or
+                              auto: content, fresh for a tool with a business key
+                              (default auto)
+  --mcp-content-window-secs SECS
+                              how long keyless calls with the same tool and
+                              arguments are one call (default 600)
   --public-host NAMES         names (no port, comma-separated) clients reach the
                               service by, besides loopback ones (and, with no
                               auth file, IP addresses); any other Host is
@@ -128,6 +141,11 @@ pub const DEFAULT_KEY_TTL: Duration = Duration::from_secs(86_400);
 /// handle rather than a client-side timeout with nothing.
 pub const DEFAULT_MCP_WAIT: Duration = Duration::from_secs(50);
 
+/// `--mcp-content-window-secs`'s default: ten minutes, as long as a client
+/// plausibly re-sends a call it got no answer to (SQS FIFO's content
+/// deduplication window is five).
+pub const DEFAULT_MCP_CONTENT_WINDOW: Duration = Duration::from_secs(600);
+
 /// Everything the service needs to start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -159,6 +177,13 @@ pub struct Config {
     pub tools: Arc<ToolRegistry>,
     /// How long an MCP `tools/call` waits for its call to settle.
     pub mcp_wait: Duration,
+    /// `--mcp-keyless`: what an MCP `tools/call` without a key means for a
+    /// tool whose tools file says nothing (`None`: `content` without a
+    /// business key, `fresh` with one).
+    pub mcp_keyless: Option<Keyless>,
+    /// `--mcp-content-window-secs`: how long keyless calls with the same
+    /// tool and arguments are one call (`content`).
+    pub mcp_content_window: Duration,
     /// The `Host` names and `Origin`s trusted beyond loopback (`--public-host`,
     /// `--allowed-origin`): `/mcp` always, the other routes without `--auth-file`.
     pub trusted_names: OriginPolicy,
@@ -204,6 +229,8 @@ impl Default for Config {
             tools_file: None,
             tools: Arc::new(ToolRegistry::builtins()),
             mcp_wait: DEFAULT_MCP_WAIT,
+            mcp_keyless: None,
+            mcp_content_window: DEFAULT_MCP_CONTENT_WINDOW,
             trusted_names: OriginPolicy::default(),
             log_file: None,
             trusted_proxies: TrustedProxies::default(),
@@ -287,7 +314,7 @@ impl Config {
         environment::apply(&mut config, variables)?;
         for (flag, value) in &line.given {
             flags::set(&mut config, flag, value)?;
-            config.origins.set(flag.name, Origin::CommandLine);
+            config.origins.set_by_command_line(flag.name);
         }
         environment::apply_password_file(&mut config)?;
         let schema = config.db_schema.clone();

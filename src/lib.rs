@@ -40,7 +40,10 @@
 //! - `lock`: the one lock helper (a poisoned lock is taken as it is);
 //!   `temp`: temporary folders and databases for the tests and the bench,
 //!   and a private PostgreSQL for the tests only (feature `testing`).
-//! - `auth`: tenants, the `--auth-file` loader and bearer-token checks.
+//! - `auth`: tenants, their tokens and roles, the `--auth-file` loader and
+//!   bearer-token checks; `webhook`: the signed notifications of calls that
+//!   wait for approval, delivered from the store's outbox by a thread of
+//!   their own.
 //! - [`log`]: JSON-lines events and access records on stderr.
 //! - `metrics`: counters, gauges and histograms in atomics, rendered for
 //!   Prometheus; `metrics::service` names the families this service exports.
@@ -96,3 +99,4 @@ pub mod status;
 pub mod store;
 pub mod temp;
 pub mod tools;
+pub mod webhook;

@@ -312,6 +312,12 @@ impl Event<'_> {
         self.str_field("tool", tool)
     }
 
+    /// Who decided: a token's configured name (`alice@acme`), never a
+    /// token.
+    pub fn principal(self, principal: &str) -> Self {
+        self.str_field("principal", principal)
+    }
+
     /// The lease owner, `pid:thread`.
     pub fn owner(self, owner: &str) -> Self {
         self.str_field("owner", owner)
@@ -354,6 +360,16 @@ impl Event<'_> {
 
     pub fn addr(self, addr: SocketAddr) -> Self {
         self.str_field("addr", &addr.to_string())
+    }
+
+    /// A moment, as RFC 3339 in UTC with milliseconds.
+    pub fn time(self, name: &'static str, time: SystemTime) -> Self {
+        self.str_field(name, &rfc3339_millis(time))
+    }
+
+    /// An environment variable's name, never its value.
+    pub fn variable(self, name: &str) -> Self {
+        self.str_field("variable", name)
     }
 
     /// The database or a config file, by path.

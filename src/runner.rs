@@ -62,8 +62,9 @@
 //! - `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
 //!   lease extension, heartbeat, `recovery`, key purge (`retention`), the
 //!   check for cancels of the calls running here (`cancels`), the paused
-//!   tools (`paused`: `PausedSet`, what this process knows of them), and
-//!   the bulk jobs (`bulk`: a batch at a time, under a rate);
+//!   tools (`paused`: `PausedSet`, what this process knows of them), the
+//!   bulk jobs (`bulk`: a batch at a time, under a rate), and the end of
+//!   approval requests whose time is over (`approval_expiry`);
 //! - `notifier`: `Notifier`; `stored_args`: a claimed call's args re-checked.
 //!
 //! Threads: `worker-N`, `maintenance`, `completer`; the poll runs on
@@ -71,6 +72,7 @@
 //! joins all of them, except workers still inside a tool when the grace
 //! period ends.
 
+mod approval_expiry;
 mod bulk;
 mod cancels;
 mod capacity;

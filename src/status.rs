@@ -69,6 +69,11 @@ macro_rules! call_statuses {
 }
 
 call_statuses! {
+    /// Accepted and on disk, waiting for a person's decision: its tool's
+    /// approval policy held for its arguments. It holds no lease and no
+    /// worker's slot, and holds its business key; approved, it becomes
+    /// `pending` and runs as any call.
+    AwaitingApproval = "awaiting_approval", terminal: false, releases_business_key: false;
     /// Accepted and on disk, waiting for a worker (or for its retry's time).
     Pending = "pending", terminal: false, releases_business_key: false;
     /// Claimed: a worker holds its lease and runs its tool.
@@ -82,6 +87,9 @@ call_statuses! {
     /// pending call that never ran, or a running one whose tool was stopped
     /// (or ended without an effect) after the cancel was asked.
     Cancelled = "cancelled", terminal: true, releases_business_key: true;
+    /// Its approval was refused by a person, or no decision came before
+    /// its request expired: it never ran and has no effect.
+    Denied = "denied", terminal: true, releases_business_key: true;
 }
 
 impl Status {

@@ -7,10 +7,11 @@
 //! frames the same refusal. It must never send an internal cause to the
 //! client.
 
-use crate::auth::AuthError;
+use crate::auth::{Action, AuthError, Role};
 use crate::calls::{store_refusal, CallError, CallRefusal};
 use crate::http::{ErrorCode, Refusal, Response};
 use crate::store::StoreError;
+use serde_json::Map;
 
 /// Every way a request can fail, each with one status and one code.
 #[derive(Debug)]
@@ -19,6 +20,11 @@ pub enum ApiError {
     Unauthorized(AuthError),
     /// An authenticated tenant that is not an admin, asking for what is.
     Forbidden(&'static str),
+    /// A token whose role does not allow the action.
+    RoleRequired {
+        action: Action,
+        role: Role,
+    },
     MissingKey,
     BadRequest(String),
     NotFound(String),
@@ -43,6 +49,17 @@ impl From<CallError> for ApiError {
 }
 
 impl ApiError {
+    /// `Ok` when `tenant`'s role may take `action`; else `role_required`.
+    pub(super) fn unless_may(tenant: &crate::auth::Tenant, action: Action) -> Result<(), ApiError> {
+        match tenant.may(action) {
+            true => Ok(()),
+            false => Err(ApiError::RoleRequired {
+                action,
+                role: tenant.role,
+            }),
+        }
+    }
+
     /// The one place errors become responses. Internal causes go to the log,
     /// never to the client.
     pub(super) fn into_response(self) -> Response {
@@ -53,6 +70,21 @@ impl ApiError {
                 ErrorCode::Forbidden,
                 format_args!("{what} needs an admin tenant"),
             ),
+            ApiError::RoleRequired { action, role } => {
+                let mut about = Map::new();
+                about.insert("role".into(), action.role().as_str().into());
+                Response::from_error_about(
+                    ErrorCode::RoleRequired,
+                    format_args!(
+                        "{} needs the {} role (any of {}); this token's role is {role}",
+                        action.describe(),
+                        action.role(),
+                        action.roles().join(", ")
+                    ),
+                    about,
+                    Map::new(),
+                )
+            }
             ApiError::MissingKey => Response::from_error(
                 ErrorCode::MissingIdempotencyKey,
                 "the Idempotency-Key header is required",

@@ -1,13 +1,15 @@
 //! Who may operate: the one place that decides whether a request may re-run
 //! calls, run a bulk job over them, or pause and resume a tool
-//! (`may_operate`), and over whose calls (`operating_scope`). Today a
-//! tenant may act on its own calls, and an admin on every tenant's calls and
-//! on the tools; where roles exist, an operator's will be decided here too.
+//! (`may_operate`), and over whose calls (`operating_scope`). The role
+//! decides whether at all (`Action::Operate`: an `operator` or an `admin`,
+//! `auth::role`); the tenant, over whose calls: an operator acts on its own
+//! tenant's calls, an admin on every tenant's. Pausing holds every tenant's
+//! calls of a tool; issue 43 gives it to operators and admins alike.
 //!
 //! It reads only the authenticated tenant, and never the store.
 
 use super::error::ApiError;
-use crate::auth::Tenant;
+use crate::auth::{Action, Tenant};
 
 /// What a request would do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,48 +21,60 @@ pub(super) enum Operation<'a> {
     OnTool,
 }
 
-/// Whether `tenant` may do `operation`; `403 forbidden` if not.
+/// Whether `tenant` may do `operation`: `403 role_required` for a role
+/// that does not operate, `403 forbidden` for another tenant's calls.
 pub(super) fn may_operate(tenant: &Tenant, operation: Operation<'_>) -> Result<(), ApiError> {
+    ApiError::unless_may(tenant, Action::Operate)?;
     match operation {
         _ if tenant.admin => Ok(()),
         Operation::OnCalls(Some(owner)) if owner == &*tenant.name => Ok(()),
         Operation::OnCalls(_) => Err(ApiError::Forbidden("acting on another tenant's calls")),
-        Operation::OnTool => Err(ApiError::Forbidden("pausing or resuming a tool")),
+        Operation::OnTool => Ok(()),
     }
 }
 
-/// The calls `tenant` may act on by id: every tenant's (`None`) when it
-/// may operate on them all, else its own.
+/// The calls `tenant` may act on by id: every tenant's (`None`) for an
+/// admin, else its own.
 pub(super) fn operating_scope(tenant: &Tenant) -> Option<&str> {
-    match may_operate(tenant, Operation::OnCalls(None)) {
-        Ok(()) => None,
-        Err(_) => Some(&tenant.name),
+    match tenant.admin {
+        true => None,
+        false => Some(&tenant.name),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Role;
     use std::sync::Arc;
 
-    fn tenant(name: &str, admin: bool) -> Tenant {
+    fn tenant(name: &str, role: Role) -> Tenant {
         Tenant {
             name: Arc::from(name),
-            admin,
+            admin: role == Role::Admin,
+            role,
+            principal: Arc::from(name),
+            client_may_approve: false,
+            notify: false,
         }
     }
 
-    /// A tenant acts on its own calls only; an admin on everyone's and on
-    /// the tools.
+    /// An operator acts on its own tenant's calls and on the tools; an
+    /// admin on everyone's; no other role operates at all.
     #[test]
-    fn a_tenant_operates_its_own_calls_and_an_admin_everything() {
-        let acme = tenant("acme", false);
+    fn an_operator_operates_its_own_calls_and_an_admin_everything() {
+        let acme = tenant("acme", Role::Operator);
         assert!(may_operate(&acme, Operation::OnCalls(Some("acme"))).is_ok());
         assert!(may_operate(&acme, Operation::OnCalls(Some("globex"))).is_err());
         assert!(may_operate(&acme, Operation::OnCalls(None)).is_err());
-        assert!(may_operate(&acme, Operation::OnTool).is_err());
+        assert!(may_operate(&acme, Operation::OnTool).is_ok());
         assert_eq!(operating_scope(&acme), Some("acme"));
-        let ops = tenant("ops", true);
+        for role in [Role::Viewer, Role::Caller, Role::Approver] {
+            let other = tenant("acme", role);
+            assert!(may_operate(&other, Operation::OnCalls(Some("acme"))).is_err());
+            assert!(may_operate(&other, Operation::OnTool).is_err());
+        }
+        let ops = tenant("ops", Role::Admin);
         for op in [
             Operation::OnCalls(Some("acme")),
             Operation::OnCalls(None),

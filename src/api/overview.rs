@@ -1,5 +1,6 @@
-//! `GET /v1/overview` (the console's overview page in one read) and `GET
-//! /v1/nodes` (the service instances, admins only).
+//! `GET /v1/overview` (the console's overview page in one read, and who
+//! the console speaks as: its tenant, name and role) and `GET /v1/nodes`
+//! (the service instances, admins only).
 //!
 //! The overview's counts come from the count tables (`CallStore::counts`),
 //! the same read `/stats` makes, so for the same scope they are the same
@@ -78,6 +79,9 @@ impl Api {
         let oldest_age = counts
             .oldest_pending_created_at
             .map(|created| (now - created).max(0.0));
+        let oldest_wait = counts
+            .oldest_awaiting_since
+            .map(|since| (now - since).max(0.0));
         let key_ttl_s = self.store.retention().key_ttl.map(|t| t.as_secs_f64());
         let overview = json!({
             "version": env!("CARGO_PKG_VERSION"),
@@ -89,6 +93,15 @@ impl Api {
             "backlog": {
                 "pending": counts.by_status().iter().find(|(s, _)| s == "pending").map_or(0, |p| p.1),
                 "oldest_pending_age_s": oldest_age,
+            },
+            "approvals": {
+                "awaiting": counts.in_status("awaiting_approval"),
+                "oldest_wait_s": oldest_wait,
+            },
+            "you": {
+                "tenant": &*tenant.name,
+                "principal": &*tenant.principal,
+                "role": tenant.role.as_str(),
             },
             "tools": tools,
             "rates": {

@@ -3,7 +3,9 @@
 //! - `202` and the call, `pending` again: same call id, same effect id, its
 //!   next claim a new attempt (and `Location`);
 //! - `409 call_succeeded`: it succeeded, its effect happened;
-//! - `409 call_in_flight`: it is `pending` or `running` (a second re-run
+//! - `409 call_denied`: its approval was denied; it never runs;
+//! - `409 call_in_flight`: it is `awaiting_approval`, `pending` or
+//!   `running` (a second re-run
 //!   finds the first one's call so);
 //! - `410 call_expired`: it is past its retention;
 //! - `409 duplicate_intent`: another live call holds its business key
@@ -54,6 +56,11 @@ impl Api {
                 ErrorCode::CallSucceeded,
                 &call,
                 "succeeded: its effect happened, and it never runs again",
+            ),
+            Rerun::Denied(call) => refused(
+                ErrorCode::CallDenied,
+                &call,
+                "was denied: a person's refusal is not re-run (a new call needs a new key)",
             ),
             Rerun::InFlight(call) => refused(
                 ErrorCode::CallInFlight,

@@ -6,7 +6,9 @@
 //!
 //! It must never answer with a call before that call is committed, and never
 //! tell an unauthenticated client anything about the routes: `401` comes
-//! before any path is told apart.
+//! before any path is told apart. Each route that acts checks the token's
+//! role first (`role_required`): making a call (`POST /v1/tool-calls`,
+//! `POST /mcp`), cancelling, approving and denying.
 
 use super::error::ApiError;
 use super::exchange::returned_call;
@@ -16,7 +18,7 @@ use super::validate::{
     idempotency_key, optional_integer, optional_string, parse_body, percent_decode, tool_and_args,
     wait_param,
 };
-use crate::auth::{Auth, Tenant};
+use crate::auth::{Action, Auth, Tenant};
 use crate::calls::{CallError, CallRequest, Calls, Submitted};
 use crate::console;
 use crate::http::{ClientProbe, OriginPolicy, Request, Response, TrustedProxies};
@@ -24,7 +26,7 @@ use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::{Metrics, Transport};
 use crate::request_id::RequestIds;
-use crate::store::{Call, CallStore};
+use crate::store::{Call, CallStore, Verdict};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +49,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/nodes"),
     ("GET", "/v1/overview"),
     ("POST", "/v1/tool-calls/{call_id}/cancel"),
+    ("POST", "/v1/tool-calls/{call_id}/approve"),
+    ("POST", "/v1/tool-calls/{call_id}/deny"),
+    ("GET", "/v1/tool-calls/{call_id}/approval"),
+    ("GET", "/v1/approvals"),
     ("POST", "/v1/tool-calls/{call_id}/rerun"),
     ("POST", "/v1/bulk-actions"),
     ("GET", "/v1/bulk-actions/{job_id}"),
@@ -191,7 +197,12 @@ impl Api {
             }
             "/mcp" => {
                 allow("POST")?;
+                ApiError::unless_may(&tenant, Action::Call)?;
                 Ok((self.mcp)(req, &tenant, exchange))
+            }
+            "/v1/approvals" => {
+                allow("GET")?;
+                self.approval_queue(req, &tenant)
             }
             "/v1/verify" => {
                 allow("GET")?;
@@ -229,7 +240,16 @@ impl Api {
                 } else if let Some(rest) = path.strip_prefix("/v1/tool-calls/") {
                     if let Some(call_id) = rest.strip_suffix("/cancel") {
                         allow("POST")?;
+                        ApiError::unless_may(&tenant, Action::Cancel)?;
                         return self.cancel(req, &tenant, call_id, exchange);
+                    }
+                    for (suffix, verdict) in
+                        [("/approve", Verdict::Approve), ("/deny", Verdict::Deny)]
+                    {
+                        if let Some(call_id) = rest.strip_suffix(suffix) {
+                            allow("POST")?;
+                            return self.decide(req, &tenant, call_id, verdict, exchange);
+                        }
                     }
                     if let Some(call_id) = rest.strip_suffix("/rerun") {
                         allow("POST")?;
@@ -238,6 +258,9 @@ impl Api {
                     allow("GET")?;
                     if let Some(call_id) = rest.strip_suffix("/audit") {
                         return self.audit(&tenant, call_id, exchange);
+                    }
+                    if let Some(call_id) = rest.strip_suffix("/approval") {
+                        return self.approval(&tenant, call_id, exchange);
                     }
                     let call = self.calls.get(&tenant.name, rest)?;
                     let call =
@@ -264,6 +287,7 @@ impl Api {
         tenant: &Tenant,
         exchange: &mut Exchange,
     ) -> Result<Response, ApiError> {
+        ApiError::unless_may(tenant, Action::Call)?;
         let key = idempotency_key(req)?;
         exchange.idem_key = Some(key.to_string());
         let wait = wait_param(req)?;
@@ -342,11 +366,21 @@ impl Api {
 /// A call as REST answers it: `200` once it is terminal, `202` (with
 /// `Retry-After`, a poll interval) while it is pending or running; marked
 /// `"duplicate_intent": true` when it is another key's call that holds the
-/// request's business key.
+/// request's business key; a running call's last `progress`, when its tool
+/// reported one in this process.
 pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
     let mut json = call.to_json();
     if duplicate_intent {
         json["duplicate_intent"] = true.into();
+    }
+    if call.status == crate::store::Status::Running {
+        if let Some(report) = crate::tools::progress::board().latest(&call.call_id) {
+            json["progress"] = serde_json::json!({
+                "progress": report.progress,
+                "total": report.total,
+                "message": report.message,
+            });
+        }
     }
     render_json(call, json)
 }

@@ -14,6 +14,11 @@
 //! `GET /requests/{key}` and `GET /stats` report counts, the most requests
 //! seen at once, and the most that arrived within one second.
 //!
+//! With `--webhook-secret-file`, it is also a Standard Webhooks receiver
+//! (`webhook`): a POST with `webhook-id` is verified and recorded once per
+//! id (`--fail-first` fails its first deliveries too), and `GET /webhooks`
+//! lists them.
+//!
 //! It is a separate program with its own SQLite file, so its SQL lives here,
 //! not in the service's store. It must never apply an effect twice for a key,
 //! and never answer before the effect's row committed. It serves with the
@@ -21,6 +26,9 @@
 //! real address, and logs one line per request on stderr.
 
 #![forbid(unsafe_code)]
+
+#[path = "downstream/webhook.rs"]
+mod webhook;
 
 use idempotent_tool::api::percent_decode;
 use idempotent_tool::flag::{FlagError, Flags};
@@ -46,7 +54,8 @@ usage: downstream [--host H] [--port N] [--db PATH] [--fail-first N] [--status C
   --status CODE    the failure status, 400-599 (default 503); alone: fail every request
   --retry-after S  send Retry-After: S with each failure
   --delay-ms MS    wait this long before answering any POST
-  --pad-bytes N    add N bytes of padding to each effect's answer (to test size caps)";
+  --pad-bytes N    add N bytes of padding to each effect's answer (to test size caps)
+  --webhook-secret-file PATH  receive Standard Webhooks signed with this whsec_ secret";
 
 /// The settings from the command line.
 #[derive(Debug, Clone)]
@@ -59,6 +68,8 @@ struct Options {
     retry_after: Option<u64>,
     delay: Duration,
     pad_bytes: usize,
+    /// The key webhooks are verified with (`--webhook-secret-file`).
+    webhook_key: Option<Vec<u8>>,
 }
 
 /// The downstream's state: its database and its concurrency gauge.
@@ -171,6 +182,7 @@ impl Downstream {
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(webhook::SCHEMA)?;
         Ok(Downstream {
             db: Mutex::new(conn),
             options,
@@ -185,6 +197,10 @@ impl Downstream {
         let result = match (req.method.as_str(), req.path.as_str()) {
             ("GET", "/healthz") => Ok(Response::json(200, &json!({"ok": true}))),
             ("GET", "/stats") => self.stats(),
+            ("GET", "/webhooks") => webhook::list(&self.lock()),
+            ("POST", _) if webhook::is_webhook(req) && self.options.webhook_key.is_some() => {
+                self.webhook(req)
+            }
             ("GET", path) if path.starts_with("/requests/") => {
                 self.requests_for(&path["/requests/".len()..])
             }
@@ -231,6 +247,23 @@ impl Downstream {
             return Ok(response);
         }
         self.apply_once(key, &body)
+    }
+
+    /// A webhook: failed on purpose like a POST (`--fail-first`, counted per
+    /// `webhook-id`), else verified and recorded.
+    fn webhook(&self, req: &Request) -> rusqlite::Result<Response> {
+        let id = req.header("webhook-id").unwrap_or_default().to_string();
+        let seen = self.count_request(&format!("webhook:{id}"))?;
+        idempotent_tool::errln!("downstream: webhook {id} delivery={seen}");
+        if let Some(status) = self.injected_failure(seen) {
+            return Ok(error_response(
+                status,
+                "injected_failure",
+                format!("delivery {seen} of this webhook fails on purpose"),
+            ));
+        }
+        let key = self.options.webhook_key.as_deref().unwrap_or_default();
+        Ok(webhook::receive(&self.lock(), key, req)?.0)
     }
 
     /// The status this request (the `seen`-th for its key) fails with, if any.
@@ -378,6 +411,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Options>, FlagError> {
         retry_after: None,
         delay: Duration::ZERO,
         pad_bytes: 0,
+        webhook_key: None,
     };
     let mut flags = Flags::new(args);
     while let Some(flag) = flags.next_flag()? {
@@ -393,6 +427,7 @@ fn parse_args(args: Vec<String>) -> Result<Option<Options>, FlagError> {
             "--retry-after",
             "--delay-ms",
             "--pad-bytes",
+            "--webhook-secret-file",
         ];
         if !known.contains(&flag.as_str()) {
             return Err(FlagError::Unknown(flag));
@@ -419,6 +454,11 @@ fn parse_args(args: Vec<String>) -> Result<Option<Options>, FlagError> {
             },
             "--retry-after" => options.retry_after = Some(number()?),
             "--delay-ms" => options.delay = Duration::from_millis(number()?),
+            "--webhook-secret-file" => {
+                let key = webhook::read_key(std::path::Path::new(&value))
+                    .map_err(|_| bad("a file holding whsec_ and base64"))?;
+                options.webhook_key = Some(key);
+            }
             _ => options.pad_bytes = number()? as usize, // --pad-bytes
         }
     }

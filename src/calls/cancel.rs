@@ -29,8 +29,8 @@ pub enum CancelAnswer {
     Cancelled(Call),
     /// Still `running` with its cancel recorded: its tool is being stopped.
     Stopping(Call),
-    /// It had succeeded or failed, or its tool's answer was recorded before
-    /// the stop took effect: nothing was cancelled.
+    /// It had succeeded, failed or been denied, or its tool's answer was
+    /// recorded before the stop took effect: nothing was cancelled.
     Settled(Call),
     /// The tenant has no such call.
     NotFound,
@@ -50,8 +50,10 @@ impl CancelAnswer {
     fn as_it_is(call: Call) -> CancelAnswer {
         match call.status {
             Status::Cancelled => CancelAnswer::Cancelled(call),
-            Status::Succeeded | Status::Failed => CancelAnswer::Settled(call),
-            Status::Pending | Status::Running => CancelAnswer::Stopping(call),
+            Status::Succeeded | Status::Failed | Status::Denied => CancelAnswer::Settled(call),
+            Status::AwaitingApproval | Status::Pending | Status::Running => {
+                CancelAnswer::Stopping(call)
+            }
         }
     }
 }

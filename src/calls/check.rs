@@ -1,6 +1,7 @@
 //! A call request checked and made into the row to create: the chaos hooks
 //! split off (and refused without `--chaos`), the tool's rules checked, the
-//! business key computed when the tool has one, the args made canonical and
+//! business key computed when the tool has one, the approval gate when its
+//! policy holds for the args, the args made canonical and
 //! held to `MAX_ARGS_BYTES`, and the fingerprint computed over the tool and
 //! its args without the hooks.
 //!
@@ -9,9 +10,10 @@
 
 use super::error::CallError;
 use super::request::CallRequest;
+use crate::auth::Tenant;
 use crate::chaos;
 use crate::fingerprint::{canonical_object, fingerprint_canonical};
-use crate::store::{BusinessKey, NewCall};
+use crate::store::{Approvers, BusinessKey, Gate, NewCall};
 use crate::tools::{OnDuplicate, Prepared, ToolRegistry};
 use serde_json::{Map, Value};
 use std::time::Duration;
@@ -45,6 +47,7 @@ pub(super) fn check(
         .prepare(request.tool, &tool_args)
         .map_err(|e| invalid(&e))?;
     let guard = business_key(&prepared, &tool_args)?;
+    let gate = approval_gate(&prepared, &tool_args, request.tenant);
     let hooked = hooks != chaos::Hooks::default();
     let canonical_args = canonical_object(&tool_args);
     let fingerprint = fingerprint_canonical(request.tool, &canonical_args);
@@ -68,6 +71,7 @@ pub(super) fn check(
         args_json,
         client_id: request.client_id,
         seq: request.seq,
+        gate,
     };
     Ok(Checked {
         new,
@@ -86,6 +90,30 @@ fn refuse_hooks_without_chaos(args: &Map<String, Value>, chaos: bool) -> Result<
         ))),
         _ => Ok(()),
     }
+}
+
+/// Whether the call waits for a decision: its tool's approval policy holds
+/// for its args (chaos hooks removed). Who may decide: people, and also the
+/// MCP client when both the policy and the tenant allow it. A tool without
+/// a policy costs one branch.
+fn approval_gate(
+    prepared: &Prepared,
+    tool_args: &Map<String, Value>,
+    tenant: &Tenant,
+) -> Option<Gate> {
+    let policy = prepared.spec.approval.as_ref()?;
+    if !policy.holds(tool_args) {
+        return None;
+    }
+    let approvers = match policy.mcp_client && tenant.client_may_approve {
+        true => Approvers::PeopleOrClient,
+        false => Approvers::People,
+    };
+    Some(Gate {
+        approvers,
+        timeout: policy.timeout,
+        notify: tenant.notify,
+    })
 }
 
 /// The call's business key under its tool's rule, if the tool has one.

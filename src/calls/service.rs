@@ -15,14 +15,27 @@ use crate::tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How the call path behaves; filled from the command line.
-#[derive(Debug, Clone)]
+/// How the call path behaves; filled from the command line, and wired to
+/// the threads it wakes.
+#[derive(Clone)]
 pub struct CallsOptions {
     /// Whether chaos hooks are accepted in `args` (`--chaos`).
     pub chaos: bool,
     /// Calls queued for a worker past which a new call is refused
     /// `503 overloaded` (`--max-pending`).
     pub max_pending: usize,
+    /// Rung when a new call starts waiting for approval (the webhook
+    /// thread delivers its tenant's notification at once).
+    pub on_approval_requested: Bell,
+}
+
+impl std::fmt::Debug for CallsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallsOptions")
+            .field("chaos", &self.chaos)
+            .field("max_pending", &self.max_pending)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Submit, read and wait for calls, over one store and one runner.
@@ -40,7 +53,14 @@ pub struct Calls {
     pub(super) keys: Arc<KeyCache>,
     pub(super) pushback: Pushback,
     pub(super) metrics: Arc<Metrics>,
+    /// Rung when a new call starts waiting for approval (the webhook
+    /// thread delivers its tenant's notification at once).
+    pub(super) on_approval_requested: Bell,
 }
+
+/// A hook the call path rings, without waiting, when something happens that
+/// another thread acts on.
+pub type Bell = Arc<dyn Fn() + Send + Sync>;
 
 impl Calls {
     pub fn new(
@@ -61,6 +81,7 @@ impl Calls {
             keys,
             pushback: Pushback::new(options.max_pending),
             metrics,
+            on_approval_requested: options.on_approval_requested,
         }
     }
 

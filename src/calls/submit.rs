@@ -7,7 +7,9 @@
 //! quick work) and no business key, the call is created already `running`
 //! under that worker's lease and adopted by it (`CallStore::create_claimed`:
 //! one writer operation, no separate claim); otherwise it is created
-//! `pending` and submitted.
+//! `pending` and submitted. A call whose tool's approval policy holds is
+//! created `awaiting_approval` with its request, and reserved no worker:
+//! a decision (`decide`) hands it to the runner.
 //!
 //! It must never execute a tool, and never answer before the call it names
 //! is committed. A duplicate intent under a business key creates nothing.
@@ -21,7 +23,9 @@ use crate::auth::Tenant;
 use crate::input::clip;
 use crate::metrics::{SubmitOutcome, Transport};
 use crate::runner::{log_claimed, Reservation};
-use crate::store::{owner_name, BusinessKey, Call, Created, CreatedClaimed, Guarded, NewCall};
+use crate::store::{
+    owner_name, BusinessKey, Call, Created, CreatedClaimed, Guarded, NewCall, Status,
+};
 use crate::tools::OnDuplicate;
 use std::time::Duration;
 
@@ -129,7 +133,12 @@ impl Calls {
             }
         }
         self.pushback.refuse_if_overloaded(&self.metrics)?;
-        let created = match self.runner.reserve(&new.tool, quick) {
+        // A gated call waits for a decision: no worker is reserved for it.
+        let reserved = match new.gate {
+            None => self.runner.reserve(&new.tool, quick),
+            Some(_) => None,
+        };
+        let created = match reserved {
             Some(reservation) => self.create_claimed(new, reservation)?,
             None => (self.store.create_or_get(new)?, Adopted::No),
         };
@@ -207,11 +216,30 @@ impl Calls {
     fn started(&self, call: &Call, adopted: Adopted, quick: bool, transport: Transport) {
         self.count(transport, SubmitOutcome::Created);
         self.metrics.calls_created.inc();
+        if call.status == Status::AwaitingApproval {
+            return self.waiting_for_approval(call);
+        }
         log_transition("call created", "created", call, "none", "pending");
         match adopted {
             Adopted::Yes { owner } => log_claimed(&call.call_id, call.attempt, &owner),
             Adopted::No => self.runner.submit(&call.call_id, &call.tool, quick),
         }
+    }
+
+    /// A new gated call waits for a decision: one `info` line an alerting
+    /// rule can match (`approval_requested`), counted, and the webhook
+    /// thread woken when its tenant has a webhook. No worker is involved.
+    fn waiting_for_approval(&self, call: &Call) {
+        self.metrics.approvals.requested.inc();
+        crate::log::info("call awaits approval")
+            .event("approval_requested")
+            .tenant(&call.tenant)
+            .call_id(&call.call_id)
+            .tool(&call.tool)
+            .idem_key(&call.idem_key)
+            .transition("none", "awaiting_approval")
+            .emit();
+        (self.on_approval_requested)();
     }
 
     /// A retryable failure the same request reset to `pending`: counted as

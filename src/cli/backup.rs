@@ -4,11 +4,11 @@
 //! copied and the verdict on stdout, the verdict in the exit status.
 
 use super::failure::{Failure, BACKUP};
-use super::verify::effect_writers;
 use crate::flag::{FlagError, Flags};
 use crate::store::backup::{backup, BackupOptions, Copied};
 use crate::store::verify::verify_database;
 use crate::store::Database;
+use crate::tools::{file::effect_tools, EFFECT_TOOLS, TOOL_NAMES};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -26,14 +26,19 @@ written beside --to and renamed into place when whole, then checked like
   --step-pages N   pages copied per step (default 1024)
   --pause-ms MS    pause between two steps, to spare the disk (default 0)
 
-Restoring a copy forgets every key accepted after it: see docs/operations.md,
+The copy is marked: a service started on it refuses (exit 3) until started
+once with --accept-restored-copy and the snapshot's time printed here, since
+restoring a copy forgets every key accepted after it: see docs/operations.md,
 \"Backup and restore\", before you restore one. For PostgreSQL use pg_dump or
 point-in-time recovery (same section).
 
-Exit status: 0 the copy is made and verifies clean, 1 the copy is made but
-a check failed (each one named; the copy is kept), 2 bad usage, an existing
---to, or a tools file it cannot read, 3 --db is not a service database it can
-read, 4 the copy could not be written (nothing is left at --to).
+Exit status: a copy is at --to after 0, 1 and 5, none after 2, 3 and 4.
+0 the copy is made and verifies clean; 1 the copy is made but a check
+failed (each one named; the copy is kept); 5 the copy is made but could not
+be checked (it could not be read back; the copy is kept); 2 no copy: bad usage, an
+existing --to, a tools file it cannot read, or, without --tools, calls of
+tools that are not built in; 3 no copy: --db is not a service database it
+can read; 4 no copy: it could not be written.
 ";
 
 /// What the command line asked for.
@@ -54,12 +59,31 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
         crate::out!("{USAGE}");
         return Ok(());
     };
-    let copied = backup(&request.db, &request.to, request.options).map_err(Failure::Backup)?;
+    // Which tools write effects is settled before anything is published: a
+    // tools file it cannot read makes no copy, and without one a snapshot
+    // with calls of tools that are not built in is not kept either (a
+    // nightly job's rerun must not then fail on a copy it left).
+    let mut options = request.options;
+    let writers = match &request.tools {
+        Some(file) => effect_tools(file).map_err(|error| Failure::ToolsFile {
+            command: BACKUP,
+            error,
+        })?,
+        None => {
+            options.known_tools = Some(TOOL_NAMES.iter().map(|t| t.to_string()).collect());
+            EFFECT_TOOLS.iter().map(|t| t.to_string()).collect()
+        }
+    };
+    let copied = backup(&request.db, &request.to, options).map_err(Failure::Backup)?;
     crate::outln!("{}", describe(&request.db, &request.to, &copied));
+    // From here on the copy exists: a check that cannot be made says so
+    // (exit 5), apart from every failure that leaves no copy.
     let copy = Database::Sqlite(request.to.clone());
-    let writers = effect_writers(&copy, request.tools, BACKUP)?;
     let writers: Vec<&str> = writers.iter().map(String::as_str).collect();
-    let report = verify_database(&copy, &writers).map_err(Failure::Unverifiable)?;
+    let report = verify_database(&copy, &writers).map_err(|e| Failure::CopyUnchecked {
+        to: request.to.clone(),
+        why: e.to_string(),
+    })?;
     crate::out!("{report}");
     if report.is_clean() {
         crate::outln!("backup ok: {} verifies clean", request.to.display());
@@ -69,18 +93,21 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
     }
 }
 
-/// The lines saying what was copied, and from when.
+/// The lines saying what was copied, from when, and that the copy is marked.
 fn describe(from: &Path, to: &Path, copied: &Copied) -> String {
-    let began = copied
+    let snapshot = crate::log::rfc3339_millis(copied.began);
+    let millis = copied
         .began
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
-        .as_secs_f64();
+        .as_millis();
     let bytes = u64::from(copied.pages) * u64::from(copied.page_size);
     format!(
         "copied    {} -> {}: {} pages of {} bytes ({:.1} MiB) in {} {}, {} ms\n\
-         snapshot  taken after {} (unix {began:.3}): every call acknowledged before then is in \
-         the copy\ncalls     {} in the copy",
+         snapshot  taken after {snapshot} (unix {}.{:03}): every call acknowledged before then \
+         is in the copy\ncalls     {} in the copy\n\
+         marked    a service started on the copy refuses until started once with \
+         --accept-restored-copy {snapshot}",
         from.display(),
         to.display(),
         copied.pages,
@@ -89,7 +116,8 @@ fn describe(from: &Path, to: &Path, copied: &Copied) -> String {
         copied.steps,
         if copied.steps == 1 { "step" } else { "steps" },
         copied.elapsed.as_millis(),
-        crate::log::rfc3339_millis(copied.began),
+        millis / 1000,
+        millis % 1000,
         copied.calls,
     )
 }

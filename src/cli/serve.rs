@@ -1,7 +1,8 @@
 //! Running the service: read the configuration (flags over
-//! `IDEMPOTENT_TOOL_*` variables), install the JSON logger (stderr or
-//! `--log-file`), start, print one line, tell systemd it is ready, serve until
-//! SIGTERM or SIGINT, then stop gracefully (a second signal exits at once).
+//! `IDEMPOTENT_TOOL_*` variables, each flag over a set variable warned of),
+//! install the JSON logger (stderr or `--log-file`), start, print one line,
+//! tell systemd it is ready, serve until SIGTERM or SIGINT, then stop
+//! gracefully (a second signal exits at once).
 //! SIGHUP never stops it: it reopens `--log-file` (logrotate's signal).
 //!
 //! Usage errors and a failed start are plain lines on stderr (a person reads
@@ -56,8 +57,10 @@ pub fn run(args: Vec<String>) -> Result<(), Failure> {
             .seconds("lease", config.runner.lease)
             .emit();
     }
+    warn_of_overridden_variables(&config);
     // Registered before anything starts, so a signal during start-up is not lost.
     let signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(Failure::Signals)?;
+    wait_for_orphaned_tools();
     let grace = config.shutdown_grace;
     let service = Service::start(config).map_err(Failure::Start)?;
     // Tests and scripts read this line to learn the port; it is flushed, and
@@ -70,6 +73,21 @@ pub fn run(args: Vec<String>) -> Result<(), Failure> {
     match report.write_failure {
         None => Ok(()),
         Some(_) => Err(Failure::WritesFailed),
+    }
+}
+
+/// A service killed on this host (`kill -9`, a crash) leaves its command
+/// tools' supervisors stopping them for a moment: wait for them (a few
+/// seconds at most) before recovery takes its calls back, so that no
+/// attempt started here runs beside one of the dead process's.
+fn wait_for_orphaned_tools() {
+    let (found, left) = crate::tools::supervisor::orphans::wait_for_orphans();
+    if found > 0 {
+        log::warn("waited for the command tools of a process that died to be stopped")
+            .event("orphaned_tools")
+            .number("supervisors", found as u64)
+            .number("still_running", left as u64)
+            .emit();
     }
 }
 
@@ -159,5 +177,19 @@ fn signal_name(signal: i32) -> &'static str {
     match signal {
         SIGINT => "SIGINT",
         _ => "SIGTERM",
+    }
+}
+
+/// One warning for each flag given on the command line over its variable,
+/// which was set too: the variable is ignored (a unit's `ExecStart` flag
+/// would otherwise shadow its environment file without a word). Names only,
+/// never a value: the variable may hold a secret.
+fn warn_of_overridden_variables(config: &Config) {
+    for (flag, variable) in config.origins.overridden() {
+        log::warn("a flag on the command line overrides its variable, which is set too; the variable is ignored")
+            .event("variable_overridden")
+            .label("flag", flag)
+            .variable(variable)
+            .emit();
     }
 }

@@ -125,6 +125,9 @@ pub struct AttemptRecord {
     pub status: Option<String>,
     /// The error code of an error response (`idempotency_conflict`, ...).
     pub code: Option<String>,
+    /// The answer carried `Idempotent-Replayed: true`: the call an earlier
+    /// request with this key made (not printed in the attempt line).
+    pub replayed: bool,
 }
 
 impl AttemptRecord {
@@ -140,6 +143,9 @@ impl AttemptRecord {
             call_id: text(&body["call_id"]),
             status: text(&body["status"]),
             code: text(&body["error"]["code"]),
+            replayed: response
+                .header("idempotent-replayed")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true")),
         }
     }
 
@@ -153,6 +159,7 @@ impl AttemptRecord {
             call_id: None,
             status: None,
             code: None,
+            replayed: false,
         }
     }
 

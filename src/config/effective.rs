@@ -1,5 +1,6 @@
 //! `--print-config`: every configuring flag, the value in force, and where it
-//! came from (the default, the command line, a variable, a variable's file).
+//! came from (the default, the command line, a variable, a variable's file,
+//! or the command line over a variable that was set too, which it ignores).
 //!
 //! It shows values from the parsed `Config`, not the text given, so what it
 //! prints is what the service would run with; and it can show no secret: the
@@ -17,6 +18,9 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     CommandLine,
+    /// The command line, over this variable, which was set too: the
+    /// variable is ignored, and the service says so at start-up.
+    Overriding(String),
     /// The variable.
     Variable(String),
     /// A `_FILE` variable and the file it named.
@@ -38,6 +42,29 @@ impl Origins {
     pub fn of(&self, flag: &str) -> Option<&Origin> {
         self.0.get(flag)
     }
+
+    /// `flag` was given on the command line. If its variable set it too,
+    /// the flag wins, and that is kept (`Overriding`) so that no setting is
+    /// ignored without a word.
+    pub fn set_by_command_line(&mut self, flag: &'static str) {
+        let origin = match self.0.remove(flag) {
+            Some(Origin::Variable(variable) | Origin::VariableFile { variable, .. }) => {
+                Origin::Overriding(variable)
+            }
+            Some(overriding @ Origin::Overriding(_)) => overriding,
+            _ => Origin::CommandLine,
+        };
+        self.0.insert(flag, origin);
+    }
+
+    /// Each flag given on the command line over a variable that was set,
+    /// with that variable's name (never its value).
+    pub fn overridden(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.0.iter().filter_map(|(flag, origin)| match origin {
+            Origin::Overriding(variable) => Some((*flag, variable.as_str())),
+            _ => None,
+        })
+    }
 }
 
 /// The configuration as `--print-config` prints it: one line per flag.
@@ -53,6 +80,7 @@ pub fn describe(config: &Config) -> String {
         let from = match config.origins.of(flag.name) {
             None => "default".to_string(),
             Some(Origin::CommandLine) => "command line".to_string(),
+            Some(Origin::Overriding(variable)) => format!("command line ({variable} ignored)"),
             Some(Origin::Variable(variable)) => variable.clone(),
             Some(Origin::VariableFile { variable, path }) => {
                 format!("{variable} ({})", path.display())

@@ -11,6 +11,7 @@ use crate::http::BadName;
 use crate::http::TrustedProxies;
 use crate::log::Level;
 use crate::store::{Database, DbSchema, DB_SCHEMA_RULE};
+use crate::tools::Keyless;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,6 +50,7 @@ pub const FLAGS: &[Flag] = &[
     value("--db-timeout-ms"),
     value("--db-connect-timeout-ms"),
     value("--db-tcp-timeout-ms"),
+    value("--accept-restored-copy"),
     value("--workers"),
     value("--lease-secs"),
     value("--tools"),
@@ -63,6 +65,8 @@ pub const FLAGS: &[Flag] = &[
     value("--auth-file"),
     switch("--insecure-no-auth"),
     value("--mcp-wait-secs"),
+    value("--mcp-keyless"),
+    value("--mcp-content-window-secs"),
     value("--public-host"),
     value("--allowed-origin"),
     value("--key-ttl"),
@@ -104,6 +108,9 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
                 DbSchema::parse(value).ok_or_else(|| bad_value(name, value, DB_SCHEMA_RULE))?
         }
         "--db-password-file" => config.db_password_file = Some(PathBuf::from(value)),
+        "--accept-restored-copy" => {
+            config.store.accept_restored_copy = Some(snapshot_time(name, value)?)
+        }
         "--db-pool" => config.store.pool_size = number(name, value, 1..=10_000)? as usize,
         "--db-ca-file" => config.store.ca_file = Some(PathBuf::from(value)),
         "--db-timeout-ms" => config.store.pg_timeouts.operation = millis(name, value, 1)?,
@@ -117,6 +124,16 @@ pub fn set(config: &mut Config, flag: &Flag, value: &str) -> Result<(), ConfigEr
         "--request-timeout-ms" => config.limits.request_timeout = millis(name, value, 1)?,
         "--idle-timeout-ms" => config.limits.idle_timeout = millis(name, value, 1)?,
         "--mcp-wait-secs" => config.mcp_wait = seconds_or_zero(name, value)?,
+        "--mcp-keyless" => {
+            config.mcp_keyless = match value {
+                "auto" => None,
+                _ => Some(
+                    Keyless::parse(value)
+                        .ok_or_else(|| bad_value(name, value, "auto, content, fresh or reject"))?,
+                ),
+            }
+        }
+        "--mcp-content-window-secs" => config.mcp_content_window = seconds(name, value)?,
         "--public-host" => each(value, |name| config.trusted_names.add_public_host(name))?,
         "--allowed-origin" => each(value, |origin| {
             config.trusted_names.add_allowed_origin(origin)
@@ -160,6 +177,10 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--db-timeout-ms" => millis(config.store.pg_timeouts.operation),
         "--db-connect-timeout-ms" => millis(config.store.pg_timeouts.connect),
         "--db-tcp-timeout-ms" => millis(config.store.pg_timeouts.tcp),
+        "--accept-restored-copy" => match &config.store.accept_restored_copy {
+            Some(snapshot) => snapshot.clone(),
+            None => "none".to_string(),
+        },
         "--workers" => config.runner.workers.to_string(),
         "--lease-secs" => secs(config.runner.lease),
         "--tools" => path(&config.tools_file),
@@ -174,6 +195,11 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--auth-file" => path(&config.auth_file),
         "--insecure-no-auth" => on_off(config.insecure_no_auth),
         "--mcp-wait-secs" => secs(config.mcp_wait),
+        "--mcp-keyless" => config
+            .mcp_keyless
+            .map_or("auto", Keyless::as_str)
+            .to_string(),
+        "--mcp-content-window-secs" => secs(config.mcp_content_window),
         "--public-host" => list(&config.trusted_names.public_hosts),
         "--allowed-origin" => list(&config.trusted_names.allowed_origins),
         "--key-ttl" => secs(config.store.retention.key_ttl.unwrap_or_default()),
@@ -185,6 +211,24 @@ pub fn shown(config: &Config, flag: &Flag) -> Option<String> {
         "--chaos" => on_off(config.runner.chaos),
         _ => return None,
     })
+}
+
+/// A snapshot's time as `backup` prints it: `2026-12-06T03:13:45.821Z`.
+fn snapshot_time(flag: &str, value: &str) -> Result<String, ConfigError> {
+    let shape = "dddd-dd-ddTdd:dd:dd.dddZ";
+    let fits = value.len() == shape.len()
+        && value.bytes().zip(shape.bytes()).all(|(v, s)| match s {
+            b'd' => v.is_ascii_digit(),
+            other => v == other,
+        });
+    if !fits {
+        return Err(bad_value(
+            flag,
+            value,
+            "the snapshot's time as backup and the refusal print it, e.g. 2026-12-06T03:13:45.821Z",
+        ));
+    }
+    Ok(value.to_string())
 }
 
 /// Each name of a comma-separated list (a flag given twice adds to it).

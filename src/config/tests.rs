@@ -142,8 +142,16 @@ fn variables_set_what_their_flags_would_and_flags_win() {
         c.origins.of("--port"),
         Some(&Origin::Variable("IDEMPOTENT_TOOL_PORT".into()))
     );
-    assert_eq!(c.origins.of("--workers"), Some(&Origin::CommandLine));
+    assert_eq!(
+        c.origins.of("--workers"),
+        Some(&Origin::Overriding("IDEMPOTENT_TOOL_WORKERS".into()))
+    );
     assert_eq!(c.origins.of("--db"), None);
+    let overridden: Vec<(&str, &str)> = c.origins.overridden().collect();
+    assert_eq!(overridden, [("--workers", "IDEMPOTENT_TOOL_WORKERS")]);
+    let alone = parse_with(&["--workers", "3", "--workers", "4"], &[]).unwrap();
+    assert_eq!(alone.origins.of("--workers"), Some(&Origin::CommandLine));
+    assert_eq!(alone.origins.overridden().count(), 0);
     let off = parse_with(&[], &[("IDEMPOTENT_TOOL_CHAOS", "0")]).unwrap();
     assert!(!off.runner.chaos);
 }
@@ -259,4 +267,31 @@ fn every_option_in_the_help_has_a_variable() {
         assert!(variable_of(flag).starts_with(PREFIX));
     }
     assert_eq!(listed.len(), FLAGS.len() + actions.len());
+}
+
+/// `--accept-restored-copy` takes a snapshot's time exactly as `backup`
+/// prints it, for the store to compare with the copy's mark.
+#[test]
+fn accept_restored_copy_takes_a_snapshot_time() {
+    let c = parse_with(&["--accept-restored-copy", "2026-12-06T03:13:45.821Z"], &[]).unwrap();
+    assert_eq!(
+        c.store.accept_restored_copy.as_deref(),
+        Some("2026-12-06T03:13:45.821Z")
+    );
+    assert_eq!(
+        parse_with(&[], &[]).unwrap().store.accept_restored_copy,
+        None
+    );
+    for bad in [
+        "yes",
+        "2026-12-06T03:13:45Z",
+        "2026-12-06 03:13:45.821Z",
+        "",
+    ] {
+        let refused = parse_with(&["--accept-restored-copy", bad], &[]).unwrap_err();
+        assert!(
+            refused.to_string().contains("the snapshot's time"),
+            "{bad}: {refused}"
+        );
+    }
 }

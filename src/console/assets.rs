@@ -50,4 +50,5 @@ pub const ASSETS: &[Asset] = &[
     asset!("js/timeline.js", JS),
     asset!("js/tools.js", JS),
     asset!("js/verify.js", JS),
+    asset!("js/approvals.js", JS),
 ];

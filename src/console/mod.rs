@@ -94,10 +94,10 @@ fn names_a_file(path: &str) -> bool {
 }
 
 /// The console's page paths (after `/ui`): the overview, the calls, one
-/// call, the tools and the promise check.
+/// call, the approval queue, the tools and the promise check.
 fn is_page(rest: &str) -> bool {
     match rest {
-        "" | "/" | "/calls" | "/tools" | "/verify" => true,
+        "" | "/" | "/calls" | "/approvals" | "/tools" | "/verify" => true,
         _ => rest
             .strip_prefix("/calls/")
             .is_some_and(|id| !id.is_empty() && !id.contains('/')),
@@ -115,6 +115,7 @@ mod tests {
             "/ui/",
             "/ui/calls",
             "/ui/calls/c_1",
+            "/ui/approvals",
             "/ui/tools",
             "/ui/verify",
         ] {

@@ -59,6 +59,10 @@ error_codes! {
     /// (`/metrics`, `/stats?scope=all`). Never for another tenant's call:
     /// that is `not_found`, so existence does not leak.
     Forbidden => (403, "forbidden"),
+    /// A token whose role does not allow the action: `error.role` names the
+    /// role made for it (`caller` makes calls, `operator` cancels,
+    /// `approver` approves and denies) and the message every role that may.
+    RoleRequired => (403, "role_required"),
     /// `POST /mcp` reached by a `Host` that is neither loopback nor a
     /// `--public-host` name: a DNS-rebinding page, or a missing flag.
     HostNotAllowed => (403, "host_not_allowed"),
@@ -81,10 +85,22 @@ error_codes! {
     /// tool's answer was recorded before the stop took effect);
     /// `error.call_id` and `error.status` name it, and `call` is the call.
     CallSettled => (409, "call_settled"),
+    /// An approve or deny of a call whose approval request was decided
+    /// before (approved, denied, expired or cancelled): nothing changed;
+    /// `error.call_id` and `error.decision` name it, and `approval` is the
+    /// first decision.
+    AlreadyDecided => (409, "already_decided"),
+    /// An approve or deny whose `fingerprint` is not the waiting request's:
+    /// what was reviewed is not what would run; nothing was decided.
+    FingerprintMismatch => (409, "fingerprint_mismatch"),
     /// A re-run of a call that succeeded: its effect happened, it never
     /// runs again; `error.call_id` names it, `call` is the call.
     CallSucceeded => (409, "call_succeeded"),
-    /// A re-run of a call that is `pending` or `running`: it has not ended;
+    /// A re-run of a call whose approval was denied: it never runs;
+    /// `error.call_id` and `error.status` name it, `call` is the call.
+    CallDenied => (409, "call_denied"),
+    /// A re-run of a call that is `awaiting_approval`, `pending` or
+    /// `running`: it has not ended;
     /// `error.call_id` and `error.status` name it, `call` is the call.
     CallInFlight => (409, "call_in_flight"),
     /// A re-run of a call past its retention (`--key-ttl`): it may be purged

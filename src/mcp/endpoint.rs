@@ -10,34 +10,50 @@
 
 use super::handshake::{self, Refused, Revision};
 use super::jsonrpc::{
-    self, Message, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+    self, Message, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, MISSING_CAPABILITY,
+    PARSE_ERROR,
 };
-use super::{tools_call, tools_list};
+use super::{tasks, tools_call, tools_list};
 use crate::auth::Tenant;
 use crate::calls::Calls;
 use crate::http::OriginPolicy;
 use crate::http::{Request, Response};
 use crate::log::Exchange;
+use crate::tools::Keyless;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How the endpoint behaves; filled from the command line.
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    /// How long a `tools/call` waits for its call to settle
+    /// (`--mcp-wait-secs`) before answering `running` with the call's id.
+    pub wait: Duration,
+    /// `--mcp-keyless`: a keyless call's meaning for tools whose file names none.
+    pub keyless: Option<Keyless>,
+    /// `--mcp-content-window-secs`: how long keyless calls with the same
+    /// tool and arguments are one call.
+    pub content_window: Duration,
+    /// `--key-ttl`: how long a settled call, so a task, is kept (`None`:
+    /// forever); a task's `ttlMs`.
+    pub key_ttl: Option<Duration>,
+}
+
 /// The MCP endpoint, over the `Calls` service the REST routes share.
 pub struct Mcp {
     pub(super) calls: Arc<Calls>,
-    /// How long a `tools/call` waits for its call to settle
-    /// (`--mcp-wait-secs`) before answering `running` with the call's id.
-    pub(super) wait: Duration,
+    pub(super) options: McpOptions,
     /// The `Host` names and `Origin`s served (`--public-host`,
     /// `--allowed-origin`): the DNS-rebinding guard.
     origins: OriginPolicy,
 }
 
 impl Mcp {
-    pub fn new(calls: Arc<Calls>, wait: Duration, origins: OriginPolicy) -> Mcp {
+    pub fn new(calls: Arc<Calls>, options: McpOptions, origins: OriginPolicy) -> Mcp {
         Mcp {
             calls,
-            wait,
+            options,
             origins,
         }
     }
@@ -57,12 +73,25 @@ impl Mcp {
         };
         match value {
             Value::Array(batch) => answer_batch(self, req, tenant, exchange, &batch),
-            single => match answer_one(self, req, tenant, exchange, &single) {
-                Some((status, body)) => Response::json(status, &body),
-                None => accepted(),
-            },
+            single => {
+                let mut notes = Vec::new();
+                match answer_one(self, req, tenant, exchange, &single, &mut notes) {
+                    Some((status, body)) if !notes.is_empty() && accepts_events(req) => {
+                        super::progress::event_stream(status, &notes, &body)
+                    }
+                    Some((status, body)) => Response::json(status, &body),
+                    None => accepted(),
+                }
+            }
         }
     }
+}
+
+/// Whether the client takes a `text/event-stream` answer (MCP clients
+/// send `Accept: application/json, text/event-stream`).
+fn accepts_events(req: &Request) -> bool {
+    req.header("accept")
+        .is_some_and(|accept| accept.contains("text/event-stream"))
 }
 
 /// `202 Accepted`, no body: a notification (or a response) was taken.
@@ -98,7 +127,7 @@ fn answer_batch(
     }
     let answers: Vec<Value> = batch
         .iter()
-        .filter_map(|message| answer_one(mcp, req, tenant, exchange, message))
+        .filter_map(|message| answer_one(mcp, req, tenant, exchange, message, &mut Vec::new()))
         .map(|(_, body)| body)
         .collect();
     if answers.is_empty() {
@@ -115,6 +144,7 @@ fn answer_one(
     tenant: &Tenant,
     exchange: &mut Exchange,
     value: &Value,
+    notes: &mut Vec<Value>,
 ) -> Option<(u16, Value)> {
     let (id, method, params) = match jsonrpc::classify(value) {
         Ok(Message::Request { id, method, params }) => (id, method, params),
@@ -135,7 +165,9 @@ fn answer_one(
             return Some((400, body));
         }
     };
-    if method == "initialize" {
+    if method == "initialize"
+        && !handshake::names_stateless(&params, req.header("mcp-protocol-version"))
+    {
         return Some((200, jsonrpc::result(&id, handshake::initialize(&params))));
     }
     let revision = match revision_checked(req, &method, &params) {
@@ -146,28 +178,47 @@ fn answer_one(
         }
     };
     let answer = match method.as_str() {
+        // The handshake methods are gone from the stateless revision.
+        "ping" | "initialize" if revision.is_stateless() => {
+            return Some(method_not_found(&id, &method, revision))
+        }
         "ping" => Ok(json!({})),
         "server/discover" => Ok(handshake::discover()),
         "tools/list" => {
             let cursor = params.get("cursor").and_then(Value::as_str);
-            tools_list::list(mcp.calls.tools(), revision, cursor)
+            tools_list::list(mcp.calls.tools(), revision, cursor, mcp.options.keyless)
                 .map(|page| tools_list::mark_paused(page, |tool| mcp.calls.paused(tool)))
                 .map_err(|e| (INVALID_PARAMS, e.to_string(), None))
         }
-        "tools/call" => tools_call::call(mcp, req, tenant, exchange, revision, &params),
-        _ => {
-            let message = format!("Method not found: {}", crate::input::quote(&method));
-            let status = if revision.is_stateless() { 404 } else { 200 };
-            return Some((
-                status,
-                jsonrpc::error(Some(&id), METHOD_NOT_FOUND, message, None),
-            ));
-        }
+        "tools/call" => tools_call::call(mcp, req, tenant, exchange, revision, &params, notes),
+        "tasks/get" => tasks::get(mcp, tenant, revision, &params, exchange),
+        "tasks/cancel" => tasks::cancel(mcp, tenant, revision, &params, exchange),
+        "tasks/update" => tasks::update(mcp, tenant, revision, &params, exchange),
+        _ => return Some(method_not_found(&id, &method, revision)),
     };
     Some(match answer {
         Ok(result) => (200, jsonrpc::result(&id, complete(result, revision))),
-        Err((code, message, data)) => (200, jsonrpc::error(Some(&id), code, message, data)),
+        Err((code, message, data)) => {
+            // A missing client capability is a 400 under the stateless
+            // revision, as its transport requires.
+            let status = if code == MISSING_CAPABILITY && revision.is_stateless() {
+                400
+            } else {
+                200
+            };
+            (status, jsonrpc::error(Some(&id), code, message, data))
+        }
     })
+}
+
+/// `-32601`; `404` under the stateless revision, as its transport requires.
+fn method_not_found(id: &jsonrpc::Id, method: &str, revision: Revision) -> (u16, Value) {
+    let message = format!("Method not found: {}", crate::input::quote(method));
+    let status = if revision.is_stateless() { 404 } else { 200 };
+    (
+        status,
+        jsonrpc::error(Some(id), METHOD_NOT_FOUND, message, None),
+    )
 }
 
 /// The request's revision, and for 2026-07-28 its mirrored headers checked.
@@ -188,11 +239,17 @@ fn revision_checked(
     Ok(revision)
 }
 
-/// A stateless revision's result names its type and the server.
+/// A stateless revision's result names its type (`complete`, unless it is
+/// a task) and the server, beside any `_meta` of its own.
 fn complete(mut result: Value, revision: Revision) -> Value {
     if revision.is_stateless() {
-        result["resultType"] = "complete".into();
-        result["_meta"] = json!({ handshake::META_SERVER_INFO: handshake::server_info() });
+        if result.get("resultType").is_none() {
+            result["resultType"] = "complete".into();
+        }
+        if !result.get("_meta").is_some_and(Value::is_object) {
+            result["_meta"] = json!({});
+        }
+        result["_meta"][handshake::META_SERVER_INFO] = handshake::server_info();
     }
     result
 }

@@ -9,13 +9,18 @@
 //! header, which must agree. No `Mcp-Session-Id` is issued, and one sent is
 //! ignored. This file never touches a call.
 
-use super::jsonrpc::{HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION};
+use super::jsonrpc::{HEADER_MISMATCH, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION};
 use serde_json::{json, Map, Value};
 
 /// The `_meta` key of a stateless request's protocol version.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// The `_meta` key a stateless result names this server under.
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// The Tasks extension (SEP-2663), advertised under
+/// `capabilities.extensions` and negotiated per request.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// The `_meta` key of a stateless request's client capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// The revisions this server speaks, oldest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -101,44 +106,91 @@ fn mismatch(message: String) -> Refused {
     }
 }
 
-/// The revision of a request other than `initialize`: from `_meta` when it
-/// names one (the header must agree), else from the `MCP-Protocol-Version`
-/// header (absent: 2025-03-26).
-pub fn revision_of(params: &Map<String, Value>, header: Option<&str>) -> Result<Revision, Refused> {
-    let in_meta = params
+/// Whether a request speaks the stateless revision's way (its version in
+/// `_meta`, or the header naming 2026-07-28): then even `initialize` is held
+/// to its rules (and is no method there).
+pub fn names_stateless(params: &Map<String, Value>, header: Option<&str>) -> bool {
+    params
         .get("_meta")
-        .and_then(|m| m.get(META_PROTOCOL_VERSION));
-    match (in_meta, header) {
-        (Some(Value::String(version)), header) => {
-            let revision = Revision::parse(version).ok_or_else(|| unsupported(version))?;
-            match header {
-                Some(h) if h == version => Ok(revision),
-                Some(h) => Err(mismatch(format!(
-                    "Header mismatch: MCP-Protocol-Version {} does not match _meta {}",
-                    crate::input::quote(h),
-                    crate::input::quote(version)
-                ))),
-                None => Err(mismatch(
-                    "Header mismatch: the MCP-Protocol-Version header is required".into(),
-                )),
-            }
-        }
-        (Some(_), _) => Err(mismatch(format!(
-            "_meta.{META_PROTOCOL_VERSION} must be a string"
-        ))),
-        (None, None) => Ok(Revision::V2025_03_26),
-        (None, Some(h)) => match Revision::parse(h) {
-            Some(r) if r.is_stateless() => Err(mismatch(format!(
-                "Header mismatch: MCP-Protocol-Version {h} needs _meta.{META_PROTOCOL_VERSION}"
-            ))),
-            Some(r) => Ok(r),
-            None => Err(unsupported(h)),
-        },
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .is_some()
+        || header
+            .and_then(Revision::parse)
+            .is_some_and(Revision::is_stateless)
+}
+
+/// The revision of a request other than `initialize`. A stateless request
+/// (the `MCP-Protocol-Version` header names 2026-07-28, or `_meta` names a
+/// version) is held to 2026-07-28's order: the header present (`-32020`),
+/// `_meta` carrying the version and the client's capabilities (`-32602`),
+/// the two versions equal (`-32020`), the version one this server speaks
+/// (`-32022`). Otherwise the header names a handshake revision (absent:
+/// 2025-03-26).
+pub fn revision_of(params: &Map<String, Value>, header: Option<&str>) -> Result<Revision, Refused> {
+    let meta = params.get("_meta");
+    let in_meta = meta.and_then(|m| m.get(META_PROTOCOL_VERSION));
+    let stateless_header = header
+        .and_then(Revision::parse)
+        .is_some_and(Revision::is_stateless);
+    if in_meta.is_some() || stateless_header {
+        return stateless_revision(meta, header);
+    }
+    match header {
+        None => Ok(Revision::V2025_03_26),
+        Some(h) => Revision::parse(h).ok_or_else(|| unsupported(h)),
+    }
+}
+
+/// A request that carries its version in `_meta`, checked in the order the
+/// 2026-07-28 transport gives.
+fn stateless_revision(meta: Option<&Value>, header: Option<&str>) -> Result<Revision, Refused> {
+    let Some(header) = header else {
+        return Err(mismatch(
+            "Header mismatch: the MCP-Protocol-Version header is required".into(),
+        ));
+    };
+    let field = |key: &str| meta.and_then(|m| m.get(key));
+    let missing: Vec<&str> = [META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES]
+        .into_iter()
+        .filter(|key| field(key).is_none())
+        .collect();
+    if !missing.is_empty() {
+        return Err(invalid_meta(format!(
+            "Invalid params: _meta is missing {}",
+            missing.join(", ")
+        )));
+    }
+    if !field(META_CLIENT_CAPABILITIES).is_some_and(Value::is_object) {
+        return Err(invalid_meta(format!(
+            "Invalid params: _meta.{META_CLIENT_CAPABILITIES} must be an object"
+        )));
+    }
+    let Some(version) = field(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
+        return Err(invalid_meta(format!(
+            "Invalid params: _meta.{META_PROTOCOL_VERSION} must be a string"
+        )));
+    };
+    if version != header {
+        return Err(mismatch(format!(
+            "Header mismatch: MCP-Protocol-Version {} does not match _meta {}",
+            crate::input::quote(header),
+            crate::input::quote(version)
+        )));
+    }
+    Revision::parse(version).ok_or_else(|| unsupported(version))
+}
+
+fn invalid_meta(message: String) -> Refused {
+    Refused {
+        code: INVALID_PARAMS,
+        message,
+        data: None,
     }
 }
 
 /// 2026-07-28's mirrored headers: `Mcp-Method` always, `Mcp-Name` for
-/// `tools/call`; each must be present and equal the body's value.
+/// `tools/call` and the `tasks/*` methods; each must be present and equal
+/// the body's value.
 pub fn check_mirrored_headers(
     method: &str,
     params: &Map<String, Value>,
@@ -151,17 +203,27 @@ pub fn check_mirrored_headers(
             crate::input::quote(method)
         )));
     }
-    if method == "tools/call" {
-        let body_name = params.get("name").and_then(Value::as_str).unwrap_or("");
+    if let Some(field) = named_by(method) {
+        let body_name = params.get(field).and_then(Value::as_str).unwrap_or("");
         let header_name = mcp_name.map(decode_sentinel);
         if header_name.as_deref() != Some(body_name) {
             return Err(mismatch(format!(
-                "Header mismatch: Mcp-Name must be present and equal params.name {}",
+                "Header mismatch: Mcp-Name must be present and equal params.{field} {}",
                 crate::input::quote(body_name)
             )));
         }
     }
     Ok(())
+}
+
+/// The body field a method's `Mcp-Name` header mirrors: a tool's name, or
+/// a task's id (the Tasks extension's routing header).
+fn named_by(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" => Some("name"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    }
 }
 
 /// A header value as sent, or decoded from `=?base64?...?=` (which a client
@@ -243,7 +305,10 @@ pub fn discover() -> Value {
     let supported: Vec<&str> = SUPPORTED.iter().map(|r| r.as_str()).collect();
     json!({
         "supportedVersions": supported,
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {
+            "tools": {"listChanged": false},
+            "extensions": {TASKS_EXTENSION: {}},
+        },
         "serverInfo": server_info(),
         "instructions": INSTRUCTIONS,
         "ttlMs": 0,
@@ -256,7 +321,7 @@ mod tests {
     use super::*;
 
     fn meta(version: &str) -> Map<String, Value> {
-        json!({"_meta": {META_PROTOCOL_VERSION: version}})
+        json!({"_meta": {META_PROTOCOL_VERSION: version, META_CLIENT_CAPABILITIES: {}}})
             .as_object()
             .unwrap()
             .clone()
@@ -280,7 +345,18 @@ mod tests {
             refused(&none, Some("1999-01-01")).code,
             UNSUPPORTED_PROTOCOL_VERSION
         );
-        assert_eq!(refused(&none, Some("2026-07-28")).code, HEADER_MISMATCH);
+        assert_eq!(refused(&none, Some("2026-07-28")).code, INVALID_PARAMS);
+        let no_capabilities = json!({"_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
+        let no_capabilities = no_capabilities.as_object().unwrap();
+        assert_eq!(
+            refused(no_capabilities, Some("2026-07-28")).code,
+            INVALID_PARAMS
+        );
+        // The header and _meta disagree: a mismatch, whatever _meta names.
+        assert_eq!(
+            refused(&meta("3000-01-01"), Some("2026-07-28")).code,
+            HEADER_MISMATCH
+        );
         assert_eq!(refused(&meta("2026-07-28"), None).code, HEADER_MISMATCH);
         assert_eq!(
             refused(&meta("2026-07-28"), Some("2025-11-25")).code,

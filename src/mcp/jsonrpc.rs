@@ -25,6 +25,9 @@ pub const INTERNAL_ERROR: i64 = -32603;
 pub const IDEMPOTENCY_CONFLICT: i64 = -32010;
 /// 2026-07-28: a mirrored header is missing or disagrees with the body.
 pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: the request needs a client capability its `_meta` does not
+/// declare (`data.requiredCapabilities`); `400`.
+pub const MISSING_CAPABILITY: i64 = -32021;
 /// 2026-07-28: the requested protocol version is not one this server speaks.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 

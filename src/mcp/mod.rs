@@ -10,7 +10,10 @@
 //! error codes), `handshake` (revisions: `initialize`, `server/discover`,
 //! `ping`, the `MCP-Protocol-Version` header and 2026-07-28's mirrored
 //! headers), `tools_list`, `tools_call` (the exactly-once path, through
-//! `Calls::submit`, the same as `POST /v1/tool-calls`).
+//! `Calls::submit`, the same as `POST /v1/tool-calls`), `keyless` (the key
+//! of a call that sends none), `tasks` (the Tasks extension: the task is the
+//! call), `call_result` (a call as a `CallToolResult`) and `progress`
+//! (`notifications/progress` while a call is waited for).
 //!
 //! HTTP statuses: `200` for every JSON-RPC answer of a handshake revision
 //! (errors included, as JSON-RPC over HTTP is usually spoken); `400` for a
@@ -23,10 +26,15 @@
 //! This module never runs a tool, keeps no session, and never puts a token,
 //! a header value or a call's arguments in a log line.
 
+mod call_result;
 mod endpoint;
 pub mod handshake;
 pub mod jsonrpc;
+mod keyless;
+mod progress;
+pub mod tasks;
 pub mod tools_call;
 pub mod tools_list;
 
-pub use endpoint::Mcp;
+pub use endpoint::{Mcp, McpOptions};
+pub use keyless::summary as keyless_summary;

@@ -12,9 +12,11 @@
 //! and never lets `notifications/cancelled` (or a client hanging up) abort a
 //! call: the wait ends, the call goes on.
 
+use super::call_result::{tool_result, Marks};
 use super::endpoint::Mcp;
 use super::handshake::Revision;
 use super::jsonrpc::{IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
+use super::keyless::{self, KeyOf};
 use super::tools_list::GET_TOOL_CALL;
 use crate::auth::Tenant;
 // The key and wait bounds are the call path's, so both transports agree.
@@ -26,6 +28,7 @@ use crate::input::quote;
 use crate::log::Exchange;
 use crate::metrics::Transport;
 use crate::store::{Call, Status, StoreError};
+use crate::tools::{Keyless, ToolSpec};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
@@ -48,6 +51,7 @@ pub fn call(
     exchange: &mut Exchange,
     revision: Revision,
     params: &Map<String, Value>,
+    notes: &mut Vec<Value>,
 ) -> Result<Value, RpcError> {
     let name = params
         .get("name")
@@ -69,8 +73,12 @@ pub fn call(
             Some(json!({"tools": known})),
         ));
     };
-    let key = idempotency_key(params)?;
-    exchange.idem_key = Some(key.clone());
+    let as_task = super::tasks::answers_as_task(spec, revision, params)?;
+    let key = match key_of(mcp, tenant, spec, name, &arguments, params)? {
+        Ok(key) => key,
+        Err(refused) => return Ok(refused),
+    };
+    exchange.idem_key = Some(key.key().to_string());
     if !revision.schema_failure_is_tool_error() {
         // Before 2025-11-25, arguments the schema refuses are a protocol error.
         let (tool_args, _) = crate::chaos::split(&arguments).map_err(|e| invalid(e.to_string()))?;
@@ -79,7 +87,7 @@ pub fn call(
     }
     let request = CallRequest {
         tenant,
-        key: &key,
+        key: key.key(),
         tool: name,
         args: &arguments,
         client_id: None,
@@ -99,9 +107,28 @@ pub fn call(
     };
     exchange.call_id = Some(call.call_id.clone());
     exchange.replayed = replayed;
-    let call = settle(mcp, req, call, mcp.wait)?;
-    log_answer(&call, replayed, duplicate_intent);
-    Ok(outcome(&call, replayed, duplicate_intent, revision))
+    let marks = Marks {
+        replayed,
+        duplicate_intent,
+        by_content: matches!(key, KeyOf::Content(_)),
+    };
+    if as_task {
+        log_answer(&call, marks);
+        return Ok(super::tasks::created(mcp, &call));
+    }
+    // A call awaiting approval is answered at once with its handle: a
+    // person's decision is not a matter of seconds (`get_tool_call`, asked
+    // to wait, does wait).
+    let wait = match call.status {
+        Status::AwaitingApproval => Duration::ZERO,
+        _ => mcp.options.wait,
+    };
+    let call = match super::progress::token(params) {
+        Some(token) => super::progress::settle_reporting(mcp, req, call, wait, &token, notes)?,
+        None => settle(mcp, req, call, wait)?,
+    };
+    log_answer(&call, marks);
+    Ok(tool_result(&call, Some(spec), marks, revision))
 }
 
 /// What `submit` refused (mapped once, in `calls::error`), as MCP frames
@@ -133,7 +160,7 @@ fn refusal(e: CallError, exchange: &mut Exchange) -> Result<Value, RpcError> {
 }
 
 /// A store failure (its cause logged by `store_refusal`, never sent).
-fn store_failure(e: StoreError) -> RpcError {
+pub(super) fn store_failure(e: StoreError) -> RpcError {
     rpc_error(store_refusal(e))
 }
 
@@ -147,15 +174,45 @@ fn rpc_error(refusal: CallRefusal) -> RpcError {
     (INTERNAL_ERROR, refusal.message, Some(data))
 }
 
-/// The key from `_meta`, or `params.idempotencyKey` (both: they must agree),
-/// or a fresh one.
-fn idempotency_key(params: &Map<String, Value>) -> Result<String, RpcError> {
+/// The request's key: the client's, or by the tool's keyless policy one
+/// derived from its content or made fresh; `Ok(Err(answer))` when the
+/// policy is `reject` (a tool error saying how to send a key).
+fn key_of(
+    mcp: &Mcp,
+    tenant: &Tenant,
+    spec: &ToolSpec,
+    tool: &str,
+    arguments: &Map<String, Value>,
+    params: &Map<String, Value>,
+) -> Result<Result<KeyOf, Value>, RpcError> {
+    if let Some(key) = idempotency_key(params)? {
+        return Ok(Ok(KeyOf::Sent(key)));
+    }
+    Ok(match keyless::policy(mcp, spec) {
+        Keyless::Fresh => Ok(KeyOf::Fresh(fresh_key())),
+        Keyless::Content => Ok(KeyOf::Content(
+            keyless::content_key(mcp, &tenant.name, tool, arguments).map_err(store_failure)?,
+        )),
+        Keyless::Reject => Err(tool_error(
+            ErrorCode::MissingIdempotencyKey,
+            &format!(
+                "this tool needs an idempotency key: send it as params._meta[\"{META_IDEMPOTENCY_KEY}\"] \
+                 and send the same key again when you retry"
+            ),
+            None,
+        )),
+    })
+}
+
+/// The key from `_meta`, or `params.idempotencyKey` (both: they must agree);
+/// `None` when the client sent neither.
+fn idempotency_key(params: &Map<String, Value>) -> Result<Option<String>, RpcError> {
     let from_meta = params
         .get("_meta")
         .and_then(|m| m.get(META_IDEMPOTENCY_KEY));
     let from_params = params.get("idempotencyKey");
     let key = match (from_meta, from_params) {
-        (None, None) => return Ok(fresh_key()),
+        (None, None) => return Ok(None),
         (Some(a), Some(b)) if a != b => {
             return Err(invalid(format!(
                 "_meta.{META_IDEMPOTENCY_KEY} and params.idempotencyKey differ; send one"
@@ -166,7 +223,7 @@ fn idempotency_key(params: &Map<String, Value>) -> Result<String, RpcError> {
     let visible = |b: u8| (0x21..=0x7e).contains(&b);
     match key.as_str() {
         Some(k) if !k.is_empty() && k.len() <= MAX_KEY_LEN && k.bytes().all(visible) => {
-            Ok(k.to_string())
+            Ok(Some(k.to_string()))
         }
         _ => Err(invalid(format!(
             "the idempotency key must be a string of 1 to {MAX_KEY_LEN} visible ASCII characters"
@@ -209,7 +266,7 @@ fn settle(mcp: &Mcp, req: &Request, call: Call, wait: Duration) -> Result<Call, 
 /// `{call_id, idempotency_key, status, attempt, result | error, replayed}`
 /// (and `cancel_requested_at` once a cancel was asked) as
 /// `structuredContent` (from 2025-06-18) and as text; `isError` when the
-/// call failed or was cancelled.
+/// call failed, was cancelled or denied.
 pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Revision) -> Value {
     let mut state = json!({
         "call_id": call.call_id,
@@ -223,17 +280,17 @@ pub fn outcome(call: &Call, replayed: bool, duplicate_intent: bool, revision: Re
     }
     match call.status {
         Status::Succeeded => state["result"] = call.result.clone().unwrap_or(Value::Null),
-        Status::Failed | Status::Cancelled => {
+        Status::Failed | Status::Cancelled | Status::Denied => {
             state["error"] = call.error.clone().unwrap_or(Value::Null)
         }
-        Status::Pending | Status::Running => {}
+        Status::AwaitingApproval | Status::Pending | Status::Running => {}
     }
     if let Some(at) = call.cancel_requested_at {
         state["cancel_requested_at"] = at.into();
     }
     let mut answer = json!({
         "content": [{"type": "text", "text": state.to_string()}],
-        "isError": matches!(call.status, Status::Failed | Status::Cancelled),
+        "isError": matches!(call.status, Status::Failed | Status::Cancelled | Status::Denied),
     });
     if revision.has_structured_output() {
         answer["structuredContent"] = state;
@@ -296,7 +353,12 @@ fn get_tool_call(
 
 /// The MCP call in the log, labelled `transport="mcp"` (the access line
 /// already names its key and call).
-fn log_answer(call: &Call, replayed: bool, duplicate_intent: bool) {
+fn log_answer(call: &Call, marks: Marks) {
+    let Marks {
+        replayed,
+        duplicate_intent,
+        by_content,
+    } = marks;
     crate::log::info("MCP tools/call answered")
         .event("mcp_tool_call")
         .label("transport", "mcp")
@@ -307,6 +369,7 @@ fn log_answer(call: &Call, replayed: bool, duplicate_intent: bool) {
         .attempt(call.attempt)
         .flag("replayed", replayed)
         .flag("duplicate_intent", duplicate_intent)
+        .flag("by_content", by_content)
         .emit();
 }
 
@@ -321,11 +384,11 @@ mod tests {
     #[test]
     fn the_key_comes_from_meta_or_params_or_is_made_fresh() {
         let meta = params(json!({"_meta": {META_IDEMPOTENCY_KEY: "k1"}}));
-        assert_eq!(idempotency_key(&meta).unwrap(), "k1");
+        assert_eq!(idempotency_key(&meta).unwrap().as_deref(), Some("k1"));
         let sep = params(json!({"idempotencyKey": "k2"}));
-        assert_eq!(idempotency_key(&sep).unwrap(), "k2");
+        assert_eq!(idempotency_key(&sep).unwrap().as_deref(), Some("k2"));
         let both = params(json!({"_meta": {META_IDEMPOTENCY_KEY: "k1"}, "idempotencyKey": "k1"}));
-        assert_eq!(idempotency_key(&both).unwrap(), "k1");
+        assert_eq!(idempotency_key(&both).unwrap().as_deref(), Some("k1"));
         let differ = params(json!({"_meta": {META_IDEMPOTENCY_KEY: "k1"}, "idempotencyKey": "k2"}));
         assert_eq!(idempotency_key(&differ).unwrap_err().0, INVALID_PARAMS);
         for bad in [
@@ -337,10 +400,8 @@ mod tests {
             let p = params(json!({ "idempotencyKey": bad }));
             assert!(idempotency_key(&p).is_err(), "{bad}");
         }
-        let (a, b) = (
-            idempotency_key(&Map::new()).unwrap(),
-            idempotency_key(&Map::new()).unwrap(),
-        );
+        assert_eq!(idempotency_key(&Map::new()).unwrap(), None);
+        let (a, b) = (fresh_key(), fresh_key());
         assert!(a.starts_with("mcp-") && a.len() == 36 && a != b);
     }
 }

@@ -3,8 +3,9 @@
 //! output schema of the `structuredContent` every call answers with, and
 //! honest annotations — `idempotentHint` is true only where a repeat cannot
 //! add an effect (a tool with a business key, and `get_tool_call`, which
-//! reads). Pages of `PAGE_SIZE` tools, with an opaque cursor. A paused tool
-//! is still listed (its calls are accepted and wait), marked paused
+//! reads) — and in `_meta` its business-key rule and approval policy.
+//! Pages of `PAGE_SIZE` tools, with an opaque cursor. A paused tool is
+//! still listed (its calls are accepted and wait), marked paused
 //! (`mark_paused`).
 //!
 //! It never reveals a URL, argv, header or env value (only what
@@ -15,9 +16,9 @@ use crate::calls::MAX_WAIT_SECS;
 use crate::status::Status;
 use crate::store::PausedTool;
 use crate::tools::schema::Schema;
-use crate::tools::{ArgsError, ToolRegistry, ToolSpec};
+use crate::tools::{ArgsError, Keyless, McpResult, TaskSupport, ToolRegistry, ToolSpec};
 use serde_json::{json, Map, Value};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The MCP-only tool that reads a call by id.
 pub const GET_TOOL_CALL: &str = "get_tool_call";
@@ -25,6 +26,10 @@ pub const GET_TOOL_CALL: &str = "get_tool_call";
 pub const PAGE_SIZE: usize = 50;
 /// The `_meta` key under which a tool's business-key rule is shown.
 pub const META_BUSINESS_KEY: &str = "dev.idempotent-tool/business-key";
+/// The `_meta` key under which a tool's keyless policy is shown.
+pub const META_KEYLESS: &str = "dev.idempotent-tool/keyless";
+/// The `_meta` key under which a tool's approval policy is shown.
+pub const META_APPROVAL: &str = "dev.idempotent-tool/approval";
 /// The `_meta` key under which a paused tool's pause is shown.
 pub const META_PAUSED: &str = "dev.idempotent-tool/paused";
 
@@ -62,7 +67,8 @@ pub fn output_schema() -> Value {
             "duplicate_intent": {"type": "boolean", "description": "true: another key's call with the same business key"},
             "result": {"description": "the tool's result, when status is succeeded"},
             "error": {"type": "object", "description": "why it failed, when status is failed; {code: cancelled, message: the reason} when cancelled"},
-            "cancel_requested_at": {"type": "number", "description": "Unix time its cancel was asked (POST /v1/tool-calls/{call_id}/cancel); absent if never"}
+            "cancel_requested_at": {"type": "number", "description": "Unix time its cancel was asked (POST /v1/tool-calls/{call_id}/cancel); absent if never"},
+            "key_source": {"type": "string", "enum": ["content"], "description": "content: the client sent no key, and the call is the one its tool and arguments name within the content window"}
         }
     })
 }
@@ -97,6 +103,7 @@ pub fn list(
     registry: &ToolRegistry,
     revision: Revision,
     cursor: Option<&str>,
+    keyless_flag: Option<Keyless>,
 ) -> Result<Value, CursorError> {
     let start = match cursor {
         None => 0,
@@ -105,10 +112,16 @@ pub fn list(
             .and_then(|n| n.parse::<usize>().ok())
             .ok_or_else(|| CursorError::NotIssued(c.to_string()))?,
     };
-    let mut all: Vec<Value> = registry
+    // A tool only a client with tasks can call goes last: a client that
+    // tries "the first tool" then finds one it can call. Still one fixed order.
+    let (open, task_only): (Vec<&Arc<ToolSpec>>, Vec<&Arc<ToolSpec>>) = registry
         .specs()
         .filter(|spec| spec.name != GET_TOOL_CALL)
-        .map(|spec| describe(spec, revision))
+        .partition(|spec| spec.mcp.tasks != TaskSupport::Required);
+    let mut all: Vec<Value> = open
+        .into_iter()
+        .chain(task_only)
+        .map(|spec| describe(spec, revision, keyless_flag))
         .collect();
     all.push(get_tool_call(revision));
     if start > all.len() {
@@ -126,7 +139,7 @@ pub fn list(
     Ok(page)
 }
 
-fn describe(spec: &ToolSpec, revision: Revision) -> Value {
+fn describe(spec: &ToolSpec, revision: Revision, keyless_flag: Option<Keyless>) -> Value {
     let facing = &spec.agent;
     let mut annotations = json!({
         "readOnlyHint": facing.read_only,
@@ -143,11 +156,21 @@ fn describe(spec: &ToolSpec, revision: Revision) -> Value {
         "inputSchema": spec.input_schema,
         "annotations": annotations,
     });
+    let keyless = super::keyless::effective(spec, keyless_flag);
+    tool["_meta"] = json!({ META_KEYLESS: keyless.as_str() });
     if let Some(rule) = &spec.business_key {
-        tool["_meta"] = json!({ META_BUSINESS_KEY: rule.public_view() });
+        tool["_meta"][META_BUSINESS_KEY] = rule.public_view();
+    }
+    if let Some(policy) = &spec.approval {
+        tool["_meta"][META_APPROVAL] = policy.public_view();
+    }
+    if revision.is_stateless() {
+        tool["execution"] = json!({"taskSupport": spec.mcp.tasks.as_str()});
     }
     if revision.has_structured_output() {
-        tool["outputSchema"] = output_schema();
+        if spec.mcp.result == McpResult::Outcome {
+            tool["outputSchema"] = output_schema();
+        }
         if let Some(title) = &facing.title {
             tool["title"] = title.clone().into();
         }
@@ -168,6 +191,12 @@ fn description(spec: &ToolSpec) -> String {
             rule.fields.join(", "),
             rule.window_secs
         ));
+    }
+    if spec.approval.is_some() {
+        text.push_str(
+            " A call may need a person's approval first: it then answers status \
+             awaiting_approval with its call_id, and runs once approved (denied: status denied).",
+        );
     }
     text
 }
@@ -231,7 +260,7 @@ mod tests {
     #[test]
     fn every_tool_is_listed_with_its_contract_and_the_handle_reader_last() {
         let registry = ToolRegistry::builtins();
-        let page = list(&registry, Revision::V2025_11_25, None).unwrap();
+        let page = list(&registry, Revision::V2025_11_25, None, None).unwrap();
         let names: Vec<&str> = page["tools"]
             .as_array()
             .unwrap()
@@ -246,14 +275,14 @@ mod tests {
         assert_eq!(charge["annotations"]["idempotentHint"], false);
         assert_eq!(charge["outputSchema"]["type"], "object");
         assert!(page.get("nextCursor").is_none());
-        let old = list(&registry, Revision::V2025_03_26, None).unwrap();
+        let old = list(&registry, Revision::V2025_03_26, None, None).unwrap();
         assert!(old["tools"][0].get("outputSchema").is_none());
         assert_eq!(
-            list(&registry, Revision::V2025_03_26, Some("nope")),
+            list(&registry, Revision::V2025_03_26, Some("nope"), None),
             Err(CursorError::NotIssued("nope".into()))
         );
         assert_eq!(
-            list(&registry, Revision::V2025_03_26, Some("tools:99")),
+            list(&registry, Revision::V2025_03_26, Some("tools:99"), None),
             Err(CursorError::PastTheEnd)
         );
     }

@@ -75,6 +75,14 @@ pub enum Route {
     Nodes,
     Overview,
     CancelToolCall,
+    /// `POST /v1/tool-calls/{call_id}/approve`.
+    ApproveToolCall,
+    /// `POST /v1/tool-calls/{call_id}/deny`.
+    DenyToolCall,
+    /// `GET /v1/tool-calls/{call_id}/approval`.
+    GetApproval,
+    /// `GET /v1/approvals`: the approval queue.
+    Approvals,
     RerunToolCall,
     /// `POST /v1/bulk-actions`.
     PostBulkAction,
@@ -92,7 +100,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 21] = [
+    pub const ALL: [Route; 25] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -106,6 +114,10 @@ impl Route {
         Route::Nodes,
         Route::Overview,
         Route::CancelToolCall,
+        Route::ApproveToolCall,
+        Route::DenyToolCall,
+        Route::GetApproval,
+        Route::Approvals,
         Route::RerunToolCall,
         Route::PostBulkAction,
         Route::GetBulkAction,
@@ -134,6 +146,10 @@ impl Route {
             Route::Console => "/ui",
             Route::Other => "other",
             Route::CancelToolCall => "/v1/tool-calls/{call_id}/cancel",
+            Route::ApproveToolCall => "/v1/tool-calls/{call_id}/approve",
+            Route::DenyToolCall => "/v1/tool-calls/{call_id}/deny",
+            Route::GetApproval => "/v1/tool-calls/{call_id}/approval",
+            Route::Approvals => "/v1/approvals",
             Route::RerunToolCall => "/v1/tool-calls/{call_id}/rerun",
             Route::PostBulkAction => "/v1/bulk-actions",
             Route::GetBulkAction => "/v1/bulk-actions/{job_id}",
@@ -273,6 +289,8 @@ pub struct DatabaseSnapshot {
     pub calls_by_status: Vec<(String, i64)>,
     /// Age of the oldest `pending` call; `None` when there is none.
     pub oldest_pending_age: Option<Duration>,
+    /// Age of the oldest open approval request; `None` when none is open.
+    pub oldest_approval_wait: Option<Duration>,
 }
 
 /// Why a probe could not read the database (a store error, usually).
@@ -320,6 +338,8 @@ pub struct Metrics {
     snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
     /// The operator's families: paused tools, re-runs, bulk jobs.
     pub operator: super::operator::OperatorMetrics,
+    /// Approval requests, decisions, the oldest wait, webhook deliveries.
+    pub approvals: super::ApprovalMetrics,
 }
 
 impl Default for Metrics {
@@ -462,6 +482,7 @@ impl Metrics {
             requests,
             request_duration,
             probe: Mutex::new(None),
+            approvals: super::ApprovalMetrics::register(&r, snapshot.clone()),
             snapshot: Self::register_database_gauges(&r, snapshot.clone()),
             operator: super::operator::OperatorMetrics::new(&r),
             registry: r,

@@ -302,6 +302,7 @@ fn the_database_probe_runs_once_per_scrape() {
         0 => Ok(DatabaseSnapshot {
             calls_by_status: vec![("succeeded".into(), 5), ("pending".into(), 2)],
             oldest_pending_age: Some(Duration::from_millis(1500)),
+            oldest_approval_wait: Some(Duration::from_secs(90)),
         }),
         _ => Err("database is locked".into()),
     });
@@ -310,6 +311,14 @@ fn the_database_probe_runs_once_per_scrape() {
     assert_eq!(scrape.value(CALLS, &[("status", "succeeded")]), Some(5.0));
     assert_eq!(scrape.value(CALLS, &[("status", "pending")]), Some(2.0));
     assert_eq!(scrape.value(CALLS, &[("status", "running")]), Some(0.0));
+    assert_eq!(
+        scrape.value(CALLS, &[("status", "awaiting_approval")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        scrape.value(super::approvals::OLDEST_APPROVAL_WAIT, &[]),
+        Some(90.0)
+    );
     assert_eq!(scrape.value(OLDEST_PENDING_AGE, &[]), Some(1.5));
     assert_eq!(scrape.value(DATABASE_PROBE_ERRORS, &[]), Some(0.0));
     // A failed read leaves the gauges out, rather than showing stale numbers.

@@ -37,7 +37,9 @@ use crate::chaos;
 use crate::log::{self, Repeats};
 use crate::metrics::Metrics;
 use crate::status::Status;
-use crate::store::{CallStore, Completion, Lease, LeaseHeld, NewEffect, StoreError, Then};
+use crate::store::{
+    CallStore, Completion, Lease, LeaseHeld, NewEffect, RetryDelay, StoreError, Then,
+};
 use crate::tools::{Effect, Outcome};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -69,7 +71,7 @@ pub(super) struct Finish {
     pub(super) lease: Lease,
     pub(super) outcome: Outcome,
     /// A retryable failure with attempts left: back to `pending` after this.
-    pub(super) retry: Option<Duration>,
+    pub(super) retry: Option<RetryDelay>,
 }
 
 /// What a worker handed to the store: enough to record it once committed.
@@ -437,7 +439,7 @@ mod tests {
         assert_eq!(retry_delay(u32::MAX), RETRY_AT_MOST);
     }
 
-    fn finish(attempt: i64, outcome: Outcome, retry: Option<Duration>) -> Finish {
+    fn finish(attempt: i64, outcome: Outcome, retry: Option<RetryDelay>) -> Finish {
         let lease = Lease {
             call_id: "c1".into(),
             attempt,
@@ -467,7 +469,7 @@ mod tests {
     #[test]
     fn a_completion_asks_for_the_transition_its_outcome_names() {
         let failed = || Outcome::failed(ToolError::new(ToolErrorCode::BadArgs, "no"));
-        let retry = Some(Duration::from_secs(1));
+        let retry = Some(Duration::from_secs(1).into());
         let retried = Handed::new(task(), finish(2, failed(), retry), false);
         assert_eq!(retried.transition, Transition::RetryScheduled);
         assert_eq!(retried.attempt, 2);

@@ -34,7 +34,7 @@ use super::pool::WorkerPool;
 use super::tasks::{Task, TaskTable};
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::metrics::Metrics;
-use crate::store::{owner_name, CallStore, Completion, DueLimits, Lease};
+use crate::store::{owner_name, CallStore, Completion, DueLimits, Lease, ToolAtRelease};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
@@ -222,9 +222,10 @@ impl Dispatch {
         }
     }
 
-    /// Give one lease back; `true` if the call went back to `pending`.
-    pub(super) fn release(&self, lease: &Lease) -> bool {
-        match self.store.release(lease) {
+    /// Give one lease back, saying what was done to its `tool`; `true` if
+    /// the call went back to `pending`.
+    pub(super) fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> bool {
+        match self.store.release(lease, tool) {
             Ok(Completion::Applied) => {
                 log::info("lease released by a stopping process")
                     .event("released")
@@ -253,6 +254,18 @@ impl Dispatch {
                 false
             }
         }
+    }
+
+    /// A stop's grace period is over: ask every tool still running here to
+    /// stop (a command's group gets SIGTERM, then SIGKILL; an http request
+    /// is abandoned; a sleep woken). Each worker then hands its lease to
+    /// the stop instead of recording a cancel. Returns how many were asked.
+    pub(super) fn halt_running(&self) -> usize {
+        let running = self.tasks.running_stops();
+        for (stop, run) in &running {
+            stop.request_for_shutdown(*run);
+        }
+        running.len()
     }
 
     /// A call's cancel was asked (of `attempt`, when known): if its tool runs
@@ -316,7 +329,7 @@ impl Dispatch {
         match self.tasks.adopt(&lease, quick) {
             Some(task) => self.send_claimed(task, lease),
             None => {
-                self.release(&lease);
+                self.release(&lease, &ToolAtRelease::Idle);
                 self.give_back(1, usize::from(!quick), [lease.tool.as_str()]);
             }
         }
@@ -367,7 +380,7 @@ impl Dispatch {
                         .event("claim_failed")
                         .call_id(&lease.call_id)
                         .emit();
-                    self.release(&lease);
+                    self.release(&lease, &ToolAtRelease::Idle);
                     continue;
                 }
                 Some(free) => {
@@ -494,7 +507,7 @@ impl Dispatch {
                     .release(1, usize::from(!assignment.task().quick));
                 self.finish(assignment.task());
                 if let Assignment::Run(_, lease) = assignment {
-                    self.release(&lease);
+                    self.release(&lease, &ToolAtRelease::Idle);
                 }
             }
         }

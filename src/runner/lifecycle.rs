@@ -7,11 +7,13 @@
 //! that owns the work (`Dispatch`, `Recovery`); nothing here runs a tool or
 //! records a completion.
 //!
-//! `stop` is the one order that loses nothing: no new call is taken, the
-//! workers finish their tools for up to the grace period while their leases
-//! are still extended, leases still held then are given back, and only then
-//! do the ticker and the completer end.
+//! `stop` is the one order that loses nothing and runs nothing twice: no
+//! new call is taken, the workers finish their tools for up to the grace
+//! period while their leases are still extended, the tools still running
+//! then are stopped and waited for, only then are the leases still held
+//! given back, and only then do the ticker and the completer end.
 
+use super::approval_expiry::ApprovalExpiry;
 use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
 use super::completion::Completer;
@@ -27,10 +29,17 @@ use super::worker::Worker;
 use crate::lock::lock;
 use crate::log;
 use crate::metrics::Metrics;
-use crate::store::{CallStore, Lease, PausedTool, StoreError, Toggled};
+use crate::store::{CallStore, Lease, PausedTool, StoreError, Toggled, ToolAtRelease};
 use crate::tools::ToolRegistry;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// How long a stop waits for the tools it halted once the grace period is
+/// over: a command's group has 0.5 s between SIGTERM and SIGKILL (its
+/// supervisor reports within seconds more, or is killed after 5.5 s and
+/// waited for 5 s); an http request or a sleep returns at once. Only a
+/// process stuck in the kernel takes it all.
+const HALT_WAIT: Duration = Duration::from_secs(12);
 
 /// How the runner behaves; filled from the command line.
 #[derive(Debug, Clone)]
@@ -111,7 +120,7 @@ impl Runner {
         let completer = Completer::start(
             Arc::clone(&runner.dispatch),
             Arc::clone(&store),
-            notifier,
+            Arc::clone(&notifier),
             Arc::clone(&metrics),
             Arc::clone(&doorbell),
             handoffs,
@@ -119,7 +128,13 @@ impl Runner {
         let started = completer.and_then(|completer| {
             *lock(&runner.completer) = Some(completer);
             runner.start_workers(&options, &store, tools, &metrics)?;
-            runner.start_ticker(&options, store, metrics, on_purged, (doorbell, listener))
+            let expiry = ApprovalExpiry {
+                store: Arc::clone(&store),
+                notifier: Arc::clone(&notifier),
+                metrics: Arc::clone(&metrics),
+            };
+            let ticker_parts = (on_purged, expiry, (doorbell, listener));
+            runner.start_ticker(&options, store, metrics, ticker_parts)
         });
         if let Err(e) = started {
             runner.stop(Duration::ZERO);
@@ -157,8 +172,11 @@ impl Runner {
         options: &RunnerOptions,
         store: Arc<CallStore>,
         metrics: Arc<Metrics>,
-        on_purged: OnPurged,
-        (doorbell, listener): (Arc<Doorbell>, mpsc::Receiver<()>),
+        (on_purged, expiry, (doorbell, listener)): (
+            OnPurged,
+            ApprovalExpiry,
+            (Arc<Doorbell>, mpsc::Receiver<()>),
+        ),
     ) -> std::io::Result<()> {
         let dispatch = &self.dispatch;
         let extra = maintenance::Extra {
@@ -174,6 +192,7 @@ impl Runner {
                 Arc::clone(&metrics),
                 options.lease,
             ),
+            expiry,
         };
         let chores = maintenance::chores(
             LeaseExtension {
@@ -202,21 +221,39 @@ impl Runner {
     /// Stop: no new call is taken (calls waiting for a concurrency slot stay
     /// `pending`), recovery ends, and each worker finishes the tool it is
     /// running and hands its completion to the store; their leases are still
-    /// extended meanwhile. Workers still running a tool after `grace` have
-    /// their leases released (the call goes back to `pending`, audited
-    /// `released`, for the next process to run) and are left to end with the
-    /// process. Returns once every completion handed to the store is
-    /// recorded, with the released call ids. Idempotent.
+    /// extended meanwhile. Tools still running after `grace` are stopped
+    /// (`halt_running`) and waited for; then their leases are released (the
+    /// call goes back to `pending`, audited `released` with how its tool was
+    /// stopped, for the next process to run). Returns once every completion
+    /// handed to the store is recorded, with the released call ids.
+    /// Idempotent.
     pub fn stop(&self, grace: Duration) -> Vec<String> {
         let deadline = Instant::now() + grace;
         let mut pool = self.dispatch.stop();
         if let Some(pool) = &mut pool {
             pool.close();
-            pool.wait_until_idle(deadline);
+            if !pool.wait_until_idle(deadline) {
+                self.halt_running(pool);
+            }
         }
         let released = self.release_held(self.dispatch.tasks().close());
         self.end_threads(pool);
         released
+    }
+
+    /// The grace period is over and tools still run: stop every one of them
+    /// and wait (up to `HALT_WAIT`) for their workers to come back, so that
+    /// no lease is given back while its tool may still act. A tool that
+    /// still exits 0 within its stop's grace has its success recorded.
+    fn halt_running(&self, pool: &WorkerPool<Assignment>) {
+        let halted = self.dispatch.halt_running();
+        log::info(
+            "grace period over; stopping the tools still running before their leases go back",
+        )
+        .event("tools_halted")
+        .number("tools", halted as u64)
+        .emit();
+        pool.wait_until_idle(Instant::now() + HALT_WAIT);
     }
 
     /// After the grace period: the ticker ends (only now: it kept the leases
@@ -241,13 +278,14 @@ impl Runner {
         }
     }
 
-    /// Give back the leases of tools still running, so that another process
-    /// may run their calls at once instead of waiting for the leases to expire.
-    fn release_held(&self, leases: Vec<Lease>) -> Vec<String> {
+    /// Give back the leases of calls this process did not complete, so that
+    /// another process may run them at once instead of waiting for the
+    /// leases to expire; the audit says what was done to each tool.
+    fn release_held(&self, leases: Vec<(Lease, ToolAtRelease)>) -> Vec<String> {
         leases
             .into_iter()
-            .filter(|lease| self.dispatch.release(lease))
-            .map(|lease| lease.call_id)
+            .filter(|(lease, tool)| self.dispatch.release(lease, tool))
+            .map(|(lease, _)| lease.call_id)
             .collect()
     }
 

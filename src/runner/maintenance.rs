@@ -15,6 +15,8 @@
 //! - the paused tools read again (`PauseRefresh`, `HEARTBEAT_EVERY`, see
 //!   `paused`);
 //! - a batch of the bulk job this process works (`BulkWork`, see `bulk`).
+//! - approval expiry (`ApprovalExpiry`, every second, see
+//!   `approval_expiry`): requests whose time is over end `denied`.
 //!
 //! It sleeps until the next job is due, polls at once when its `Doorbell`
 //! rings (the last poll filled what it could claim, and a completion has
@@ -26,6 +28,7 @@
 //! still running keep their leases while they finish (or are stopped). It
 //! never decides who executes a call.
 
+use super::approval_expiry::ApprovalExpiry;
 use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
 use super::dispatch::Dispatch;
@@ -87,14 +90,17 @@ pub(super) fn chores(
         Box::new(cancels),
         Box::new(extra.pauses),
         Box::new(extra.bulk),
+        Box::new(extra.expiry),
     ]
 }
 
-/// The operator's chores, after the call path's: the paused tools read
-/// again (`paused`), and bulk jobs worked a batch at a time (`bulk`).
+/// The chores after the call path's: the paused tools read again
+/// (`paused`), bulk jobs worked a batch at a time (`bulk`), and approval
+/// requests whose time is over ended (`approval_expiry`).
 pub(super) struct Extra {
     pub(super) pauses: PauseRefresh,
     pub(super) bulk: BulkWork,
+    pub(super) expiry: ApprovalExpiry,
 }
 
 /// How the ticker is asked to poll at once, and told to end: a channel whose
@@ -187,7 +193,7 @@ fn tick_until_silenced(
     listener: &mpsc::Receiver<()>,
 ) {
     loop {
-        let next = scheduled.iter().map(|s| s.next).min().expect("seven jobs");
+        let next = scheduled.iter().map(|s| s.next).min().expect("eight jobs");
         let mut idle = next.saturating_duration_since(Instant::now());
         if let Some(token) = dispatch.scheduled_poll_in() {
             idle = idle.min(token);
@@ -319,6 +325,7 @@ mod tests {
             args_json: "{}".into(),
             client_id: None,
             seq: None,
+            gate: None,
         }
     }
 

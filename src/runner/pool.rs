@@ -12,6 +12,7 @@
 //! item is the work function's business.
 
 use crate::lock::lock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -20,18 +21,32 @@ use std::time::Instant;
 pub(super) struct WorkerPool<T> {
     /// `None` once closed: workers finish what is queued, then end.
     queue: Option<mpsc::Sender<T>>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Vec<Worker>,
     /// How many workers have not ended yet, signalled as each one ends.
     live: Arc<(Mutex<usize>, Condvar)>,
 }
 
-/// Counts a worker out when its thread ends, even by a panic.
-struct CountedOut(Arc<(Mutex<usize>, Condvar)>);
+/// A worker's thread, and whether its work has ended: a thread counted out
+/// may still be unwinding its stack for a moment, so `JoinHandle::is_finished`
+/// alone would let go of a thread that is about to end anyway.
+struct Worker {
+    thread: JoinHandle<()>,
+    counted_out: Arc<AtomicBool>,
+}
+
+/// Counts a worker out when its work ends, even by a panic.
+struct CountedOut {
+    live: Arc<(Mutex<usize>, Condvar)>,
+    this_one: Arc<AtomicBool>,
+}
 
 impl Drop for CountedOut {
     fn drop(&mut self) {
-        let (live, ended) = &*self.0;
-        *lock(live) -= 1;
+        let (live, ended) = &*self.live;
+        let mut live = lock(live);
+        *live -= 1;
+        self.this_one.store(true, Ordering::SeqCst);
+        drop(live);
         ended.notify_all();
     }
 }
@@ -57,7 +72,11 @@ impl<T: Send + 'static> WorkerPool<T> {
         for n in 0..size.max(1) {
             let (items, work) = (Arc::clone(&items), Arc::clone(&work));
             *lock(&pool.live.0) += 1;
-            let counted = CountedOut(Arc::clone(&pool.live));
+            let counted_out = Arc::new(AtomicBool::new(false));
+            let counted = CountedOut {
+                live: Arc::clone(&pool.live),
+                this_one: Arc::clone(&counted_out),
+            };
             let spawned = std::thread::Builder::new()
                 .name(format!("{name}-{n}"))
                 .spawn(move || {
@@ -68,7 +87,10 @@ impl<T: Send + 'static> WorkerPool<T> {
                 });
             // On failure the closure (and with it `counted`) is dropped, which
             // counts the worker out; dropping `pool` joins the others.
-            pool.workers.push(spawned?);
+            pool.workers.push(Worker {
+                thread: spawned?,
+                counted_out,
+            });
         }
         Ok(pool)
     }
@@ -105,12 +127,13 @@ impl<T: Send + 'static> WorkerPool<T> {
     }
 
     /// Let go of the workers still busy (inside a tool past a stop's grace):
-    /// they end with the process instead of being joined. Returns how many.
+    /// they end with the process instead of being joined. Those whose work has
+    /// ended stay to be joined. Returns how many were let go.
     pub(super) fn detach_busy(&mut self) -> usize {
-        let (finished, busy): (Vec<_>, Vec<_>) = std::mem::take(&mut self.workers)
+        let (ended, busy): (Vec<_>, Vec<_>) = std::mem::take(&mut self.workers)
             .into_iter()
-            .partition(JoinHandle::is_finished);
-        self.workers = finished;
+            .partition(|worker| worker.counted_out.load(Ordering::SeqCst));
+        self.workers = ended;
         busy.len()
     }
 }
@@ -119,7 +142,7 @@ impl<T> Drop for WorkerPool<T> {
     fn drop(&mut self) {
         self.queue = None;
         for worker in self.workers.drain(..) {
-            let _ = worker.join();
+            let _ = worker.thread.join();
         }
     }
 }
@@ -144,7 +167,7 @@ fn next_batch<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
 
     /// A worker takes a second waiting item only behind one that takes

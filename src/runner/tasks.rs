@@ -32,10 +32,13 @@
 //! running asks its `Stop` (by the entry's generation, the run's id); one
 //! that comes before the worker has started the tool is kept, and the
 //! worker's `Stop` is asked as it attaches — so the tool never starts
-//! (`tasks/cancel.rs`).
+//! (`tasks/cancel.rs`). A stop whose grace period is over asks every
+//! running tool's `Stop` the same way, and each entry keeps how its tool
+//! was stopped until `close` hands its lease back with it
+//! (`tasks/shutdown.rs`).
 
 use crate::lock::lock;
-use crate::store::{Lease, LeaseHeld};
+use crate::store::{Lease, LeaseHeld, ToolAtRelease};
 use crate::tools::{Stop, ToolRegistry};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -130,6 +133,9 @@ struct Entry {
     /// Its call's cancel was asked while this process had it: the worker's
     /// `Stop` is asked as soon as the entry has one.
     cancel_asked: bool,
+    /// Its tool was stopped because the process is stopping, and how: what
+    /// the audit says when `close` hands the lease back.
+    halted: Option<ToolAtRelease>,
 }
 
 /// The slots of one capped tool.
@@ -223,6 +229,7 @@ impl<H: Clone> TaskTable<H> {
             generation,
             state,
             cancel_asked: false,
+            halted: None,
         };
         table.entries.insert(call_id.to_string(), entry);
         admitted.then_some(task)
@@ -504,8 +511,9 @@ impl<H: Clone> TaskTable<H> {
     /// Stop taking calls on: drop the calls waiting for a slot (they stay
     /// `pending` for the next process), drop the completion handle, and take
     /// out every lease still held by a tool that runs (or has returned and
-    /// not yet handed over its completion), for the caller to give back.
-    pub(super) fn close(&self) -> Vec<Lease> {
+    /// not yet handed over its completion), for the caller to give back,
+    /// each with what was done to its tool.
+    pub(super) fn close(&self) -> Vec<(Lease, ToolAtRelease)> {
         let mut table = lock(&self.table);
         table.completions = None;
         for slots in table.slots.values_mut() {
@@ -515,7 +523,7 @@ impl<H: Clone> TaskTable<H> {
         table.entries.retain(|_, entry| match &entry.state {
             State::WaitingForSlot => false,
             State::Running { lease, .. } | State::Returned { lease } => {
-                held.push(lease.clone());
+                held.push((lease.clone(), entry.tool_at_release()));
                 false
             }
             _ => true,
@@ -578,6 +586,7 @@ impl<H> Table<H> {
             generation: task.generation,
             state,
             cancel_asked: false,
+            halted: None,
         };
         match self.entries.entry(task.call_id.clone()) {
             std::collections::hash_map::Entry::Occupied(mut held) => {
@@ -619,5 +628,6 @@ impl<H> Table<H> {
 }
 
 mod cancel;
+mod shutdown;
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,10 @@
 //! command's process group signalled, an http request abandoned, a sleep
 //! woken), and the attempt is completed as stopped — the store records
 //! `cancelled` under the usual fence, or the tool's success if it won. A
-//! cancel asked before the tool starts means it never starts.
+//! cancel asked before the tool starts means it never starts. A stopping
+//! service whose grace period is over halts the tool the same way; then
+//! the worker records nothing: it leaves the lease, and how its tool
+//! ended, to the stop, which gives the lease back.
 //!
 //! Every failure here leaves a call where recovery finds it: `pending`, or
 //! `running` with a lease that will expire. It never decides who executes a
@@ -33,12 +36,12 @@ use super::tasks::{Task, ToolRuns};
 use crate::chaos;
 use crate::log;
 use crate::metrics::{Metrics, ToolOutcome};
-use crate::store::{owner_name, CallStore, Lease};
+use crate::store::{owner_name, CallStore, Lease, RetryDelay, ToolAtRelease};
 use crate::tools::{
     self, Outcome, RunContext, Stop, ToolError, ToolErrorCode, ToolRegistry, ToolSpec,
 };
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 thread_local! {
     /// This worker thread's stop handle, made once, asked by cancels.
@@ -79,7 +82,7 @@ impl Worker {
                 Assignment::Run(task, lease) => {
                     self.dispatch.finish(&task);
                     if stopping() {
-                        self.dispatch.release(&lease);
+                        self.dispatch.release(&lease, &ToolAtRelease::Idle);
                     }
                 }
                 Assignment::Claim(task) => self.dispatch.finish(&task),
@@ -121,7 +124,7 @@ impl Worker {
             } else {
                 // A stop closed the table while this claim committed: give
                 // the lease back rather than run a tool nobody tracks.
-                self.dispatch.release(&lease);
+                self.dispatch.release(&lease, &ToolAtRelease::Idle);
                 self.dispatch.finish(&task);
             }
         }
@@ -149,9 +152,14 @@ impl Worker {
             // Its lease is extended until the tool returns (or panics).
             let _runs = ToolRuns::new(self.dispatch.tasks(), &task);
             if stop.is_requested() {
+                let how = if stop.is_shutdown() {
+                    "the service was stopping before its tool started"
+                } else {
+                    "its cancel came before its tool started"
+                };
                 Outcome::Stopped {
                     sent: false,
-                    how: "its cancel came before its tool started".into(),
+                    how: how.into(),
                 }
             } else {
                 prepared.spec.run(&RunContext {
@@ -168,6 +176,13 @@ impl Worker {
         stop.end();
         self.metrics
             .observe_tool_run(&lease.tool, tool_outcome(&outcome), started.elapsed());
+        if let (Outcome::Stopped { sent, how }, true) = (&outcome, stop.is_shutdown()) {
+            // Halted by the stop, not by a cancel: the stop gives the lease
+            // back, saying how the tool ended (`Runner::stop`).
+            self.metrics.busy_workers.dec();
+            self.dispatch.tasks().halted(&task, *sent, how.clone());
+            return;
+        }
         let retry = retry_delay(&prepared.spec, &lease, &outcome);
         if let Some(stall) = hooks.stall {
             std::thread::sleep(stall);
@@ -188,7 +203,7 @@ impl Worker {
         task: Task,
         lease: Lease,
         outcome: Outcome,
-        retry: Option<Duration>,
+        retry: Option<RetryDelay>,
         crash_after_commit: bool,
     ) {
         self.metrics.busy_workers.dec();
@@ -234,18 +249,22 @@ fn tool_outcome(outcome: &Outcome) -> ToolOutcome {
 
 /// Whether a failed attempt is retried automatically, and after how long: a
 /// retryable failure before the tool's last attempt, after its backoff (or the
-/// downstream's `Retry-After`). A call a same-key POST reset after its last
-/// attempt gets one attempt per reset.
-fn retry_delay(spec: &ToolSpec, lease: &Lease, outcome: &Outcome) -> Option<Duration> {
+/// downstream's `Retry-After`, up to the tool's cap, the audit saying when it
+/// was cut). A call a same-key POST reset after its last attempt gets one
+/// attempt per reset.
+fn retry_delay(spec: &ToolSpec, lease: &Lease, outcome: &Outcome) -> Option<RetryDelay> {
     match outcome {
         Outcome::Failed { error, retry_after }
             if error.retryable && lease.attempt < i64::from(spec.max_attempts) =>
         {
             let failed_attempt = u32::try_from(lease.attempt).unwrap_or(u32::MAX);
-            Some(
-                spec.backoff
-                    .delay(failed_attempt, *retry_after, tools::jitter()),
-            )
+            let delay = spec
+                .backoff
+                .delay(failed_attempt, *retry_after, tools::jitter());
+            Some(RetryDelay {
+                delay,
+                capped_from: retry_after.filter(|asked| *asked > delay),
+            })
         }
         _ => None,
     }

@@ -1,5 +1,6 @@
 //! The audit trail's words: every event a call's timeline may hold, as one
-//! enum, and the detail texts both backends write with them. An audit row
+//! enum, and the detail texts both backends write with them; and the one
+//! event of no call, `RESTORED_COPY_ACCEPTED`. An audit row
 //! is written in the same transaction as the change it records, so the
 //! timeline never shows a change that did not commit.
 //!
@@ -9,6 +10,7 @@
 //! call through every event on both backends and holds what they wrote to
 //! this file. This module never writes a row itself.
 
+use super::model::{RetryDelay, ToolAtRelease};
 use std::time::Duration;
 
 /// What happened to a call, as `audit.event` names it.
@@ -42,6 +44,15 @@ pub(in crate::store) enum Event {
     /// running one once its attempt stopped or ended without an effect
     /// (how, and whether its request had gone out).
     Cancelled,
+    /// A gated call was created waiting for a decision: who may decide and
+    /// until when (`approval_requested`).
+    ApprovalRequested,
+    /// Its request was approved: by whom, from which source, why; the call
+    /// is `pending`.
+    Approved,
+    /// Its request was denied, by a person or by its expiry: the call is
+    /// `denied`.
+    Denied,
     /// A `failed` or `cancelled` call sent back to `pending` by an operator:
     /// who, why, and after which attempt (`rerun`; see `store::rerun`).
     Rerun,
@@ -50,7 +61,7 @@ pub(in crate::store) enum Event {
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 12] = [
+    pub(in crate::store) const ALL: [Event; 15] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -62,6 +73,9 @@ impl Event {
         Event::StaleCompletion,
         Event::CancelRequested,
         Event::Cancelled,
+        Event::ApprovalRequested,
+        Event::Approved,
+        Event::Denied,
         Event::Rerun,
     ];
 
@@ -79,9 +93,32 @@ impl Event {
             Event::StaleCompletion => "stale_completion",
             Event::CancelRequested => "cancel_requested",
             Event::Cancelled => "cancelled",
+            Event::ApprovalRequested => "approval_requested",
+            Event::Approved => "approved",
+            Event::Denied => "denied",
             Event::Rerun => "rerun",
         }
     }
+}
+
+/// The one event of no call: a service started on a copy `backup` made, as
+/// `--accept-restored-copy` allowed (SQLite only; `call_id` is NULL, so no
+/// call's timeline shows it, and key retention never deletes it).
+pub(in crate::store) const RESTORED_COPY_ACCEPTED: &str = "restored_copy_accepted";
+
+/// `restored_copy_accepted`'s detail: which snapshot of which file, and the
+/// process that accepted it.
+pub(in crate::store) fn restored_copy_accepted(
+    snapshot: &str,
+    source: &str,
+    source_host: &str,
+    pid: u32,
+    host: &str,
+) -> String {
+    format!(
+        "a copy of {source} on {source_host}, snapshot {snapshot}: keys accepted after it are \
+         not in it; accepted by pid {pid} on {host}"
+    )
 }
 
 /// `claimed`'s detail: who holds the lease, and for which attempt.
@@ -96,13 +133,21 @@ pub(in crate::store) fn retry_scheduled(
     attempt: i64,
     code: &str,
     message: &str,
-    delay: Duration,
+    delay: RetryDelay,
 ) -> String {
-    format!(
+    let scheduled = format!(
         "attempt {attempt} failed ({code}: {message}); attempt {} in {:.3} s",
         attempt + 1,
-        delay.as_secs_f64()
-    )
+        delay.delay.as_secs_f64()
+    );
+    match delay.capped_from {
+        None => scheduled,
+        Some(asked) => format!(
+            "{scheduled}: the downstream's Retry-After of {:.3} s was capped at the tool's \
+             retry_after_max_ms",
+            asked.as_secs_f64()
+        ),
+    }
 }
 
 /// `retry_reset`'s detail: the attempt whose failure was reset.
@@ -110,9 +155,20 @@ pub(in crate::store) fn retry_reset(attempt: i64) -> String {
     format!("after attempt {attempt}")
 }
 
-/// `released`'s detail.
-pub(in crate::store) fn released(attempt: i64) -> String {
-    format!("attempt {attempt} released by a stopping process")
+/// `released`'s detail: what the stopping process had done to the
+/// attempt's tool before it gave the lease back.
+pub(in crate::store) fn released(attempt: i64, tool: &ToolAtRelease) -> String {
+    match tool {
+        ToolAtRelease::Idle => format!("attempt {attempt} released by a stopping process"),
+        ToolAtRelease::Stopped { sent, how } => format!(
+            "attempt {attempt} released by a stopping process after its tool was stopped, \
+             sent={sent}: {how}"
+        ),
+        ToolAtRelease::StillStopping { sent } => format!(
+            "attempt {attempt} released by a stopping process while its tool, asked to stop, \
+             had not ended, sent={sent}"
+        ),
+    }
 }
 
 /// `stale_completion`'s detail: what the attempt that lost its lease would
@@ -203,4 +259,19 @@ pub(in crate::store) fn recovered_after_cancel(attempt: i64, why: &str) -> Strin
         "taken back ({why}) after the cancel was asked: attempt {attempt} may have run, \
          sent=unknown; no effect recorded"
     )
+}
+
+/// `approval_requested`'s detail: who may decide, and for how long the
+/// request stays open.
+pub(in crate::store) fn approval_requested(approvers: &str, timeout: Duration) -> String {
+    format!(
+        "approvers {approvers}; expires in {} s",
+        timeout.as_secs_f64()
+    )
+}
+
+/// `cancelled`'s detail for a call cancelled while it waited for a
+/// decision: who asked and why; it never ran.
+pub(in crate::store) fn cancelled_awaiting(by: &str, reason: Option<&str>) -> String {
+    format!("{}; awaiting approval, never ran", asked(by, reason))
 }

@@ -8,6 +8,7 @@
 //! types (`model`), never a `rusqlite` or `postgres` one. This file never
 //! speaks SQL and imports neither wing.
 
+use super::approval::{Approval, Decided, Decision, Delivery, Notification, Waiting};
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
 use super::counts::Counts;
@@ -17,7 +18,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::operator::Operator;
 use super::options::DueLimits;
@@ -163,13 +164,14 @@ pub(in crate::store) trait Backend: Any + Send + Sync + Operator {
 
     /// Record a retryable failure that has attempts left: the call returns to
     /// `pending`, not to be claimed for `delay` (`next_attempt_at`), audited
-    /// `retry_scheduled`; fenced like `fail_then`, and like it ends a call
-    /// whose cancel was asked `cancelled` instead: it never runs again.
+    /// `retry_scheduled` (saying so when a `Retry-After` was capped);
+    /// fenced like `fail_then`, and like it ends a call whose cancel was
+    /// asked `cancelled` instead: it never runs again.
     fn retry_later_then(
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     );
 
@@ -179,11 +181,12 @@ pub(in crate::store) trait Backend: Any + Send + Sync + Operator {
     /// (taken over after it expired, or released), and extending it must stop.
     fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError>;
 
-    /// Give back a lease whose tool is still running when this process stops:
-    /// the call returns to `pending` (audited `released`) unless the lease was
-    /// already lost, in which case nothing changes (`Stale`). A call whose
-    /// cancel was asked ends `cancelled` instead (`Cancelled`).
-    fn release(&self, lease: &Lease) -> Result<Completion, StoreError>;
+    /// Give back a lease whose call this process did not complete when it
+    /// stopped: the call returns to `pending` (audited `released`, with
+    /// what was done to its `tool`) unless the lease was already lost, in
+    /// which case nothing changes (`Stale`). A call whose cancel was asked
+    /// ends `cancelled` instead (`Cancelled`).
+    fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError>;
 
     /// Return `running` calls whose lease has expired, or whose owner's process
     /// is gone, to `pending`, and name them. A live owner's leases are left
@@ -208,6 +211,59 @@ pub(in crate::store) trait Backend: Any + Send + Sync + Operator {
         call_id: &str,
         reason: Option<&str>,
     ) -> Result<Cancel, StoreError>;
+
+    /// Decide `call_id`'s approval request by the rules of
+    /// `store::approval`, in `tenant`'s scope (`None`: any tenant's, for an
+    /// admin): one conditional update — the call still `awaiting_approval`
+    /// under the fingerprint the decider reviewed, its request open (and
+    /// open to the client, for a client's decision) — whose row count
+    /// decides; the request closed and the audit row written in the same
+    /// transaction. A backend that can reach the other nodes tells them of
+    /// an approved call (new work) and a denied one (its waiters).
+    fn decide(
+        &self,
+        tenant: Option<&str>,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError>;
+
+    /// `call_id`'s approval request and its decision, in `tenant`'s scope
+    /// (`None`: any tenant's); `None` when there is no such call or it
+    /// never waited for a decision.
+    fn approval(&self, tenant: Option<&str>, call_id: &str)
+        -> Result<Option<Approval>, StoreError>;
+
+    /// The queue: up to `limit` calls waiting for a decision in `tenant`'s
+    /// scope (`None`: every tenant's), oldest first, after call id `after`.
+    fn waiting(
+        &self,
+        tenant: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Waiting>, StoreError>;
+
+    /// End up to `limit` requests whose time is over `denied` (source
+    /// `expiry`), each by the decision's own fenced update; the calls ended.
+    fn expire_approvals(&self, limit: usize) -> Result<Vec<Call>, StoreError>;
+
+    /// Claim up to `limit` due notifications of the webhook outbox for one
+    /// delivery attempt each, held from every other deliverer for `hold` by
+    /// a conditional update (its row count decides), each with its call and
+    /// request; one whose call is gone is dropped.
+    fn take_notifications(
+        &self,
+        limit: usize,
+        hold: std::time::Duration,
+    ) -> Result<Vec<Notification>, StoreError>;
+
+    /// What became of attempt `attempts` of notification `msg_id`: gone
+    /// (delivered or given up), or due again later; fenced by the attempt.
+    fn settle_notification(
+        &self,
+        msg_id: &str,
+        attempts: i64,
+        delivery: Delivery,
+    ) -> Result<(), StoreError>;
 
     /// The owner stopped `lease`'s attempt because its cancel was asked:
     /// `cancelled`, fenced like a completion (still `running` under this

@@ -82,6 +82,7 @@ mod tests {
             args_json: "{}".into(),
             client_id: None,
             seq: None,
+            gate: None,
         }
     }
 

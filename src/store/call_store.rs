@@ -8,6 +8,7 @@
 //! This file never speaks SQL, names neither backend, and never lets a
 //! backend's type out.
 
+use super::approval::{Approval, Decided, Decision, Delivery, Notification, Waiting};
 use super::backend::Backend;
 use super::bulk_job::{BulkJob, JobCreated, NewBulkJob, Step};
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
@@ -20,7 +21,8 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery, Total};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
+    ToolAtRelease,
 };
 use super::operator::{Effect, StepPlan};
 use super::options::{DueLimits, StoreOptions};
@@ -114,13 +116,21 @@ impl CallStore {
         Ok(guarded.map(|c| self.stamp(c)))
     }
 
-    /// `Backend::create_claimed`.
+    /// `Backend::create_claimed`; a gated call (it waits for a decision)
+    /// is created as `create_or_get` creates it, with no lease.
     pub fn create_claimed(
         &self,
         new: NewCall,
         owner: &str,
         lease: Duration,
     ) -> Result<CreatedClaimed, StoreError> {
+        if new.gate.is_some() {
+            let created = self.create_or_get(new)?;
+            return Ok(CreatedClaimed {
+                created,
+                lease: None,
+            });
+        }
         let CreatedClaimed { created, lease } = self.backend.create_claimed(new, owner, lease)?;
         Ok(CreatedClaimed {
             created: created.map(|c| self.stamp(c)),
@@ -209,10 +219,11 @@ impl CallStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: impl Into<RetryDelay>,
         then: Then<Completion>,
     ) {
-        self.backend.retry_later_then(lease, error, delay, then)
+        self.backend
+            .retry_later_then(lease, error, delay.into(), then)
     }
 
     /// `Backend::extend`.
@@ -221,8 +232,8 @@ impl CallStore {
     }
 
     /// `Backend::release`.
-    pub fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        self.backend.release(lease)
+    pub fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        self.backend.release(lease, tool)
     }
 
     /// `Backend::recover`.
@@ -239,6 +250,68 @@ impl CallStore {
     ) -> Result<Cancel, StoreError> {
         let cancel = self.backend.cancel(tenant, call_id, reason)?;
         Ok(cancel.map(|c| self.stamp(c)))
+    }
+
+    /// `Backend::decide`.
+    pub fn decide(
+        &self,
+        tenant: Option<&str>,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError> {
+        let decided = self.backend.decide(tenant, call_id, decision)?;
+        Ok(decided.map(|c| self.stamp(c)))
+    }
+
+    /// `Backend::approval`.
+    pub fn approval(
+        &self,
+        tenant: Option<&str>,
+        call_id: &str,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.backend.approval(tenant, call_id)
+    }
+
+    /// `Backend::waiting`.
+    pub fn waiting(
+        &self,
+        tenant: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Waiting>, StoreError> {
+        let waiting = self.backend.waiting(tenant, after, limit)?;
+        Ok(waiting
+            .into_iter()
+            .map(|w| Waiting {
+                call: self.stamp(w.call),
+                approval: w.approval,
+            })
+            .collect())
+    }
+
+    /// `Backend::expire_approvals`.
+    pub fn expire_approvals(&self, limit: usize) -> Result<Vec<Call>, StoreError> {
+        let ended = self.backend.expire_approvals(limit)?;
+        Ok(ended.into_iter().map(|c| self.stamp(c)).collect())
+    }
+
+    /// `Backend::take_notifications`.
+    pub fn take_notifications(
+        &self,
+        limit: usize,
+        hold: Duration,
+    ) -> Result<Vec<Notification>, StoreError> {
+        self.backend.take_notifications(limit, hold)
+    }
+
+    /// `Backend::settle_notification`.
+    pub fn settle_notification(
+        &self,
+        msg_id: &str,
+        attempts: i64,
+        delivery: Delivery,
+    ) -> Result<(), StoreError> {
+        self.backend.settle_notification(msg_id, attempts, delivery)
     }
 
     /// `Backend::stopped_then`.

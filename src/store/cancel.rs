@@ -42,7 +42,7 @@ pub enum Cancel {
     /// The call is `running` with its cancel recorded (`now` when this
     /// request recorded it): its owner must stop it.
     Requested { call: Call, now: bool },
-    /// It had already succeeded or failed: nothing was changed.
+    /// It had already succeeded, failed or been denied: nothing was changed.
     Settled(Call),
 }
 
@@ -53,8 +53,10 @@ impl Cancel {
     fn done_now(call: Call) -> Cancel {
         match call.status {
             Status::Cancelled => Cancel::Cancelled { call, now: true },
-            Status::Succeeded | Status::Failed => Cancel::Settled(call),
-            Status::Pending | Status::Running => Cancel::Requested { call, now: true },
+            Status::Succeeded | Status::Failed | Status::Denied => Cancel::Settled(call),
+            Status::AwaitingApproval | Status::Pending | Status::Running => {
+                Cancel::Requested { call, now: true }
+            }
         }
     }
 
@@ -87,6 +89,11 @@ pub(in crate::store) trait CancelSteps {
     /// recorded yet), audited `cancel_requested` with `detail`; `true` if it
     /// applied.
     fn request_stop(&mut self, call: &Call, detail: &str) -> Result<bool, Self::Error>;
+
+    /// `awaiting_approval` → `cancelled`, its approval request closed
+    /// (`store::approval`), audited `cancelled` with `detail`; `true` if it
+    /// applied.
+    fn cancel_awaiting(&mut self, call: &Call, detail: &str) -> Result<bool, Self::Error>;
 }
 
 /// Cancel the call `steps` reads: read it, then the one update its status
@@ -105,7 +112,15 @@ pub(in crate::store) fn cancel_with<S: CancelSteps>(
         };
         match call.status {
             Status::Cancelled => return Ok(Some(Cancel::Cancelled { call, now: false })),
-            Status::Succeeded | Status::Failed => return Ok(Some(Cancel::Settled(call))),
+            Status::Succeeded | Status::Failed | Status::Denied => {
+                return Ok(Some(Cancel::Settled(call)))
+            }
+            Status::AwaitingApproval => {
+                let detail = audit::cancelled_awaiting(&call.tenant, reason);
+                if steps.cancel_awaiting(&call, &detail)? {
+                    return Ok(steps.read()?.map(Cancel::done_now));
+                }
+            }
             Status::Running if call.cancel_requested_at.is_some() => {
                 return Ok(Some(Cancel::Requested { call, now: false }))
             }

@@ -55,8 +55,8 @@ pub struct FailureRow {
 }
 
 /// The counts of one scope (a tenant, or every tenant), read in one
-/// snapshot: the calls' rows, the failures by code, the effects, and the
-/// oldest pending call.
+/// snapshot: the calls' rows, the failures by code, the effects, the
+/// oldest pending call and the oldest open approval request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counts {
     pub rows: Vec<CountRow>,
@@ -66,6 +66,9 @@ pub struct Counts {
     pub effects: i64,
     /// `created_at` of the oldest `pending` call in the scope.
     pub oldest_pending_created_at: Option<f64>,
+    /// When the oldest open approval request in the scope was made (a
+    /// gated call's `created_at`); read only when calls await approval.
+    pub oldest_awaiting_since: Option<f64>,
 }
 
 /// Per tenant, calls created and calls that failed since the database began
@@ -80,6 +83,15 @@ impl Counts {
     /// Calls in the scope now.
     pub fn calls(&self) -> i64 {
         self.rows.iter().map(|r| r.calls).sum()
+    }
+
+    /// Calls of the scope in `status` now.
+    pub fn in_status(&self, status: &str) -> i64 {
+        self.rows
+            .iter()
+            .filter(|r| r.status == status)
+            .map(|r| r.calls)
+            .sum()
     }
 
     /// Calls by status, sorted by status, only statuses with calls (as
@@ -118,6 +130,7 @@ impl Counts {
         Backlog {
             calls_by_status: self.by_status(),
             oldest_pending_created_at: self.oldest_pending_created_at,
+            oldest_awaiting_since: self.oldest_awaiting_since,
         }
     }
 

@@ -7,7 +7,10 @@
 //! pending` with a `next_attempt_at` when a retryable failure has attempts
 //! left (an automatic retry, claimed no earlier than that); `pending →
 //! cancelled` at once, and `running → cancelled` once its cancel was asked
-//! and the attempt stopped or ended short of a success (`cancel`). Every transition
+//! and the attempt stopped or ended short of a success (`cancel`); a gated
+//! call starts `awaiting_approval` and becomes `pending` (approved) or
+//! `denied` (denied, or its request expired), or `cancelled` (`approval`).
+//! Every transition
 //! is a conditional `UPDATE ... WHERE status = ...`; its row count decides who
 //! wins, never an earlier `SELECT`.
 //!
@@ -27,12 +30,14 @@
 //! bucket, `LimitedClaim`), `instance` (instance identity and the liveness
 //! rules of recovery: `Reclaimable`; `Node`, what `GET /v1/nodes` shows),
 //! `audit` (the audit events and their detail texts), `cancel`
-//! (cancelling: its rules, `Cancel`, the steps a wing runs), `rerun`
-//! (re-running a failed or cancelled call: its rules, `Rerun`, the steps a
-//! wing runs), `paused` (paused tools), `bulk_job` (bulk jobs: the rules,
-//! `BulkJob`, a batch's `Step`), `readings` (the overview's history, and
-//! its arithmetic), `operator` (`Operator`, the second contract: re-run,
-//! pause, bulk jobs, totals, readings), `wake`
+//! (cancelling: its rules, `Cancel`, the steps a wing runs), `approval`
+//! (approval gates: their rules, `Gate`, `Decision`, `Decided`, the
+//! webhook outbox's `Notification`), `rerun` (re-running a failed or
+//! cancelled call: its rules, `Rerun`, the steps a wing runs), `paused`
+//! (paused tools), `bulk_job` (bulk jobs: the rules, `BulkJob`, a batch's
+//! `Step`), `readings` (the overview's history, and its arithmetic),
+//! `operator` (`Operator`, the second contract: re-run, pause, bulk jobs,
+//! totals, readings), `wake`
 //! (another node's news), `business_key` (the second layer's types),
 //! `mixed` (the bench's mixed million, row by row; feature `testing`)
 //! and `verify` (the offline checker's invariants and report); this file
@@ -45,7 +50,7 @@
 //! group-commit writer thread, its syncer and checkpointer, a read pool)
 //! and `postgres/` (for several nodes on one database: a connection pool,
 //! `LISTEN`/`NOTIFY` wake-ups). Each has `sql` (the state machine),
-//! `schema`, `instances`, `business_key`, `retention`, `report_reads`,
+//! `schema`, `instances`, `business_key`, `approval`, `retention`, `report_reads`,
 //! `counts` (the count tables and their triggers), `list` (the list's
 //! statements), `bulk` (the bench's loaders), `limits` and `verify`, in
 //! its own SQL.
@@ -72,6 +77,7 @@
 //! This module never runs a tool, and never holds a transaction open across
 //! anything but SQL.
 
+mod approval;
 mod audit;
 mod backend;
 mod bulk_job;
@@ -101,6 +107,10 @@ mod tests;
 pub mod verify;
 mod wake;
 
+pub use approval::{
+    Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling, Source, Verdict,
+    Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
+};
 pub use bulk_job::{
     filter_from_json, filter_to_json, BulkAction, BulkJob, JobCreated, JobState, NewBulkJob, Step,
     MAX_BULK_CALLS,
@@ -118,7 +128,8 @@ pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
 pub use list::{ListPage, ListQuery, Total, TOTAL_CAP};
 pub use model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, Scope, Stats, Then, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
+    ToolAtRelease, WriterStats,
 };
 pub use operator::{Effect, StepPlan};
 pub use options::{
@@ -129,7 +140,7 @@ pub use postgres::PG_SCHEMA_VERSION;
 pub use readings::{Reading, TenantTotals, READING_EVERY};
 pub use rerun::{Rerun, RerunRequest, MAX_RERUN_REASON_BYTES};
 pub(crate) use sqlite::backup;
-pub use sqlite::{LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
+pub use sqlite::{RestoredCopy, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 
 /// The bench's bulk loaders and its write-path comparison: for measurement
 /// only, never on a database that serves anyone (see each wing's `bulk`).

@@ -3,11 +3,13 @@
 //! produce the same values — and they decide nothing: every transition is
 //! decided by the store's conditional statements.
 
+use super::approval::Gate;
 use super::error::StoreError;
 use super::ids::new_effect_id;
 use crate::status::Status;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// One row of `calls`.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,19 +66,22 @@ impl Call {
     }
 
     /// Whether the call has ended and its client cannot run it again:
-    /// `succeeded`, `cancelled`, or a failure its client may not retry (an
-    /// operator may still re-run a failed or cancelled one: `is_final`).
+    /// `succeeded`, `cancelled`, `denied`, or a failure its client may not
+    /// retry (an operator may still re-run a failed or cancelled one:
+    /// `is_final`).
     pub fn is_settled(&self) -> bool {
-        self.status == Status::Succeeded
-            || self.status == Status::Cancelled
-            || (self.status == Status::Failed && !self.is_retryable_failure())
+        matches!(
+            self.status,
+            Status::Succeeded | Status::Cancelled | Status::Denied
+        ) || (self.status == Status::Failed && !self.is_retryable_failure())
     }
 
     /// Whether the call can never change again, by anyone: `succeeded` (its
-    /// effect happened; it is never re-run). A failed or cancelled call may
-    /// be re-run by an operator (`store::rerun`).
+    /// effect happened; it is never re-run) or `denied` (a person refused
+    /// it). A failed or cancelled call may be re-run by an operator
+    /// (`store::rerun`).
     pub fn is_final(&self) -> bool {
-        self.status == Status::Succeeded
+        matches!(self.status, Status::Succeeded | Status::Denied)
     }
 
     /// Its error's code (`error.code`): its last failure's, or `cancelled`.
@@ -84,8 +89,13 @@ impl Call {
         self.error.as_ref()?.get("code")?.as_str()
     }
 
-    /// The row `insert_call` writes, built here so it need not be read back.
+    /// The row `insert_call` writes, built here so it need not be read back:
+    /// `pending`, or `awaiting_approval` when it carries a gate.
     pub(super) fn pending(call_id: String, new: NewCall, now: f64) -> Call {
+        let status = match new.gate {
+            Some(_) => Status::AwaitingApproval,
+            None => Status::Pending,
+        };
         Call {
             effect_id: new_effect_id(&call_id),
             call_id,
@@ -96,7 +106,7 @@ impl Call {
             seq: new.seq,
             tool: new.tool,
             args_json: new.args_json,
-            status: Status::Pending,
+            status,
             result: None,
             error: None,
             attempt: 0,
@@ -178,6 +188,9 @@ pub struct NewCall {
     pub args_json: String,
     pub client_id: Option<String>,
     pub seq: Option<i64>,
+    /// Its tool's approval policy held for its args: the call is created
+    /// `awaiting_approval`, with its request (`store::approval`).
+    pub gate: Option<Gate>,
 }
 
 /// The local record of a side effect, written with its call's `succeeded`.
@@ -224,6 +237,43 @@ impl Created {
 pub struct CreatedClaimed {
     pub created: Created,
     pub lease: Option<Lease>,
+}
+
+/// How long a retryable failure waits before its next attempt
+/// (`CallStore::retry_later_then`), and, when the tool's cap shortened a
+/// downstream's `Retry-After`, what the downstream had asked for: the
+/// audit's `retry_scheduled` detail says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryDelay {
+    pub delay: Duration,
+    /// The downstream's `Retry-After`, when it was longer than the tool
+    /// allows (`retry_after_max_ms`); `delay` is then that cap.
+    pub capped_from: Option<Duration>,
+}
+
+/// A delay no `Retry-After` shortened.
+impl From<Duration> for RetryDelay {
+    fn from(delay: Duration) -> RetryDelay {
+        RetryDelay {
+            delay,
+            capped_from: None,
+        }
+    }
+}
+
+/// What a stopping process had done to the tool of a lease it gives back
+/// (`CallStore::release`): the audit's `released` detail says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolAtRelease {
+    /// No tool of the lease was running: it had not started, or had
+    /// returned.
+    Idle,
+    /// Its tool was stopped first and has ended; `sent`: it had reached the
+    /// outside (the process started, the request went out); `how` it ended.
+    Stopped { sent: bool, how: String },
+    /// Its tool was asked to stop and had not ended when the wait for it
+    /// ran out (a process stuck in the kernel, a connect in progress).
+    StillStopping { sent: bool },
 }
 
 /// The right to execute one attempt of a call, held until `lease_until`.
@@ -363,6 +413,8 @@ pub struct Backlog {
     pub calls_by_status: Vec<(String, i64)>,
     /// `created_at` of the oldest `pending` call.
     pub oldest_pending_created_at: Option<f64>,
+    /// When the oldest open approval request was made.
+    pub oldest_awaiting_since: Option<f64>,
 }
 
 /// What `/healthz` needs from the store: a fresh read, and the writer's state.

@@ -38,6 +38,10 @@ pub struct StoreOptions {
     /// PostgreSQL: the client's own deadlines (`--db-timeout-ms`,
     /// `--db-connect-timeout-ms`, `--db-tcp-timeout-ms`).
     pub pg_timeouts: PgTimeouts,
+    /// SQLite: the snapshot time of a restored copy to start on anyway
+    /// (`--accept-restored-copy`); a copy with another, or none given, is
+    /// refused.
+    pub accept_restored_copy: Option<String>,
 }
 
 /// `--db-pool`'s default: as many connections as a node has workers by
@@ -53,6 +57,7 @@ impl Default for StoreOptions {
             ca_file: None,
             limits: Vec::new(),
             pg_timeouts: PgTimeouts::default(),
+            accept_restored_copy: None,
         }
     }
 }

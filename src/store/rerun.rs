@@ -14,7 +14,9 @@
 //! it already answers from its own record.
 //!
 //! It is refused, with nothing changed, for a `succeeded` call (its effect
-//! happened), a `pending` or `running` one (it has not ended), a call past
+//! happened), a `denied` one (a person's refusal is not overruled here: a
+//! new call needs a new key and a new decision), an `awaiting_approval`,
+//! `pending` or `running` one (it has not ended), a call past
 //! its retention (`expired`: it may be purged at any moment, and a re-run
 //! must not bring it back), and a call whose business key another live call
 //! now holds (the re-run would make a second live intent). A call that
@@ -43,7 +45,10 @@ pub enum Rerun {
     Done(Call),
     /// It succeeded: its effect happened, it never runs again.
     Succeeded(Call),
-    /// It is `pending` or `running`: it has not ended.
+    /// It was denied (by a person, or by its request's expiry): it never
+    /// runs, and a re-run would overrule that decision.
+    Denied(Call),
+    /// It is `awaiting_approval`, `pending` or `running`: it has not ended.
     InFlight(Call),
     /// It is past its retention (`expires_at`): it may be purged.
     Expired(Call),
@@ -59,6 +64,7 @@ impl Rerun {
             Rerun::NotFound => Rerun::NotFound,
             Rerun::Done(call) => Rerun::Done(f(call)),
             Rerun::Succeeded(call) => Rerun::Succeeded(f(call)),
+            Rerun::Denied(call) => Rerun::Denied(f(call)),
             Rerun::InFlight(call) => Rerun::InFlight(f(call)),
             Rerun::Expired(call) => Rerun::Expired(f(call)),
             Rerun::Duplicate { call, holder } => Rerun::Duplicate {
@@ -119,7 +125,10 @@ pub(in crate::store) fn rerun_with<S: RerunSteps>(
         };
         match call.status {
             Status::Succeeded => return Ok(Some(Rerun::Succeeded(call))),
-            Status::Pending | Status::Running => return Ok(Some(Rerun::InFlight(call))),
+            Status::Denied => return Ok(Some(Rerun::Denied(call))),
+            Status::AwaitingApproval | Status::Pending | Status::Running => {
+                return Ok(Some(Rerun::InFlight(call)))
+            }
             Status::Failed | Status::Cancelled => {}
         }
         if steps.expired(&call)? {

@@ -5,7 +5,7 @@
 //! thread, migrations) say so in their file.
 //!
 //! The topics: `create`, `create_claimed`, `claims`, `claim_due`,
-//! `recovery`, `retry`, `cancel`, `limits`, `tenants`, `audit`,
+//! `recovery`, `retry`, `cancel`, `approvals`, `limits`, `tenants`, `audit`,
 //! `effect_ids`, `counts` (the count tables against counting the rows),
 //! `list` (every plan of the list, pages, tenants kept apart), `operator`
 //! (re-runs, paused tools, bulk jobs, the list by error code, totals,
@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod approvals;
 mod audit;
 pub(super) mod backends;
 mod cancel;
@@ -80,6 +81,7 @@ pub(super) fn new_call_in(tenant: &str, key: &str, fp: &str) -> NewCall {
         args_json: r#"{"amount":1}"#.into(),
         client_id: None,
         seq: None,
+        gate: None,
     }
 }
 

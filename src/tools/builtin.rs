@@ -11,6 +11,7 @@
 use super::args_error::ArgsError;
 use super::business_key::AgentFacing;
 use super::error_code::ToolErrorCode;
+use super::mcp_policy::McpPolicy;
 use super::outcome::{Effect, Outcome, ToolError};
 use super::spec::{Backoff, Executor, Kind, ToolSpec, DEFAULT_TIMEOUT};
 use super::stop::Stop;
@@ -255,7 +256,9 @@ pub fn spec(name: &str) -> Option<ToolSpec> {
         max_concurrency: None,
         rate: None,
         business_key: None,
+        approval: None,
         agent: AgentFacing::default_for(name, false),
+        mcp: McpPolicy::default_for(Kind::Builtin, name),
         executor: Executor::Builtin,
     })
 }

@@ -8,11 +8,13 @@
 //! never put a header or `env` value, expanded or not, into a message: those
 //! become [`Secret`]s as soon as they are read.
 
+use super::approval::ApprovalPolicy;
 use super::builtin::{self, EFFECT_TOOLS, TOOL_NAMES};
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::command_tool::{CommandTool, RESERVED_ENV};
 use super::file_error::{field_error, FieldError, ToolFileError};
 use super::http_tool::{check_url, HttpTool, RESERVED_HEADERS};
+use super::mcp_policy::{parse_keyless, Keyless, McpPolicy};
 use super::rate::Rate;
 use super::registry::ToolRegistry;
 use super::schema::Schema;
@@ -24,7 +26,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Fields every kind accepts.
-const COMMON_FIELDS: [&str; 10] = [
+const COMMON_FIELDS: [&str; 15] = [
+    "tasks",
+    "keyless",
+    "mcp_result",
+    "client_capabilities",
     "kind",
     "description",
     "annotations",
@@ -35,8 +41,9 @@ const COMMON_FIELDS: [&str; 10] = [
     "backoff_ms",
     "max_concurrency",
     "rate",
+    "approval",
 ];
-const HTTP_FIELDS: [&str; 3] = ["url", "headers", "ca_file"];
+const HTTP_FIELDS: [&str; 4] = ["url", "headers", "ca_file", "retry_after_max_ms"];
 const COMMAND_FIELDS: [&str; 2] = ["argv", "env"];
 const MAX_ATTEMPTS_LIMIT: u64 = 100;
 /// A day: heartbeats let a tool outlive the lease, not run forever.
@@ -50,6 +57,8 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 struct Context<'a> {
     base_dir: &'a Path,
     vars: &'a dyn Fn(&str) -> Option<String>,
+    /// The file's top-level `"keyless"`: each tool's unless it names its own.
+    keyless: Option<Keyless>,
 }
 
 impl ToolRegistry {
@@ -85,7 +94,12 @@ impl ToolRegistry {
         let root = crate::input::parse_strict(text.as_bytes())
             .map_err(|e| FieldError::entry(unreadable(&e)).in_tool(file, None))?;
         let tools = tools_object(&root).map_err(|e| e.in_tool(file, None))?;
-        let context = Context { base_dir, vars };
+        let keyless = file_keyless(&root).map_err(|e| e.in_tool(file, None))?;
+        let context = Context {
+            base_dir,
+            vars,
+            keyless,
+        };
         let mut registry = ToolRegistry::default();
         for (name, entry) in tools {
             let spec = tool_spec(name, entry, &context).map_err(|e| e.in_tool(file, Some(name)))?;
@@ -138,15 +152,26 @@ fn unreadable(e: &serde_json::Error) -> String {
     }
 }
 
-/// `{"tools": {...}}` with at least one tool, and nothing else at the top.
+/// The file's top-level `"keyless"` (MCP calls without a key), if given.
+fn file_keyless(root: &Value) -> Result<Option<Keyless>, FieldError> {
+    root.get("keyless")
+        .map(|value| parse_keyless("keyless", value))
+        .transpose()
+}
+
+/// `{"tools": {...}}` with at least one tool, and nothing else at the top
+/// but `"keyless"`.
 fn tools_object(root: &Value) -> Result<&Map<String, Value>, FieldError> {
     let root = root
         .as_object()
         .ok_or_else(|| FieldError::entry("must be a JSON object {\"tools\": {...}}"))?;
-    if let Some(extra) = root.keys().find(|k| *k != "tools") {
+    if let Some(extra) = root
+        .keys()
+        .find(|k| !matches!(k.as_str(), "tools" | "keyless"))
+    {
         return Err(field_error(
             extra,
-            "is not a top-level field (only \"tools\")",
+            "is not a top-level field (only \"tools\" and \"keyless\")",
         ));
     }
     let tools = root
@@ -204,12 +229,17 @@ fn tool_spec(name: &str, entry: &Value, context: &Context) -> Result<ToolSpec, F
         spec.rate = Some(Rate::parse(rate)?);
     }
     spec.backoff = backoff(entry.get("backoff_ms"))?;
+    spec.backoff.retry_after_max = retry_after_max(entry, &spec.backoff)?;
     if let Some(rule) = entry.get("business_key") {
         let rule = BusinessKeyRule::parse(rule)?;
         spec.business_key = Some(rule);
     }
+    if let Some(policy) = entry.get("approval") {
+        spec.approval = Some(ApprovalPolicy::parse(policy)?);
+    }
     spec.agent
         .apply(entry.get("description"), entry.get("annotations"))?;
+    spec.mcp.apply(entry, context.keyless)?;
     Ok(spec)
 }
 
@@ -244,7 +274,9 @@ fn external_spec(
         max_concurrency: None,
         rate: None,
         business_key: None,
+        approval: None,
         agent: AgentFacing::default_for(name, true),
+        mcp: McpPolicy::default_for(kind, name),
         executor,
     })
 }
@@ -438,6 +470,26 @@ fn backoff(value: Option<&Value>) -> Result<Backoff, FieldError> {
         ));
     }
     Ok(backoff)
+}
+
+/// `retry_after_max_ms` (http tools): the longest `Retry-After` honoured;
+/// absent, `backoff_ms.max` is the cap.
+fn retry_after_max(
+    entry: &Map<String, Value>,
+    backoff: &Backoff,
+) -> Result<Option<Duration>, FieldError> {
+    let field = "retry_after_max_ms";
+    let Some(ms) = bounded_integer(entry, field, 1, MAX_TIMEOUT_MS)? else {
+        return Ok(None);
+    };
+    let cap = Duration::from_millis(ms);
+    if cap < backoff.initial {
+        return Err(field_error(
+            field,
+            "must not be less than backoff_ms.initial",
+        ));
+    }
+    Ok(Some(cap))
 }
 
 /// `entry[field]` as an object of strings (absent: empty).

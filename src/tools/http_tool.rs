@@ -304,9 +304,9 @@ impl HttpTool {
     }
 }
 
-/// The system's trusted roots, read once per process. A machine without any
-/// still reaches `http://` downstreams and those whose CA is in `ca_file`.
-fn system_roots() -> &'static Vec<Certificate<'static>> {
+/// The system's trusted roots, read once per process (the webhook thread's
+/// too). A machine without any still reaches `http://` downstreams and those whose CA is in `ca_file`.
+pub(crate) fn system_roots() -> &'static Vec<Certificate<'static>> {
     static ROOTS: OnceLock<Vec<Certificate<'static>>> = OnceLock::new();
     ROOTS.get_or_init(|| {
         rustls_native_certs::load_native_certs()

@@ -201,6 +201,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "approval",
                 "business_key",
                 "input_schema",
                 "kind",

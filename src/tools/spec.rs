@@ -7,10 +7,12 @@
 //! [`ToolSpec::run`] returns an [`Outcome`] and the runner commits it. Its
 //! `Debug` never shows the executor, which holds URLs, argv and secrets.
 
+use super::approval::ApprovalPolicy;
 use super::args_error::ArgsError;
 use super::builtin::Tool;
 use super::business_key::{AgentFacing, BusinessKeyRule};
 use super::error_code::ToolErrorCode;
+use super::mcp_policy::McpPolicy;
 use super::outcome::{Outcome, ToolError};
 use super::rate::Rate;
 use super::stop::Stop;
@@ -40,11 +42,15 @@ impl Kind {
     }
 }
 
-/// Retry delays: exponential from `initial`, never above `max`.
+/// Retry delays: exponential from `initial`, never above `max`; a
+/// downstream's `Retry-After` honoured up to `retry_after_max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     pub initial: Duration,
     pub max: Duration,
+    /// The longest `Retry-After` honoured (`retry_after_max_ms`); `None`:
+    /// `max`. Never less than `initial`.
+    pub retry_after_max: Option<Duration>,
 }
 
 impl Default for Backoff {
@@ -52,6 +58,7 @@ impl Default for Backoff {
         Backoff {
             initial: Duration::from_millis(200),
             max: Duration::from_secs(30),
+            retry_after_max: None,
         }
     }
 }
@@ -61,7 +68,9 @@ impl Backoff {
     /// and `min(max, initial·2^failed_attempt)` ("full jitter" above the floor,
     /// so retries of many calls that failed together spread out). `jitter` is
     /// a number in `[0, 1)`, e.g. from [`jitter`]. A downstream's `Retry-After`
-    /// wins when given, but never lets a retry come sooner than `initial`.
+    /// wins when given, but never lets a retry come sooner than `initial`, nor
+    /// later than `retry_after_max` (a downstream that says "tomorrow" must
+    /// not park a call for a day unless the tool allows it).
     pub fn delay(
         &self,
         failed_attempt: u32,
@@ -69,7 +78,7 @@ impl Backoff {
         jitter: f64,
     ) -> Duration {
         if let Some(hint) = retry_after {
-            return hint.max(self.initial);
+            return hint.min(self.retry_after_cap()).max(self.initial);
         }
         let doubling = 2f64.powi(failed_attempt.min(62) as i32);
         let ceiling = self
@@ -79,6 +88,13 @@ impl Backoff {
             .max(self.initial);
         let spread = ceiling - self.initial;
         self.initial + spread.mul_f64(jitter.clamp(0.0, 1.0))
+    }
+}
+
+impl Backoff {
+    /// The longest `Retry-After` honoured.
+    pub fn retry_after_cap(&self) -> Duration {
+        self.retry_after_max.unwrap_or(self.max)
     }
 }
 
@@ -125,8 +141,13 @@ pub struct ToolSpec {
     pub rate: Option<Rate>,
     /// The second layer: one live call per business key (`None`: keys only).
     pub business_key: Option<BusinessKeyRule>,
+    /// When a call waits for a person's decision (`None`: never).
+    pub approval: Option<ApprovalPolicy>,
     /// Its description and hints for agents (`tools/list`).
     pub agent: AgentFacing,
+    /// What MCP clients are told and allowed: tasks, keyless calls,
+    /// content, required client capabilities.
+    pub mcp: McpPolicy,
     pub executor: Executor,
 }
 
@@ -219,6 +240,7 @@ impl ToolSpec {
             "max_concurrency": self.max_concurrency,
             "rate": self.rate.as_ref().map(Rate::public_view),
             "business_key": self.business_key.as_ref().map(BusinessKeyRule::public_view),
+            "approval": self.approval.as_ref().map(ApprovalPolicy::public_view),
         })
     }
 }
@@ -232,6 +254,7 @@ mod tests {
         let backoff = Backoff {
             initial: Duration::from_millis(100),
             max: Duration::from_millis(1000),
+            retry_after_max: Some(Duration::from_secs(10)),
         };
         assert_eq!(backoff.delay(1, None, 0.0), Duration::from_millis(100));
         assert_eq!(backoff.delay(1, None, 1.0), Duration::from_millis(200));
@@ -244,6 +267,20 @@ mod tests {
         assert_eq!(
             backoff.delay(2, Some(Duration::ZERO), 0.5),
             Duration::from_millis(100)
+        );
+        assert_eq!(
+            backoff.delay(2, Some(Duration::from_secs(86_400)), 0.5),
+            Duration::from_secs(10),
+            "a Retry-After past the cap is cut to it"
+        );
+        let by_max = Backoff {
+            retry_after_max: None,
+            ..backoff
+        };
+        assert_eq!(
+            by_max.delay(2, Some(Duration::from_secs(86_400)), 0.5),
+            Duration::from_millis(1000),
+            "without retry_after_max, backoff's max is the cap"
         );
         let j = jitter();
         assert!((0.0..1.0).contains(&j));

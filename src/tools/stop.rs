@@ -9,13 +9,15 @@
 //!
 //! A request names its run: one that arrives after the worker moved on to
 //! another run touches nothing (the ids differ), so a late cancel can never
-//! stop the wrong call. Nothing here costs a run that is never asked to stop
+//! stop the wrong call. A stopping service whose grace period is over asks
+//! the same way ([`Stop::request_for_shutdown`]), and the handle remembers
+//! it, so the worker gives the lease back instead of recording a cancel. Nothing here costs a run that is never asked to stop
 //! more than a few atomic stores; the lock is taken only by an executor that
 //! arms a halt and by a request. It never decides whether a call is
 //! cancelled: the store's fenced completion does.
 
 use crate::lock::lock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,6 +52,9 @@ struct Shared {
     sent: AtomicU64,
     /// What halts the tool, and the run that armed it.
     halt: Mutex<Option<(u64, Halt)>>,
+    /// Set once a stopping service asked a run to stop; never cleared (the
+    /// worker takes no run after it).
+    shutdown: AtomicBool,
 }
 
 impl Stop {
@@ -66,6 +71,19 @@ impl Stop {
     /// The run is over: a request for it changes nothing any more.
     pub fn end(&self) {
         self.0.current.store(0, Ordering::SeqCst);
+    }
+
+    /// Ask `run` to stop because the service is stopping, not because its
+    /// call was cancelled: the same halt, and [`Stop::is_shutdown`] from now
+    /// on.
+    pub fn request_for_shutdown(&self, run: u64) {
+        self.0.shutdown.store(true, Ordering::SeqCst);
+        self.request(run);
+    }
+
+    /// Whether a stopping service has asked this worker's run to stop.
+    pub fn is_shutdown(&self) -> bool {
+        self.0.shutdown.load(Ordering::SeqCst)
     }
 
     /// Ask `run` to stop: at once if its tool has armed a halt, else as

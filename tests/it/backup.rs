@@ -2,8 +2,9 @@
 //! clients post new keys the whole time holds every call acknowledged before
 //! the backup began, verifies clean, and the service kept acknowledging
 //! calls while it ran (a reader does not stop the writer); and its refusals
-//! (an existing destination, another program's file, a PostgreSQL URL) with
-//! their exit statuses, leaving nothing behind.
+//! (an existing destination, another program's file, a PostgreSQL URL, a
+//! deployment's tools file it was not given) with their exit statuses,
+//! leaving nothing behind.
 
 use crate::support::{charge, run_bounded, Counts, Http, Server, TempDb, SERVER_BIN};
 use idempotent_tool::temp::TempDir;
@@ -149,7 +150,8 @@ fn a_backup_under_load_holds_every_call_acknowledged_before_it_and_verifies_clea
         )
         .unwrap();
     let restored_db = TempDb::at(copy.clone());
-    let restored = Server::start(&restored_db, &[]);
+    let snapshot = snapshot_of(&stdout);
+    let restored = Server::start(&restored_db, &["--accept-restored-copy", &snapshot]);
     let (status, call) = restored.post(&before[0], &charge(1));
     assert!(status == 200 || status == 202, "{status} {call}");
     assert_eq!(call["call_id"].as_str(), Some(copied_id.as_str()), "{call}");
@@ -217,4 +219,153 @@ fn backup_refuses_what_it_must_not_copy_or_overwrite() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
     let stopped = run(&["backup", "--db", db.path_str(), "--to", &path(&to)]);
     assert_eq!(stopped.status.code(), Some(0), "{stopped:?}");
+}
+
+/// On a deployment with a tools file, `backup` without `--tools` cannot
+/// tell which tools write effects: it makes no copy (exit 2), so the same
+/// command run again fails the same way rather than on a copy it left
+/// behind; with `--tools` the copy is made and verifies clean (exit 0).
+#[test]
+fn without_the_tools_file_it_needs_no_copy_is_made() {
+    let tools = crate::support::downstream::ToolsFile::write(&serde_json::json!({"tools": {
+        "probe": {"kind": "command", "argv": ["/bin/echo", "{}"], "timeout_ms": 10000}
+    }}));
+    let db = TempDb::new("backup-tools");
+    let server = Server::start(&db, &["--tools", tools.path_str()]);
+    let body = serde_json::json!({"tool": "probe", "args": {}});
+    let (status, call) = server.post("probe-1", &body);
+    assert_eq!(status, 202, "{call}");
+    server.wait_terminal(call["call_id"].as_str().unwrap());
+    let dir = TempDir::new("backup-tools-copy").unwrap();
+    let to = dir.join("nightly.db");
+    let args = [
+        "backup",
+        "--db",
+        db.path_str(),
+        "--to",
+        to.to_str().unwrap(),
+    ];
+    for _ in 0..2 {
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("(probe)") && stderr.contains("--tools FILE"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "a copy was left: {left:?}");
+    }
+    let out = run(&[&args[..], &["--tools", tools.path_str()]].concat());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(to.exists());
+}
+
+/// The snapshot's time `backup` printed (`marked ... --accept-restored-copy TIME`).
+fn snapshot_of(stdout: &str) -> String {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("marked "))
+        .unwrap_or_else(|| panic!("no `marked` line in {stdout}"));
+    line.rsplit(' ').next().unwrap().to_string()
+}
+
+/// A restored copy cannot silently forget: the service refuses to start on
+/// it (exit 3, one line naming the snapshot and what may run again, the
+/// file not written), until started with `--accept-restored-copy` and that
+/// snapshot's time, which it records in the audit (a row of no call) and
+/// the log; a time naming another snapshot is refused too. The key
+/// accepted after the snapshot then makes a new call: the hazard accepted.
+#[test]
+fn a_restored_copy_is_refused_until_its_snapshot_is_accepted() {
+    let db = TempDb::new("backup-restore");
+    let server = Server::start(&db, &[]);
+    let (status, before) = server.post("before-1", &charge(1));
+    assert_eq!(status, 202, "{before}");
+    server.wait_terminal(before["call_id"].as_str().unwrap());
+    let dir = TempDir::new("backup-restore-copy").unwrap();
+    let copy = dir.join("idem-1.db");
+    let out = run(&[
+        "backup",
+        "--db",
+        db.path_str(),
+        "--to",
+        copy.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let snapshot = snapshot_of(&stdout);
+    assert!(
+        stdout.contains(&format!("snapshot  taken after {snapshot} ")),
+        "{stdout}"
+    );
+    let (status, after) = server.post("after-1", &charge(1));
+    assert_eq!(status, 202, "{after}");
+    drop(server);
+
+    let restored = TempDb::at(copy.clone());
+    let bytes = std::fs::read(&copy).unwrap();
+    let start = |extra: &[&str]| {
+        let args = [&["--port", "0", "--db", restored.path_str()][..], extra].concat();
+        run(&args)
+    };
+    for (extra, names_another) in [
+        (&[][..], false),
+        (
+            &["--accept-restored-copy", "2020-01-01T00:00:00.000Z"][..],
+            true,
+        ),
+    ] {
+        let refused = start(extra);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(3), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        for says in [
+            format!("its snapshot at {snapshot}"),
+            "calls accepted after then are not in it".to_string(),
+            format!("start once with --accept-restored-copy {snapshot}"),
+            db.path_str().to_string(),
+        ] {
+            assert!(stderr.contains(&says), "{says:?} in {stderr}");
+        }
+        assert_eq!(stderr.contains("names another snapshot"), names_another);
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            bytes,
+            "a refused copy was written"
+        );
+    }
+
+    let server = Server::start(&restored, &["--accept-restored-copy", &snapshot]);
+    let logged = server
+        .proc
+        .wait_for_stderr("\"event\":\"restored_copy_accepted\"");
+    assert!(
+        logged.contains(&format!("\"snapshot\":\"{snapshot}\"")),
+        "{logged}"
+    );
+    let audit: Vec<(Option<String>, String, String)> = {
+        let conn = server.sql();
+        let mut rows = conn
+            .prepare("SELECT call_id, event, detail FROM audit WHERE call_id IS NULL")
+            .unwrap();
+        let found = rows
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        found
+    };
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].1, "restored_copy_accepted");
+    assert!(audit[0].2.contains(&snapshot), "{audit:?}");
+    let (_, replay) = server.post("before-1", &charge(1));
+    assert_eq!(replay["call_id"], before["call_id"], "{replay}");
+    let (status, again) = server.post("after-1", &charge(1));
+    assert_eq!(status, 202, "{again}");
+    assert_ne!(again["call_id"], after["call_id"], "the copy knew after-1");
+    drop(server);
+    // Accepted once: the mark is gone, and the next start needs no flag.
+    drop(Server::start(&restored, &[]));
 }

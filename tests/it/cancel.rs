@@ -390,11 +390,14 @@ fn a_cancel_answered_by_another_process_on_the_file_stops_the_call() {
 #[test]
 fn a_cancel_sent_to_another_node_stops_the_call_there() {
     let url = PgServer::shared().fresh_database("cancel_nodes");
+    // The nodes have no SQLite file; what a failure's dump would open (and
+    // create) lies in a folder removed with the test, never in the checkout.
+    let scratch = TempDir::new("idem-cancel-nodes").unwrap();
     let node = |name: &str| {
         let args = ["--port", "0", "--db", url.as_str()];
         let (proc, line) = Proc::start(name, SERVER_BIN, &args, "listening on http://");
         let base = format!("http://{}", address_after(&line, "listening on http://"));
-        let db = std::path::PathBuf::from("not-a-sqlite-file");
+        let db = scratch.join("not-used.db");
         Server { proc, base, db }
     };
     let (a, b) = (node("node-a"), node("node-b"));

@@ -1,5 +1,6 @@
 //! The configuration of the real binary from its environment: every flag has
-//! an `IDEMPOTENT_TOOL_*` variable and a flag given wins; `_FILE` variables
+//! an `IDEMPOTENT_TOOL_*` variable and a flag given wins (with one warning
+//! naming both, and `--print-config` saying so); `_FILE` variables
 //! read values from files; `--print-config` shows each value and where it
 //! came from with the password masked; a variable that names no flag is
 //! refused; and no `command` tool inherits the variables.
@@ -59,6 +60,29 @@ fn variables_configure_the_service_flags_win_and_command_tools_do_not_inherit_th
         !server.stderr().contains("\"method\""),
         "IDEMPOTENT_TOOL_ACCESS_LOG=off ignored"
     );
+    // Each flag given over a variable that was set is said once, by name:
+    // never the variable's value (here a file's path; it may be a secret).
+    let stderr = server.stderr();
+    let mut warned: Vec<(String, String)> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["event"] == "variable_overridden")
+        .map(|l| {
+            assert_eq!(l["level"], "warn", "{l}");
+            let name = |field: &str| l[field].as_str().unwrap_or_default().to_string();
+            (name("flag"), name("variable"))
+        })
+        .collect();
+    warned.sort();
+    assert_eq!(
+        warned,
+        [
+            ("--db".to_string(), "IDEMPOTENT_TOOL_DB_FILE".to_string()),
+            ("--port".to_string(), "IDEMPOTENT_TOOL_PORT".to_string())
+        ],
+        "{stderr}"
+    );
+    assert!(!stderr.contains(db_file.to_str().unwrap()), "{stderr}");
 }
 
 #[test]
@@ -71,10 +95,11 @@ fn print_config_names_each_origin_and_masks_the_password() {
     )
     .unwrap();
     let printed = print_config(
-        &["--trusted-proxy", "127.0.0.1"],
+        &["--trusted-proxy", "127.0.0.1", "--workers", "2"],
         &[
             ("IDEMPOTENT_TOOL_DB_FILE", url_file.as_os_str()),
             ("IDEMPOTENT_TOOL_LOG_LEVEL", "debug".as_ref()),
+            ("IDEMPOTENT_TOOL_WORKERS", "7".as_ref()),
         ],
     );
     assert!(!printed.contains("pg-s3cret"), "{printed}");
@@ -99,6 +124,16 @@ fn print_config_names_each_origin_and_masks_the_password() {
     assert_eq!(row("--log-level"), ["debug", "IDEMPOTENT_TOOL_LOG_LEVEL"]);
     assert_eq!(row("--trusted-proxy"), ["127.0.0.1/32", "command", "line"]);
     assert_eq!(row("--port"), ["8081", "default"]);
+    assert_eq!(
+        row("--workers"),
+        [
+            "2",
+            "command",
+            "line",
+            "(IDEMPOTENT_TOOL_WORKERS",
+            "ignored)"
+        ]
+    );
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! WebDriver, `support::browser`) against the real binary: the overview's
 //! counts are `/stats`'; a status filter shows exactly the matching calls
 //! and survives a reload; the search box finds a call by id, key and effect
-//! id; a call's page shows its audit timeline, and cancelling a pending call
+//! id; a call's page shows its audit timeline and a running call's last
+//! progress, and cancelling a pending call
 //! there makes the API answer `cancelled`; a wrong token shows nothing; a
 //! tenant never sees another's call, an admin sees every tenant's with its
 //! name; keys and args holding markup are shown as text and run nothing;
@@ -223,6 +224,33 @@ fn a_call_shows_its_audit_timeline_and_markup_in_it_is_only_text() {
         "no element came from data"
     );
     assert_clean_and_same_origin(&browser, &server);
+}
+
+/// A running command's last `$PROGRESS_FD` report is on its call's page
+/// (and in `GET /v1/tool-calls/{id}`).
+#[test]
+fn a_running_calls_page_shows_its_last_progress() {
+    let script = r#"printf '{"progress": 1, "total": 2, "message": "halfway"}\n' >&"$PROGRESS_FD"; sleep 60"#;
+    let tools = ToolsFile::write(&json!({"tools": {
+        "report": {"kind": "command", "argv": ["/bin/bash", "-c", script], "timeout_ms": 120000,
+                   "input_schema": {"type": "object"}},
+    }}));
+    let db = TempDb::new("console-progress");
+    let server = Server::start(&db, &["--tools", tools.path_str()]);
+    let (_, call) = server.post("report-1", &json!({"tool": "report", "args": {}}));
+    let id = call["call_id"].as_str().unwrap().to_string();
+    eventually("the progress in the API", || {
+        server.get(&format!("/v1/tool-calls/{id}")).1["progress"]
+            == json!({"progress": 1.0, "total": 2.0, "message": "halfway"})
+    });
+    let browser = browser();
+    browser.goto(&format!("{}/ui/calls/{id}", server.base));
+    browser.wait_text("[data-fact=progress] dd", "halfway (1 of 2)");
+    assert_clean_and_same_origin(&browser, &server);
+    server.request("POST", &format!("/v1/tool-calls/{id}/cancel"), &[], None);
+    eventually("the call cancelled", || {
+        server.get(&format!("/v1/tool-calls/{id}")).1["status"] == "cancelled"
+    });
 }
 
 #[test]

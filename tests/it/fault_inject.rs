@@ -49,7 +49,7 @@ fn every_fault_injection_scenario_passes() {
         "downstream",
         "mcp",
         "pause",
-        // PostgreSQL is installed wherever the tests run (.ci/run installs it).
+        // PostgreSQL is installed wherever the tests run (scripts/test.sh installs it).
         "postgres",
         "pg-failover",
         "pg-partition",

@@ -3,9 +3,11 @@
 //! every request answered has its access line in exactly one of the files,
 //! and the service serves on and stops cleanly. SIGHUP without a log file
 //! does not stop it either (it used to exit 129 and leave its instance
-//! unmarked).
+//! unmarked), and the service never passes it on to a running `command`
+//! tool.
 
-use crate::support::{charge, signal, Counts, Server, TempDb, DEADLINE};
+use crate::support::downstream::ToolsFile;
+use crate::support::{charge, signal, unique_name, Counts, Http, Server, TempDb, DEADLINE};
 use idempotent_tool::client::request_once;
 use idempotent_tool::temp::TempDir;
 use serde_json::Value;
@@ -187,4 +189,51 @@ fn a_log_file_that_cannot_be_opened_exits_1_before_anything_starts() {
         "{said}"
     );
     assert!(!db.path.exists(), "the database was created");
+}
+
+/// SIGHUP (logrotate's, or a closed terminal's) reaches the service only: a
+/// `command` tool running meanwhile is not signalled (it would record the
+/// signal and exit 1), and its call ends `succeeded`.
+#[test]
+fn sighup_is_never_passed_on_to_a_running_command_tool() {
+    let dir = TempDir::new("sighup-tool").unwrap();
+    let (started, go, got) = (dir.join("started"), dir.join("go"), dir.join("got-hup"));
+    let script = format!(
+        "trap 'echo HUP > {got}; exit 1' HUP; touch {started}; \
+         while [ ! -e {go} ]; do sleep 0.05; done; echo '{{\"done\":true}}'",
+        got = got.display(),
+        started = started.display(),
+        go = go.display()
+    );
+    let tools = ToolsFile::write(&serde_json::json!({"tools": {"rotate_probe": {
+        "kind": "command",
+        "argv": ["/bin/sh", "-c", script],
+        "timeout_ms": 60000
+    }}}));
+    let db = TempDb::new("sighup-tool");
+    let log = dir.join("service.log");
+    let server = Server::start(
+        &db,
+        &[
+            "--tools",
+            tools.path_str(),
+            "--log-file",
+            log.to_str().unwrap(),
+        ],
+    );
+    let body = serde_json::json!({"tool": "rotate_probe", "args": {}});
+    let (status, call) = server.post(&unique_name("hup"), &body);
+    assert_eq!(status, 202, "{call}");
+    wait_for("the tool to start", || started.exists());
+    for _ in 0..3 {
+        signal(&server.proc.child, "HUP");
+    }
+    wait_for("the log file reopened", || {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("\"event\":\"log_reopened\""))
+    });
+    std::fs::write(&go, b"").unwrap();
+    let done = server.wait_terminal(call["call_id"].as_str().unwrap());
+    assert!(!got.exists(), "the tool got SIGHUP: {done}");
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert_eq!(done["result"], serde_json::json!({"done": true}));
 }

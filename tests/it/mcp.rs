@@ -178,7 +178,9 @@ fn each_handshake_revision_negotiates_and_lists_the_tools() {
 /// 2026-07-28: `server/discover` lists every version; the version in `_meta`
 /// must match `MCP-Protocol-Version`, and `Mcp-Method`/`Mcp-Name` the body
 /// (`-32020`); an unknown version is `-32022` naming the supported ones; an
-/// unknown method `404 -32601`; every result says `resultType: complete`.
+/// unknown method `404 -32601`, and so are `initialize` and `ping`; `_meta`
+/// without the version or the capabilities is `400 -32602`; every result
+/// says `resultType: complete`.
 #[test]
 fn the_stateless_revision_discovers_and_checks_meta_against_headers() {
     let (_db, server) = start(&[]);
@@ -200,8 +202,10 @@ fn the_stateless_revision_discovers_and_checks_meta_against_headers() {
     let out = outcome(&client.call("charge", json!({"amount": 3}), Some("stateless-1")));
     assert_eq!(out["status"], "succeeded");
 
-    let meta =
-        |version: &str| json!({"_meta": {"io.modelcontextprotocol/protocolVersion": version}});
+    let meta = |version: &str| {
+        json!({"_meta": {"io.modelcontextprotocol/protocolVersion": version,
+                         "io.modelcontextprotocol/clientCapabilities": {}}})
+    };
     let raw = |headers: &[(&str, &str)], params: Value, method: &str| {
         let body = json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
         let response = server.call("POST", "/mcp", headers, Some(&body.to_string()));
@@ -233,6 +237,21 @@ fn the_stateless_revision_discovers_and_checks_meta_against_headers() {
             vec![("MCP-Protocol-Version", STATELESS), ("Mcp-Method", "ping")],
             json!({}),
             "ping",
+            -32602,
+        ),
+        (
+            vec![("MCP-Protocol-Version", STATELESS), ("Mcp-Method", "ping")],
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": STATELESS}}),
+            "ping",
+            -32602,
+        ),
+        (
+            vec![
+                ("MCP-Protocol-Version", STATELESS),
+                ("Mcp-Method", "server/discover"),
+            ],
+            meta("3000-01-01"),
+            "server/discover",
             -32020,
         ),
         (
@@ -282,6 +301,10 @@ fn the_stateless_revision_discovers_and_checks_meta_against_headers() {
         .contains(&json!(STATELESS)));
     let unknown = client.rpc(404, "resources/list", json!({}));
     assert_eq!(unknown["error"]["code"], -32601);
+    for gone in ["initialize", "ping"] {
+        let removed = client.rpc(404, gone, json!({}));
+        assert_eq!(removed["error"]["code"], -32601, "{gone}");
+    }
 }
 
 /// The same `_meta` key re-sent returns the original outcome with
@@ -333,7 +356,8 @@ fn the_same_key_replays_the_original_outcome_without_a_second_effect() {
 
 /// A key reused with other arguments is a JSON-RPC error whose `data` names
 /// `idempotency_conflict` and the key's call; nothing runs. Without a key,
-/// each request gets a fresh one: two requests, two calls, two effects.
+/// the same arguments are one call (`content`), or each request a new call
+/// (`--mcp-keyless fresh`), or refused (`reject`).
 #[test]
 fn a_reused_key_with_other_arguments_conflicts_and_no_key_means_a_new_call() {
     let (db, server) = start(&[]);
@@ -349,12 +373,39 @@ fn a_reused_key_with_other_arguments_conflicts_and_no_key_means_a_new_call() {
     assert_eq!(error["data"]["call_id"], first["call_id"]);
     assert_eq!((db.calls(), db.effects()), (1, 1));
 
+    // No key: by default (`content`) the same arguments are the same call.
+    let a = outcome(&client.call("charge", json!({"amount": 5}), None));
+    let b = outcome(&client.call("charge", json!({"amount": 5}), None));
+    assert_eq!(a["call_id"], b["call_id"]);
+    assert_eq!(
+        (b["replayed"].clone(), b["key_source"].clone()),
+        (json!(true), json!("content"))
+    );
+    assert!(a["idempotency_key"]
+        .as_str()
+        .unwrap()
+        .starts_with("content-"));
+    assert_eq!((db.calls(), db.effects()), (2, 2));
+
+    // `--mcp-keyless fresh`: each request a new key, so a new call.
+    let (db, server) = start(&["--mcp-keyless", "fresh"]);
+    let client = Client::new(&server, Some("2025-06-18"));
     let a = outcome(&client.call("charge", json!({"amount": 5}), None));
     let b = outcome(&client.call("charge", json!({"amount": 5}), None));
     assert_ne!(a["call_id"], b["call_id"]);
-    assert_ne!(a["idempotency_key"], b["idempotency_key"]);
     assert!(a["idempotency_key"].as_str().unwrap().starts_with("mcp-"));
-    assert_eq!((db.calls(), db.effects()), (3, 3));
+    assert_eq!((db.calls(), db.effects()), (2, 2));
+
+    // `--mcp-keyless reject`: a tool error saying how to send a key.
+    let (db, server) = start(&["--mcp-keyless", "reject"]);
+    let client = Client::new(&server, Some("2025-06-18"));
+    let refused = client.call("charge", json!({"amount": 5}), None);
+    assert_eq!(refused["isError"], true);
+    assert!(refused["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("missing_idempotency_key"));
+    assert_eq!(db.calls(), 0);
 }
 
 /// The JSON-RPC error codes: parse error `-32700`, invalid request `-32600`,

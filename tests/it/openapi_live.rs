@@ -328,6 +328,49 @@ fn samples(server: &Local) -> Vec<Sample> {
         "post",
         server.call("GET", &cancel_path, &acme, None),
     );
+    // Approval gates: `send_email` waits for a decision in this server.
+    let gated = post(
+        "s-gated",
+        &json!({"tool": "send_email", "args": {"to": "a@example.com"}}),
+    );
+    let gated = gated.json()["call_id"].as_str().unwrap().to_string();
+    push(
+        "/v1/approvals",
+        "get",
+        server.call("GET", "/v1/approvals", &acme, None),
+    );
+    push(
+        "/v1/approvals",
+        "get",
+        server.call("GET", "/v1/approvals?limit=0", &acme, None),
+    );
+    let request_path = format!("/v1/tool-calls/{gated}/approval");
+    let template = "/v1/tool-calls/{call_id}/approval";
+    push(template, "get", get(&request_path));
+    push(
+        template,
+        "get",
+        get(&format!("/v1/tool-calls/{id}/approval")),
+    );
+    let approve_path = format!("/v1/tool-calls/{gated}/approve");
+    let decide = |path: &str, who: &[(&'static str, &'static str)], body: &str| {
+        server.call("POST", path, who, Some(body))
+    };
+    let template = "/v1/tool-calls/{call_id}/approve";
+    push(template, "post", decide(&approve_path, &acme, "{}"));
+    let wrong = format!(r#"{{"fingerprint":"{}"}}"#, "0".repeat(64));
+    push(template, "post", decide(&approve_path, &ops, &wrong));
+    push(
+        "/v1/tool-calls/{call_id}/deny",
+        "post",
+        decide(&format!("/v1/tool-calls/{gated}/deny"), &ops, "{}"),
+    );
+    push(
+        template,
+        "post",
+        decide(&approve_path, &ops, r#"{"reason":"ok"}"#),
+    );
+    push(template, "post", decide(&approve_path, &ops, "{}"));
     push("/stats", "get", get("/stats"));
     push("/stats", "get", get("/stats?scope=all"));
     push(
@@ -428,7 +471,14 @@ fn live_responses_match_the_document() {
     let spec = spec();
     let db = TempDb::new("openapi-live");
     let auth = AuthFile::new(&[("acme", "acme-token", false), ("ops", "ops-token", true)]);
-    let server = Local::start(&db, &["--auth-file", auth.path_str()]);
+    let tools = crate::support::downstream::ToolsFile::write(&json!({"tools": {
+        "charge": {"kind": "builtin"}, "fail": {"kind": "builtin"}, "sleep": {"kind": "builtin"},
+        "send_email": {"kind": "builtin", "approval": {"when": "always"}},
+    }}));
+    let server = Local::start(
+        &db,
+        &["--auth-file", auth.path_str(), "--tools", tools.path_str()],
+    );
     let mut statuses = BTreeSet::new();
     let mut headers_seen = BTreeSet::new();
     for sample in samples(&server) {

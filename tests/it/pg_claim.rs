@@ -66,6 +66,7 @@ impl Db {
                     args_json: args.clone(),
                     client_id: None,
                     seq: None,
+                    gate: None,
                 })
                 .expect("create");
             assert!(matches!(created, Created::New(_)), "{created:?}");

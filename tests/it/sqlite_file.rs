@@ -56,11 +56,13 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
     assert_eq!(
         index_names,
         [
+            "idx_approvals_open",
             "idx_audit_call",
             "idx_business_keys_key",
             "idx_business_keys_live",
             "idx_calls_client_seq",
-            "idx_calls_status"
+            "idx_calls_status",
+            "idx_notifications_due"
         ]
     );
     // The client index is partial (calls without a client_id skip it), and a

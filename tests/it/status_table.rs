@@ -31,6 +31,17 @@ const SUPERSEDED: &[(&str, &[&str], &str)] = &[
         &["succeeded", "failed"],
         "step 1's `calls_terminal` index; step 3 made it again with `cancelled`",
     ),
+    (
+        "src/store/postgres/schema.rs",
+        &["pending", "running", "succeeded", "failed", "cancelled"],
+        "step 3's `calls_status_known`; step 6 (approval.rs) made it again with \
+         `awaiting_approval` and `denied`",
+    ),
+    (
+        "src/store/postgres/schema.rs",
+        &["succeeded", "failed", "cancelled"],
+        "step 3's `calls_terminal` index; step 6 made it again with `denied`",
+    ),
 ];
 
 fn root() -> PathBuf {

@@ -2,17 +2,28 @@
 //! stdin and environment, the timeout that kills a whole process group even
 //! when it ignores SIGTERM, the stdout cap, and secrets kept out of errors.
 //! Scripts run as `/bin/sh -c '...'`, so no test writes an executable file.
+//! Every run goes through the supervisor, as in the service (the real
+//! binary's `__supervise`), so what is checked is what the service reports.
 
 use idempotent_tool::temp::TempDir;
-use idempotent_tool::tools::{Outcome, RunContext, ToolError, ToolErrorCode, ToolRegistry};
+use idempotent_tool::tools::{
+    supervisor, Outcome, RunContext, ToolError, ToolErrorCode, ToolRegistry,
+};
 use serde_json::{json, Map, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "tok-cmd-SECRET-77";
 
+/// Command tools of this test process start under the real binary's
+/// supervisor, as the service's do.
+fn supervised() {
+    supervisor::supervise_commands_with(crate::support::SERVER_BIN);
+}
+
 /// A registry with one `command` tool `notify` running `script` under `sh -c`.
 fn registry(script: &str, entry: Value) -> ToolRegistry {
+    supervised();
     let mut tool = json!({
         "kind": "command",
         "argv": ["/bin/sh", "-c", script],
@@ -205,24 +216,31 @@ fn stdout_over_one_mib_fails_the_attempt() {
     assert_eq!(exactly["stdout"].as_str().unwrap().len(), 1024 * 1024);
 }
 
-/// What the command leaves running in its group dies with the run, so a
-/// background child holding stdout open does not hold the worker.
+/// What the command leaves running dies with the run — in its group, or
+/// out of it (`setsid`) — so a background child holding stdout open does
+/// not hold the worker, and nothing outlives the attempt.
 #[test]
-fn stragglers_do_not_hold_the_run() {
+fn stragglers_do_not_hold_the_run_or_outlive_it() {
+    let dir = TempDir::new("command-tool").unwrap();
+    let pid_file = path_in(&dir, "stragglers.pid");
+    let script = format!(
+        "sleep 30 & a=$!; setsid sleep 30 & echo $a $! > {pid_file}; echo '{{\"done\":1}}'"
+    );
     let started = Instant::now();
-    let result = success(run(
-        &registry(
-            "sleep 30 & echo '{\"done\":1}'",
-            json!({"timeout_ms": 20000}),
-        ),
-        1,
-    ));
+    let result = success(run(&registry(&script, json!({"timeout_ms": 20000})), 1));
     assert_eq!(result, json!({"done": 1}));
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
     );
+    let pids = std::fs::read_to_string(&pid_file).unwrap();
+    for pid in pids.split_whitespace().map(|p| p.parse::<i32>().unwrap()) {
+        assert!(
+            matches!(process_state(pid), None | Some('Z')),
+            "straggler {pid} outlived the run"
+        );
+    }
 }
 
 #[test]
@@ -235,6 +253,7 @@ fn a_command_that_cannot_start_is_a_permanent_failure() {
     std::fs::set_permissions(&script, perms).unwrap();
     let file =
         json!({"tools": {"notify": {"kind": "command", "argv": [script.clone()]}}}).to_string();
+    supervised();
     let tools = ToolRegistry::from_json("t.json", &file, Path::new("/"), &|_| None).unwrap();
     std::fs::remove_file(&script).unwrap();
     let args = Map::new();

@@ -174,13 +174,17 @@ fn a_400_fails_at_once_and_is_never_retried() {
     assert_eq!(events(&server, &call), ["created", "claimed", "failed"]);
 }
 
-/// `Retry-After: 1` on a 503 sets the earliest next attempt: the call waits
+/// `Retry-After: 1` on a 503 sets the earliest next attempt (within the
+/// tool's `retry_after_max_ms`, past its backoff's `max`): the call waits
 /// `pending` with `next_attempt_at` a second after the failure, and the
 /// second claim comes no sooner.
 #[test]
 fn retry_after_from_the_downstream_is_honoured() {
     let downstream = Downstream::start(&["--fail-first", "1", "--retry-after", "1"]);
-    let tools = tools_file(&downstream.url("/refunds"), json!({}));
+    let tools = tools_file(
+        &downstream.url("/refunds"),
+        json!({"retry_after_max_ms": 5000}),
+    );
     let db = TempDb::new("tools-http-retry-after");
     let server = start(&db, &tools, &[]);
     let call = post_refund(&server, json!({"amount": 7}));
@@ -224,6 +228,50 @@ fn retry_after_from_the_downstream_is_honoured() {
         .find(|r| r.1 == "retry_scheduled")
         .expect("retry_scheduled");
     assert!(scheduled.2.contains("in 1.000 s"), "{scheduled:?}");
+    assert!(!scheduled.2.contains("capped"), "{scheduled:?}");
+}
+
+/// `Retry-After: 86400` ("come back tomorrow") is honoured only up to the
+/// tool's cap, here its backoff's `max` of 1 s: the call waits a second,
+/// not a day, succeeds on attempt 2, and the audit says the hint was cut.
+#[test]
+fn a_retry_after_past_the_cap_is_cut_to_it_and_the_audit_says_so() {
+    let downstream = Downstream::start(&["--fail-first", "1", "--retry-after", "86400"]);
+    let entry = json!({"backoff_ms": {"initial": 50, "max": 1000}});
+    let tools = tools_file(&downstream.url("/refunds"), entry);
+    let db = TempDb::new("tools-http-retry-after-cap");
+    let server = start(&db, &tools, &[]);
+    let call = post_refund(&server, json!({"amount": 8}));
+    let call_id = call["call_id"].as_str().unwrap();
+    let done = server.wait_terminal(call_id);
+    assert_eq!(
+        support::status_and_attempt(&done),
+        (Some("succeeded"), Some(2)),
+        "{done}"
+    );
+    let rows = audit_rows(&server.db, call_id);
+    let scheduled = rows
+        .iter()
+        .find(|r| r.1 == "retry_scheduled")
+        .expect("retry_scheduled");
+    assert!(
+        scheduled.2.ends_with(
+            "attempt 2 in 1.000 s: the downstream's Retry-After of 86400.000 s was capped \
+             at the tool's retry_after_max_ms"
+        ),
+        "{scheduled:?}"
+    );
+    let claims: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.1 == "claimed")
+        .map(|r| r.0)
+        .collect();
+    let gap = claims[1] - claims[0];
+    assert!((1.0..30.0).contains(&gap), "claims at {claims:?}");
+    assert_eq!(
+        downstream.requests_for(call["effect_id"].as_str().unwrap())["requests"],
+        2
+    );
 }
 
 /// A downstream slower than `timeout_ms` is a retryable timeout: both
@@ -358,7 +406,8 @@ fn get_tools_shows_the_contract_and_nothing_else() {
     assert_eq!(refund["input_schema"]["required"], json!(["amount"]));
     assert_eq!(refund["business_key"], Value::Null, "none configured");
     assert_eq!(refund["rate"], Value::Null, "none configured");
-    assert_eq!(refund.as_object().unwrap().len(), 8, "{refund}");
+    assert_eq!(refund["approval"], Value::Null, "none configured");
+    assert_eq!(refund.as_object().unwrap().len(), 9, "{refund}");
     let text = list.to_string();
     for hidden in [SECRET, "Authorization", downstream.base.as_str()] {
         assert!(!text.contains(hidden), "{hidden} in {text}");

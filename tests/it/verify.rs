@@ -2,10 +2,12 @@
 //! database the server wrote (also while the server runs, and after a
 //! `kill -9` left a WAL behind, without changing the file), and on a database
 //! broken by hand in each way it checks it exits 1 naming that violation and
-//! no other.
+//! no other; and it reads a copy on a read-only mount, where no `-shm`
+//! can be made, without writing.
 
 use crate::support;
 
+use crate::support::tmpfs::Tmpfs;
 use crate::support::Counts;
 use crate::support::Http;
 use crate::support::{open_db, Server, TempDb, SERVER_BIN};
@@ -393,4 +395,70 @@ fn calls_of_tools_it_does_not_know_ask_for_the_tools_file() {
         output.stdout.is_empty(),
         "no report without the tools\n{text}"
     );
+}
+
+/// A copy on a read-only mount: a database in WAL mode copied after a clean
+/// stop (no `-wal`, and no `-shm` can be made there) verifies, as the file it
+/// is, without a byte written; one whose `-wal` came along but whose `-shm`
+/// cannot be made is refused (exit 3) with what to do, never read without
+/// the commits its `-wal` holds. The mount is undone even when this fails.
+#[test]
+fn a_copy_on_a_read_only_mount_verifies_without_a_write() {
+    let Some(mount) = Tmpfs::mount("16m") else {
+        panic!("verify on a read-only mount needs root, to mount a tmpfs (CI runs as root)");
+    };
+    let db = TempDb::new("verify-read-only");
+    let mut server = Server::start(&db, &[]);
+    post_one_of_each(&server);
+    crate::support::signal(&server.proc.child, "TERM");
+    assert_eq!(server.wait_exit().code(), Some(0));
+    assert!(
+        file_bytes(&db, "-wal").is_none(),
+        "a clean stop leaves no -wal"
+    );
+    let stopped = mount.dir.join("stopped.db");
+    std::fs::copy(&db.path, &stopped).unwrap();
+    let header = std::fs::read(&stopped).unwrap();
+    assert_eq!(header[18..20], [2, 2], "the copy is in WAL mode");
+
+    let mut server = Server::start(&db, &[]);
+    let (status, call) = server.post("k-after", &json!({"tool": "charge", "args": {"amount": 3}}));
+    assert_eq!(status, 202, "{call}");
+    server.wait_terminal(call["call_id"].as_str().unwrap());
+    server.kill();
+    let with_wal = mount.dir.join("with-wal.db");
+    std::fs::copy(&db.path, &with_wal).unwrap();
+    std::fs::copy(
+        format!("{}-wal", db.path_str()),
+        mount.dir.join("with-wal.db-wal"),
+    )
+    .unwrap();
+
+    mount.set_read_only(true);
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&mount.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let clean = run_verify(&["--db", stopped.to_str().unwrap()]);
+    let text = describe(&clean);
+    assert_eq!(clean.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("calls     5") && text.contains("violations 0"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(&stopped).unwrap(), header, "the copy changed");
+
+    let refused = run_verify(&["--db", with_wal.to_str().unwrap()]);
+    let text = describe(&refused);
+    assert_eq!(refused.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("its -wal holds commits") && text.contains("a copy made by `backup`"),
+        "{text}"
+    );
+    assert_eq!(listing(), before, "verify made a file on the mount");
 }

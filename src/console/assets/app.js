@@ -21,11 +21,13 @@ import * as calls from './js/calls.js';
 import * as call from './js/call.js';
 import * as tools from './js/tools.js';
 import * as verify from './js/verify.js';
+import * as approvals from './js/approvals.js';
 
 const ROUTES = [
   [/^\/ui\/?$/, 'overview', overview],
   [/^\/ui\/calls$/, 'calls', calls],
   [/^\/ui\/calls\/([^/]+)$/, 'calls', call],
+  [/^\/ui\/approvals$/, 'approvals', approvals],
   [/^\/ui\/tools$/, 'tools', tools],
   [/^\/ui\/verify$/, 'verify', verify],
 ];
@@ -112,11 +114,14 @@ function showWho(who) {
     zonePicker(),
     h('span', {class: `role role-${role}`, id: 'role'}, role),
     who.tenant ? h('span', {class: 'tenant', id: 'tenant-name', title: 'tenant'}, who.tenant) : null,
+    who.role ? h('span', {class: 'tenant', id: 'token-role', title: `${who.principal || ''}: role`}, who.role) : null,
     who.tokenUsed ? h('button', {type: 'button', class: 'link', id: 'sign-out', on: {click: () => {
       signOut();
       render();
     }}}, 'Sign out') : null);
   document.querySelector('[data-tab="verify"]').hidden = !who.admin;
+  // The queue is for those who may act on it.
+  document.querySelector('[data-tab="approvals"]').hidden = !['approver', 'admin'].includes(who.role);
 }
 
 function markTab(name) {

@@ -218,7 +218,10 @@ fn close_hands_back_held_leases_and_takes_nothing_on() {
     let queued = tasks.submit("q1", "charge", false).unwrap();
     let claiming = tasks.submit("k1", "charge", false).unwrap();
     assert!(tasks.take(&claiming));
-    assert_eq!(lease_ids(&tasks.close()), ["r1", "r2"]);
+    assert_eq!(
+        lease_ids(tasks.close().iter().map(|(l, _)| l)),
+        ["r1", "r2"]
+    );
     assert_eq!(tasks.state("w1"), None, "left pending for the next process");
     assert_eq!(tasks.state("q1"), Some(State::Queued));
     assert_eq!(tasks.submit("n1", "charge", false), None, "closed");
@@ -272,7 +275,10 @@ fn a_call_arriving_claimed_runs_under_its_lease_in_a_reserved_slot() {
         ..lease("s1", 1)
     };
     assert!(tasks.adopt(&s1, false).is_some());
-    assert_eq!(lease_ids(&tasks.close()), ["c1", "s1"]);
+    assert_eq!(
+        lease_ids(tasks.close().iter().map(|(l, _)| l)),
+        ["c1", "s1"]
+    );
     assert!(
         !tasks.starts(&adopted, None),
         "its lease is being given back"
@@ -371,4 +377,60 @@ fn every_illegal_transition_is_caught_in_a_debug_build() {
             .unwrap_or_default();
         assert!(message.contains(expected), "{expected}: {message}");
     }
+}
+
+/// At a stop's end of grace every running tool's `Stop` is found; `close`
+/// then says, for each lease it hands back, how the tool was stopped (its
+/// worker's word), that it had not ended, or that nothing ran.
+#[test]
+fn a_stop_finds_every_running_tool_and_says_how_each_was_stopped() {
+    let tasks = table();
+    let start = |id: &str| {
+        let task = tasks.adopt(&lease(id, 1), false).expect("open");
+        let stop = Stop::new();
+        assert!(tasks.starts(&task, Some(&stop)));
+        stop.begin(task.generation);
+        (task, stop)
+    };
+    let (halted, halted_stop) = start("h1");
+    let (stuck, stuck_stop) = start("s1");
+    let _idle = tasks.adopt(&lease("i1", 1), false).expect("open");
+    let mut found: Vec<u64> = tasks.running_stops().iter().map(|(_, run)| *run).collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [halted.generation, stuck.generation],
+        "only started tools"
+    );
+    for (stop, run) in tasks.running_stops() {
+        stop.request_for_shutdown(run);
+    }
+    assert!(halted_stop.is_requested() && halted_stop.is_shutdown());
+    stuck_stop.mark_sent();
+    tasks.returned(&halted);
+    assert!(tasks.halted(&halted, true, "its process group got SIGTERM".into()));
+    let mut closed = tasks.close();
+    closed.sort_by(|a, b| a.0.call_id.cmp(&b.0.call_id));
+    let said: Vec<(&str, &ToolAtRelease)> = closed
+        .iter()
+        .map(|(lease, tool)| (lease.call_id.as_str(), tool))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            (
+                "h1",
+                &ToolAtRelease::Stopped {
+                    sent: true,
+                    how: "its process group got SIGTERM".into()
+                }
+            ),
+            ("i1", &ToolAtRelease::Idle),
+            ("s1", &ToolAtRelease::StillStopping { sent: true }),
+        ]
+    );
+    assert!(
+        !tasks.halted(&stuck, false, "late".into()),
+        "closed: its lease has gone back already"
+    );
 }

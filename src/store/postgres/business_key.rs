@@ -41,7 +41,7 @@ const RELEASE_DEAD_HOLDER: &str = "UPDATE business_keys SET holding = false
       WHERE tenant = $1 AND tool = $2 AND bkey = $3 AND holding
         AND (expires_at <= extract(epoch FROM now())::float8
              OR NOT EXISTS (SELECT 1 FROM calls c WHERE c.call_id = business_keys.call_id
-                              AND c.status NOT IN ('failed', 'cancelled')))";
+                              AND c.status NOT IN ('failed', 'cancelled', 'denied')))";
 
 const HOLD_NEW: &str =
     "INSERT INTO business_keys (call_id, tenant, tool, bkey, created_at, expires_at, holding)
@@ -61,7 +61,7 @@ const HOLDER: &str = "SELECT call_id FROM business_keys
                        WHERE tenant = $1 AND tool = $2 AND bkey = $3 AND holding";
 
 const LEDGER: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
-        count(c.call_id) FILTER (WHERE c.status NOT IN ('failed', 'cancelled')),
+        count(c.call_id) FILTER (WHERE c.status NOT IN ('failed', 'cancelled', 'denied')),
         count(e.effect_id), sum(e.amount)::bigint
    FROM business_keys b
    LEFT JOIN calls c ON c.call_id = b.call_id

@@ -95,6 +95,10 @@ impl<C: GenericClient> CancelSteps for Steps<'_, C> {
         Ok(row.get::<_, i64>(0) == 1)
     }
 
+    fn cancel_awaiting(&mut self, call: &Call, detail: &str) -> Result<bool, ::postgres::Error> {
+        super::approval::cancel_awaiting(self.client, &call.call_id, self.reason, NO_REASON, detail)
+    }
+
     fn request_stop(&mut self, call: &Call, detail: &str) -> Result<bool, ::postgres::Error> {
         let params: [&(dyn ::postgres::types::ToSql + Sync); 4] =
             [&call.call_id, &call.attempt, &self.reason, &detail];

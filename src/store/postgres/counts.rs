@@ -124,7 +124,7 @@ SELECT coalesce(c.tenant, ''), 0, count(*), count(*) - count(c.call_id)
   FROM effects e LEFT JOIN calls c ON c.call_id = e.call_id
  GROUP BY coalesce(c.tenant, '')";
 
-/// Schema step 6, failures by error code (`store::counts`): the table,
+/// Schema step 7, failures by error code (`store::counts`): the table,
 /// sharded like the others, its triggers — a call that enters `failed`,
 /// inserted so or moved there, adds one to its (tenant, tool, code); the
 /// `WHEN` keeps every other insert or update from calling the function —
@@ -156,7 +156,7 @@ CREATE TRIGGER calls_failures_counted_on_update AFTER UPDATE OF status ON calls
 ";
 
 /// The failures of the calls already there, into an empty `error_counts`:
-/// step 6's backfill, and the bulk loader's count.
+/// step 7's backfill, and the bulk loader's count.
 pub(super) const BACKFILL_ERROR_COUNTS: &str = "
 INSERT INTO error_counts (tenant, tool, error_code, shard, failed)
 SELECT tenant, tool, coalesce((error_json::jsonb) ->> 'code', ''), 0, count(*)
@@ -235,13 +235,30 @@ pub(super) fn counts(
             failed: r.get(3),
         })
         .collect();
+    let oldest_awaiting_since = match rows
+        .iter()
+        .any(|r| r.status == "awaiting_approval" && r.calls > 0)
+    {
+        true => {
+            let tenant = scope.tenant();
+            client.query_one(OLDEST_AWAITING, &[&tenant])?.get(0)
+        }
+        false => None,
+    };
     Ok(Counts {
         rows,
         failures,
         effects,
         oldest_pending_created_at,
+        oldest_awaiting_since,
     })
 }
+
+/// When the oldest open approval request of a scope (`$1`, or every
+/// tenant's when NULL) was made: a `min()` over `approvals_open`, the open
+/// requests only.
+const OLDEST_AWAITING: &str = "SELECT min(requested_at) FROM approvals
+  WHERE decision IS NULL AND ($1::text IS NULL OR tenant = $1)";
 
 /// The count rows of `scope`, summed over the shards.
 pub(super) fn count_rows(

@@ -7,7 +7,7 @@
 //! status, call_id) once per group through a `LATERAL` join, the primary
 //! key, `calls_tenant_idem_key` (whose `idem_key` is in the "C" collation
 //! since step 5, so a prefix is a range of it), `calls_error` (tenant, tool,
-//! status, the error's code, call_id: only calls with an error, step 6), or
+//! status, the error's code, call_id: only calls with an error, step 7), or
 //! `business_keys_key`; `docs/performance.md` shows their plans. A filter's
 //! total (`total`) follows the same plan, counting index entries up to
 //! `TOTAL_CAP`. This module never writes, and never reads a group or a
@@ -43,7 +43,7 @@ SELECT x.call_id FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, to
     ORDER BY call_id DESC LIMIT $6) AS x
  ORDER BY x.call_id DESC LIMIT $6";
 
-/// Schema step 6: a call's error code as a column of its own, kept by a
+/// Schema step 7: a call's error code as a column of its own, kept by a
 /// trigger, and the list's index of it.
 ///
 /// `error_code` is `error_json`'s `code`, set by a `BEFORE` trigger on any

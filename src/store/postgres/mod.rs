@@ -14,9 +14,10 @@
 //! `bulk` (the bench's loader), `verify`
 //! (the offline checker's queries), `business_key` (one live call per
 //! business key, schema step 2), `cancel` (cancelling, schema step 3),
+//! `approval` (approval gates and the webhook outbox, schema step 6),
 //! `limits` (a tool's `max_concurrency` and `rate` shared by every node,
-//! schema step 4), `readings` (the overview's history, step 7), `paused`
-//! (paused tools, step 8), `rerun`, `bulk_jobs` (step 9) and `operator`
+//! schema step 4), `readings` (the overview's history, step 8), `paused`
+//! (paused tools, step 9), `rerun`, `bulk_jobs` (step 10) and `operator`
 //! (`Operator` on them), `home_schema` (`--db-schema` made, an earlier release's
 //! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the
 //! nodes, a cancel's included). `open` is the wing's one entry point; `PgStore`
@@ -33,6 +34,7 @@
 //! imports nothing from the SQLite wing, and never lets a `postgres` type
 //! out.
 
+mod approval;
 #[cfg(any(test, feature = "testing"))]
 pub(super) mod bulk;
 mod bulk_jobs;
@@ -74,6 +76,7 @@ pub use list::{
 };
 pub use schema::PG_SCHEMA_VERSION;
 
+use super::approval::{Approval, Decided, Decision, Delivery, Notification, Verdict, Waiting};
 use super::audit::{self, Event};
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
@@ -86,7 +89,8 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then, WriterStats,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
+    WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -423,7 +427,7 @@ impl Backend for PgStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default();
@@ -433,7 +437,7 @@ impl Backend for PgStore {
         let error = error.to_string();
         then(
             self.run(|c| {
-                if sql::retry_later(c, lease, &error, delay.as_secs_f64(), &detail)?
+                if sql::retry_later(c, lease, &error, delay.delay.as_secs_f64(), &detail)?
                     || sql::already_recorded(c, lease, Event::RetryScheduled)?
                 {
                     return Ok(Completion::Applied);
@@ -458,9 +462,10 @@ impl Backend for PgStore {
             .collect())
     }
 
-    fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
+    fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        let detail = audit::released(lease.attempt, tool);
         let released = self.run(|c| {
-            if sql::release(c, lease)? {
+            if sql::release(c, lease, &detail)? {
                 return Ok(Completion::Applied);
             }
             let detail = audit::released_after_cancel(lease.attempt);
@@ -507,6 +512,67 @@ impl Backend for PgStore {
             _ => {}
         }
         found.ok_or_else(|| StoreError::unavailable("the call kept changing; cancel it again"))
+    }
+
+    /// One statement decides; an approved call is announced as new work,
+    /// a denied one to its waiters.
+    fn decide(
+        &self,
+        tenant: Option<&str>,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError> {
+        let decided = self.run(|c| approval::decide(c, tenant, call_id, decision))?;
+        if let Decided::Applied { call, .. } = &decided {
+            match decision.verdict {
+                Verdict::Approve => self.wake.announce_work(),
+                Verdict::Deny => self.wake.announce_done([call.call_id.as_str()]),
+            }
+        }
+        Ok(decided)
+    }
+
+    fn approval(
+        &self,
+        tenant: Option<&str>,
+        call_id: &str,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.run(|c| approval::approval(c, tenant, call_id))
+    }
+
+    fn waiting(
+        &self,
+        tenant: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Waiting>, StoreError> {
+        self.run(|c| approval::waiting(c, tenant, after, limit))
+    }
+
+    fn expire_approvals(&self, limit: usize) -> Result<Vec<Call>, StoreError> {
+        let ended = self.run(|c| approval::expire(c, limit))?;
+        if !ended.is_empty() {
+            self.wake
+                .announce_done(ended.iter().map(|c| c.call_id.as_str()));
+        }
+        Ok(ended)
+    }
+
+    fn take_notifications(
+        &self,
+        limit: usize,
+        hold: Duration,
+    ) -> Result<Vec<Notification>, StoreError> {
+        self.run(|c| approval::take(c, limit, hold))
+    }
+
+    fn settle_notification(
+        &self,
+        msg_id: &str,
+        attempts: i64,
+        delivery: Delivery,
+    ) -> Result<(), StoreError> {
+        self.run(|c| approval::settle(c, msg_id, attempts, delivery))
     }
 
     fn stopped_then(&self, lease: &Lease, sent: bool, how: &str, then: Then<Completion>) {

@@ -1,7 +1,8 @@
 //! Key retention on PostgreSQL: terminal calls whose last update is older
 //! than the TTL (by the database's clock) are deleted with their audit rows,
 //! in bounded batches; their `effects` rows stay as the ledger, marked with
-//! when their call was purged. A purged call's business-key row goes with it.
+//! when their call was purged. A purged call's business-key row, approval
+//! request and queued notification go with it.
 //!
 //! One statement per batch. The candidates are locked `FOR UPDATE SKIP
 //! LOCKED`, so two nodes purging at once never take the same rows (each
@@ -16,7 +17,7 @@ use super::session::GenericClient;
 
 const PURGE: &str = "WITH c AS MATERIALIZED (
        SELECT call_id FROM calls
-        WHERE status IN ('succeeded', 'failed', 'cancelled')
+        WHERE status IN ('succeeded', 'failed', 'cancelled', 'denied')
           AND updated_at < extract(epoch FROM now())::float8 - $1
         ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
      ), d AS (
@@ -26,6 +27,10 @@ const PURGE: &str = "WITH c AS MATERIALIZED (
        DELETE FROM audit WHERE call_id IN (SELECT call_id FROM d)
      ), b AS (
        DELETE FROM business_keys WHERE call_id IN (SELECT call_id FROM d)
+     ), r AS (
+       DELETE FROM approvals WHERE call_id IN (SELECT call_id FROM d)
+     ), n AS (
+       DELETE FROM notifications WHERE call_id IN (SELECT call_id FROM d)
      ), e AS (
        UPDATE effects SET call_purged_at = extract(epoch FROM now())::float8
          FROM d WHERE effects.call_id = d.call_id

@@ -63,8 +63,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 6,
+        name: "approval gates: awaiting_approval and denied, approvals, notifications \
+               (SQLite's version 12)",
+        sql: &[super::approval::V6],
+    },
+    Migration {
+        version: 7,
         name: "calls.error_code, calls_error, error_counts: the list by error code, \
-               failures by code (SQLite's version 12)",
+               failures by code (SQLite's version 13)",
         sql: &[
             super::list::ERROR_CODE_COLUMN,
             super::counts::ERROR_COUNTS,
@@ -72,20 +78,20 @@ const MIGRATIONS: &[Migration] = &[
         ],
     },
     Migration {
-        version: 7,
-        name: "rate_readings: the overview's history, kept across restarts (SQLite's version 13)",
+        version: 8,
+        name: "rate_readings: the overview's history, kept across restarts (SQLite's version 14)",
         sql: &[super::readings::READINGS_TABLE],
     },
     Migration {
-        version: 8,
+        version: 9,
         name: "paused_tools: a paused tool's calls are kept but claimed by no node \
-               (SQLite's version 14)",
+               (SQLite's version 15)",
         sql: &[super::paused::PAUSED_TOOLS_TABLE],
     },
     Migration {
-        version: 9,
+        version: 10,
         name: "bulk_jobs: cancel or re-run every call a filter matches, in the background \
-               (SQLite's version 15)",
+               (SQLite's version 16)",
         sql: &[super::bulk_jobs::BULK_JOBS_TABLE],
     },
 ];

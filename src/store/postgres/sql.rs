@@ -98,6 +98,11 @@ fn create_or_get_with(
     new: &NewCall,
     first_claim: Option<(&str, f64)>,
 ) -> Result<CreatedClaimed, ::postgres::Error> {
+    // A gated call waits for a decision: never created claimed.
+    if let Some(gate) = new.gate {
+        let (call, existed) = super::approval::create_gated(client, new, gate)?;
+        return resolve(client, new, call, existed);
+    }
     let mut attempts_left = 8;
     let row = loop {
         let call_id = new_call_id();
@@ -123,7 +128,18 @@ fn create_or_get_with(
         }
     };
     let existed: bool = row.get("existed");
-    let call = call_from_row(&row)?;
+    resolve(client, new, call_from_row(&row)?, existed)
+}
+
+/// What create-or-get answers for the row its statement returned: a new
+/// call (with its lease when it was created claimed), or the key's existing
+/// call resolved as a replay, a conflict or a retry reset.
+fn resolve(
+    client: &mut impl GenericClient,
+    new: &NewCall,
+    call: Call,
+    existed: bool,
+) -> Result<CreatedClaimed, ::postgres::Error> {
     if !existed {
         return Ok(CreatedClaimed {
             lease: call.lease(),
@@ -392,10 +408,11 @@ pub(super) fn retry_later(
 }
 
 /// Give back a lease (a stopping node): `pending` again, fenced (its cancel
-/// not asked).
+/// not asked), audited with `detail` (`audit::released`).
 pub(super) fn release(
     client: &mut impl GenericClient,
     lease: &Lease,
+    detail: &str,
 ) -> Result<bool, ::postgres::Error> {
     const RELEASE: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL,
@@ -405,11 +422,10 @@ pub(super) fn release(
            RETURNING call_id, updated_at
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
-           SELECT updated_at, call_id, $2::int8, 'released',
-                  'attempt ' || $2::int8 || ' released by a stopping process' FROM r
+           SELECT updated_at, call_id, $2::int8, 'released', $3 FROM r
          )
          SELECT count(*) FROM r";
-    let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt])?;
+    let row = client.query_one(RELEASE, &[&lease.call_id, &lease.attempt, &detail])?;
     Ok(row.get::<_, i64>(0) == 1)
 }
 

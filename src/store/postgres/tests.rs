@@ -20,6 +20,7 @@ fn call(key: &str) -> NewCall {
         args_json: r#"{"amount":1}"#.into(),
         client_id: None,
         seq: None,
+        gate: None,
     }
 }
 

@@ -9,7 +9,8 @@
 
 use super::super::database::PgTarget;
 use super::super::verify::{
-    business_key_check, invariant_checks, Check, Report, Spec, VerifyError, MAX_EXAMPLES,
+    approval_checks, business_key_check, invariant_checks, Check, Report, Spec, VerifyError,
+    MAX_EXAMPLES,
 };
 use super::error::store_error;
 use ::postgres::{Client, IsolationLevel, Transaction};
@@ -96,6 +97,17 @@ fn snapshot(
         .get(0);
     if has_business_keys == 1 {
         specs.push(business_key_check());
+    }
+    let has_approvals: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables
+              WHERE table_schema = current_schema() AND table_name = 'approvals'",
+            &[],
+        )
+        .map_err(failed)?
+        .get(0);
+    if has_approvals == 1 {
+        specs.extend(approval_checks());
     }
     let checks = specs
         .iter()

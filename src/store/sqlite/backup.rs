@@ -16,7 +16,10 @@
 //! only after its commit was synced, and the snapshot is taken after `began`.
 //! The copy is written beside the destination as `<to>.partial`, switched to
 //! a rollback journal (one self-contained file), synced, and renamed into
-//! place, so a failed backup leaves nothing at `to`. This module never writes
+//! place, so a failed backup leaves nothing at `to`; it is created 0600, as
+//! the database is (it holds every call's args and results). The copy is
+//! marked with its snapshot (`copy_mark`), so a service started on it
+//! refuses until told which snapshot it accepts. This module never writes
 //! the source.
 
 use super::ownership::foreign_reason;
@@ -26,13 +29,16 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-/// How the pages go over.
-#[derive(Debug, Clone, Copy)]
+/// How the pages go over, and what the copy may hold.
+#[derive(Debug, Clone)]
 pub struct BackupOptions {
     /// Pages copied per step (SQLite's `sqlite3_backup_step`).
     pub step_pages: u32,
     /// Sleep between two steps.
     pub pause: Duration,
+    /// When set, a snapshot with calls of any other tool is not kept
+    /// (`NeedsToolsFile`): its check would need the tools file.
+    pub known_tools: Option<Vec<String>>,
 }
 
 impl Default for BackupOptions {
@@ -40,6 +46,7 @@ impl Default for BackupOptions {
         BackupOptions {
             step_pages: 1024,
             pause: Duration::ZERO,
+            known_tools: None,
         }
     }
 }
@@ -68,6 +75,8 @@ pub enum BackupError {
     NotOurs(PathBuf, String),
     /// Writing the copy failed (a full disk, permissions, I/O).
     Copy(PathBuf, String),
+    /// The snapshot holds calls of these tools, none of `known_tools`.
+    NeedsToolsFile(Vec<String>),
 }
 
 impl fmt::Display for BackupError {
@@ -87,6 +96,13 @@ impl fmt::Display for BackupError {
             BackupError::Copy(to, why) => {
                 write!(f, "cannot write the copy {}: {why}", to.display())
             }
+            BackupError::NeedsToolsFile(tools) => write!(
+                f,
+                "calls name tools that are not built in ({}); which of them write effects is \
+                 in the tools file the server ran with: pass it with --tools FILE (no copy was \
+                 kept)",
+                tools.join(", ")
+            ),
         }
     }
 }
@@ -100,7 +116,7 @@ pub fn backup(from: &Path, to: &Path, options: BackupOptions) -> Result<Copied, 
     }
     let source = open_source(from)?;
     let partial = partial_path(to);
-    let result = copy_snapshot(&source, from, &partial, options).and_then(|copied| {
+    let result = copy_snapshot(&source, from, &partial, &options).and_then(|copied| {
         publish(&partial, to)?;
         Ok(copied)
     });
@@ -148,7 +164,7 @@ fn copy_snapshot(
     source: &Connection,
     from: &Path,
     partial: &Path,
-    options: BackupOptions,
+    options: &BackupOptions,
 ) -> Result<Copied, BackupError> {
     let write_error =
         |e: &dyn fmt::Display| BackupError::Copy(partial.to_path_buf(), e.to_string());
@@ -159,6 +175,10 @@ fn copy_snapshot(
         .execute_batch("BEGIN")
         .and_then(|()| source.query_row("SELECT count(*) FROM calls", [], |r| r.get::<_, i64>(0)))
         .map_err(|e| BackupError::Source(from.to_path_buf(), e))?;
+    // A fresh file, 0600 like the database: a partial left by a backup that
+    // died is replaced.
+    let _ = std::fs::remove_file(partial);
+    super::schema::create_private(partial);
     let mut copy = Connection::open(partial).map_err(|e| write_error(&e))?;
     let steps = {
         let backup = Backup::new(source, &mut copy).map_err(|e| write_error(&e))?;
@@ -173,11 +193,19 @@ fn copy_snapshot(
     if !mode.eq_ignore_ascii_case("delete") {
         return Err(write_error(&format!("journal_mode stayed {mode}")));
     }
+    // The mark a start-up refuses until the snapshot is named (`copy_mark`).
+    super::copy_mark::mark(&copy, began, from).map_err(|e| write_error(&e))?;
     let pages: u32 = pragma(&copy, "page_count").map_err(|e| write_error(&e))?;
     let page_size: u32 = pragma(&copy, "page_size").map_err(|e| write_error(&e))?;
     let calls: i64 = copy
         .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
         .map_err(|e| write_error(&e))?;
+    if let Some(known) = &options.known_tools {
+        let others = tools_outside(&copy, known).map_err(|e| write_error(&e))?;
+        if !others.is_empty() {
+            return Err(BackupError::NeedsToolsFile(others));
+        }
+    }
     copy.close().map_err(|(_, e)| write_error(&e))?;
     Ok(Copied {
         began,
@@ -191,7 +219,7 @@ fn copy_snapshot(
 
 /// `sqlite3_backup_step` until done; a busy destination waits a moment. The
 /// number of steps taken.
-fn run_steps(backup: &Backup<'_, '_>, options: BackupOptions) -> rusqlite::Result<u32> {
+fn run_steps(backup: &Backup<'_, '_>, options: &BackupOptions) -> rusqlite::Result<u32> {
     let step_pages = options.step_pages.clamp(1, i32::MAX as u32) as i32;
     let mut steps = 0;
     loop {
@@ -203,6 +231,15 @@ fn run_steps(backup: &Backup<'_, '_>, options: BackupOptions) -> rusqlite::Resul
             _ => std::thread::sleep(options.pause.max(Duration::from_millis(10))),
         }
     }
+}
+
+/// The tools the copy's calls name that are not in `known`.
+fn tools_outside(copy: &Connection, known: &[String]) -> rusqlite::Result<Vec<String>> {
+    let mut statement = copy.prepare("SELECT DISTINCT tool FROM calls ORDER BY tool")?;
+    let tools = statement
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(tools.into_iter().filter(|t| !known.contains(t)).collect())
 }
 
 fn pragma(conn: &Connection, name: &str) -> rusqlite::Result<u32> {
@@ -262,13 +299,14 @@ mod tests {
         let options = BackupOptions {
             step_pages: 2,
             pause: Duration::ZERO,
+            known_tools: None,
         };
-        let copied = backup(&from, &to, options).unwrap();
+        let copied = backup(&from, &to, options.clone()).unwrap();
         assert_eq!(copied.calls, 300);
         assert!(copied.steps > 2, "{copied:?}");
         assert!(!dir.join("copy.db-wal").exists() && !partial_path(&to).exists());
         assert!(matches!(
-            backup(&from, &to, options),
+            backup(&from, &to, options.clone()),
             Err(BackupError::DestinationExists(_))
         ));
         let other = dir.join("other.db");
@@ -276,11 +314,27 @@ mod tests {
             .unwrap()
             .execute_batch("CREATE TABLE users (id INTEGER)")
             .unwrap();
-        let refused = backup(&other, &dir.join("other-copy.db"), options);
+        let refused = backup(&other, &dir.join("other-copy.db"), options.clone());
         assert!(
             matches!(refused, Err(BackupError::NotOurs(..))),
             "{refused:?}"
         );
         assert!(!dir.join("other-copy.db").exists());
+
+        // Calls of a tool outside `known_tools`: nothing is kept.
+        source
+            .execute(insert.replace("'charge'", "'probe'").as_str(), ["p1"])
+            .unwrap();
+        let known = BackupOptions {
+            known_tools: Some(vec!["charge".into()]),
+            ..options
+        };
+        let unknown = dir.join("unknown.db");
+        let refused = backup(&from, &unknown, known);
+        assert!(
+            matches!(&refused, Err(BackupError::NeedsToolsFile(t)) if t == &["probe"]),
+            "{refused:?}"
+        );
+        assert!(!unknown.exists() && !partial_path(&unknown).exists());
     }
 }

@@ -9,7 +9,6 @@
 //!
 //! Never runs a tool; never holds the transaction across anything but SQL.
 
-use super::super::audit::Event;
 use super::super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::super::ids::{new_call_id, now};
 use super::super::model::{Created, NewCall};
@@ -44,18 +43,19 @@ pub(super) fn create_or_get_op(
         if !hold(conn, &draft, &new, &key, now)? {
             return duplicate(conn, &new, &key);
         }
+        let gate = new.gate;
         let call = sql::insert_call(conn, new, now)?;
         if call.call_id != draft {
             conn.prepare_cached("UPDATE business_keys SET call_id = ?1 WHERE call_id = ?2")?
                 .execute(params![call.call_id, draft])?;
         }
-        sql::audit(conn, now, &call.call_id, 0, Event::Created, &call.tool)?;
+        sql::audit_created(conn, &call, gate, now)?;
         Ok(Guarded::Created(Created::New(call)))
     }
 }
 
 /// Let go of the key's holder if it no longer blocks: its window is over,
-/// or its call failed, was cancelled (or was purged).
+/// or its call failed, was cancelled or denied (or was purged).
 pub(super) fn release_dead_holder(
     conn: &Connection,
     tenant: &str,
@@ -69,7 +69,7 @@ pub(super) fn release_dead_holder(
             AND (expires_at <= ?4
                  OR NOT EXISTS (SELECT 1 FROM calls c
                                  WHERE c.call_id = business_keys.call_id
-                                   AND c.status NOT IN ('failed', 'cancelled')))",
+                                   AND c.status NOT IN ('failed', 'cancelled', 'denied')))",
     )?
     .execute(params![tenant, tool, bkey, now])
 }
@@ -122,11 +122,11 @@ fn duplicate(conn: &Connection, new: &NewCall, key: &BusinessKey) -> rusqlite::R
 }
 
 /// Effects reconciled by business key: per `(tenant, tool, business key)`,
-/// the calls that carried it, those neither `failed` nor `cancelled`, their effects and the
+/// the calls that carried it, those neither `failed`, `cancelled` nor `denied`, their effects and the
 /// effects' amounts. More than one live call or effect per key within a
 /// window is what the second layer exists to prevent (`verify` says so).
 pub const LEDGER_SQL: &str = "SELECT b.tenant, b.tool, b.bkey, count(*),
-        count(c.call_id) FILTER (WHERE c.status NOT IN ('failed', 'cancelled')),
+        count(c.call_id) FILTER (WHERE c.status NOT IN ('failed', 'cancelled', 'denied')),
         count(e.effect_id), sum(e.amount)
    FROM business_keys b
    LEFT JOIN calls c ON c.call_id = b.call_id

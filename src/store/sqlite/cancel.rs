@@ -86,6 +86,10 @@ impl CancelSteps for Steps<'_> {
         Ok(changed == 1)
     }
 
+    fn cancel_awaiting(&mut self, call: &Call, detail: &str) -> rusqlite::Result<bool> {
+        super::approval::cancel_awaiting(self.conn, self.now, call, self.reason, detail, NO_REASON)
+    }
+
     fn request_stop(&mut self, call: &Call, detail: &str) -> rusqlite::Result<bool> {
         let changed = self
             .conn

@@ -127,7 +127,7 @@ DROP INDEX IF EXISTS idx_calls_status;
 CREATE INDEX idx_calls_status ON calls(status, tenant, tool, call_id);
 ";
 
-/// Migration 12, the failures by error code (`store::counts`): the table,
+/// Migration 13, the failures by error code (`store::counts`): the table,
 /// its triggers — a call that enters `failed`, inserted so or moved there,
 /// adds one to its (tenant, tool, code); nothing else fires them, so a
 /// call's create, claim and success cost only the `WHEN` — and the backfill
@@ -181,9 +181,23 @@ pub(super) fn counts(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Co
         failures: failure_rows(conn, scope)?,
         effects,
         oldest_pending_created_at: None,
+        oldest_awaiting_since: None,
     };
     counts.oldest_pending_created_at = oldest_pending(conn, &counts)?;
+    if counts.in_status("awaiting_approval") > 0 {
+        counts.oldest_awaiting_since = oldest_awaiting(conn, scope)?;
+    }
     Ok(counts)
+}
+
+/// When the oldest open approval request of `scope` was made: a `min()`
+/// over `idx_approvals_open`, the open requests only.
+fn oldest_awaiting(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Option<f64>> {
+    conn.prepare_cached(
+        "SELECT min(requested_at) FROM approvals
+          WHERE decision IS NULL AND (?1 IS NULL OR tenant = ?1)",
+    )?
+    .query_row(params![scope.tenant()], |r| r.get(0))
 }
 
 pub(super) fn count_rows(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Vec<CountRow>> {

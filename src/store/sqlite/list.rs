@@ -34,7 +34,7 @@ pub const GROUP_IDS_FILTERED: &str = "SELECT call_id FROM calls
     AND +idem_key >= ?7 AND (?8 IS NULL OR +idem_key < ?8)
   ORDER BY call_id DESC LIMIT ?6";
 
-/// Migration 12: `calls.error_code`, the code of the call's error as a
+/// Migration 13: `calls.error_code`, the code of the call's error as a
 /// column computed from `error_json` (virtual: nothing more is written per
 /// call), and the list's index of it — partial, so only the calls that hold
 /// an error (a failure, a retry waiting, a cancel) have an entry, and a

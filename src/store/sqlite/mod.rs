@@ -8,20 +8,24 @@
 //! `--db-timeout-ms` (`deadline`); `/healthz`'s read on a fresh connection
 //! runs on a thread of its own (`health_probe`). The statements: `sql`
 //! (the state machine), `instances` (the process registry and recovery,
-//! the nodes), `business_key`, `cancel`, `retention`, `limits` (a tool's
+//! the nodes), `business_key`, `cancel`, `approval` (approval gates and
+//! the webhook outbox), `retention`, `limits` (a tool's
 //! `rate`, shared by every process on the file), `report_reads` (the
 //! operations endpoints), `counts` (the count tables, their triggers and
 //! reads), `list` (the list's statements, and a filter's total), `rerun`,
 //! `paused` (paused tools), `bulk_jobs`, `readings` (the overview's
 //! history) and `operator` (`Operator` on them), `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
-//! `backup` (a consistent copy of a live file); and the offline `verify`
+//! `backup` (a consistent copy of a live file), `copy_mark` (the mark a
+//! copy carries, and a start-up's refusal of it until it is accepted); and
+//! the offline `verify`
 //! and the bench's `bulk` loader.
 //! `open` is the wing's one entry point; `SqliteStore` implements `Backend`.
 //!
 //! It owns nothing the facade does not ask for, imports nothing from the
 //! PostgreSQL wing, and must never hand a `rusqlite` type across the facade.
 
+mod approval;
 pub mod backup;
 #[cfg(any(test, feature = "testing"))]
 pub mod bulk;
@@ -29,6 +33,7 @@ mod bulk_jobs;
 mod business_key;
 mod cancel;
 mod checkpointer;
+mod copy_mark;
 mod counts;
 mod deadline;
 mod handoff;
@@ -55,6 +60,7 @@ mod write_queue;
 mod writer;
 
 pub use business_key::LEDGER_SQL;
+pub use copy_mark::RestoredCopy;
 #[cfg(any(test, feature = "testing"))]
 pub use list::{
     ALL_IDS, ALL_IDS_FILTERED, ERROR_IDS, ERROR_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED,
@@ -65,6 +71,7 @@ pub use schema::SCHEMA_VERSION;
 use verify::verify_within;
 pub(super) use verify::{tools_outside, verify};
 
+use super::approval::{Approval, Decided, Decision, Delivery, Notification, Waiting};
 use super::audit;
 use super::backend::Backend;
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
@@ -77,7 +84,7 @@ use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
     AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Scope, Stats, Then,
+    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -215,7 +222,8 @@ impl SqliteStore {
         let leases = late.clone();
         let given_back = self.write(move |conn| {
             for lease in leases {
-                sql::release_op(lease)(conn)?;
+                let detail = audit::released(lease.attempt, &ToolAtRelease::Idle);
+                sql::release_op(lease, detail)(conn)?;
             }
             Ok(())
         });
@@ -374,7 +382,7 @@ impl Backend for SqliteStore {
         &self,
         lease: &Lease,
         error: &Value,
-        delay: Duration,
+        delay: RetryDelay,
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default().to_string();
@@ -392,8 +400,9 @@ impl Backend for SqliteStore {
         })
     }
 
-    fn release(&self, lease: &Lease) -> Result<Completion, StoreError> {
-        self.write(sql::release_op(lease.clone()))
+    fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
+        let detail = audit::released(lease.attempt, tool);
+        self.write(sql::release_op(lease.clone(), detail))
     }
 
     /// One writer operation: the scan and the conditional updates share its
@@ -470,6 +479,76 @@ impl Backend for SqliteStore {
             reason.map(str::to_string),
         );
         self.write(op)
+    }
+
+    /// One writer operation: the read and the update share its transaction.
+    fn decide(
+        &self,
+        tenant: Option<&str>,
+        call_id: &str,
+        decision: &Decision,
+    ) -> Result<Decided, StoreError> {
+        let op = approval::decide_op(
+            tenant.map(str::to_string),
+            call_id.to_string(),
+            decision.clone(),
+        );
+        self.write(op)
+    }
+
+    fn approval(
+        &self,
+        tenant: Option<&str>,
+        call_id: &str,
+    ) -> Result<Option<Approval>, StoreError> {
+        let (tenant, call_id) = (tenant.map(str::to_string), call_id.to_string());
+        self.read(move |conn| approval::approval_of(conn, tenant.as_deref(), &call_id))
+    }
+
+    /// One read transaction: the ids and their rows describe one moment.
+    fn waiting(
+        &self,
+        tenant: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Waiting>, StoreError> {
+        let (tenant, after) = (tenant.map(str::to_string), after.map(str::to_string));
+        self.read(move |conn| {
+            let snapshot = conn.unchecked_transaction()?;
+            let found = approval::waiting(conn, tenant.as_deref(), after.as_deref(), limit)?;
+            snapshot.commit()?;
+            Ok(found)
+        })
+    }
+
+    /// A cheap read first spares the writer a transaction when nothing
+    /// expired.
+    fn expire_approvals(&self, limit: usize) -> Result<Vec<Call>, StoreError> {
+        if !self.read(|conn| approval::has_expired(conn, now()))? {
+            return Ok(Vec::new());
+        }
+        self.write(approval::expire_op(limit))
+    }
+
+    /// A cheap read first, as for expiry.
+    fn take_notifications(
+        &self,
+        limit: usize,
+        hold: Duration,
+    ) -> Result<Vec<Notification>, StoreError> {
+        if !self.read(|conn| approval::has_due_notification(conn, now()))? {
+            return Ok(Vec::new());
+        }
+        self.write(approval::take_op(limit, hold))
+    }
+
+    fn settle_notification(
+        &self,
+        msg_id: &str,
+        attempts: i64,
+        delivery: Delivery,
+    ) -> Result<(), StoreError> {
+        self.write(approval::settle_op(msg_id.to_string(), attempts, delivery))
     }
 
     /// Unwaited like `fail_then`.

@@ -40,6 +40,20 @@ const OUR_TABLES: &[(&str, &[&str])] = &[
     ),
     ("tool_limits", &["tool", "tokens", "refilled_at"]),
     (
+        "approvals",
+        &[
+            "call_id",
+            "tenant",
+            "fingerprint",
+            "approvers",
+            "expires_at",
+        ],
+    ),
+    (
+        "notifications",
+        &["msg_id", "tenant", "call_id", "event", "next_attempt_at"],
+    ),
+    (
         "call_counts",
         &[
             "tenant", "tool", "status", "attempt", "calls", "inserted", "entered",
@@ -60,6 +74,8 @@ const OUR_TABLES: &[(&str, &[&str])] = &[
             "state",
         ],
     ),
+    // In a copy `backup` made, until a start accepts it (`copy_mark`).
+    ("backup_mark", &["snapshot_ms", "source", "host"]),
 ];
 
 /// Refuse a file another program made; say why in one line.

@@ -6,7 +6,7 @@
 //! calls in `rowid` order, which is creation order, from a cursor, stopping at
 //! the first call created after the cutoff (nothing later can have been
 //! updated before it). Deleting is a write: each candidate goes by its own
-//! conditional `DELETE ... WHERE status IN ('succeeded', 'failed', 'cancelled') AND
+//! conditional `DELETE ... WHERE status IN (the terminal ones) AND
 //! updated_at < cutoff`, whose row count decides, so a call that a same-key
 //! retry reset to `pending` in between, or that another process purged, is
 //! left alone.
@@ -60,8 +60,8 @@ pub(super) fn candidates(
     Ok((found, next))
 }
 
-/// Delete each candidate that is still terminal and expired, with its audit
-/// rows, and mark its effect (if any) as the ledger of a purged call.
+/// Delete each candidate that is still terminal and expired, with its audit,
+/// business-key, approval and notification rows, and mark its effect (if any) as the ledger of a purged call.
 pub(super) fn purge_op(
     call_ids: Vec<String>,
     cutoff: f64,
@@ -73,7 +73,8 @@ pub(super) fn purge_op(
             let deleted: Option<(String, String)> = conn
                 .prepare_cached(
                     "DELETE FROM calls
-                      WHERE call_id = ?1 AND status IN ('succeeded', 'failed', 'cancelled')
+                      WHERE call_id = ?1
+                        AND status IN ('succeeded', 'failed', 'cancelled', 'denied')
                         AND updated_at < ?2
                   RETURNING tenant, idem_key",
                 )?
@@ -87,6 +88,11 @@ pub(super) fn purge_op(
             // A purged call's business key goes with it (its window is long over
             // or it failed: a purged call is terminal and past its TTL).
             conn.prepare_cached("DELETE FROM business_keys WHERE call_id = ?1")?
+                .execute(params![call_id])?;
+            // So do its approval request and any notification still queued.
+            conn.prepare_cached("DELETE FROM approvals WHERE call_id = ?1")?
+                .execute(params![call_id])?;
+            conn.prepare_cached("DELETE FROM notifications WHERE call_id = ?1")?
                 .execute(params![call_id])?;
             conn.prepare_cached("UPDATE effects SET call_purged_at = ?1 WHERE call_id = ?2")?
                 .execute(params![now, call_id])?;

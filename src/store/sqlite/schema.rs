@@ -129,6 +129,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 12,
+        name: "approvals and notifications: approval gates and their webhook outbox",
+        // `awaiting_approval` and `denied` need no DDL (`status` is free
+        // text here, checked by `verify`). Written only for gated calls;
+        // see `approval`.
+        apply: |conn| conn.execute_batch(super::approval::APPROVAL_TABLES),
+    },
+    Migration {
+        version: 13,
         name: "calls.error_code, idx_calls_error, error_counts: the list by error code, failures by code",
         // A virtual column computed from `error_json` (nothing more written
         // per call), a partial index holding only the calls with an error,
@@ -143,17 +151,17 @@ const MIGRATIONS: &[Migration] = &[
         },
     },
     Migration {
-        version: 13,
+        version: 14,
         name: "rate_readings: the overview's history, kept across restarts",
         apply: |conn| conn.execute_batch(super::readings::READINGS_TABLE),
     },
     Migration {
-        version: 14,
+        version: 15,
         name: "paused_tools: a paused tool's calls are kept but not claimed",
         apply: |conn| conn.execute_batch(super::paused::PAUSED_TOOLS_TABLE),
     },
     Migration {
-        version: 15,
+        version: 16,
         name: "bulk_jobs: cancel or re-run every call a filter matches, in the background",
         apply: |conn| conn.execute_batch(super::bulk_jobs::BULK_JOBS_TABLE),
     },
@@ -374,12 +382,16 @@ fn has_column(conn: &Connection, table: &str, column: &str) -> rusqlite::Result<
 /// The writer's connection: the file-level settings (page size, WAL) that only
 /// take effect on a new file or must be set once, then the migrations.
 pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connection, StoreError> {
+    create_private(path);
     let conn = Connection::open(path)?;
     // Before anything reads the file: on a read-only mount, the first read of
     // a WAL database fails as "unable to open database file" (no -shm).
     refuse_read_only(&conn)?;
     // Before the first write (WAL, page size): another program's file stays as it was.
     super::ownership::refuse_foreign(&conn)?;
+    // A copy `backup` made is refused as it is, unless its snapshot is named.
+    let accepted =
+        super::copy_mark::refuse_unaccepted(&conn, options.accept_restored_copy.as_deref())?;
     configure(&conn, options)?;
     // Small pages: a commit writes every page it dirtied, and a batch dirties
     // many pages a little (index leaves, appended rows), so 1 KiB pages cut
@@ -393,7 +405,25 @@ pub(super) fn open_writer(path: &Path, options: &StoreOptions) -> Result<Connect
     }
     probe_a_write(&conn)?;
     migrate(&conn)?;
+    if let Some(copy) = accepted {
+        super::copy_mark::accept(&conn, &copy)?;
+    }
     Ok(conn)
+}
+
+/// Create the file at `path`, if there is none, readable and writable by its
+/// owner only (0600): it holds every call's args and results. SQLite gives
+/// the `-wal`, `-shm` and `-journal` files it creates beside a database the
+/// database file's mode, so they are 0600 too. A file that exists keeps the
+/// mode its owner gave it. A failure here is left for SQLite's own open to
+/// report (a missing folder, no permission), with its usual message.
+pub(super) fn create_private(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
 }
 
 /// Refuse a database this process cannot write, before anything else: it

@@ -9,10 +9,11 @@
 //! Transitions are conditional `UPDATE`s whose row count decides: a `SELECT`
 //! before them is only ever a shortcut, never the decision.
 
+use super::super::approval::Gate;
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
+    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, RetryDelay,
 };
 use super::cancel::{cancelled_or_stale, end_cancelled};
 use crate::status::Status;
@@ -58,13 +59,16 @@ fn create_or_get(
             lease: None,
         });
     }
-    // A paused tool's call is created `pending`, never already claimed.
+    // A gated call waits for a decision, and a paused tool's call waits for
+    // its resume: neither is ever created claimed.
     let first_claim = match first_claim {
+        Some(_) if new.gate.is_some() => None,
         Some(_) if super::paused::is_paused(conn, &new.tool)? => None,
         claim => claim.map(|(owner, lease)| (owner, now + lease.as_secs_f64())),
     };
+    let gate = new.gate;
     let call = insert_call_as(conn, new, now, first_claim)?;
-    audit(conn, now, &call.call_id, 0, Event::Created, &call.tool)?;
+    audit_created(conn, &call, gate, now)?;
     if let Some((owner, _)) = first_claim {
         audit_claimed(conn, now, &call.call_id, owner, call.attempt)?;
     }
@@ -72,6 +76,21 @@ fn create_or_get(
         lease: call.lease(),
         created: Created::New(call),
     })
+}
+
+/// A new call's `created` audit row, and for a gated one its approval
+/// request (`approval::request`), in its create's transaction.
+pub(super) fn audit_created(
+    conn: &Connection,
+    call: &Call,
+    gate: Option<Gate>,
+    now: f64,
+) -> rusqlite::Result<()> {
+    audit(conn, now, &call.call_id, 0, Event::Created, &call.tool)?;
+    match gate {
+        Some(gate) => super::approval::request(conn, call, gate, now),
+        None => Ok(()),
+    }
 }
 
 /// A claim takes a `pending` call that is due (no automatic retry scheduled
@@ -185,7 +204,7 @@ pub(super) fn retry_later_op(
     error: String,
     code: String,
     detail: String,
-    delay: Duration,
+    delay: RetryDelay,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
@@ -199,7 +218,7 @@ pub(super) fn retry_later_op(
             )?
             .execute(params![
                 error,
-                now + delay.as_secs_f64(),
+                now + delay.delay.as_secs_f64(),
                 now,
                 lease.call_id,
                 lease.attempt
@@ -481,6 +500,7 @@ pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
 /// its cancel asked, ends `cancelled`.
 pub(super) fn release_op(
     lease: Lease,
+    released: String,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
         let now = now();
@@ -501,8 +521,7 @@ pub(super) fn release_op(
                 },
             );
         }
-        let detail = audit::released(lease.attempt);
-        audit_lease(conn, now, &lease, Event::Released, &detail)?;
+        audit_lease(conn, now, &lease, Event::Released, &released)?;
         Ok(Completion::Applied)
     }
 }

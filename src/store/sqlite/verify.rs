@@ -5,13 +5,16 @@
 //! consistent snapshot. That makes it safe beside a running server: in WAL
 //! mode a reader never blocks the writer, and the writer never changes what
 //! the reader sees. The one cost is that the server cannot checkpoint the
-//! WAL past that snapshot until `verify` ends.
+//! WAL past that snapshot until `verify` ends. A copy on a read-only mount,
+//! where SQLite cannot make the `-shm` a database in WAL mode is read
+//! through, is opened `immutable` when no `-wal` beside it holds commits
+//! (`open_read_only`).
 //!
 //! This module only reads; it never repairs.
 
-use super::super::verify::{business_key_check, invariant_checks, Spec};
+use super::super::verify::{approval_checks, business_key_check, invariant_checks, Spec};
 use super::super::verify::{Check, Report, VerifyError, MAX_EXAMPLES};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -83,6 +86,9 @@ fn verify_on(conn: &Connection, path: &Path, effect_tools: &[&str]) -> Result<Re
     if has_table(conn, "business_keys") {
         specs.push(business_key_check());
     }
+    if has_table(conn, "approvals") {
+        specs.extend(approval_checks());
+    }
     checks.extend(specs.iter().map(|spec| spec.run(conn)));
     let report = Report {
         path: path.to_path_buf(),
@@ -109,7 +115,7 @@ fn verify_on(conn: &Connection, path: &Path, effect_tools: &[&str]) -> Result<Re
 /// The file opened read-only, once it is known to hold `calls` and `effects`.
 fn open_service_database(path: &Path) -> Result<Connection, VerifyError> {
     let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
-    let conn = open_read_only(path).map_err(open_error)?;
+    let conn = open_read_only(path)?;
     let tables: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('calls', 'effects')",
@@ -123,15 +129,71 @@ fn open_service_database(path: &Path) -> Result<Connection, VerifyError> {
     Ok(conn)
 }
 
-fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+/// The file opened read-only (it is never created, written or checkpointed),
+/// after a first read. A database in WAL mode is read through its `-shm`,
+/// which SQLite makes beside it when it is missing; where it cannot (a copy
+/// on a read-only mount or in a folder this user may not write) and no
+/// `-wal` holds commits the file lacks, the file alone is the whole
+/// database, and it is opened `immutable`: no locks, no `-shm`, still
+/// read-only. A `-wal` with content there cannot be read without its `-shm`.
+fn open_read_only(path: &Path) -> Result<Connection, VerifyError> {
+    let open_error = |e| VerifyError::Open(path.to_path_buf(), e);
     // READ_ONLY without CREATE: a wrong path fails instead of making an empty file.
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+    let conn = Connection::open_with_flags(path, read_only_flags()).map_err(open_error)?;
     // The server may hold a lock for a moment (e.g. while it recovers the WAL).
-    conn.busy_timeout(Duration::from_secs(5))?;
-    Ok(conn)
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(open_error)?;
+    match first_read(&conn) {
+        Ok(()) => Ok(conn),
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::CannotOpen) => {
+            if wal_has_content(path) {
+                return Err(VerifyError::WalWithoutShm(path.to_path_buf()));
+            }
+            let conn = open_immutable(path).map_err(open_error)?;
+            first_read(&conn).map_err(open_error)?;
+            Ok(conn)
+        }
+        Err(e) => Err(open_error(e)),
+    }
+}
+
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// The first read, which opens the `-shm` of a database in WAL mode.
+fn first_read(conn: &Connection) -> rusqlite::Result<()> {
+    conn.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
+}
+
+/// Whether a `-wal` beside the file holds anything (commits the file may lack).
+fn wal_has_content(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    std::fs::metadata(wal).is_ok_and(|m| m.len() > 0)
+}
+
+/// `path` as an `immutable=1` URI: SQLite takes no lock and opens no `-shm`
+/// or `-wal`, trusting that nothing changes the file while it reads.
+fn open_immutable(path: &Path) -> rusqlite::Result<Connection> {
+    let uri = format!("file:{}?immutable=1", uri_path(path));
+    Connection::open_with_flags(uri, read_only_flags() | OpenFlags::SQLITE_OPEN_URI)
+}
+
+/// A path in a `file:` URI: `%`, `?` and `#` (which would end the path) and
+/// any byte outside printable ASCII percent-encoded.
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut encoded = String::new();
+    for &byte in absolute.as_os_str().as_bytes() {
+        match byte {
+            b'%' | b'?' | b'#' => encoded.push_str(&format!("%{byte:02X}")),
+            0x21..=0x7e => encoded.push(byte as char),
+            _ => encoded.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    encoded
 }
 
 /// `PRAGMA integrity_check`: one row `ok`, or one row per problem found.
@@ -275,7 +337,7 @@ mod tests {
                 "effect_not_its_calls",
                 "succeeded_without_effect",
                 "running_without_lease",
-                "unknown_status"
+                "unknown_status",
             ],
             "{report}"
         );
@@ -336,6 +398,72 @@ mod tests {
             .to_string()
             .contains("effect e2 of call c2: no such call"));
         assert!(!report.to_string().contains("effect e1"), "{report}");
+    }
+
+    /// On a migrated file, each way an approval row can disagree with its
+    /// call is named: a waiting call that ran, a denied one with an effect,
+    /// a waiting call without an open request, an open request of a call
+    /// that moved on, and a request without its call.
+    #[test]
+    fn approval_rows_that_disagree_are_named() {
+        let db = TempDb::new("verify-unit-approvals");
+        let conn = Connection::open(&db.path).unwrap();
+        super::super::schema::migrate(&conn).unwrap();
+        let call = |id: &str, status: &str, attempt: i64| {
+            format!(
+                "INSERT INTO calls (call_id, tenant, idem_key, fingerprint, tool, args_json, status,
+                                    attempt, created_at, updated_at)
+                 VALUES ('{id}', 't', '{id}', 'fp', 'charge', '{{}}', '{status}', {attempt}, 0, 0);"
+            )
+        };
+        let request = |id: &str, decision: &str| {
+            format!(
+                "INSERT INTO approvals (call_id, tenant, tool, fingerprint, approvers, requested_at,
+                                        expires_at, decision)
+                 VALUES ('{id}', 't', 'charge', 'fp', 'people', 0, 1, {decision});"
+            )
+        };
+        let ok = [
+            call("c1", "awaiting_approval", 0),
+            request("c1", "NULL"),
+            call("c2", "denied", 0),
+            request("c2", "'denied'"),
+        ]
+        .concat();
+        conn.execute_batch(&ok).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
+        assert!(report.is_clean(), "{report}");
+        let bad = [
+            call("c3", "awaiting_approval", 1),
+            request("c3", "NULL"),
+            call("c4", "denied", 0),
+            request("c4", "'denied'"),
+            "INSERT INTO effects (effect_id, call_id, tool, created_at) VALUES ('e4', 'c4', 'charge', 0);".into(),
+            call("c5", "awaiting_approval", 0),
+            call("c6", "pending", 0),
+            request("c6", "NULL"),
+            request("c7", "'approved'"),
+        ]
+        .concat();
+        conn.execute_batch(&bad).unwrap();
+        let report = verify(&db.path, &crate::tools::EFFECT_TOOLS).unwrap();
+        let names = violated(&report);
+        for name in ["awaiting_holds_nothing", "denied_ran", "approval_agrees"] {
+            assert!(names.contains(&name), "{name}: {report}");
+        }
+        let text = report.to_string();
+        assert!(
+            text.contains("call c5 is 'awaiting_approval', its request missing"),
+            "{text}"
+        );
+        assert!(
+            text.contains("call c6 is 'pending', its request open"),
+            "{text}"
+        );
+        assert!(
+            text.contains("approval request of call c7: no such call"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -59,6 +59,74 @@ fn cancel_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError>
     Ok(written)
 }
 
+/// A retry whose downstream asked for a day, cut to nothing by its cap.
+fn capped() -> RetryDelay {
+    RetryDelay {
+        delay: Duration::ZERO,
+        capped_from: Some(Duration::from_secs(86_400)),
+    }
+}
+
+/// How a stopping process stopped the tool of the lease it gives back.
+fn stopped() -> ToolAtRelease {
+    ToolAtRelease::Stopped {
+        sent: true,
+        how: "its process group got SIGTERM and ended".into(),
+    }
+}
+
+/// Two gated calls, one approved and one denied: the approval events, as
+/// `audit.rs` and `approval.rs` word them.
+fn approval_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError> {
+    use super::super::approval::{decided_detail, Approvers, Decision, Gate, Source, Verdict};
+    let timeout = Duration::from_secs(60);
+    let mut written = Vec::new();
+    for (key, verdict) in [("approved", Verdict::Approve), ("denied", Verdict::Deny)] {
+        let new = NewCall {
+            gate: Some(Gate {
+                approvers: Approvers::People,
+                timeout,
+                notify: false,
+            }),
+            ..new_call(key, "fp")
+        };
+        let id = created_call(store.create_or_get(new)?).call_id;
+        let decision = Decision {
+            verdict,
+            source: Source::Person,
+            by: "alice@acme".into(),
+            reason: Some("why".into()),
+            fingerprint: None,
+        };
+        store.decide(None, &id, &decision)?;
+        let event = match verdict {
+            Verdict::Approve => Event::Approved,
+            Verdict::Deny => Event::Denied,
+        };
+        let expected = [
+            (Event::Created, "charge".to_string()),
+            (
+                Event::ApprovalRequested,
+                audit::approval_requested("people", timeout),
+            ),
+            (event, decided_detail(&decision)),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .into_iter()
+            .map(|(event, detail)| (event.as_str().to_string(), detail))
+            .collect();
+        let found: Vec<(String, String)> = store
+            .audit_for(crate::auth::ANONYMOUS, &id)?
+            .expect("the call")
+            .into_iter()
+            .map(|e| (e.event, e.detail.unwrap_or_default()))
+            .collect();
+        assert_eq!(found, expected);
+        written.extend(found);
+    }
+    Ok(written)
+}
+
 fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), StoreError> {
     const LONG: Duration = Duration::from_secs(30);
     let store = db.open()?;
@@ -68,13 +136,13 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
 
     let first = claim(LONG)?;
     let busy = json!({"code": "busy", "message": "m", "retryable": true});
-    waited(|then| store.retry_later_then(&first, &busy, Duration::ZERO, then))?;
+    waited(|then| store.retry_later_then(&first, &busy, capped(), then))?;
     let lapsed = claim(Duration::ZERO)?;
     assert_eq!(store.recover(&[])?, [id]);
     let third = claim(LONG)?;
     let stale = waited(|then| store.succeed_then(&lapsed, &json!({}), None, then))?;
     assert_eq!(stale, Completion::Stale);
-    assert_eq!(store.release(&third)?, Completion::Applied);
+    assert_eq!(store.release(&third, &stopped())?, Completion::Applied);
     let fourth = claim(LONG)?;
     waited(|then| store.fail_then(&fourth, &busy, then))?;
     assert!(matches!(
@@ -95,7 +163,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
         (Event::Claimed, audit::claimed("w", 1)),
         (
             Event::RetryScheduled,
-            audit::retry_scheduled(1, "busy", "m", Duration::ZERO),
+            audit::retry_scheduled(1, "busy", "m", capped()),
         ),
         (Event::Claimed, audit::claimed("w", 2)),
         (Event::Recover, "lease expired (owner w)".to_string()),
@@ -104,7 +172,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
             Event::StaleCompletion,
             audit::stale_completion(2, Event::Succeeded),
         ),
-        (Event::Released, audit::released(3)),
+        (Event::Released, audit::released(3, &stopped())),
         (Event::Claimed, audit::claimed("w", 4)),
         (Event::Failed, busy.to_string()),
         (Event::RetryReset, audit::retry_reset(4)),
@@ -118,6 +186,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
     assert_eq!(written, expected);
     let mut written = written;
     written.extend(cancel_events(&store)?);
+    written.extend(approval_events(&store)?);
     for event in Event::ALL {
         assert!(
             written.iter().any(|(name, _)| name == event.as_str()),

@@ -214,7 +214,9 @@ fn a_failure_a_retry_or_a_release_after_the_cancel_ends_it_cancelled(
     let ends: [(&str, End); 3] = [
         ("fail", |s, l| fail(s, l, &busy()).unwrap()),
         ("retry", |s, l| retry_later(s, l, &busy()).unwrap()),
-        ("release", |s, l| s.release(l).unwrap()),
+        ("release", |s, l| {
+            s.release(l, &ToolAtRelease::Idle).unwrap()
+        }),
     ];
     for (key, end) in ends {
         let id = new_id(&store, key);

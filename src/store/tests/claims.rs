@@ -114,14 +114,23 @@ fn a_released_lease_returns_the_call_to_pending_once(db: &TestDb) -> Result<(), 
     let lease = store
         .claim(&call.call_id, "1:w", Duration::from_secs(30))?
         .unwrap();
-    assert_eq!(store.release(&lease)?, Completion::Applied);
+    assert_eq!(
+        store.release(&lease, &ToolAtRelease::Idle)?,
+        Completion::Applied
+    );
     assert_eq!(store.get(&call.call_id)?.unwrap().status, Status::Pending);
-    assert_eq!(store.release(&lease)?, Completion::Stale);
+    assert_eq!(
+        store.release(&lease, &ToolAtRelease::Idle)?,
+        Completion::Stale
+    );
     let next = store
         .claim(&call.call_id, "1:v", Duration::from_secs(30))?
         .unwrap();
     assert_eq!(next.attempt, 2);
-    assert_eq!(store.release(&lease)?, Completion::Stale);
+    assert_eq!(
+        store.release(&lease, &ToolAtRelease::Idle)?,
+        Completion::Stale
+    );
     assert_eq!(
         audit_events(&store, &call.call_id),
         ["created", "claimed", "released", "claimed"]

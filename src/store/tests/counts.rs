@@ -132,7 +132,7 @@ fn counts_stay_exact_through_every_transition(db: &TestDb) -> Result<(), StoreEr
     let released = store
         .claim(&calls[2].call_id, "1:w", lease)?
         .expect("claimed");
-    store.release(&released)?;
+    store.release(&released, &ToolAtRelease::Idle)?;
     assert_exact(db, &store, "released");
     store.claim(&calls[3].call_id, "1:w", Duration::from_millis(1))?;
     std::thread::sleep(Duration::from_millis(20));

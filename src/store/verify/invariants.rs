@@ -110,23 +110,27 @@ pub(in crate::store) fn invariant_checks(
         },
         Spec {
             name: "unknown_status",
-            invariant: "every status is pending, running, succeeded, failed or cancelled".into(),
+            invariant: "every status is awaiting_approval, pending, running, succeeded, failed, \
+                        cancelled or denied"
+                .into(),
             sql: "SELECT 'call ' || call_id || ': status ' || quote(status)
                     FROM calls
                    WHERE status IS NULL
-                      OR status NOT IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')"
+                      OR status NOT IN ('awaiting_approval', 'pending', 'running', 'succeeded',
+                                        'failed', 'cancelled', 'denied')"
                 .into(),
         },
     ]
 }
 
 /// The second layer (migration 8): two calls of one tenant and tool with the
-/// same business key, neither `failed` nor `cancelled`, the later created
-/// within the earlier's window, mean a duplicate intent got through.
+/// same business key, none of them `failed`, `cancelled` or `denied`, the
+/// later created within the earlier's window, mean a duplicate intent got
+/// through.
 pub(in crate::store) fn business_key_check() -> Spec {
     Spec {
         name: "duplicate_intent",
-        invariant: "no two live (not failed or cancelled) calls share a business key within its window".into(),
+        invariant: "no two live (not failed, cancelled or denied) calls share a business key within its window".into(),
         sql: "SELECT 'tenant ' || quote(a.tenant) || ' tool ' || quote(a.tool) || ' business key '
                      || a.bkey || ': calls ' || a.call_id || ' and ' || b.call_id
                 FROM business_keys a
@@ -136,10 +140,67 @@ pub(in crate::store) fn business_key_check() -> Spec {
                  AND (b.created_at > a.created_at
                       OR (b.created_at = a.created_at AND b.call_id > a.call_id))
                  AND b.created_at < a.expires_at
-                JOIN calls ca ON ca.call_id = a.call_id AND ca.status NOT IN ('failed', 'cancelled')
-                JOIN calls cb ON cb.call_id = b.call_id AND cb.status NOT IN ('failed', 'cancelled')"
+                JOIN calls ca ON ca.call_id = a.call_id
+                 AND ca.status NOT IN ('failed', 'cancelled', 'denied')
+                JOIN calls cb ON cb.call_id = b.call_id
+                 AND cb.status NOT IN ('failed', 'cancelled', 'denied')"
             .into(),
     }
+}
+
+/// Approval gates (`store::approval`, on a database that has them): a call
+/// awaiting approval never ran and holds no lease; a denied one never ran
+/// and has no effect; a call awaiting approval has an open request and an
+/// open request's call awaits approval; a denied call was denied by its
+/// request; a request binds its call's own fingerprint.
+pub(in crate::store) fn approval_checks() -> Vec<Spec> {
+    vec![
+        Spec {
+            name: "awaiting_holds_nothing",
+            invariant: "a call awaiting approval never ran and holds no lease".into(),
+            sql: "SELECT 'call ' || call_id || ': awaiting approval, attempt ' || attempt
+                         || ', lease_until ' || quote(lease_until) || ', owner ' || quote(owner)
+                    FROM calls
+                   WHERE status = 'awaiting_approval'
+                     AND (attempt <> 0 OR lease_until IS NOT NULL OR owner IS NOT NULL)"
+                .into(),
+        },
+        Spec {
+            name: "denied_ran",
+            invariant: "a denied call never ran and has no effect".into(),
+            sql: "SELECT 'call ' || c.call_id || ': denied, attempt ' || c.attempt
+                         || CASE WHEN EXISTS (SELECT 1 FROM effects e WHERE e.call_id = c.call_id)
+                                 THEN ', with an effect' ELSE '' END
+                    FROM calls c
+                   WHERE c.status = 'denied'
+                     AND (c.attempt <> 0
+                          OR EXISTS (SELECT 1 FROM effects e WHERE e.call_id = c.call_id))"
+                .into(),
+        },
+        Spec {
+        name: "approval_agrees",
+        invariant: "every approval request agrees with its call (open while it awaits \
+                    approval, denied only by a denial, the call's own fingerprint)"
+            .into(),
+        sql: "SELECT 'call ' || c.call_id || ' is ' || quote(c.status) || ', its request '
+                     || CASE WHEN a.call_id IS NULL THEN 'missing'
+                             WHEN a.decision IS NULL THEN 'open'
+                             ELSE quote(a.decision) END
+                     || CASE WHEN a.fingerprint IS NOT c.fingerprint
+                             THEN ' with another fingerprint' ELSE '' END
+                FROM calls c LEFT JOIN approvals a ON a.call_id = c.call_id
+               WHERE (c.status = 'awaiting_approval' AND (a.call_id IS NULL OR a.decision IS NOT NULL))
+                  OR (c.status = 'denied' AND (a.decision IS NULL OR a.decision <> 'denied'))
+                  OR (a.call_id IS NOT NULL AND a.decision IS NULL
+                      AND c.status <> 'awaiting_approval')
+                  OR (a.call_id IS NOT NULL AND a.fingerprint IS NOT c.fingerprint)
+              UNION ALL
+              SELECT 'approval request of call ' || a.call_id || ': no such call'
+                FROM approvals a LEFT JOIN calls c ON c.call_id = a.call_id
+               WHERE c.call_id IS NULL"
+                .into(),
+        },
+    ]
 }
 
 fn prefixed(scope: &str) -> String {

@@ -12,7 +12,10 @@
 //! | the effect of a `succeeded` call is its own: the `effect_id` the call stores (`eff_` + its 16 hex for a call made before effect ids had a random part, which stores none), same tool, a tool that writes effects | `effect_not_its_calls` |
 //! | every `succeeded` call of a tool that writes effects has its effect | `succeeded_without_effect` |
 //! | a `running` call holds a lease (`lease_until` and `owner`) | `running_without_lease` |
-//! | `status` is one of `pending`, `running`, `succeeded`, `failed`, `cancelled` | `unknown_status` |
+//! | `status` is one of `awaiting_approval`, `pending`, `running`, `succeeded`, `failed`, `cancelled`, `denied` | `unknown_status` |
+//! | a call awaiting approval never ran and holds no lease (attempt 0, no `lease_until`, no `owner`) | `awaiting_holds_nothing` |
+//! | a `denied` call never ran and has no effect | `denied_ran` |
+//! | every approval request agrees with its call: open exactly while the call awaits approval, `denied` calls denied by it, the call's own fingerprint, no request without its call | `approval_agrees` |
 //!
 //! Which calls must have an effect is decided by the tool, because that is
 //! what decides it in the service: `succeed` writes the `effects` row in the
@@ -43,7 +46,9 @@ mod report;
 
 use super::Database;
 
-pub(in crate::store) use invariants::{business_key_check, invariant_checks, Spec};
+pub(in crate::store) use invariants::{
+    approval_checks, business_key_check, invariant_checks, Spec,
+};
 pub(in crate::store) use report::MAX_EXAMPLES;
 pub use report::{Check, Report, VerifyError};
 

@@ -122,6 +122,10 @@ pub enum VerifyError {
     /// SQLite could not open or read the file (missing, unreadable, not a
     /// database, a header it cannot parse).
     Open(PathBuf, rusqlite::Error),
+    /// A database in WAL mode whose `-wal` holds content, in a folder where
+    /// its `-shm` cannot be made (a read-only mount): what the `-wal` holds
+    /// cannot be read, and the file alone may lack commits.
+    WalWithoutShm(PathBuf),
     /// A database, but without the service's `calls` and `effects` tables.
     NotAServiceDatabase(PathBuf),
     /// PostgreSQL could not be reached or read (the URL, masked, and why).
@@ -137,6 +141,13 @@ impl fmt::Display for VerifyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             VerifyError::Open(path, e) => write!(f, "cannot read {}: {e}", path.display()),
+            VerifyError::WalWithoutShm(path) => write!(
+                f,
+                "cannot read {}: its -wal holds commits, which SQLite reads through a -shm \
+                 file it cannot make there (a read-only folder or mount); verify a copy of \
+                 the file and its -wal in a writable folder, or a copy made by `backup`",
+                path.display()
+            ),
             VerifyError::NotAServiceDatabase(path) => write!(
                 f,
                 "{} has no calls and effects tables: not an idempotent-tool database",
@@ -155,7 +166,9 @@ impl std::error::Error for VerifyError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             VerifyError::Open(_, e) => Some(e),
-            VerifyError::NotAServiceDatabase(_) | VerifyError::TimedOut => None,
+            VerifyError::NotAServiceDatabase(_)
+            | VerifyError::WalWithoutShm(_)
+            | VerifyError::TimedOut => None,
             VerifyError::Postgres(_, e) | VerifyError::NotDurable(e) => Some(e),
         }
     }

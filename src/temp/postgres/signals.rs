@@ -127,8 +127,10 @@ fn children_of(parent: i32) -> Vec<i32> {
 }
 
 /// Whether `pid` is stopped (state `T`), or gone.
+/// Stopped, gone, or a zombie: a child that exited while its stopped
+/// parent could not reap it (a backend whose client hung up) runs no more.
 fn is_stopped(pid: i32) -> bool {
-    stat_field(pid, 0).is_none_or(|state| state == "T")
+    stat_field(pid, 0).is_none_or(|state| state == "T" || state == "Z")
 }
 
 /// Field `n` after the command name in `/proc/PID/stat` (0: the state,

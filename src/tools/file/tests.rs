@@ -242,6 +242,46 @@ fn numbers_are_bounded() {
         Some("backoff_ms"),
         "object",
     );
+    assert_mistake(
+        one(
+            "refund",
+            http(json!({"backoff_ms": {"initial": 500}, "retry_after_max_ms": 100})),
+        ),
+        Some("refund"),
+        Some("retry_after_max_ms"),
+        "not be less than backoff_ms.initial",
+    );
+    assert_mistake(
+        one("refund", http(json!({"retry_after_max_ms": 0}))),
+        Some("refund"),
+        Some("retry_after_max_ms"),
+        "integer from 1",
+    );
+    assert_mistake(
+        one(
+            "notify",
+            json!({"kind": "command", "argv": ["sh"], "retry_after_max_ms": 1000}),
+        ),
+        Some("notify"),
+        Some("retry_after_max_ms"),
+        "",
+    );
+    let capped = load(&one(
+        "refund",
+        http(json!({"backoff_ms": {"max": 1000}, "retry_after_max_ms": 600000})),
+    ))
+    .unwrap();
+    let backoff = capped.get("refund").unwrap().backoff;
+    assert_eq!(
+        (backoff.max, backoff.retry_after_cap()),
+        (Duration::from_secs(1), Duration::from_secs(600))
+    );
+    let by_default = load(&one("refund", http(json!({"backoff_ms": {"max": 1000}})))).unwrap();
+    assert_eq!(
+        by_default.get("refund").unwrap().backoff.retry_after_cap(),
+        Duration::from_secs(1),
+        "backoff_ms.max caps Retry-After when retry_after_max_ms is not given"
+    );
     let ok = load(&one(
         "fail",
         json!({"kind": "builtin", "max_attempts": 4, "backoff_ms": {"initial": 10}}),

@@ -15,21 +15,26 @@ pub struct AuthFile {
 
 impl AuthFile {
     pub fn new(tenants: &[(&str, &str, bool)]) -> AuthFile {
-        use sha2::{Digest, Sha256};
         let entries: serde_json::Map<String, Value> = tenants
             .iter()
             .map(|(name, token, admin)| {
-                let hash: String = Sha256::digest(token.as_bytes())
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                let entry = serde_json::json!({"token_sha256": hash, "admin": admin});
+                let entry = serde_json::json!({"token_sha256": sha256_hex(token), "admin": admin});
                 (name.to_string(), entry)
             })
             .collect();
+        AuthFile::with_tenants(serde_json::Value::Object(entries), &[])
+    }
+
+    /// A file whose `tenants` is `tenants` as given (roles, named tokens,
+    /// webhooks), with `files` (name, text) written beside it: a webhook's
+    /// `secret_file`, say.
+    pub fn with_tenants(tenants: Value, files: &[(&str, &str)]) -> AuthFile {
         let dir = TempDir::new("idem-auth").expect("make a temp folder");
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).expect("write a file beside the auth file");
+        }
         let path = dir.join("auth.json");
-        let text = serde_json::json!({ "tenants": entries }).to_string();
+        let text = serde_json::json!({ "tenants": tenants }).to_string();
         std::fs::write(&path, text).expect("write the auth file");
         AuthFile { path, _dir: dir }
     }
@@ -37,4 +42,13 @@ impl AuthFile {
     pub fn path_str(&self) -> &str {
         self.path.to_str().expect("temp paths are UTF-8 here")
     }
+}
+
+/// The SHA-256 of a token, in hex: what an auth file holds.
+pub fn sha256_hex(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

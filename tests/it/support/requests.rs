@@ -109,7 +109,7 @@ pub trait Http {
             assert!(status == 200 || status == 202, "{status} {call}");
             if matches!(
                 call["status"].as_str(),
-                Some("succeeded" | "failed" | "cancelled")
+                Some("succeeded" | "failed" | "cancelled" | "denied")
             ) {
                 return call;
             }

@@ -3,7 +3,8 @@
 // tab's sessionStorage (never a cookie, so no other site's page can make
 // the browser send it) and sent as `Authorization: Bearer …`.
 //
-// Whether the token is an admin's is asked of the service itself: the
+// Whether the token is an admin's is asked of the service itself (and its
+// role, which decides the buttons shown: the overview's `you`): the
 // overview lists the nodes to admins only, and an admin always sees at
 // least the node answering it; without an overview, the admin-only
 // `GET /stats?scope=all` says (200 or 403). The console hides what a
@@ -22,16 +23,21 @@ export async function whoami() {
   if (identity) return identity;
   let admin = false;
   let tenant = null;
+  let role = null;
+  let principal = null;
   try {
     const overview = (await request('GET', '/v1/overview', undefined, {quiet: true})).body;
     admin = Array.isArray(overview.nodes) && overview.nodes.length > 0;
     // `*` is every tenant: the anonymous admin of a service without auth.
     tenant = overview.scope && overview.scope !== '*' ? overview.scope : null;
+    // The token's role decides which actions the console offers.
+    role = overview.you ? overview.you.role : null;
+    principal = overview.you ? overview.you.principal : null;
   } catch (e) {
     if (e.status === 401) throw e;
     admin = await answers('/stats?scope=all');
   }
-  identity = {admin, tenant, tokenUsed: Boolean(token())};
+  identity = {admin, tenant, role, principal, tokenUsed: Boolean(token())};
   return identity;
 }
 

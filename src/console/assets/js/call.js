@@ -1,14 +1,16 @@
 // One call (`GET /v1/tool-calls/{id}` and its audit): status, tool, key,
 // business key, args, result or error, effect id and what the downstream
-// said (the effect's detail), attempts, the audit timeline with every
-// attempt's error; while it runs, its lease's expiry, how long it has run
-// and how long its tool has left before its timeout; while it is pending,
-// why it waits. While it is pending or running, a cancel button that asks
-// for confirmation (and an optional reason) before it sends
-// `POST /v1/tool-calls/{id}/cancel`; once it failed or was cancelled, a
-// re-run button (`rerun.js`). Read every 2 s through `poll` (with a pause
-// toggle) until the call is settled; while the service cannot be read, the
-// last state read stays, greyed, and its buttons are off.
+// said (the effect's detail), attempts, its approval request and decision,
+// the audit timeline with every attempt's error; while it runs, its
+// lease's expiry, how long it has run and how long its tool has left
+// before its timeout; while it is pending, why it waits. While it is
+// awaiting approval, pending or running, for a role that may cancel, a
+// cancel button that asks for confirmation (and an optional reason) before
+// it sends `POST /v1/tool-calls/{id}/cancel`; once it failed or was
+// cancelled, for an operator or an admin, a re-run button (`rerun.js`).
+// Read every 2 s through `poll` (with a pause toggle) until the call is
+// settled; while the service cannot be read, the last state read stays,
+// greyed, and its buttons are off.
 
 import {get, request, segment} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
@@ -17,7 +19,7 @@ import {liveView, poll} from './poll.js';
 import {rerunButton, rerunnable} from './rerun.js';
 import {timeline} from './timeline.js';
 
-export function render(main, {params}) {
+export function render(main, {params, who}) {
   const callId = params[0];
   const view = liveView();
   // The status and the cancel button, redrawn with each read; the id and
@@ -36,12 +38,16 @@ export function render(main, {params}) {
       get(`/v1/tool-calls/${segment(callId)}/audit`, signal),
     ]);
     if (!tools) tools = await get('/v1/tools', signal).then((t) => t.tools).catch(() => null);
-    return {call, events: audit.events || [], effect: audit.effect || null};
+    const events = audit.events || [];
+    const gated = events.some((e) => e.event === 'approval_requested');
+    const approval = gated
+      ? await get(`/v1/tool-calls/${segment(callId)}/approval`, signal).catch(() => null) : null;
+    return {call, events, effect: audit.effect || null, approval};
   }
 
   const reading = poll({
     read,
-    draw: ({call, events, effect}) => draw(call, events, effect),
+    draw: ({call, events, effect, approval}) => draw(call, events, effect, approval),
     done: ({call}) => TERMINAL.has(call.status),
     refused: (e) => {
       replace(state);
@@ -53,13 +59,17 @@ export function render(main, {params}) {
     stale: [state, body],
   });
 
-  function draw(call, events, effect) {
+  function draw(call, events, effect, approval) {
     const settled = TERMINAL.has(call.status);
+    const awaiting = call.status === 'awaiting_approval';
     replace(state,
       h('span', {id: 'call-status'}, statusBadge(call.status)),
-      settled ? null : h('button', {type: 'button', class: 'danger', id: 'cancel-button',
+      awaiting && ['approver', 'admin'].includes(who.role)
+        ? h('a', {href: '/ui/approvals', 'data-nav': true, id: 'decide-link'}, 'Approve or deny in the queue')
+        : null,
+      settled || who.role === 'viewer' ? null : h('button', {type: 'button', class: 'danger', id: 'cancel-button',
         on: {click: () => confirmCancel(call)}}, 'Cancel call…'),
-      rerunnable(call) ? rerunButton(call, message, () => reading.now()) : null);
+      rerunnable(call, who) ? rerunButton(call, message, () => reading.now()) : null);
     const tool = (tools || []).find((t) => t.name === call.tool);
     replace(body,
       panel('Call', {id: 'call-facts'}, facts([
@@ -78,6 +88,8 @@ export function render(main, {params}) {
         call.status === 'pending' ? ['Waiting for', waiting(call), 'waiting-for'] : null,
         ...running(call, tool),
         ['Cancel asked', call.cancel_requested_at ? dateTime(call.cancel_requested_at) : null, 'cancel-requested'],
+        ['Progress', progressText(call.progress), 'progress'],
+        approval ? ['Approval', decision(approval), 'approval'] : null,
         ['Kept until', call.expires_at ? dateTime(call.expires_at) : (settled ? 'forever' : 'while in flight'), 'expires'],
       ])),
       h('div', {class: 'grid-2'},
@@ -119,6 +131,22 @@ export function render(main, {params}) {
     ];
   }
 
+  /** A running call's last progress report: "message (2 of 5)"; null if none. */
+  function progressText(progress) {
+    if (!progress) return null;
+    const done = progress.total === null ? String(progress.progress)
+      : `${progress.progress} of ${progress.total}`;
+    return progress.message ? `${progress.message} (${done})` : done;
+  }
+
+  /** A request and its decision, in words. */
+  function decision(approval) {
+    const d = approval.decision;
+    if (!d) return `waiting, open until ${dateTime(approval.expires_at)}`;
+    const by = d.by ? ` by ${d.by}` : '';
+    return `${d.decision}${by} (${d.source}) at ${dateTime(d.at)}${d.reason ? `: ${d.reason}` : ''}`;
+  }
+
   /** The call's business key, from its tool's rule (JSON Pointers into args). */
   function businessKey(call) {
     if (call.business_key !== undefined) return call.business_key;
@@ -144,7 +172,7 @@ export function render(main, {params}) {
       h('h2', null, 'Cancel this call?'),
       h('p', null, call.status === 'running'
         ? 'It is running: the service asks its tool to stop. If the tool\u2019s answer is recorded first, the call stays settled. An http tool\u2019s request may already have reached its downstream.'
-        : 'It has not started: it will never run. Its key will then replay the cancelled call; a new attempt needs a new key.'),
+        : `It has not started${call.status === 'awaiting_approval' ? ' (it waits for approval)' : ''}: it will never run. Its key will then replay the cancelled call; a new attempt needs a new key.`),
       h('label', {class: 'field'}, h('span', null, 'Reason'), reason),
       h('div', {class: 'row end'},
         h('button', {type: 'button', id: 'cancel-dismiss', on: {click: () => {

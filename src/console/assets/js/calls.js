@@ -7,8 +7,8 @@
 // The list is read every 2 s through `poll` (with a pause toggle), with
 // how many calls the filter matches (`total=true`); each row says its
 // error code, why a pending call waits, how long a running one has run.
-// Rows can be selected, and the selection or "all N matching" cancelled
-// or re-run (bulk.js).
+// For an operator or an admin, rows can be selected, and the selection or
+// "all N matching" cancelled or re-run (bulk.js).
 
 import {get, query, scope} from './api.js';
 import {h, link, notice, replace} from './dom.js';
@@ -63,12 +63,15 @@ export function render(main, {query: params, who, navigate}) {
   function draw(page) {
     if (page.nodes) return page.nodes;
     const filter = apiFilter(params, who);
+    // Bulk actions are an operator's (or an admin's): other roles see the
+    // list without boxes.
+    const operates = ['operator', 'admin'].includes(who.role);
     return [
-      bulkBar({selection, total: page.total, filter, message, changed: () => {
+      operates ? bulkBar({selection, total: page.total, filter, message, changed: () => {
         redraw();
         reading.now();
-      }, show}),
-      callTable(page.calls, who, null, {selection, changed: redraw}),
+      }, show}) : null,
+      callTable(page.calls, who, null, operates ? {selection, changed: redraw} : null),
       pager(page, params),
     ];
   }

@@ -7,13 +7,13 @@ import {h} from './dom.js';
 import {formatDateTime, formatPrecise, formatTimeOfDay} from './timezone.js';
 
 /** Every status a call can have, in the order a call moves through them. */
-export const STATUSES = ['pending', 'running', 'succeeded', 'failed', 'cancelled'];
+export const STATUSES = ['awaiting_approval', 'pending', 'running', 'succeeded', 'failed', 'cancelled', 'denied'];
 
 /** Terminal statuses: nothing more happens to such a call. */
-export const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+export const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'denied']);
 
 /** A glyph per status, so a status reads without its colour too. */
-const GLYPHS = {pending: '○', running: '◐', succeeded: '✓', failed: '✕', cancelled: '⊘'};
+const GLYPHS = {awaiting_approval: '⏸', pending: '○', running: '◐', succeeded: '✓', failed: '✕', cancelled: '⊘', denied: '⛔'};
 
 /** A status as a badge: glyph and word, coloured by a class. */
 export function statusBadge(status) {

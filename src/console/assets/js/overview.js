@@ -1,17 +1,18 @@
 // The overview (`GET /v1/overview`, every 2 s through `poll`, with a pause
 // toggle): calls by status, the backlog and the age of the oldest pending
-// call, created and failed per second and the failures grouped by error
-// code over the range chosen (`?range=`, 15 minutes to 7 days: readings the
-// service keeps in its database, so a restart loses none), each tool's load
-// (a paused tool marked), the nodes and their heartbeats, retention and the
-// version. An admin sees every tenant unless `?tenant=` names one; a tenant
-// sees its own calls. While the service cannot be read, the last numbers
-// stay, greyed.
+// call, the calls awaiting approval and the oldest wait, created and failed
+// per second and the failures grouped by error code over the range chosen
+// (`?range=`, 15 minutes to 7 days: readings the service keeps in its
+// database, so a restart loses none), each tool's load (a paused tool
+// marked), the nodes and their heartbeats, retention and the version. An
+// admin sees every tenant unless `?tenant=` names one; a tenant sees its own
+// calls. While the service cannot be read, the last numbers stay, greyed.
 
 import {get, query, scope} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
 import {count, dateTime, duration, statusBadge, STATUSES, when} from './format.js';
 import {rateChart} from './chart.js';
+import {summary as approvalSummary} from './approvals.js';
 import {liveView, poll} from './poll.js';
 
 /** The ranges the overview offers (the API's names). */
@@ -93,6 +94,7 @@ function draw(body, data, tenant, range) {
       panel(`Throughput, last ${label}`, {id: 'rates'},
         rateChart('Calls created per second', rates.created || [], rates.step_s || 10, 'created'),
         rateChart('Calls failed per second', rates.failed || [], rates.step_s || 10, 'failed'))),
+    approvalSummary(data.approvals),
     panel(`Failures by error code, last ${label}`, {id: 'failures'},
       failuresTable(data.failures_by_code || [], rates, scoped)),
     panel('Tools', {id: 'tool-load'}, toolTable(data.tools || [])),

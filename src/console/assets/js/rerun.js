@@ -6,9 +6,10 @@
 import {request, segment} from './api.js';
 import {h, notice, replace} from './dom.js';
 
-/** Whether `call` may be re-run from its page. */
-export function rerunnable(call) {
-  return call.status === 'failed' || call.status === 'cancelled';
+/** Whether `call` may be re-run from its page by `who` (an operator or an admin). */
+export function rerunnable(call, who) {
+  return (call.status === 'failed' || call.status === 'cancelled')
+    && ['operator', 'admin'].includes(who.role);
 }
 
 /** The Re-run button for `call`; `message` shows the answer, `after` reads again. */

@@ -3,9 +3,10 @@
 // each attempt's error (a failure's whole error, a retry's code and
 // message), retries, recoveries of expired leases or dead owners,
 // completions fenced off because their attempt was stale, releases at a
-// stop, cancels, an operator's re-run. Each row has its date and time (in
-// the chosen zone) and its offset from the first. The audit's own text is
-// shown as it is, as text.
+// stop, cancels, an operator's re-run, and approval requests with their
+// decision (who, from which source, why). Each row has its date and time
+// (in the chosen zone) and its offset from the first. The audit's own text
+// is shown as it is, as text.
 
 import {h} from './dom.js';
 import {preciseTime} from './format.js';
@@ -24,6 +25,9 @@ const EVENTS = {
   cancel_requested: ['Cancel requested', 'warn'],
   cancelled: ['Cancelled', 'muted'],
   rerun: ['Re-run by an operator', 'warn'],
+  approval_requested: ['Waiting for approval', 'warn'],
+  approved: ['Approved', 'ok'],
+  denied: ['Denied', 'bad'],
 };
 
 /** A retry's failed attempt, from its row: `attempt N failed (code: message); …`. */

@@ -1,7 +1,7 @@
 // The tools this server runs (`GET /v1/tools`): kind, argument schema,
 // concurrency limit, retry policy (attempts, timeout), business-key rule,
 // whether it is paused (since when, by whom, why) with a Pause / Resume
-// button for an admin, and the current load of each from the overview
+// button for an operator or an admin, and the current load of each from the overview
 // (running, waiting), read every 2 s through `poll` (with a pause toggle)
 // in the same scope as the overview's: an admin sees the load of every
 // tenant (or of `?tenant=`), a tenant its own.
@@ -44,7 +44,7 @@ export function render(main, {query: params, who}) {
     stale: body,
   });
 
-  /** Pause or resume `tool` (admins); read again at once to show it. */
+  /** Pause or resume `tool` (operators, admins); read again at once to show it. */
   async function toggle(tool, pause) {
     try {
       await request('POST', `/v1/tools/${encodeURIComponent(tool)}/${pause ? 'pause' : 'resume'}`,
@@ -60,7 +60,7 @@ export function render(main, {query: params, who}) {
   return reading.stop;
 }
 
-/** Each tool's paused state, and (for an admin) its Pause or Resume button. */
+/** Each tool's paused state, and (for an operator or an admin) its Pause or Resume button. */
 function showPaused(body, list, who, toggle) {
   for (const tool of list) {
     const panelEl = body.querySelector(`.tool[data-tool="${CSS.escape(tool.name)}"]`);
@@ -73,7 +73,7 @@ function showPaused(body, list, who, toggle) {
         tool.pause.reason ? ` — ${tool.pause.reason}` : '')
       : h('span', {class: 'muted'}, 'no: its calls are claimed as they come'));
     const slot = panelEl.querySelector('.tool-action');
-    if (!who.admin) {
+    if (!['operator', 'admin'].includes(who.role)) {
       replace(slot);
       continue;
     }
