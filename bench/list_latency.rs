@@ -24,8 +24,6 @@ use idempotent_tool::store::{now, Database};
 use idempotent_tool::temp::TempDir;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
 /// Tenants in the mix.
 const TENANTS: u64 = 8;
@@ -236,12 +234,10 @@ fn get(conn: &mut HttpConnection, path: &str) -> Result<serde_json::Value, Bench
     Ok(resp.json())
 }
 
-/// Unix seconds as RFC 3339 (UTC), as the list takes them.
+/// Unix seconds as RFC 3339 (UTC, milliseconds), as the list takes them.
 fn rfc3339(seconds: f64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos((seconds * 1e9) as i128)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(seconds.max(0.0));
+    idempotent_tool::rfc3339::rfc3339_millis(at)
 }
 
 fn print(

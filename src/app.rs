@@ -221,7 +221,7 @@ impl Service {
                 on_approval_requested: bell,
             },
         ));
-        let mcp = Mcp::new(
+        let mcp = Arc::new(Mcp::new(
             Arc::clone(&calls),
             McpOptions {
                 wait: config.mcp_wait,
@@ -230,7 +230,7 @@ impl Service {
                 key_ttl: config.store.retention.key_ttl,
             },
             config.trusted_names.clone(),
-        );
+        ));
         let mcp: Endpoint =
             Box::new(move |req, tenant, exchange| mcp.handle(req, tenant, exchange));
         let api = Arc::new(Api::new(

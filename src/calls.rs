@@ -13,7 +13,8 @@
 //!
 //! Map (this file holds no type):
 //! - `service`: `Calls`, its constructor, and the reads: a call by id or by
-//!   key, its audit timeline, and the wait until it settles;
+//!   key, its audit timeline, and the wait until it settles; and
+//!   `last_progress`, a running call's last progress wherever it runs;
 //! - `submit`: submit, in named steps — the settled answer already kept,
 //!   create-or-get (with a worker reserved, created already claimed) or the
 //!   guarded create under a business key, then the new call handed to the
@@ -51,4 +52,4 @@ pub use decide::{by_person, MAX_QUEUE_PAGE};
 pub use error::{store_refusal, CallError, CallRefusal};
 pub use key_cache::{scoped_key, KeyCache, DEFAULT_BUDGET_BYTES as DEFAULT_ANSWER_CACHE_BYTES};
 pub use request::{CallRequest, Submitted, MAX_KEY_LEN, MAX_WAIT_SECS};
-pub use service::{Bell, Calls, CallsOptions};
+pub use service::{last_progress, Bell, Calls, CallsOptions};

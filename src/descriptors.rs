@@ -10,6 +10,7 @@
 //! never fail start-up merely because the limit could not be raised.
 
 use crate::store::{Database, MAX_READERS};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use std::fmt;
 
 /// Descriptors one open connection holds: its socket, and the server's
@@ -88,17 +89,25 @@ impl std::error::Error for TooFewDescriptors {}
 /// limit on Linux (the kernel caps it at `fs.nr_open`), so the second try asks
 /// for the kernel's default cap. If both fail, the limit is left as it was.
 pub fn raise_open_file_limit() -> u64 {
-    let raised =
-        rlimit::increase_nofile_limit(u64::MAX).or_else(|_| rlimit::increase_nofile_limit(1 << 20));
-    match raised {
+    match raise_soft_limit_to(u64::MAX).or_else(|_| raise_soft_limit_to(1 << 20)) {
         Ok(limit) => limit,
         Err(e) => {
             crate::errln!("idempotent-tool: cannot raise the open-file limit: {e}");
-            rlimit::Resource::NOFILE
-                .get()
-                .map_or(u64::MAX, |(soft, _)| soft)
+            getrlimit(Resource::RLIMIT_NOFILE).map_or(u64::MAX, |(soft, _)| soft)
         }
     }
+}
+
+/// Raise the soft open-file limit to `wanted` or the hard limit, whichever is
+/// lower (never lower it), and return the soft limit now in force.
+fn raise_soft_limit_to(wanted: u64) -> nix::Result<u64> {
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    let target = wanted.min(hard);
+    if target <= soft {
+        return Ok(soft);
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, target, hard)?;
+    Ok(target)
 }
 
 /// The connection cap that `open_file_limit` allows, at most `asked`, beside

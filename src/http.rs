@@ -22,7 +22,11 @@
 //! - `head`: the request line and header section, and the framing they announce.
 //! - `chunked`: the incremental chunked-body decoder.
 //! - `parser`: `RequestParser`, the sans-IO state machine over head and body.
-//! - `write`: `write_response`, the response writer.
+//! - `write`: `write_response`, the response writer (and the head of a
+//!   streamed one).
+//! - `streamed`: `Streamed`, a body produced while it is sent (an event
+//!   stream), the `Sink` its producer pushes through, and its chunked
+//!   framing on the way out.
 //! - `forwarded`: `TrustedProxies`, which address a request came from
 //!   (`X-Forwarded-For`, believed only from a `--trusted-proxy`).
 //! - `origin`: which `Host` and `Origin` the server answers (the defence
@@ -37,6 +41,7 @@ mod origin;
 mod parse_error;
 mod parser;
 mod parsing;
+mod streamed;
 mod syntax;
 mod write;
 
@@ -49,7 +54,8 @@ pub use origin::{BadName, OriginPolicy, Refusal};
 pub use parse_error::ParseError;
 pub use parser::{parse_request, Progress, RequestParser};
 pub use parsing::{ParseLimits, ParseStatus};
-pub use write::{reason_phrase, write_response, WriteOptions};
+pub use streamed::{sse_event, Closed, Producer, Sink, StreamFraming, Streamed, LAST_CHUNK};
+pub use write::{reason_phrase, write_response, write_streamed_head, WriteOptions};
 
 #[cfg(test)]
 mod tests;

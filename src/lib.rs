@@ -44,7 +44,8 @@
 //!   bearer-token checks; `webhook`: the signed notifications of calls that
 //!   wait for approval, delivered from the store's outbox by a thread of
 //!   their own.
-//! - [`log`]: JSON-lines events and access records on stderr.
+//! - [`log`]: JSON-lines events and access records on stderr; [`rfc3339`]:
+//!   the times it writes, and the strict form the list reads.
 //! - `metrics`: counters, gauges and histograms in atomics, rendered for
 //!   Prometheus; `metrics::service` names the families this service exports.
 //! - [`console`]: the web console at `/ui` (HTML, CSS and JavaScript
@@ -93,6 +94,7 @@ pub mod log;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
 pub(crate) mod request_id;
+pub mod rfc3339;
 pub(crate) mod runner;
 pub mod server;
 pub mod status;

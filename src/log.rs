@@ -28,6 +28,7 @@ mod file;
 mod repeats;
 mod settings;
 
+use crate::rfc3339::{push_rfc3339_millis, rfc3339_millis};
 pub use access_writer::AccessWriter;
 pub use exchange::Exchange;
 use file::{LogFile, LogFileWriter};
@@ -39,7 +40,7 @@ use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// Where lines go: stderr, a file (`--log-file`, or the bench's in-process
 /// server), or a buffer a test reads back.
@@ -506,51 +507,6 @@ fn push_json_string(out: &mut String, value: &str) {
         }
     }
     out.push('"');
-}
-
-/// `2026-01-02T03:04:05.678Z`: RFC 3339, UTC, milliseconds. A clock before
-/// 1970 prints the epoch.
-pub fn rfc3339_millis(time: SystemTime) -> String {
-    let mut out = String::with_capacity(24);
-    push_rfc3339_millis(&mut out, time);
-    out
-}
-
-/// `rfc3339_millis`, appended to `out` without allocating.
-fn push_rfc3339_millis(out: &mut String, time: SystemTime) {
-    let since_epoch = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since_epoch.as_secs();
-    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-    let second_of_day = secs % 86_400;
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        second_of_day / 3600,
-        second_of_day / 60 % 60,
-        second_of_day % 60,
-        since_epoch.subsec_millis()
-    );
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian
-/// calendar: Howard Hinnant's `civil_from_days`, which counts in 400-year eras
-/// starting on March 1st so that the leap day is the last day of a year.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 thread_local! {

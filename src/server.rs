@@ -12,12 +12,14 @@
 //! `Observer` (what the server calls, and what the service learns about
 //! connections and the server's own answers); `limits` the size and time
 //! limits; `connection` serves one client (and writes a closing answer);
-//! `input_buffer` is a connection's read buffer.
+//! `input_buffer` is a connection's read buffer; `stream` writes a streamed
+//! body (an event stream) piece by piece, within its bounds.
 
 mod connection;
 mod input_buffer;
 mod limits;
 mod observer;
+mod stream;
 
 pub use limits::Limits;
 pub use observer::{Handler, Observer};

@@ -93,6 +93,15 @@ impl Api {
             &response,
             elapsed,
         );
+        if let Some(stream) = response.stream.take() {
+            // A streamed body is produced after this returns: its log lines
+            // go under the same request id.
+            let scoped = request_id.clone();
+            response.stream = Some(stream.wrapped(move |sink, produce| {
+                let _scope = log::request_scope(&scoped);
+                produce(sink)
+            }));
+        }
         response
             .headers
             .push((request_id::HEADER.to_string(), request_id));

@@ -25,8 +25,6 @@ use crate::input::{parse_strict, quote};
 use crate::status::Status;
 use crate::store::{call_id_of_effect, Call, ListQuery};
 use serde_json::{json, Value};
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
 /// The parameters `GET /v1/tool-calls` takes; only `status` repeats.
 const PARAMS: &[&str] = &[
@@ -237,9 +235,8 @@ fn business_key(value: &str) -> Result<String, ApiError> {
 /// seconds.
 fn time_of(name: &'static str) -> impl Fn(&str) -> Result<f64, ApiError> {
     move |value| {
-        OffsetDateTime::parse(value, &Rfc3339)
-            .map(|t| t.unix_timestamp_nanos() as f64 / 1e9)
-            .map_err(|_| bad(name, value, "an RFC 3339 time such as 2026-12-06T01:00:00Z"))
+        crate::rfc3339::parse_unix_secs(value)
+            .ok_or_else(|| bad(name, value, "an RFC 3339 time such as 2026-12-06T01:00:00Z"))
     }
 }
 

@@ -88,6 +88,7 @@ pub(super) fn openapi() -> Response {
         status: 200,
         headers: vec![("Content-Type".into(), "application/yaml".into())],
         body: OPENAPI.as_bytes().to_vec(),
+        stream: None,
     }
 }
 
@@ -162,6 +163,7 @@ impl Api {
                 self.metrics.content_type().to_string(),
             )],
             body: self.metrics.render().into_bytes(),
+            stream: None,
         })
     }
 

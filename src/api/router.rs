@@ -367,20 +367,19 @@ impl Api {
 /// `Retry-After`, a poll interval) while it is pending or running; marked
 /// `"duplicate_intent": true` when it is another key's call that holds the
 /// request's business key; a running call's last `progress`, when its tool
-/// reported one in this process.
+/// reported one (`calls::last_progress`: on any node).
 pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
     let mut json = call.to_json();
     if duplicate_intent {
         json["duplicate_intent"] = true.into();
     }
-    if call.status == crate::store::Status::Running {
-        if let Some(report) = crate::tools::progress::board().latest(&call.call_id) {
-            json["progress"] = serde_json::json!({
-                "progress": report.progress,
-                "total": report.total,
-                "message": report.message,
-            });
-        }
+    if let Some(report) = crate::calls::last_progress(call) {
+        json["progress"] = serde_json::json!({
+            "progress": report.progress,
+            "total": report.total,
+            "message": report.message,
+            "at": report.at,
+        });
     }
     render_json(call, json)
 }

@@ -338,6 +338,7 @@ fn write_response<W: Write>(
         status: response.status,
         headers: response.headers.clone(),
         body: response.body.clone(),
+        stream: None,
     };
     let options = WriteOptions {
         keep_alive: !close,

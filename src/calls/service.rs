@@ -1,6 +1,7 @@
 //! `Calls`: the call service both transports hold — its parts, its
 //! constructor, and the reads: a tenant's call by id or by key, its audit
-//! timeline, and the wait until a call settles. Submitting is `submit`'s.
+//! timeline, a running call's last progress, and the wait until a call
+//! settles. Submitting is `submit`'s.
 //!
 //! Every read is made for one tenant: another tenant's call is not found,
 //! never refused, so its existence does not leak. A read shows only what is
@@ -10,7 +11,8 @@ use super::key_cache::KeyCache;
 use super::pushback::Pushback;
 use crate::metrics::Metrics;
 use crate::runner::{Notifier, Runner};
-use crate::store::{AuditEvent, Call, CallStore, ListPage, ListQuery, StoreError};
+use crate::status::Status;
+use crate::store::{AuditEvent, Call, CallProgress, CallStore, ListPage, ListQuery, StoreError};
 use crate::tools::ToolRegistry;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -116,6 +118,19 @@ impl Calls {
         self.store.audit_for(tenant, call_id)
     }
 
+    /// Note in the tenant's call's audit that a keyless MCP request was
+    /// answered with it by its content (`replayed_by_content`), through the
+    /// store's write path: on the answer's way out, committed before it.
+    pub fn note_replay_by_content(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        window: Duration,
+    ) -> Result<bool, StoreError> {
+        self.store
+            .note_replay_by_content(tenant, call_id, window.as_secs())
+    }
+
     /// Hold until `call` is terminal, `wait` is over, or `gone()` says its
     /// client has hung up, and return the call as it then is. Re-reads the
     /// call after every completion in this process and at least every
@@ -154,5 +169,25 @@ impl Calls {
             Some(e) => Err(e),
             None => Ok(latest),
         }
+    }
+}
+
+/// A running call's last progress: this process's own board when its
+/// tool runs here (the freshest), else what the node running it stored
+/// with the call at its last lease extension. `None` once it is not
+/// running, or when its tool has reported nothing.
+pub fn last_progress(call: &Call) -> Option<CallProgress> {
+    if call.status != Status::Running {
+        return None;
+    }
+    match crate::tools::progress::board().latest(&call.call_id) {
+        Some(report) => Some(CallProgress {
+            attempt: call.attempt,
+            progress: report.progress,
+            total: report.total,
+            message: report.message,
+            at: report.at,
+        }),
+        None => call.running_progress().cloned(),
     }
 }

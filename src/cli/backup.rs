@@ -95,7 +95,7 @@ pub fn run(args: &[String]) -> Result<(), Failure> {
 
 /// The lines saying what was copied, from when, and that the copy is marked.
 fn describe(from: &Path, to: &Path, copied: &Copied) -> String {
-    let snapshot = crate::log::rfc3339_millis(copied.began);
+    let snapshot = crate::rfc3339::rfc3339_millis(copied.began);
     let millis = copied
         .began
         .duration_since(UNIX_EPOCH)

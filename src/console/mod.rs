@@ -50,6 +50,7 @@ pub(crate) fn answer(method: &str, path: &str) -> Response {
             status: 200,
             headers: vec![("Content-Type".into(), asset.content_type.into())],
             body: asset.body.to_vec(),
+            stream: None,
         }
     } else if !names_a_file(path) {
         let page = ASSETS
@@ -60,6 +61,7 @@ pub(crate) fn answer(method: &str, path: &str) -> Response {
             status: 404,
             headers: vec![("Content-Type".into(), page.content_type.into())],
             body: page.body.to_vec(),
+            stream: None,
         }
     } else {
         Response::from_error(

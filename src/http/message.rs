@@ -1,6 +1,6 @@
 //! The HTTP/1.1 messages: a parsed `Request` (with its `Version` and the
 //! `ClientProbe` that says whether its client is still there) and a
-//! `Response`, with the one way an error becomes a response
+//! `Response` (its body whole, or `Streamed`), with the one way an error becomes a response
 //! (`Response::from_error`) and the one `Retry-After` value.
 //!
 //! This file owns what a message holds, never how it is read or written: the
@@ -9,6 +9,7 @@
 //! the one shape and the headers its code promises.
 
 use super::error_code::ErrorCode;
+use super::streamed::{Sink, Streamed};
 use std::fmt;
 use std::sync::Arc;
 
@@ -131,6 +132,9 @@ pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// A body produced while it is sent (`Streamed`), written in chunks
+    /// after the head; `body` is then empty and unused.
+    pub stream: Option<Streamed>,
 }
 
 impl Response {
@@ -150,6 +154,22 @@ impl Response {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
             body,
+            stream: None,
+        }
+    }
+
+    /// A response whose body `produce` pushes, piece by piece, once the head
+    /// is out (the server frames each piece as a chunk and sends it at once).
+    pub fn streamed(
+        status: u16,
+        headers: Vec<(String, String)>,
+        produce: impl FnOnce(&mut dyn Sink) + Send + 'static,
+    ) -> Response {
+        Response {
+            status,
+            headers,
+            body: Vec::new(),
+            stream: Some(Streamed::new(produce)),
         }
     }
 

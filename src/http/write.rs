@@ -1,11 +1,12 @@
 //! The response writer: a `Response` into HTTP/1.1 wire bytes.
 //!
-//! This file owns framing on the way out: the status line, `Content-Length` and
-//! `Connection`. It must never let a handler's header break the response apart
+//! This file owns framing on the way out: the status line, `Content-Length`
+//! (or, for a streamed body, `Transfer-Encoding: chunked`) and `Connection`. It must never let a handler's header break the response apart
 //! or contradict the framing it chose, and never write a body where the status
 //! forbids one.
 
 use super::message::{Response, Version};
+use super::streamed::StreamFraming;
 use super::syntax::{is_field_value_byte, is_token};
 
 /// What the writer must say about the connection and the body.
@@ -25,6 +26,46 @@ pub struct WriteOptions {
 /// Framing headers from the handler are dropped (the writer alone decides them),
 /// and so is any header that would break the response apart (CR/LF, bad name).
 pub fn write_response(out: &mut Vec<u8>, response: &Response, options: WriteOptions) {
+    write_status_and_headers(out, response);
+    let has_body = status_allows_body(response.status);
+    if has_body {
+        out.extend_from_slice(b"Content-Length: ");
+        push_decimal(out, response.body.len() as u64);
+        out.extend_from_slice(b"\r\n");
+    }
+    write_connection(out, options);
+    out.extend_from_slice(b"\r\n");
+    if has_body && !options.head_only {
+        out.extend_from_slice(&response.body);
+    }
+}
+
+/// Appends the head of a response whose body is streamed (`Response::stream`):
+/// status line, the handler's headers, `Transfer-Encoding: chunked` when
+/// `framing` is `Chunked` (HTTP/1.1), `Connection`. An `UntilClose` body
+/// (HTTP/1.0) is ended by the close, so the head always says `close`.
+pub fn write_streamed_head(
+    out: &mut Vec<u8>,
+    response: &Response,
+    options: WriteOptions,
+    framing: StreamFraming,
+) {
+    write_status_and_headers(out, response);
+    let options = match framing {
+        StreamFraming::Chunked => {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            options
+        }
+        StreamFraming::UntilClose => WriteOptions {
+            keep_alive: false,
+            ..options
+        },
+    };
+    write_connection(out, options);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_status_and_headers(out: &mut Vec<u8>, response: &Response) {
     out.extend_from_slice(b"HTTP/1.1 ");
     push_decimal(out, u64::from(response.status));
     out.push(b' ');
@@ -38,20 +79,13 @@ pub fn write_response(out: &mut Vec<u8>, response: &Response, options: WriteOpti
             out.extend_from_slice(b"\r\n");
         }
     }
-    let has_body = status_allows_body(response.status);
-    if has_body {
-        out.extend_from_slice(b"Content-Length: ");
-        push_decimal(out, response.body.len() as u64);
-        out.extend_from_slice(b"\r\n");
-    }
+}
+
+fn write_connection(out: &mut Vec<u8>, options: WriteOptions) {
     if !options.keep_alive {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if options.request_version == Version::Http10 {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    if has_body && !options.head_only {
-        out.extend_from_slice(&response.body);
     }
 }
 
@@ -169,11 +203,50 @@ mod tests {
                 ("X-Fine".into(), "v".into()),
             ],
             body: b"ignored".to_vec(),
+            stream: None,
         };
         assert_eq!(
             written(&sneaky, true, Version::Http11, false),
             "HTTP/1.1 204 No Content\r\nX-Fine: v\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn a_streamed_head_announces_chunks_or_the_close() {
+        let sse = Response::json(200, &serde_json::json!({}));
+        let options = |keep_alive, request_version| WriteOptions {
+            keep_alive,
+            request_version,
+            head_only: false,
+        };
+        let head = |options, framing| {
+            let mut out = Vec::new();
+            write_streamed_head(&mut out, &sse, options, framing);
+            String::from_utf8(out).unwrap()
+        };
+        let cases = [
+            (
+                options(true, Version::Http11),
+                StreamFraming::Chunked,
+                "Transfer-Encoding: chunked\r\n\r\n",
+            ),
+            (
+                options(false, Version::Http11),
+                StreamFraming::Chunked,
+                "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+            ),
+            (
+                options(true, Version::Http10),
+                StreamFraming::UntilClose,
+                "Content-Type: application/json\r\nConnection: close\r\n\r\n",
+            ),
+        ];
+        for (options, framing, tail) in cases {
+            let written = head(options, framing);
+            assert!(written.starts_with("HTTP/1.1 200 OK\r\n"), "{written}");
+            assert!(written.ends_with(tail), "{written}");
+            assert!(!written.contains("Content-Length"), "{written}");
+        }
     }
 
     #[test]

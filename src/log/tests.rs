@@ -14,60 +14,6 @@ fn lines(buffer: &Arc<Mutex<Vec<u8>>>) -> Vec<Value> {
         .collect()
 }
 
-fn at(secs: u64, millis: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis)
-}
-
-#[test]
-fn timestamps_match_known_dates() {
-    let cases = [
-        (at(0, 0), "1970-01-01T00:00:00.000Z"),
-        (at(86_399, 999), "1970-01-01T23:59:59.999Z"),
-        (at(68_169_600, 0), "1972-02-29T00:00:00.000Z"),
-        (at(951_782_400, 1), "2000-02-29T00:00:00.001Z"),
-        (at(951_868_800, 0), "2000-03-01T00:00:00.000Z"),
-        (at(1_234_567_890, 120), "2009-02-13T23:31:30.120Z"),
-        (at(1_709_251_199, 0), "2024-02-29T23:59:59.000Z"),
-        (at(1_735_689_599, 500), "2024-12-31T23:59:59.500Z"),
-        (at(4_107_542_400, 0), "2100-03-01T00:00:00.000Z"), // 2100 is not a leap year
-        (at(253_402_300_799, 0), "9999-12-31T23:59:59.000Z"),
-        (
-            UNIX_EPOCH - Duration::from_secs(5),
-            "1970-01-01T00:00:00.000Z",
-        ),
-    ];
-    for (time, expected) in cases {
-        assert_eq!(rfc3339_millis(time), expected);
-    }
-}
-
-#[test]
-fn every_day_follows_the_one_before() {
-    // Walk 1970 to 2399 day by day (2000 is a leap year; 2100, 2200 and 2300
-    // are not): each date is the one before plus a day.
-    let month_length = |y: i64, m: u32| match m {
-        4 | 6 | 9 | 11 => 30,
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        _ => 31,
-    };
-    let mut previous = civil_from_days(0);
-    assert_eq!(previous, (1970, 1, 1));
-    for days in 1..157_000 {
-        let (y, m, d) = civil_from_days(days);
-        let (py, pm, pd) = previous;
-        let expected = if pd < month_length(py, pm) {
-            (py, pm, pd + 1)
-        } else if pm < 12 {
-            (py, pm + 1, 1)
-        } else {
-            (py + 1, 1, 1)
-        };
-        assert_eq!((y, m, d), expected, "day {days}");
-        previous = (y, m, d);
-    }
-}
-
 #[test]
 fn an_event_is_one_json_line_with_its_fields() {
     let (logger, buffer) = Logger::buffer(Level::Info, true);

@@ -8,12 +8,14 @@
 //! It never runs a tool, keeps no session, and never puts a token, a header
 //! value or a call's arguments in a log line.
 
+use super::events::Events;
 use super::handshake::{self, Refused, Revision};
 use super::jsonrpc::{
-    self, Message, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, MISSING_CAPABILITY,
-    PARSE_ERROR,
+    self, Message, HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND,
+    MISSING_CAPABILITY, PARSE_ERROR,
 };
-use super::{tasks, tools_call, tools_list};
+use super::tools_call::{Called, RpcError};
+use super::{listen, tasks, tools_call, tools_list};
 use crate::auth::Tenant;
 use crate::calls::Calls;
 use crate::http::OriginPolicy;
@@ -59,7 +61,12 @@ impl Mcp {
     }
 
     /// Answer one `POST /mcp`.
-    pub fn handle(&self, req: &Request, tenant: &Tenant, exchange: &mut Exchange) -> Response {
+    pub fn handle(
+        self: &Arc<Mcp>,
+        req: &Request,
+        tenant: &Tenant,
+        exchange: &mut Exchange,
+    ) -> Response {
         let (host, origin) = (req.header("host"), req.header("origin"));
         if let Err(refusal) = self.origins.check(host, origin) {
             return refusal.into();
@@ -73,18 +80,33 @@ impl Mcp {
         };
         match value {
             Value::Array(batch) => answer_batch(self, req, tenant, exchange, &batch),
-            single => {
-                let mut notes = Vec::new();
-                match answer_one(self, req, tenant, exchange, &single, &mut notes) {
-                    Some((status, body)) if !notes.is_empty() && accepts_events(req) => {
-                        super::progress::event_stream(status, &notes, &body)
-                    }
-                    Some((status, body)) => Response::json(status, &body),
-                    None => accepted(),
-                }
-            }
+            single => match answer_one(self, req, tenant, exchange, &single, accepts_events(req)) {
+                Some(Answer::Now(status, body)) => Response::json(status, &body),
+                Some(Answer::Streamed(produce)) => super::events::stream(produce),
+                None => accepted(),
+            },
         }
     }
+}
+
+/// One message's answer: now, or as an event stream whose producer sends
+/// the notifications and then the response.
+enum Answer {
+    Now(u16, Value),
+    Streamed(Box<dyn FnOnce(&mut Events<'_>) + Send>),
+}
+
+/// A streamed answer: `work` sends its notifications, then its outcome is
+/// the response (framed as `finished` frames any answer).
+fn streamed(
+    id: jsonrpc::Id,
+    revision: Revision,
+    work: impl FnOnce(&mut Events<'_>) -> Result<Value, RpcError> + Send + 'static,
+) -> Answer {
+    Answer::Streamed(Box::new(move |events| {
+        let (_, body) = finished(&id, revision, work(events));
+        let _ = events.send(&body);
+    }))
 }
 
 /// Whether the client takes a `text/event-stream` answer (MCP clients
@@ -100,13 +122,14 @@ fn accepted() -> Response {
         status: 202,
         headers: Vec::new(),
         body: Vec::new(),
+        stream: None,
     }
 }
 
 /// A batch: only 2025-03-26 allows one (named by the header, or no header);
 /// later revisions removed batching, so the whole body is an invalid request.
 fn answer_batch(
-    mcp: &Mcp,
+    mcp: &Arc<Mcp>,
     req: &Request,
     tenant: &Tenant,
     exchange: &mut Exchange,
@@ -125,10 +148,14 @@ fn answer_batch(
     if let Some(message) = refusal {
         return Response::json(400, &jsonrpc::error(None, INVALID_REQUEST, message, None));
     }
+    // A batch is answered whole: never streamed.
     let answers: Vec<Value> = batch
         .iter()
-        .filter_map(|message| answer_one(mcp, req, tenant, exchange, message, &mut Vec::new()))
-        .map(|(_, body)| body)
+        .filter_map(|message| answer_one(mcp, req, tenant, exchange, message, false))
+        .filter_map(|answer| match answer {
+            Answer::Now(_, body) => Some(body),
+            Answer::Streamed(_) => None,
+        })
         .collect();
     if answers.is_empty() {
         accepted()
@@ -138,14 +165,15 @@ fn answer_batch(
 }
 
 /// One message: `None` for a notification or a response (nothing to say).
+/// `streams`: it may be answered with an event stream.
 fn answer_one(
-    mcp: &Mcp,
+    mcp: &Arc<Mcp>,
     req: &Request,
     tenant: &Tenant,
     exchange: &mut Exchange,
     value: &Value,
-    notes: &mut Vec<Value>,
-) -> Option<(u16, Value)> {
+    streams: bool,
+) -> Option<Answer> {
     let (id, method, params) = match jsonrpc::classify(value) {
         Ok(Message::Request { id, method, params }) => (id, method, params),
         Ok(Message::Notification { method, params }) => {
@@ -154,7 +182,7 @@ fn answer_one(
             let header = req.header("mcp-protocol-version");
             if let Err(refused) = handshake::revision_of(&params, header) {
                 let body = jsonrpc::error(None, refused.code, refused.message, refused.data);
-                return Some((400, body));
+                return Some(Answer::Now(400, body));
             }
             notified(&method);
             return None;
@@ -162,25 +190,28 @@ fn answer_one(
         Ok(Message::Response) => return None,
         Err(m) => {
             let body = jsonrpc::error(m.id.as_ref(), INVALID_REQUEST, m.message, None);
-            return Some((400, body));
+            return Some(Answer::Now(400, body));
         }
     };
     if method == "initialize"
         && !handshake::names_stateless(&params, req.header("mcp-protocol-version"))
     {
-        return Some((200, jsonrpc::result(&id, handshake::initialize(&params))));
+        return Some(Answer::Now(
+            200,
+            jsonrpc::result(&id, handshake::initialize(&params)),
+        ));
     }
     let revision = match revision_checked(req, &method, &params) {
         Ok(revision) => revision,
         Err(refused) => {
             let body = jsonrpc::error(Some(&id), refused.code, refused.message, refused.data);
-            return Some((400, body));
+            return Some(Answer::Now(400, body));
         }
     };
     let answer = match method.as_str() {
         // The handshake methods are gone from the stateless revision.
         "ping" | "initialize" if revision.is_stateless() => {
-            return Some(method_not_found(&id, &method, revision))
+            return Some(now(method_not_found(&id, &method, revision)))
         }
         "ping" => Ok(json!({})),
         "server/discover" => Ok(handshake::discover()),
@@ -190,25 +221,50 @@ fn answer_one(
                 .map(|page| tools_list::mark_paused(page, |tool| mcp.calls.paused(tool)))
                 .map_err(|e| (INVALID_PARAMS, e.to_string(), None))
         }
-        "tools/call" => tools_call::call(mcp, req, tenant, exchange, revision, &params, notes),
+        "tools/call" => {
+            match tools_call::call(mcp, req, tenant, exchange, revision, &params, streams) {
+                Ok(Called::Followed(follow)) => {
+                    return Some(streamed(id, revision, move |events| follow.run(events)))
+                }
+                Ok(Called::Now(result)) => Ok(result),
+                Err(e) => Err(e),
+            }
+        }
+        "subscriptions/listen" if revision.is_stateless() => {
+            return Some(match listen::open(mcp, tenant, revision, &params, &id) {
+                Ok(listening) => streamed(id, revision, move |events| listening.run(events)),
+                Err(e) => now(finished(&id, revision, Err(e))),
+            })
+        }
         "tasks/get" => tasks::get(mcp, tenant, revision, &params, exchange),
         "tasks/cancel" => tasks::cancel(mcp, tenant, revision, &params, exchange),
         "tasks/update" => tasks::update(mcp, tenant, revision, &params, exchange),
-        _ => return Some(method_not_found(&id, &method, revision)),
+        _ => return Some(now(method_not_found(&id, &method, revision))),
     };
-    Some(match answer {
-        Ok(result) => (200, jsonrpc::result(&id, complete(result, revision))),
+    Some(now(finished(&id, revision, answer)))
+}
+
+fn now((status, body): (u16, Value)) -> Answer {
+    Answer::Now(status, body)
+}
+
+/// A method's outcome as the JSON-RPC response, with its HTTP status.
+fn finished(id: &jsonrpc::Id, revision: Revision, answer: Result<Value, RpcError>) -> (u16, Value) {
+    match answer {
+        Ok(result) => (200, jsonrpc::result(id, complete(result, revision))),
         Err((code, message, data)) => {
-            // A missing client capability is a 400 under the stateless
-            // revision, as its transport requires.
-            let status = if code == MISSING_CAPABILITY && revision.is_stateless() {
+            // A missing client capability or a custom header that does not
+            // mirror its argument is a 400 under the stateless revision, as
+            // its transport requires.
+            let refused_by_transport = code == MISSING_CAPABILITY || code == HEADER_MISMATCH;
+            let status = if refused_by_transport && revision.is_stateless() {
                 400
             } else {
                 200
             };
-            (status, jsonrpc::error(Some(&id), code, message, data))
+            (status, jsonrpc::error(Some(id), code, message, data))
         }
-    })
+    }
 }
 
 /// `-32601`; `404` under the stateless revision, as its transport requires.

@@ -1,6 +1,7 @@
 //! Tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663): a
 //! `tools/call` that answers a task instead of its result, and the methods
-//! that read and cancel one (`tasks/get`, `tasks/update`, `tasks/cancel`).
+//! that read and cancel one (`tasks/get`, `tasks/update`, `tasks/cancel`);
+//! `listen` pushes the same `DetailedTask` as status notifications.
 //!
 //! The task **is the call**: its `taskId` is the call's id, so any process on
 //! the database answers for it, after a restart, a `kill -9` or a new MCP
@@ -14,6 +15,7 @@
 //! and never shows another tenant's call: an id the tenant has no call for is
 //! `-32602`, exactly like one that never existed.
 
+use super::approval_input::{self, Answer, Asker};
 use super::call_result::tool_result;
 use super::endpoint::Mcp;
 use super::handshake::{Revision, META_CLIENT_CAPABILITIES, TASKS_EXTENSION};
@@ -21,7 +23,8 @@ use super::jsonrpc::{INTERNAL_ERROR, INVALID_PARAMS, MISSING_CAPABILITY};
 use super::tools_call::RpcError;
 use crate::auth::Tenant;
 use crate::calls::CancelAnswer;
-use crate::log::{rfc3339_millis, Exchange};
+use crate::log::Exchange;
+use crate::rfc3339::rfc3339_millis;
 use crate::store::{Call, Status};
 use crate::tools::{TaskSupport, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -34,9 +37,8 @@ pub const POLL_INTERVAL_MS: u64 = 1_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskStatus {
     Working,
-    /// Waiting for the client: no call status maps here yet (calls that
-    /// wait for an approval will).
-    #[allow(dead_code)]
+    /// Waiting for the client: a call awaiting an approval its client may
+    /// give (`approval_input`).
     InputRequired,
     Completed,
     Failed,
@@ -58,12 +60,15 @@ impl TaskStatus {
 /// The one mapping from a call to its task's status. A tool that ran and
 /// answered a failure is `completed` (its result says `isError`); a failure
 /// the tool never answered (killed, timed out, unreachable, not started) is
-/// `failed`, the extension's protocol-level error. A new call status (one
-/// awaiting an approval, say) gets its arm here and nowhere else.
-pub fn task_status(call: &Call) -> TaskStatus {
+/// `failed`, the extension's protocol-level error. A call awaiting approval
+/// is `input_required` where its client is asked for the decision
+/// (`asks_client`; `approval_input` says where it may be), and otherwise
+/// works on while a person decides, out of band. A new call status gets its
+/// arm here and nowhere else.
+pub fn task_status(call: &Call, asks_client: bool) -> TaskStatus {
     match call.status {
-        // A call awaiting a person's decision works on, out of band; a
-        // denial is an answer (its result says `isError`, `approval_denied`).
+        Status::AwaitingApproval if asks_client => TaskStatus::InputRequired,
+        // A denial is an answer (its result says `isError`, `approval_denied`).
         Status::Pending | Status::Running | Status::AwaitingApproval => TaskStatus::Working,
         Status::Succeeded | Status::Denied => TaskStatus::Completed,
         Status::Failed if tool_answered(call) => TaskStatus::Completed,
@@ -119,7 +124,8 @@ pub fn missing_capability(required: Value) -> RpcError {
     )
 }
 
-fn missing_extension() -> RpcError {
+/// `-32021` naming the tasks extension.
+pub fn missing_extension() -> RpcError {
     missing_capability(json!({"extensions": {TASKS_EXTENSION: {}}}))
 }
 
@@ -157,7 +163,8 @@ pub fn answers_as_task(
 }
 
 /// The task's own fields: id, status, times, lifetime, polling.
-fn envelope(mcp: &Mcp, call: &Call) -> Value {
+/// `asks_client`: a call awaiting approval puts it to its client.
+fn envelope(mcp: &Mcp, call: &Call, asks_client: bool) -> Value {
     let ttl_ms = mcp
         .options
         .key_ttl
@@ -165,38 +172,43 @@ fn envelope(mcp: &Mcp, call: &Call) -> Value {
         .unwrap_or(Value::Null);
     let mut task = json!({
         "taskId": call.call_id,
-        "status": task_status(call).as_str(),
+        "status": task_status(call, asks_client).as_str(),
         "createdAt": iso(call.created_at),
         "lastUpdatedAt": iso(call.updated_at),
         "ttlMs": ttl_ms,
         "pollIntervalMs": POLL_INTERVAL_MS,
     });
-    if let Some(message) = status_message(call) {
+    if let Some(message) = status_message(call, asks_client) {
         task["statusMessage"] = message.into();
     }
     task
 }
 
 /// What a person reads about the task's state.
-fn status_message(call: &Call) -> Option<String> {
+fn status_message(call: &Call, asks_client: bool) -> Option<String> {
     match call.status {
+        Status::AwaitingApproval if asks_client => Some(
+            "waiting for approval: answer the input request, or a person with the approver \
+             role decides"
+                .into(),
+        ),
+        Status::AwaitingApproval => Some("waiting for a person's approval".into()),
         Status::Pending if call.attempt > 0 => {
             Some(format!("waiting to retry after attempt {}", call.attempt))
         }
         Status::Pending => Some("waiting for a worker".into()),
         Status::Running if call.cancel_requested_at.is_some() => Some("being cancelled".into()),
-        Status::Running => Some(
-            match crate::tools::progress::board().latest(&call.call_id) {
-                Some(report) => progress_message(&report),
-                None => format!("running, attempt {}", call.attempt),
-            },
-        ),
+        Status::Running => Some(match crate::calls::last_progress(call) {
+            Some(report) => progress_message(&report),
+            None => format!("running, attempt {}", call.attempt),
+        }),
         _ => None,
     }
 }
 
-/// The last progress a tool reported (in this process), as a sentence.
-fn progress_message(report: &crate::tools::progress::Progress) -> String {
+/// The last progress its tool reported (on whichever node runs it), as a
+/// sentence.
+fn progress_message(report: &crate::store::CallProgress) -> String {
     let done = match report.total {
         Some(total) => format!("{} of {total}", report.progress),
         None => report.progress.to_string(),
@@ -212,11 +224,13 @@ fn iso(unix_secs: f64) -> String {
 }
 
 /// `tools/call`'s answer when it made (or found) a task: a flat
-/// `CreateTaskResult`, never the result (that is `tasks/get`'s).
-pub fn created(mcp: &Mcp, call: &Call) -> Value {
-    let mut task = envelope(mcp, call);
+/// `CreateTaskResult`, never the result nor the input requests (those are
+/// `tasks/get`'s).
+pub fn created(mcp: &Mcp, call: &Call, asker: &Asker) -> Result<Value, RpcError> {
+    let asks_client = approval_input::input_requests(mcp, asker, call)?.is_some();
+    let mut task = envelope(mcp, call, asks_client);
     task["resultType"] = "task".into();
-    task
+    Ok(task)
 }
 
 /// The task id of a `tasks/*` request, or `-32602`.
@@ -270,13 +284,28 @@ pub fn get(
     exchange: &mut Exchange,
 ) -> Result<Value, RpcError> {
     let call = the_call(mcp, tenant, revision, params, exchange)?;
-    let mut task = envelope(mcp, &call);
-    match task_status(&call) {
+    detailed(mcp, &call, revision, &Asker::of(tenant, params))
+}
+
+/// The task as `tasks/get` and `notifications/tasks` show it (the
+/// extension's `DetailedTask`): its envelope, with the call's result inlined
+/// once `completed` or its error once `failed`, and the input requests
+/// it waits on once `input_required`.
+pub fn detailed(
+    mcp: &Mcp,
+    call: &Call,
+    revision: Revision,
+    asker: &Asker,
+) -> Result<Value, RpcError> {
+    let input = approval_input::input_requests(mcp, asker, call)?;
+    let mut task = envelope(mcp, call, input.is_some());
+    match task_status(call, input.is_some()) {
         TaskStatus::Completed => {
             let spec = mcp.calls.tools().get(&call.tool).map(|s| &**s);
-            task["result"] = tool_result(&call, spec, Default::default(), revision);
+            task["result"] = tool_result(call, spec, Default::default(), revision);
         }
-        TaskStatus::Failed => task["error"] = failure(&call),
+        TaskStatus::Failed => task["error"] = failure(call),
+        TaskStatus::InputRequired => task["inputRequests"] = input.unwrap_or_default(),
         _ => {}
     }
     Ok(task)
@@ -323,9 +352,11 @@ pub fn cancel(
     }
 }
 
-/// `tasks/update`: input for a task waiting on its client. No call waits
-/// for input yet, so a known task's update is acknowledged and changes
-/// nothing; an unknown one is `-32602`.
+/// `tasks/update`: input for a task waiting on its client — the answer to
+/// its approval request, recorded as the client's decision where it may
+/// give one (`approval_input`), and refused (`-32602`) where a person
+/// must. Answers to keys it never asked are ignored. The ack is empty; the
+/// task's state is `tasks/get`'s to tell. An unknown task is `-32602`.
 pub fn update(
     mcp: &Mcp,
     tenant: &Tenant,
@@ -333,7 +364,9 @@ pub fn update(
     params: &Map<String, Value>,
     exchange: &mut Exchange,
 ) -> Result<Value, RpcError> {
-    the_call(mcp, tenant, revision, params, exchange)?;
+    let call = the_call(mcp, tenant, revision, params, exchange)?;
+    let answer = Answer::of(params)?;
+    approval_input::apply(mcp, tenant, call, answer)?;
     Ok(json!({}))
 }
 
@@ -363,6 +396,7 @@ mod tests {
             expires_at: None,
             next_attempt_at: None,
             cancel_requested_at: None,
+            progress: None,
         }
     }
 
@@ -378,14 +412,27 @@ mod tests {
             (Status::Failed, Some("downstream_unavailable"), "failed"),
             (Status::Failed, None, "failed"),
             (Status::Cancelled, None, "cancelled"),
+            (Status::AwaitingApproval, None, "working"),
+            (Status::Denied, None, "completed"),
         ];
         for (status, code, want) in cases {
             assert_eq!(
-                task_status(&call(status, code)).as_str(),
+                task_status(&call(status, code), false).as_str(),
                 want,
                 "{status:?} {code:?}"
             );
         }
+        // Only a call awaiting approval waits on its client when asked.
+        for status in [Status::Pending, Status::Running, Status::Succeeded] {
+            assert_ne!(
+                task_status(&call(status, None), true),
+                TaskStatus::InputRequired
+            );
+        }
+        assert_eq!(
+            task_status(&call(Status::AwaitingApproval, None), true),
+            TaskStatus::InputRequired
+        );
     }
 
     #[test]

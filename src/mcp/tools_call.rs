@@ -6,17 +6,21 @@
 //! request, so that only a business key protects against a re-sent call.
 //! It waits up to `--mcp-wait-secs` for the call to settle, then answers its
 //! state: `structuredContent` and the same JSON as text, `isError` when the
-//! call failed. Also `get_tool_call`, which reads a call by its handle.
+//! call failed — streaming its progress meanwhile when the request carries a
+//! `progressToken` (`progress`). Also `get_tool_call`, which reads a call by
+//! its handle.
 //!
 //! It never runs a tool itself, never answers before the call is committed,
 //! and never lets `notifications/cancelled` (or a client hanging up) abort a
 //! call: the wait ends, the call goes on.
 
+use super::approval_input::{self, Answer, Asker};
 use super::call_result::{tool_result, Marks};
 use super::endpoint::Mcp;
 use super::handshake::Revision;
-use super::jsonrpc::{IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
+use super::jsonrpc::{HEADER_MISMATCH, IDEMPOTENCY_CONFLICT, INTERNAL_ERROR, INVALID_PARAMS};
 use super::keyless::{self, KeyOf};
+use super::progress::Follow;
 use super::tools_list::GET_TOOL_CALL;
 use crate::auth::Tenant;
 // The key and wait bounds are the call path's, so both transports agree.
@@ -30,6 +34,7 @@ use crate::metrics::Transport;
 use crate::store::{Call, Status, StoreError};
 use crate::tools::{Keyless, ToolSpec};
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The `_meta` key a client puts its idempotency key under (reverse DNS, as
@@ -43,16 +48,27 @@ fn invalid(message: impl Into<String>) -> RpcError {
     (INVALID_PARAMS, message.into(), None)
 }
 
-/// `tools/call`'s result (possibly a tool execution error), or a protocol error.
+/// How `tools/call` answers.
+pub enum Called {
+    /// Its result now (possibly a tool execution error).
+    Now(Value),
+    /// Its result once the call is waited for, its progress streamed
+    /// meanwhile (`progress::Follow`).
+    Followed(Box<Follow>),
+}
+
+/// `tools/call`'s answer, or a protocol error. `streams`: the request may
+/// be answered with an event stream (one message, and its client takes
+/// `text/event-stream`).
 pub fn call(
-    mcp: &Mcp,
+    mcp: &Arc<Mcp>,
     req: &Request,
     tenant: &Tenant,
     exchange: &mut Exchange,
     revision: Revision,
     params: &Map<String, Value>,
-    notes: &mut Vec<Value>,
-) -> Result<Value, RpcError> {
+    streams: bool,
+) -> Result<Called, RpcError> {
     let name = params
         .get("name")
         .and_then(Value::as_str)
@@ -63,7 +79,7 @@ pub fn call(
         Some(_) => return Err(invalid("params.arguments must be an object")),
     };
     if name == GET_TOOL_CALL {
-        return get_tool_call(mcp, req, tenant, exchange, revision, &arguments);
+        return get_tool_call(mcp, req, tenant, exchange, revision, &arguments).map(Called::Now);
     }
     let Some(spec) = mcp.calls.tools().get(name) else {
         let known = super::tools_list::names(mcp.calls.tools());
@@ -73,10 +89,19 @@ pub fn call(
             Some(json!({"tools": known})),
         ));
     };
+    if revision.is_stateless() {
+        super::param_headers::check(&spec.input_schema, &arguments, |name| req.header(name))
+            .map_err(|message| (HEADER_MISMATCH, message, None))?;
+    }
     let as_task = super::tasks::answers_as_task(spec, revision, params)?;
-    let key = match key_of(mcp, tenant, spec, name, &arguments, params)? {
-        Ok(key) => key,
-        Err(refused) => return Ok(refused),
+    // A re-sent call answering an input request names its call in
+    // `requestState`: its key finds it again, whatever the keyless policy.
+    let key = match approval_input::stated_call(mcp, tenant, name, params)? {
+        Some(stated) => KeyOf::Sent(stated.idem_key),
+        None => match key_of(mcp, tenant, spec, name, &arguments, params)? {
+            Ok(key) => key,
+            Err(refused) => return Ok(Called::Now(refused)),
+        },
     };
     exchange.idem_key = Some(key.key().to_string());
     if !revision.schema_failure_is_tool_error() {
@@ -103,7 +128,7 @@ pub fn call(
         Ok(Submitted::Cached { .. }) => {
             return Err((INTERNAL_ERROR, "internal error".into(), None));
         }
-        Err(e) => return refusal(e, exchange),
+        Err(e) => return refusal(e, exchange).map(Called::Now),
     };
     exchange.call_id = Some(call.call_id.clone());
     exchange.replayed = replayed;
@@ -112,9 +137,28 @@ pub fn call(
         duplicate_intent,
         by_content: matches!(key, KeyOf::Content(_)),
     };
+    if marks.replayed && marks.by_content {
+        // The answer says it was found by its content; so does the audit,
+        // committed before the answer (a failed write is the client's to
+        // retry, as any store failure: the same content finds the call).
+        mcp.calls
+            .note_replay_by_content(&tenant.name, &call.call_id, mcp.options.content_window)
+            .map_err(store_failure)?;
+    }
+    let asker = Asker::of(tenant, params);
+    let call = match call.status {
+        Status::AwaitingApproval => approval_input::apply(mcp, tenant, call, Answer::of(params)?)?,
+        _ => call,
+    };
     if as_task {
         log_answer(&call, marks);
-        return Ok(super::tasks::created(mcp, &call));
+        return super::tasks::created(mcp, &call, &asker).map(Called::Now);
+    }
+    if revision.is_stateless() {
+        if let Some(requests) = approval_input::input_requests(mcp, &asker, &call)? {
+            log_answer(&call, marks);
+            return Ok(Called::Now(approval_input::input_required(&call, requests)));
+        }
     }
     // A call awaiting approval is answered at once with its handle: a
     // person's decision is not a matter of seconds (`get_tool_call`, asked
@@ -123,12 +167,26 @@ pub fn call(
         Status::AwaitingApproval => Duration::ZERO,
         _ => mcp.options.wait,
     };
-    let call = match super::progress::token(params) {
-        Some(token) => super::progress::settle_reporting(mcp, req, call, wait, &token, notes)?,
-        None => settle(mcp, req, call, wait)?,
-    };
+    let token = super::progress::token(params);
+    if let Some(token) = token.filter(|_| streams && !wait.is_zero()) {
+        if !call.status.is_terminal() {
+            let spec = Arc::clone(spec);
+            return Ok(Called::Followed(Box::new(Follow {
+                calls: Arc::clone(&mcp.calls),
+                call,
+                token,
+                wait,
+                client: req.client.clone(),
+                answer: Box::new(move |call| {
+                    log_answer(call, marks);
+                    tool_result(call, Some(&spec), marks, revision)
+                }),
+            })));
+        }
+    }
+    let call = settle(mcp, req, call, wait)?;
     log_answer(&call, marks);
-    Ok(tool_result(&call, Some(spec), marks, revision))
+    Ok(Called::Now(tool_result(&call, Some(spec), marks, revision)))
 }
 
 /// What `submit` refused (mapped once, in `calls::error`), as MCP frames

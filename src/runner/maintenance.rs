@@ -2,7 +2,8 @@
 //! runner's periodic jobs (`Chore`s), each a small struct holding what it
 //! needs, at its own interval:
 //! - lease extension (`LeaseExtension`, every third of the lease, per
-//!   lease): the leases of tools running now, in one fenced write;
+//!   lease): the leases of tools running now, in one fenced write, each
+//!   with its tool's last progress report (so every node can show it);
 //! - the instance heartbeat (`Heartbeat`, `HEARTBEAT_EVERY`): other
 //!   processes on the file see this one alive, so its leases are held by a
 //!   live owner;
@@ -38,7 +39,7 @@ use super::retention::Purge;
 use super::tasks::TaskTable;
 use crate::lock::lock;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
-use crate::store::{CallStore, Lease, HEARTBEAT_EVERY};
+use crate::store::{CallProgress, CallStore, Lease, HEARTBEAT_EVERY};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -288,7 +289,9 @@ fn extend_due_leases<H: Clone>(
     if leases.is_empty() {
         return;
     }
-    let held = match store.extend(&leases, lease) {
+    // Each tool's last progress report rides on the same write.
+    let progress: Vec<Option<CallProgress>> = leases.iter().map(last_report).collect();
+    let held = match store.extend_reporting(&leases, &progress, lease) {
         Ok(held) => held,
         Err(e) => {
             return log::warn("leases not extended")
@@ -306,6 +309,18 @@ fn extend_due_leases<H: Clone>(
                 .emit();
         }
     }
+}
+
+/// What a lease's tool last reported in this process, to store with the call.
+fn last_report(lease: &Lease) -> Option<CallProgress> {
+    let report = crate::tools::progress::board().latest(&lease.call_id)?;
+    Some(CallProgress {
+        attempt: lease.attempt,
+        progress: report.progress,
+        total: report.total,
+        message: report.message,
+        at: report.at,
+    })
 }
 
 #[cfg(test)]

@@ -3,16 +3,18 @@
 //!
 //! This file owns a connection's reads, writes, deadlines and the decision to
 //! close. It must never let one client hold its thread past `request_timeout`
-//! (reading or writing) or `idle_timeout`, never call the handler for a request
+//! (reading or writing), `idle_timeout` or, for a streamed body, `max_stream`, never call the handler for a request
 //! that did not arrive whole, and never close with unread input still arriving
 //! after an error response (see `linger`).
 
 use super::input_buffer::{InputBuffer, RETAINED_BUFFER};
 use super::limits::Limits;
 use super::observer::{Handler, Observer};
+use super::stream::StreamEnd;
 use crate::http::{
-    write_response, ClientProbe, ErrorCode, ParseError, ParseLimits, Progress, Request,
-    RequestParser, Response, Version, WriteOptions, CONTINUE_100,
+    write_response, write_streamed_head, ClientProbe, ErrorCode, ParseError, ParseLimits, Producer,
+    Progress, Request, RequestParser, Response, StreamFraming, Streamed, Version, WriteOptions,
+    CONTINUE_100,
 };
 use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -118,6 +120,9 @@ impl<'a> ServedConnection<'a> {
             request_version: request.version,
             head_only: request.method == "HEAD",
         };
+        if let Some(produce) = response.stream.as_ref().and_then(Streamed::take) {
+            return self.stream_response(&response, produce, options);
+        }
         self.output.clear();
         write_response(&mut self.output, &response, options);
         if (&*self.stream).write_all(&self.output).is_err() {
@@ -132,6 +137,44 @@ impl<'a> ServedConnection<'a> {
             self.output = Vec::with_capacity(1024);
         }
         Next::Continue
+    }
+
+    /// A streamed body (`server::stream`): the head, then the producer's
+    /// pieces as they come, within `max_stream`; the connection goes on only
+    /// after a whole chunked body. A HEAD gets the head alone.
+    fn stream_response(
+        &mut self,
+        response: &Response,
+        produce: Producer,
+        options: WriteOptions,
+    ) -> Next {
+        let framing = match options.request_version {
+            Version::Http11 => StreamFraming::Chunked,
+            Version::Http10 => StreamFraming::UntilClose,
+        };
+        self.output.clear();
+        write_streamed_head(&mut self.output, response, options, framing);
+        if (&*self.stream).write_all(&self.output).is_err() {
+            return Next::Close;
+        }
+        let end = if options.head_only {
+            StreamEnd::Whole
+        } else {
+            let stream = Arc::clone(&self.stream);
+            let gone = move || client_gone(&stream);
+            super::stream::drive(
+                &self.stream,
+                framing,
+                produce,
+                self.limits.max_stream,
+                &gone,
+            )
+        };
+        if end == StreamEnd::Whole && options.keep_alive && framing == StreamFraming::Chunked {
+            return Next::Continue;
+        }
+        let _ = self.stream.shutdown(Shutdown::Write);
+        Next::Close
     }
 
     /// Waits for the first byte of the next request; false means close silently

@@ -18,6 +18,10 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// An idle keep-alive connection is closed after this.
     pub idle_timeout: Duration,
+    /// The longest a streamed body (an event stream) stays open; a stream
+    /// still going then is cut and its connection closed. Its producer plans
+    /// to end before (`Sink::remaining`).
+    pub max_stream: Duration,
     pub max_connections: usize,
 }
 
@@ -31,6 +35,7 @@ impl Default for Limits {
             max_body: parse.max_body,
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
+            max_stream: Duration::from_secs(15 * 60),
             max_connections: 1024,
         }
     }

@@ -56,12 +56,16 @@ pub(in crate::store) enum Event {
     /// A `failed` or `cancelled` call sent back to `pending` by an operator:
     /// who, why, and after which attempt (`rerun`; see `store::rerun`).
     Rerun,
+    /// A keyless MCP `tools/call` with the same tool and arguments was
+    /// answered with this call, by its content key: nothing ran again
+    /// (`replayed_by_content`).
+    ReplayedByContent,
 }
 
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 15] = [
+    pub(in crate::store) const ALL: [Event; 16] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,
@@ -77,6 +81,7 @@ impl Event {
         Event::Approved,
         Event::Denied,
         Event::Rerun,
+        Event::ReplayedByContent,
     ];
 
     /// The name in `audit.event`, and in the API's timeline.
@@ -97,6 +102,7 @@ impl Event {
             Event::Approved => "approved",
             Event::Denied => "denied",
             Event::Rerun => "rerun",
+            Event::ReplayedByContent => "replayed_by_content",
         }
     }
 }
@@ -267,6 +273,15 @@ pub(in crate::store) fn approval_requested(approvers: &str, timeout: Duration) -
     format!(
         "approvers {approvers}; expires in {} s",
         timeout.as_secs_f64()
+    )
+}
+
+/// `replayed_by_content`'s detail: which request found the call, and that
+/// nothing ran for it.
+pub(in crate::store) fn replayed_by_content(window_secs: u64) -> String {
+    format!(
+        "a keyless MCP tools/call with the same tool and arguments within {window_secs} s \
+         was answered with this call; nothing ran again"
     )
 }
 

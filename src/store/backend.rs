@@ -17,8 +17,8 @@ use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
+    AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
+    Lease, LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::operator::Operator;
 use super::options::DueLimits;
@@ -176,10 +176,29 @@ pub(in crate::store) trait Backend: Any + Send + Sync + Operator {
     );
 
     /// Extend leases whose tools are still running to `lease` from now, each
-    /// only while its call is `running` under the lease's attempt. Returns,
-    /// in order, whether each lease is still held: `false` means it was lost
-    /// (taken over after it expired, or released), and extending it must stop.
-    fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError>;
+    /// only while its call is `running` under the lease's attempt, storing
+    /// with each the progress its tool last reported (`progress[i]` for
+    /// `leases[i]`; missing or `None`: the stored progress stays) in the same
+    /// write. Returns, in order, whether each lease is still held: `false`
+    /// means it was lost (taken over after it expired, or released), and
+    /// extending it must stop.
+    fn extend(
+        &self,
+        leases: &[Lease],
+        progress: &[Option<CallProgress>],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError>;
+
+    /// Record in the tenant's call `call_id`'s audit that a keyless MCP
+    /// request was answered with it by its content key (`window_secs`, the
+    /// content window): one `replayed_by_content` row under the call's
+    /// current attempt. Returns whether the call was there to note it on.
+    fn note_replay_by_content(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        window_secs: u64,
+    ) -> Result<bool, StoreError>;
 
     /// Give back a lease whose call this process did not complete when it
     /// stopped: the call returns to `pending` (audited `released`, with

@@ -20,8 +20,8 @@ use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery, Total};
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
+    AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
+    Lease, LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
     ToolAtRelease,
 };
 use super::operator::{Effect, StepPlan};
@@ -226,9 +226,30 @@ impl CallStore {
             .retry_later_then(lease, error, delay.into(), then)
     }
 
-    /// `Backend::extend`.
+    /// `Backend::extend`, storing no progress.
     pub fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
-        self.backend.extend(leases, lease)
+        self.backend.extend(leases, &[], lease)
+    }
+
+    /// `Backend::extend`, storing each lease's last progress with it.
+    pub fn extend_reporting(
+        &self,
+        leases: &[Lease],
+        progress: &[Option<CallProgress>],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
+        self.backend.extend(leases, progress, lease)
+    }
+
+    /// `Backend::note_replay_by_content`.
+    pub fn note_replay_by_content(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        window_secs: u64,
+    ) -> Result<bool, StoreError> {
+        self.backend
+            .note_replay_by_content(tenant, call_id, window_secs)
     }
 
     /// `Backend::release`.

@@ -275,7 +275,9 @@ impl PgTarget {
         Ok(target)
     }
 
-    /// The whole URL's settings, every host (`verify`'s one connection).
+    /// The whole URL's settings, every host (the bench's bulk loader's one
+    /// connection).
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn config(&self) -> &tokio_postgres::Config {
         &self.config
     }

@@ -127,8 +127,8 @@ pub use instance::{owner_name, Instance, Node, DEAD_AFTER, HEARTBEAT_EVERY, NODE
 pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
 pub use list::{ListPage, ListQuery, Total, TOTAL_CAP};
 pub use model::{
-    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
+    AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
+    Lease, LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
     ToolAtRelease, WriterStats,
 };
 pub use operator::{Effect, StepPlan};

@@ -51,9 +51,62 @@ pub struct Call {
     /// A `running` call with one set is being stopped: no claim takes it
     /// over, and whatever ends it short of a success makes it `cancelled`.
     pub cancel_requested_at: Option<f64>,
+    /// The last progress its tool reported, as the node running it stored
+    /// it with the lease (`progress_json`); any attempt's, so read it with
+    /// `running_progress`.
+    pub progress: Option<CallProgress>,
+}
+
+/// A running call's last progress report, stored with the call when its
+/// running node extends the lease (at most once per extension, so at most
+/// every third of the lease), so that every node shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallProgress {
+    /// The attempt that reported it: shown only while that attempt runs.
+    pub attempt: i64,
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+    /// Wall-clock seconds when the tool reported it.
+    pub at: f64,
+}
+
+impl CallProgress {
+    /// As stored in `progress_json` (and as the API shows it, less `attempt`).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "attempt": self.attempt,
+            "progress": self.progress,
+            "total": self.total,
+            "message": self.message,
+            "at": self.at,
+        })
+    }
+
+    /// From `progress_json`; `None` for anything that is not a report.
+    pub fn from_json(text: &str) -> Option<CallProgress> {
+        let value: Value = serde_json::from_str(text).ok()?;
+        Some(CallProgress {
+            attempt: value.get("attempt")?.as_i64()?,
+            progress: value.get("progress")?.as_f64()?,
+            total: value.get("total").and_then(Value::as_f64),
+            message: value
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            at: value.get("at").and_then(Value::as_f64).unwrap_or(0.0),
+        })
+    }
 }
 
 impl Call {
+    /// The stored progress of the attempt running now, if it reported any.
+    pub fn running_progress(&self) -> Option<&CallProgress> {
+        self.progress
+            .as_ref()
+            .filter(|p| self.status == Status::Running && p.attempt == self.attempt)
+    }
+
     /// A failure whose error says the client may retry it with the same key.
     pub fn is_retryable_failure(&self) -> bool {
         self.status == Status::Failed
@@ -117,6 +170,7 @@ impl Call {
             expires_at: None,
             next_attempt_at: None,
             cancel_requested_at: None,
+            progress: None,
         }
     }
 

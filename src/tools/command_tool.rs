@@ -332,6 +332,8 @@ fn spawn_failure(error: &io::Error) -> ToolError {
 /// every run). At most `MAX_OUTPUT_BYTES` are read (the rest is drained),
 /// and a line over 4 KiB is ignored.
 fn read_progress(pipe: OwnedFd, call_id: String) {
+    // An earlier attempt's reports are not this one's.
+    super::progress::board().forget(&call_id);
     let _ = thread::Builder::new()
         .name("command-progress".into())
         .spawn(move || {

@@ -1,12 +1,15 @@
 //! Progress a running tool reports: a `command` tool writes JSON lines
 //! (`{"progress": 2, "total": 5, "message": "..."}`) on the descriptor named
 //! by `$PROGRESS_FD`, and this process keeps the last few reports per call on
-//! one board, which MCP reads to tell the client (`notifications/progress`,
-//! a task's `statusMessage`).
+//! one board, which MCP reads to tell the client as they come
+//! (`notifications/progress`, a task's `statusMessage`).
 //!
-//! The board is this process's memory only: it is bounded (past its size the
-//! call with the oldest report goes), and never reaches the database. A line
-//! that is not a progress report is ignored; nothing here can fail a call.
+//! The board is this process's memory: it is bounded (past its size the call
+//! with the oldest report goes). The runner stores each call's last report
+//! with the call when it extends the lease (`CallStore::extend_reporting`),
+//! so other processes see it a little later; this file writes nothing. A
+//! line that is not a progress report is ignored; nothing here can fail a
+//! call.
 
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
@@ -28,6 +31,8 @@ pub struct Progress {
     pub message: Option<String>,
     /// Grows with every report in this process: a reader tells a new one.
     pub seq: u64,
+    /// Wall-clock seconds when it was reported.
+    pub at: f64,
 }
 
 /// The last reports of each call that reported in this process.
@@ -64,12 +69,25 @@ impl ProgressBoard {
         if reports.len() == MAX_REPORTS {
             reports.pop_front();
         }
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         reports.push_back(Progress {
             progress,
             total,
             message,
             seq,
+            at,
         });
+    }
+
+    /// Drop the reports of `call_id` (a new attempt starts afresh).
+    pub fn forget(&self, call_id: &str) {
+        if self.seq.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        latest.remove(call_id);
     }
 
     /// The last report of `call_id`. Without a lock while nothing in this

@@ -43,5 +43,5 @@ fn payload(notification: &Notification) -> Value {
 }
 
 fn rfc3339(at: SystemTime) -> String {
-    crate::log::rfc3339_millis(at)
+    crate::rfc3339::rfc3339_millis(at)
 }

@@ -236,16 +236,9 @@ fn pages_refresh_by_themselves_pause_and_tell_the_time_in_one_zone() {
 fn json_time(server: &Server, call_id: &str) -> String {
     let (_, audit) = server.get(&format!("/v1/tool-calls/{call_id}/audit"));
     let at = audit["events"][0]["at"].as_f64().unwrap();
-    let ms = (at * 1000.0).floor() as i64;
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).unwrap();
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
+    let ms = (at * 1000.0).floor() as u64;
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    // `2026-01-02T03:04:05.678Z` as the console writes it: `2026-01-02 03:04:05.678`.
+    let text = idempotent_tool::rfc3339::rfc3339_millis(time);
+    text.trim_end_matches('Z').replacen('T', " ", 1)
 }

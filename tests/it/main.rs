@@ -61,6 +61,8 @@ mod mcp;
 mod mcp_conformance_list;
 mod mcp_crash;
 mod mcp_origin;
+mod mcp_param_headers;
+mod mcp_streams;
 mod mcp_tasks;
 mod memory;
 mod module_maps;

@@ -92,8 +92,8 @@ fn an_earlier_release_tables_in_public_move_into_the_schema_at_start() {
     // What a release before `--db-schema` left: its steps only, 1 to 3 (the
     // one that came with `--db-schema` makes `tool_limits`; the next, the
     // count tables and the list's index; step 6, approvals and their outbox;
-    // the later ones, the error index and counts, the readings, the paused
-    // tools and the bulk jobs).
+    // step 7, the progress column; the later ones, the error index and counts,
+    // the readings, the paused tools and the bulk jobs).
     db.batch_execute(
         "DELETE FROM public.idem_schema WHERE version >= 4;
          DROP TRIGGER calls_failures_counted ON public.calls;
@@ -107,6 +107,7 @@ fn an_earlier_release_tables_in_public_move_into_the_schema_at_start() {
          DROP FUNCTION public.idem_error_code();
          ALTER TABLE public.calls DROP COLUMN error_code;
          DROP TABLE public.approvals, public.notifications;
+         ALTER TABLE public.calls DROP COLUMN progress_json;
          DROP TABLE public.tool_limits;
          DROP TRIGGER calls_counted ON public.calls;
          DROP TRIGGER calls_counted_on_update ON public.calls;

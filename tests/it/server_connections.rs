@@ -41,6 +41,7 @@ fn echo() -> Handler {
                 status: 200,
                 headers: vec![],
                 body: vec![b'x'; 32 << 20],
+                stream: None,
             };
         }
         let mut body = format!("{} {} ", request.method, request.path).into_bytes();
@@ -49,6 +50,7 @@ fn echo() -> Handler {
             status: 200,
             headers: vec![],
             body,
+            stream: None,
         }
     })
 }
@@ -269,6 +271,7 @@ fn client_vanishing_mid_body_frees_its_slot_and_reaches_no_handler() {
                 status: 200,
                 headers: vec![],
                 body: vec![],
+                stream: None,
             }
         })
     };

@@ -16,14 +16,13 @@ use super::super::approval::{
     Notification, Verdict, Waiting,
 };
 use super::super::audit::{self, Event};
-use super::super::ids::{new_call_id, new_effect_id};
 use super::super::model::{Call, NewCall};
-use super::error::violates;
+
 use super::session::GenericClient;
-use super::sql::{call_from_row, select_call, select_tenant_call};
-use ::postgres::types::ToSql;
-use ::postgres::Row;
+use super::sql::{call_from_row, select_call, select_tenant_call, with_fresh_call_id};
 use std::time::Duration;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::Row;
 
 /// Schema step 6: the statuses `awaiting_approval` and `denied` (the
 /// check and the terminal index made again with them: `retention`'s purge
@@ -80,7 +79,7 @@ const CREATE_GATED: &str = "WITH ins AS (
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
        RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                  status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                 created_at, updated_at, next_attempt_at, cancel_requested_at,
+                 created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json,
                  (c.call_id <> $1) AS existed
      ), requested AS (
        INSERT INTO approvals (call_id, tenant, tool, fingerprint, approvers, requested_at,
@@ -158,7 +157,7 @@ const APPROVAL: &str = "SELECT call_id, tenant, tool, fingerprint, approvers, re
 const WAITING: &str = "SELECT c.call_id, c.tenant, c.idem_key, c.fingerprint, c.client_id, c.seq,
             c.tool, c.args_json, c.status, c.result_json, c.error_json, c.attempt,
             c.lease_until, c.owner, c.effect_id, c.created_at, c.updated_at,
-            c.next_attempt_at, c.cancel_requested_at,
+            c.next_attempt_at, c.cancel_requested_at, c.progress_json,
             a.call_id, a.tenant, a.tool, a.fingerprint, a.approvers, a.requested_at,
             a.expires_at, a.decision, a.source, a.decided_by, a.reason, a.decided_at
        FROM approvals a JOIN calls c ON c.call_id = a.call_id
@@ -199,14 +198,11 @@ pub(super) fn create_gated(
     client: &mut impl GenericClient,
     new: &NewCall,
     gate: Gate,
-) -> Result<(Call, bool), ::postgres::Error> {
+) -> Result<(Call, bool), tokio_postgres::Error> {
     let timeout = gate.timeout.as_secs_f64();
     let detail = audit::approval_requested(gate.approvers.as_str(), gate.timeout);
-    let mut attempts_left = 8;
-    let row = loop {
-        let call_id = new_call_id();
-        let effect_id = new_effect_id(&call_id);
-        let msg_id = request_msg_id(&call_id);
+    let row = with_fresh_call_id(|call_id, effect_id| {
+        let msg_id = request_msg_id(call_id);
         let params: [&(dyn ToSql + Sync); 14] = [
             &call_id,
             &new.tenant,
@@ -223,11 +219,8 @@ pub(super) fn create_gated(
             &msg_id,
             &detail,
         ];
-        match client.query_one(CREATE_GATED, &params) {
-            Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
-            other => break other?,
-        }
-    };
+        client.query_one(CREATE_GATED, &params)
+    })?;
     Ok((call_from_row(&row)?, row.get("existed")))
 }
 
@@ -237,7 +230,7 @@ fn decide_read(
     client: &mut impl GenericClient,
     call: Call,
     decision: &Decision,
-) -> Result<Decided, ::postgres::Error> {
+) -> Result<Decided, tokio_postgres::Error> {
     let (status, error_json) = match decision.verdict {
         Verdict::Approve => ("pending", None),
         Verdict::Deny => (
@@ -282,7 +275,7 @@ pub(super) fn decide(
     tenant: Option<&str>,
     call_id: &str,
     decision: &Decision,
-) -> Result<Decided, ::postgres::Error> {
+) -> Result<Decided, tokio_postgres::Error> {
     let call = match tenant {
         Some(tenant) => select_tenant_call(client, tenant, call_id)?,
         None => select_call(client, call_id)?,
@@ -298,7 +291,7 @@ pub(super) fn decide(
 pub(super) fn expire(
     client: &mut impl GenericClient,
     limit: usize,
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     let decision = Decision::expiry();
     let mut ended = Vec::new();
     for row in client.query(EXPIRED, &[&(limit as i64)])? {
@@ -320,7 +313,7 @@ pub(super) fn cancel_awaiting(
     reason: Option<&str>,
     no_reason: &str,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     let row = client.query_one(CANCEL_AWAITING, &[&call_id, &reason, &no_reason, &detail])?;
     Ok(row.get::<_, i64>(0) == 1)
 }
@@ -330,7 +323,7 @@ pub(super) fn approval(
     client: &mut impl GenericClient,
     tenant: Option<&str>,
     call_id: &str,
-) -> Result<Option<Approval>, ::postgres::Error> {
+) -> Result<Option<Approval>, tokio_postgres::Error> {
     Ok(client
         .query_opt(APPROVAL, &[&call_id, &tenant])?
         .map(|r| approval_from_row(&r, 0)))
@@ -342,7 +335,7 @@ pub(super) fn waiting(
     tenant: Option<&str>,
     after: Option<&str>,
     limit: usize,
-) -> Result<Vec<Waiting>, ::postgres::Error> {
+) -> Result<Vec<Waiting>, tokio_postgres::Error> {
     let after = after.unwrap_or("");
     client
         .query(WAITING, &[&tenant, &after, &(limit as i64)])?
@@ -350,7 +343,7 @@ pub(super) fn waiting(
         .map(|r| {
             Ok(Waiting {
                 call: call_from_row(r)?,
-                approval: approval_from_row(r, 19),
+                approval: approval_from_row(r, 20),
             })
         })
         .collect()
@@ -376,7 +369,7 @@ pub(super) fn take(
     client: &mut impl GenericClient,
     limit: usize,
     hold: Duration,
-) -> Result<Vec<Notification>, ::postgres::Error> {
+) -> Result<Vec<Notification>, tokio_postgres::Error> {
     let rows = client.query(TAKE, &[&(limit as i64), &hold.as_secs_f64()])?;
     let mut taken = Vec::with_capacity(rows.len());
     for row in rows {
@@ -407,7 +400,7 @@ pub(super) fn settle(
     msg_id: &str,
     attempts: i64,
     delivery: Delivery,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     match delivery {
         Delivery::Delivered | Delivery::GaveUp => {
             client.execute(SETTLE_GONE, &[&msg_id, &Some(attempts)])?

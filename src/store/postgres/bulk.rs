@@ -12,7 +12,6 @@
 use super::super::database::PgTarget;
 use super::super::error::StoreError;
 use super::super::mixed::{MixedCalls, MixedRow};
-use super::connect::connect_once;
 use super::counts::{BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS, BACKFILL_ERROR_COUNTS};
 use super::error::store_error;
 use std::fmt::Write as _;
@@ -27,7 +26,10 @@ pub(in crate::store) fn insert_mixed(
     target: &PgTarget,
     mix: &MixedCalls,
 ) -> Result<(), StoreError> {
-    let mut client = connect_once(target)?;
+    // The `postgres` crate (tests and the bench only) for its `COPY`.
+    let mut client = ::postgres::Config::from(target.config().clone())
+        .connect(::postgres::NoTls)
+        .map_err(store_error)?;
     let mut tx = client.transaction().map_err(store_error)?;
     tx.batch_execute(
         "ALTER TABLE calls DISABLE TRIGGER calls_counted;

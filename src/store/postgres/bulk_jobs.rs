@@ -1,4 +1,4 @@
-//! Bulk jobs on PostgreSQL (schema step 10; `store::bulk_job` has the
+//! Bulk jobs on PostgreSQL (schema step 11; `store::bulk_job` has the
 //! rules): the table, the create-or-get under a tenant's key (one
 //! statement: `ON CONFLICT … DO UPDATE` returns the key's row whoever wrote
 //! it), the claim of a job under a lease (`FOR UPDATE SKIP LOCKED`: nodes
@@ -22,7 +22,7 @@ use super::{cancel, rerun};
 use ::postgres::types::{FromSql, ToSql, Type};
 use ::postgres::Row;
 
-/// Schema step 10.
+/// Schema step 11.
 pub(super) const BULK_JOBS_TABLE: &str = "
 CREATE TABLE bulk_jobs (
   job_id       text PRIMARY KEY,

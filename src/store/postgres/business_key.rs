@@ -78,7 +78,7 @@ pub(super) fn create_or_get(
     client: &mut Session,
     new: &NewCall,
     key: &BusinessKey,
-) -> Result<Guarded, ::postgres::Error> {
+) -> Result<Guarded, tokio_postgres::Error> {
     for _ in 0..3 {
         let mut tx = client.transaction()?;
         if let Some(guarded) = guarded_create(&mut tx, new, key)? {
@@ -96,7 +96,7 @@ pub(super) fn create_or_get(
 pub(super) fn ledger(
     client: &mut Session,
     limit: usize,
-) -> Result<Vec<IntentLedger>, ::postgres::Error> {
+) -> Result<Vec<IntentLedger>, tokio_postgres::Error> {
     let rows = client.query(LEDGER, &[&(limit as i64)])?;
     Ok(rows
         .iter()
@@ -118,7 +118,7 @@ fn guarded_create(
     tx: &mut Transaction<'_>,
     new: &NewCall,
     key: &BusinessKey,
-) -> Result<Option<Guarded>, ::postgres::Error> {
+) -> Result<Option<Guarded>, tokio_postgres::Error> {
     let window = key.window_secs;
     let scope = (&new.tenant, &new.tool, &key.value);
     if let Some(existing) = sql::select_call_by_key(tx, &new.tenant, &new.idem_key)? {
@@ -126,7 +126,7 @@ fn guarded_create(
         if resets {
             tx.execute(RELEASE_DEAD_HOLDER, &[scope.0, scope.1, scope.2])?;
             let mut savepoint = tx.savepoint("hold_again")?;
-            let params: [&(dyn ::postgres::types::ToSql + Sync); 5] =
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
                 [&existing.call_id, scope.0, scope.1, scope.2, &window];
             match savepoint.execute(HOLD_AGAIN, &params) {
                 Ok(_) => savepoint.commit()?,
@@ -165,7 +165,7 @@ fn holder(
     tx: &mut Transaction<'_>,
     new: &NewCall,
     key: &BusinessKey,
-) -> Result<Option<Guarded>, ::postgres::Error> {
+) -> Result<Option<Guarded>, tokio_postgres::Error> {
     let Some(row) = tx.query_opt(HOLDER, &[&new.tenant, &new.tool, &key.value])? else {
         return Ok(None);
     };

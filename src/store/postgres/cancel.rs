@@ -77,14 +77,14 @@ pub(super) struct Steps<'a, C: GenericClient> {
 }
 
 impl<C: GenericClient> CancelSteps for Steps<'_, C> {
-    type Error = ::postgres::Error;
+    type Error = tokio_postgres::Error;
 
-    fn read(&mut self) -> Result<Option<Call>, ::postgres::Error> {
+    fn read(&mut self) -> Result<Option<Call>, tokio_postgres::Error> {
         select_tenant_call(self.client, self.tenant, self.call_id)
     }
 
-    fn cancel_pending(&mut self, call: &Call, detail: &str) -> Result<bool, ::postgres::Error> {
-        let params: [&(dyn ::postgres::types::ToSql + Sync); 5] = [
+    fn cancel_pending(&mut self, call: &Call, detail: &str) -> Result<bool, tokio_postgres::Error> {
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
             &call.call_id,
             &call.attempt,
             &self.reason,
@@ -95,12 +95,16 @@ impl<C: GenericClient> CancelSteps for Steps<'_, C> {
         Ok(row.get::<_, i64>(0) == 1)
     }
 
-    fn cancel_awaiting(&mut self, call: &Call, detail: &str) -> Result<bool, ::postgres::Error> {
+    fn cancel_awaiting(
+        &mut self,
+        call: &Call,
+        detail: &str,
+    ) -> Result<bool, tokio_postgres::Error> {
         super::approval::cancel_awaiting(self.client, &call.call_id, self.reason, NO_REASON, detail)
     }
 
-    fn request_stop(&mut self, call: &Call, detail: &str) -> Result<bool, ::postgres::Error> {
-        let params: [&(dyn ::postgres::types::ToSql + Sync); 4] =
+    fn request_stop(&mut self, call: &Call, detail: &str) -> Result<bool, tokio_postgres::Error> {
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
             [&call.call_id, &call.attempt, &self.reason, &detail];
         let row = self.client.query_one(REQUEST_STOP, &params)?;
         Ok(row.get::<_, i64>(0) == 1)
@@ -113,7 +117,7 @@ pub(super) fn end_cancelled(
     call_id: &str,
     attempt: i64,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     let row = client.query_one(END_CANCELLED, &[&call_id, &attempt, &detail, &NO_REASON])?;
     Ok(row.get::<_, i64>(0) == 1)
 }
@@ -123,7 +127,7 @@ pub(super) fn end_cancelled(
 pub(super) fn cancels_asked(
     client: &mut impl GenericClient,
     running: &[LeaseHeld],
-) -> Result<Vec<LeaseHeld>, ::postgres::Error> {
+) -> Result<Vec<LeaseHeld>, tokio_postgres::Error> {
     let ids: Vec<&str> = running.iter().map(|l| l.call_id.as_str()).collect();
     let rows = client.query(
         "SELECT call_id, attempt FROM calls

@@ -12,8 +12,8 @@
 //! over like one that is down.
 //!
 //! It opens connections and nothing else: it never sets a session up (the
-//! pool does) and never lends one out. `connect_once` is the one blocking
-//! `postgres` client left, for `verify`, which runs outside the service.
+//! pool does) and never lends one out; `connect_once` opens one outside the
+//! pool, for `verify`.
 
 use super::super::database::PgTarget;
 use super::super::error::StoreError;
@@ -140,26 +140,17 @@ fn host_label(config: &tokio_postgres::Config) -> String {
     format!("{host}:{port}")
 }
 
-/// One blocking connection outside the service (`verify`), with the URL's
-/// TLS mode, the system's roots and the default connect timeout.
-pub(super) fn connect_once(target: &PgTarget) -> Result<::postgres::Client, StoreError> {
-    connect_blocking(target, None)
-}
-
-/// `connect_once` trusting `ca_file`'s roots too (`--db-ca-file`): the
-/// service's own promise check (`GET /v1/verify`), outside its pool.
-pub(super) fn connect_blocking(
+/// One session outside the service's pool (`verify`, and the service's own
+/// promise check, `GET /v1/verify`): the URL's hosts in turn with the default
+/// timeouts, TLS for its `sslmode`, trusting `ca_file`'s roots too
+/// (`--db-ca-file`). The same client stack as the pool's, so a frozen server
+/// cannot hold it past a deadline either.
+pub(super) fn connect_once(
     target: &PgTarget,
     ca_file: Option<&Path>,
-) -> Result<::postgres::Client, StoreError> {
-    let tls = tls::connector(target.ssl_mode(), ca_file)?;
-    let mut config = ::postgres::Config::from(target.config().clone());
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(PgTimeouts::default().connect);
-    }
-    match tls {
-        Some(tls) => config.connect(tls),
-        None => config.connect(::postgres::NoTls),
-    }
-    .map_err(store_error)
+) -> Result<Session, StoreError> {
+    let timeouts = PgTimeouts::default();
+    let connector = Connector::new(target, ca_file, &timeouts)?;
+    let hosts = u32::try_from(connector.hosts.len()).unwrap_or(u32::MAX);
+    connector.open(Instant::now() + timeouts.connect * hosts)
 }

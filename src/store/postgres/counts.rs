@@ -124,7 +124,7 @@ SELECT coalesce(c.tenant, ''), 0, count(*), count(*) - count(c.call_id)
   FROM effects e LEFT JOIN calls c ON c.call_id = e.call_id
  GROUP BY coalesce(c.tenant, '')";
 
-/// Schema step 7, failures by error code (`store::counts`): the table,
+/// Schema step 8, failures by error code (`store::counts`): the table,
 /// sharded like the others, its triggers — a call that enters `failed`,
 /// inserted so or moved there, adds one to its (tenant, tool, code); the
 /// `WHEN` keeps every other insert or update from calling the function —
@@ -156,7 +156,7 @@ CREATE TRIGGER calls_failures_counted_on_update AFTER UPDATE OF status ON calls
 ";
 
 /// The failures of the calls already there, into an empty `error_counts`:
-/// step 7's backfill, and the bulk loader's count.
+/// step 8's backfill, and the bulk loader's count.
 pub(super) const BACKFILL_ERROR_COUNTS: &str = "
 INSERT INTO error_counts (tenant, tool, error_code, shard, failed)
 SELECT tenant, tool, coalesce((error_json::jsonb) ->> 'code', ''), 0, count(*)
@@ -203,7 +203,7 @@ SELECT min(first.created_at) FROM unnest($2::text[]) AS t(tool)
 pub(super) fn counts(
     client: &mut impl GenericClient,
     scope: Scope<'_>,
-) -> Result<Counts, ::postgres::Error> {
+) -> Result<Counts, tokio_postgres::Error> {
     let rows = count_rows(client, scope)?;
     let (effects, oldest_pending_created_at) = match scope {
         Scope::All => (
@@ -264,7 +264,7 @@ const OLDEST_AWAITING: &str = "SELECT min(requested_at) FROM approvals
 pub(super) fn count_rows(
     client: &mut impl GenericClient,
     scope: Scope<'_>,
-) -> Result<Vec<CountRow>, ::postgres::Error> {
+) -> Result<Vec<CountRow>, tokio_postgres::Error> {
     let tenant = match scope {
         Scope::All => None,
         Scope::Tenant(t) => Some(t),
@@ -327,7 +327,7 @@ ON CONFLICT (tenant, shard) DO UPDATE
 
 /// `FOLD_*` in one transaction, unless another node is folding now.
 /// Returns whether this one did.
-pub(super) fn fold(client: &mut Session) -> Result<bool, ::postgres::Error> {
+pub(super) fn fold(client: &mut Session) -> Result<bool, tokio_postgres::Error> {
     let mut tx = client.transaction()?;
     let locked: bool = tx
         .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&FOLD_LOCK])?

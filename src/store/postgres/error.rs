@@ -9,7 +9,7 @@
 //! client's same-key retry finds the truth. This module never retries.
 
 use super::super::error::{Cause, StoreError};
-use ::postgres::error::SqlState;
+use tokio_postgres::error::SqlState;
 
 /// SQLSTATE classes that are all transient: connection exceptions (08),
 /// insufficient resources (53: too many connections, disk full, out of
@@ -29,7 +29,7 @@ const TRANSIENT_CODES: &[SqlState] = &[
     SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
 ];
 
-pub(in crate::store) fn store_error(e: ::postgres::Error) -> StoreError {
+pub(in crate::store) fn store_error(e: tokio_postgres::Error) -> StoreError {
     let message = describe(&e);
     let transient = match e.code() {
         Some(code) => {
@@ -50,7 +50,7 @@ pub(in crate::store) fn store_error(e: ::postgres::Error) -> StoreError {
 
 /// The server's message with its SQLSTATE, or the client's error with its
 /// causes: the `Display` of a database error alone says only "db error".
-fn describe(e: &::postgres::Error) -> String {
+fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!("{} ({}): {}", db.severity(), db.code().code(), db.message());
     }
@@ -64,7 +64,7 @@ fn describe(e: &::postgres::Error) -> String {
     text
 }
 
-fn has_io_source(e: &::postgres::Error) -> bool {
+fn has_io_source(e: &tokio_postgres::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if s.is::<std::io::Error>() {
@@ -76,7 +76,7 @@ fn has_io_source(e: &::postgres::Error) -> bool {
 }
 
 /// Whether `e` is a unique violation of the named constraint.
-pub(super) fn violates(e: &::postgres::Error, constraint: &str) -> bool {
+pub(super) fn violates(e: &tokio_postgres::Error, constraint: &str) -> bool {
     e.as_db_error().is_some_and(|db| {
         db.code() == &SqlState::UNIQUE_VIOLATION && db.constraint() == Some(constraint)
     })

@@ -32,12 +32,12 @@ const EARLIER_TABLES: [&str; 6] = [
 /// Why the schema could not be prepared: the database's own error, or a
 /// refusal to move tables that nodes of an earlier release still use.
 pub(super) enum NotPrepared {
-    Postgres(::postgres::Error),
+    Postgres(tokio_postgres::Error),
     InUse(String),
 }
 
-impl From<::postgres::Error> for NotPrepared {
-    fn from(e: ::postgres::Error) -> NotPrepared {
+impl From<tokio_postgres::Error> for NotPrepared {
+    fn from(e: tokio_postgres::Error) -> NotPrepared {
         NotPrepared::Postgres(e)
     }
 }

@@ -27,7 +27,7 @@ use super::session::GenericClient;
 pub(super) fn register(
     client: &mut impl GenericClient,
     me: &Instance,
-) -> Result<usize, ::postgres::Error> {
+) -> Result<usize, tokio_postgres::Error> {
     client.execute(
         "INSERT INTO instances (instance_id, pid, host, started_at, heartbeat_at)
              VALUES ($1, $2, $3, extract(epoch FROM now())::float8,
@@ -53,7 +53,7 @@ pub(super) fn register(
 pub(super) fn heartbeat(
     client: &mut impl GenericClient,
     me: &Instance,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     client.execute(
         "UPDATE instances SET heartbeat_at = extract(epoch FROM now())::float8
           WHERE instance_id = $1",
@@ -65,7 +65,7 @@ pub(super) fn heartbeat(
 pub(super) fn mark_stopped(
     client: &mut impl GenericClient,
     instance_id: &str,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     client.execute(
         "UPDATE instances SET stopped_at = extract(epoch FROM now())::float8
           WHERE instance_id = $1 AND stopped_at IS NULL",
@@ -120,7 +120,7 @@ pub(super) fn recover(
     me: &Instance,
     running_here: &[LeaseHeld],
     may_judge_others: impl FnOnce() -> bool,
-) -> Result<Vec<String>, ::postgres::Error> {
+) -> Result<Vec<String>, tokio_postgres::Error> {
     let dead_after = DEAD_AFTER.as_secs_f64();
     let read: Vec<Candidate> = client
         .query(RECLAIMABLE, &[&dead_after])?
@@ -196,7 +196,7 @@ fn may_take(call: &Reclaimable, me: &Instance, judging: bool) -> bool {
 /// by the database's clock (the one their heartbeats are written by), with
 /// the calls running under their owners (`calls_running`: as few as there
 /// are workers).
-pub(super) fn nodes(client: &mut impl GenericClient) -> Result<Vec<Node>, ::postgres::Error> {
+pub(super) fn nodes(client: &mut impl GenericClient) -> Result<Vec<Node>, tokio_postgres::Error> {
     let running: Vec<(String, i64)> = client
         .query(
             "SELECT split_part(owner, '@', 2), count(*) FROM calls

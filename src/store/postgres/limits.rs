@@ -19,9 +19,9 @@ use super::super::limits::{LimitedClaim, ToolLimit, ToolRoom};
 use super::super::model::Lease;
 use super::super::options::DueLimits;
 use super::session::{GenericClient, Session};
-use ::postgres::Row;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use tokio_postgres::Row;
 
 /// Schema step 4: a row per limited tool, made when a node that limits it
 /// starts (`declare`). `tokens` and `refilled_at` are its bucket, seconds by
@@ -39,7 +39,7 @@ CREATE TABLE tool_limits (
 pub(super) fn declare(
     client: &mut impl GenericClient,
     limits: &[ToolLimit],
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     let tools: Vec<&str> = limits.iter().map(|l| l.tool.as_str()).collect();
     let burst: Vec<f64> = limits
         .iter()
@@ -133,7 +133,7 @@ pub(super) fn claim(
     limits: &DueLimits,
     owner: &str,
     lease_secs: f64,
-) -> Result<LimitedClaim, ::postgres::Error> {
+) -> Result<LimitedClaim, tokio_postgres::Error> {
     let mut tools: Vec<&ToolLimit> = limits
         .per_tool
         .iter()

@@ -7,7 +7,7 @@
 //! status, call_id) once per group through a `LATERAL` join, the primary
 //! key, `calls_tenant_idem_key` (whose `idem_key` is in the "C" collation
 //! since step 5, so a prefix is a range of it), `calls_error` (tenant, tool,
-//! status, the error's code, call_id: only calls with an error, step 7), or
+//! status, the error's code, call_id: only calls with an error, step 8), or
 //! `business_keys_key`; `docs/performance.md` shows their plans. A filter's
 //! total (`total`) follows the same plan, counting index entries up to
 //! `TOTAL_CAP`. This module never writes, and never reads a group or a
@@ -19,7 +19,7 @@ use super::super::list::{ListQuery, Ordered, Plan, Total, PREFIX_CANDIDATES, TOT
 use super::super::model::Call;
 use super::session::GenericClient;
 use super::sql::call_from_row;
-use ::postgres::types::ToSql;
+use tokio_postgres::types::ToSql;
 
 /// Newest first in each (tenant, tool, status) group, between two ids, at
 /// most `$6` from each and `$6` in all.
@@ -43,7 +43,7 @@ SELECT x.call_id FROM unnest($1::text[], $2::text[], $3::text[]) AS g(tenant, to
     ORDER BY call_id DESC LIMIT $6) AS x
  ORDER BY x.call_id DESC LIMIT $6";
 
-/// Schema step 7: a call's error code as a column of its own, kept by a
+/// Schema step 8: a call's error code as a column of its own, kept by a
 /// trigger, and the list's index of it.
 ///
 /// `error_code` is `error_json`'s `code`, set by a `BEFORE` trigger on any
@@ -164,29 +164,30 @@ SELECT count(*) FROM (
   SELECT 1 FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3 LIMIT $4) AS m";
 
 /// A page's rows are summaries: `args` read as empty and `result` as
-/// absent (a call's args may be 64 KiB). Each statement below selects the
-/// columns in the order `call_from_row` reads, those two left out.
+/// absent (a call's args may be 64 KiB), and progress as none (a summary
+/// shows none). Each statement below selects the columns in the order
+/// `call_from_row` reads, those three left out.
 ///
 /// The call whose id is `$1` when its effect id (`$2` when none is stored)
 /// is `$3`.
 const SUMMARIES_BY_EFFECT: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE call_id = $1 AND coalesce(effect_id, $2) = $3";
 
 /// The calls of key `$2` in tenants `$1`.
 const SUMMARIES_BY_KEY: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE tenant = ANY($1) AND idem_key = $2";
 
 /// The calls holding business key `$3` in the (tenant, tool) groups `$1`, `$2`.
 const SUMMARIES_BY_BUSINESS_KEY: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls
  WHERE call_id IN (SELECT b.call_id FROM unnest($1::text[], $2::text[]) AS g(tenant, tool)
                      JOIN business_keys b
@@ -196,14 +197,14 @@ SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_
 const SUMMARIES_BY_KEY_RANGE: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE tenant = ANY($1) AND idem_key >= $2 AND idem_key < $3";
 
 /// The calls whose ids are in `$1`.
 const SUMMARIES_BY_ID: &str = "
 SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, '' AS args_json, status,
        NULL AS result_json, error_json, attempt, lease_until, owner, effect_id, created_at,
-       updated_at, next_attempt_at, cancel_requested_at
+       updated_at, next_attempt_at, cancel_requested_at, NULL AS progress_json
   FROM calls WHERE call_id = ANY($1)";
 
 /// The query's page rows (at most `limit` + 1, in any order; `page` sorts,
@@ -212,7 +213,7 @@ pub(super) fn rows(
     client: &mut impl GenericClient,
     query: &ListQuery,
     plan: &Plan,
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     match plan {
         Plan::Empty => Ok(Vec::new()),
         Plan::ByEffect { call_id, effect_id } => summaries(
@@ -261,7 +262,7 @@ fn ordered_ids(
     client: &mut impl GenericClient,
     ordered: &Ordered,
     filtered: bool,
-) -> Result<Vec<String>, ::postgres::Error> {
+) -> Result<Vec<String>, tokio_postgres::Error> {
     let take = ordered.take as i64;
     let (lower, upper) = (&ordered.bounds.lower, &ordered.bounds.upper);
     let prefix = match filtered {
@@ -390,7 +391,7 @@ fn summaries(
     client: &mut impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<Vec<Call>, ::postgres::Error> {
+) -> Result<Vec<Call>, tokio_postgres::Error> {
     client
         .query(sql, params)?
         .iter()

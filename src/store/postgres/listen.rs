@@ -306,7 +306,7 @@ impl Shared {
     fn bounded<T>(
         &self,
         session: &mut Session,
-        op: impl FnOnce(&mut Session) -> Result<T, postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, tokio_postgres::Error>,
     ) -> Option<T> {
         session.set_deadline(Some(Instant::now() + self.within));
         let outcome = op(session);
@@ -376,7 +376,7 @@ impl Shared {
 
     /// Wait up to a tick for notifications, and take every one there: one
     /// batch, one wake-up. Own notifications are skipped.
-    fn next_batch(&self, session: &mut Session) -> Result<Wake, postgres::Error> {
+    fn next_batch(&self, session: &mut Session) -> Result<Wake, tokio_postgres::Error> {
         let mut wake = Wake::default();
         for note in session.notifications(LISTEN_TICK)? {
             if let Some(other) = Wake::from_payload(note.payload(), &self.sender) {

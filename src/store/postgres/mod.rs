@@ -16,8 +16,8 @@
 //! business key, schema step 2), `cancel` (cancelling, schema step 3),
 //! `approval` (approval gates and the webhook outbox, schema step 6),
 //! `limits` (a tool's `max_concurrency` and `rate` shared by every node,
-//! schema step 4), `readings` (the overview's history, step 8), `paused`
-//! (paused tools, step 9), `rerun`, `bulk_jobs` (step 10) and `operator`
+//! schema step 4), `readings` (the overview's history, step 9), `paused`
+//! (paused tools, step 10), `rerun`, `bulk_jobs` (step 11) and `operator`
 //! (`Operator` on them), `home_schema` (`--db-schema` made, an earlier release's
 //! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the
 //! nodes, a cancel's included). `open` is the wing's one entry point; `PgStore`
@@ -88,8 +88,8 @@ use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
+    AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
+    Lease, LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
     WriterStats,
 };
 use super::options::{DueLimits, StoreOptions};
@@ -118,7 +118,7 @@ fn cancelled_or_stale(
     lease: &Lease,
     detail: &str,
     would_have: Event,
-) -> Result<Completion, ::postgres::Error> {
+) -> Result<Completion, tokio_postgres::Error> {
     if would_have != Event::Succeeded
         && cancel::end_cancelled(client, &lease.call_id, lease.attempt, detail)?
     {
@@ -256,7 +256,7 @@ impl PgStore {
     /// it returns.
     fn run<T>(
         &self,
-        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {
         if self.stopped.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable("the store is stopping"));
@@ -268,7 +268,7 @@ impl PgStore {
     /// that describe one moment.
     fn snapshot<T>(
         &self,
-        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Transaction<'_>) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {
         self.run(|c| {
             let mut tx = c.snapshot()?;
@@ -448,11 +448,16 @@ impl Backend for PgStore {
         )
     }
 
-    fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
+    fn extend(
+        &self,
+        leases: &[Lease],
+        progress: &[Option<CallProgress>],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
-        let held = self.run(|c| sql::extend(c, leases, lease.as_secs_f64()))?;
+        let held = self.run(|c| sql::extend(c, leases, progress, lease.as_secs_f64()))?;
         Ok(leases
             .iter()
             .map(|l| {
@@ -460,6 +465,16 @@ impl Backend for PgStore {
                     .any(|(id, attempt)| id == &l.call_id && *attempt == l.attempt)
             })
             .collect())
+    }
+
+    fn note_replay_by_content(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        window_secs: u64,
+    ) -> Result<bool, StoreError> {
+        let detail = audit::replayed_by_content(window_secs);
+        self.run(|c| sql::note_replay_by_content(c, tenant, call_id, &detail))
     }
 
     fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {
@@ -683,8 +698,8 @@ impl Backend for PgStore {
         deadline: Instant,
     ) -> Result<Report, VerifyError> {
         let target = &self.target;
-        let mut client = connect::connect_blocking(target, self.options.ca_file.as_deref())
+        let mut session = connect::connect_once(target, self.options.ca_file.as_deref())
             .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
-        verify_on(&mut client, target, effect_tools, Some(deadline))
+        verify_on(&mut session, target, effect_tools, Some(deadline))
     }
 }

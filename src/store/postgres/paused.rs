@@ -1,4 +1,4 @@
-//! Paused tools on PostgreSQL (schema step 9; `store::paused` has the
+//! Paused tools on PostgreSQL (schema step 10; `store::paused` has the
 //! rules): the table, the pause and the resume (one statement each), and
 //! the read of every paused tool. Every claim statement of this wing checks
 //! the table itself (`sql`'s claims and created-claimed insert, `limits`'
@@ -11,7 +11,7 @@ use super::super::paused::{PausedTool, Toggled};
 use super::session::GenericClient;
 use ::postgres::Row;
 
-/// Schema step 9.
+/// Schema step 10.
 pub(super) const PAUSED_TOOLS_TABLE: &str = "
 CREATE TABLE paused_tools (
   tool       text PRIMARY KEY,

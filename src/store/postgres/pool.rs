@@ -103,7 +103,7 @@ impl Pool {
     /// dropped.
     pub(super) fn with<T>(
         &self,
-        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {
         self.with_deadline(Instant::now() + self.operation, op)
     }
@@ -112,7 +112,7 @@ impl Pool {
     pub(super) fn with_deadline<T>(
         &self,
         deadline: Instant,
-        op: impl FnOnce(&mut Session) -> Result<T, ::postgres::Error>,
+        op: impl FnOnce(&mut Session) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, StoreError> {
         let mut session = self.take(deadline)?;
         session.set_deadline(Some(deadline));
@@ -219,7 +219,7 @@ impl Pool {
 /// Whether an operation's outcome came from the server: a result, or an
 /// error the server sent (it has a SQLSTATE). A closed connection, a
 /// deadline that passed or a refused connect did not.
-fn server_answered<T>(outcome: &Result<T, ::postgres::Error>) -> bool {
+fn server_answered<T>(outcome: &Result<T, tokio_postgres::Error>) -> bool {
     match outcome {
         Ok(_) => true,
         Err(e) => e.code().is_some(),

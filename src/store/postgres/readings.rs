@@ -1,4 +1,4 @@
-//! The overview's history on PostgreSQL (schema step 8; `store::readings`
+//! The overview's history on PostgreSQL (schema step 9; `store::readings`
 //! has what a reading is and which are kept): the table, the write of one
 //! reading — skipped when another node wrote one within half a step —
 //! with the thinning of old ones, and the read of the reading at or before
@@ -9,7 +9,7 @@
 use super::super::readings::{kept, Reading, READINGS_KEPT_SECS, READING_EVERY, THINNING};
 use super::session::GenericClient;
 
-/// Schema step 8.
+/// Schema step 9.
 pub(super) const READINGS_TABLE: &str = "
 CREATE TABLE rate_readings (
   at      double precision PRIMARY KEY,

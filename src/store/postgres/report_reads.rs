@@ -15,7 +15,7 @@ use super::session::GenericClient;
 pub(super) fn audit_timeline(
     client: &mut impl GenericClient,
     call_id: &str,
-) -> Result<Vec<AuditEvent>, ::postgres::Error> {
+) -> Result<Vec<AuditEvent>, tokio_postgres::Error> {
     Ok(client
         .query(
             "SELECT ts, event, attempt, detail FROM audit WHERE call_id = $1 ORDER BY id",
@@ -53,7 +53,7 @@ pub(super) fn effect(
 }
 
 /// Whether the database answers a read of `calls` now.
-pub(super) fn probe(client: &mut impl GenericClient) -> Result<(), ::postgres::Error> {
+pub(super) fn probe(client: &mut impl GenericClient) -> Result<(), tokio_postgres::Error> {
     client.query_opt("SELECT 1 FROM calls LIMIT 1", &[])?;
     Ok(())
 }

@@ -41,7 +41,7 @@ pub(super) fn purge(
     client: &mut impl GenericClient,
     ttl_secs: f64,
     limit: usize,
-) -> Result<Vec<Purged>, ::postgres::Error> {
+) -> Result<Vec<Purged>, tokio_postgres::Error> {
     Ok(client
         .query(PURGE, &[&ttl_secs, &(limit as i64)])?
         .iter()

@@ -69,8 +69,14 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 7,
+        name: "calls.progress_json: a running call's last progress, for every node \
+               (SQLite's version 13)",
+        sql: &[V7],
+    },
+    Migration {
+        version: 8,
         name: "calls.error_code, calls_error, error_counts: the list by error code, \
-               failures by code (SQLite's version 13)",
+               failures by code (SQLite's version 14)",
         sql: &[
             super::list::ERROR_CODE_COLUMN,
             super::counts::ERROR_COUNTS,
@@ -78,23 +84,27 @@ const MIGRATIONS: &[Migration] = &[
         ],
     },
     Migration {
-        version: 8,
-        name: "rate_readings: the overview's history, kept across restarts (SQLite's version 14)",
+        version: 9,
+        name: "rate_readings: the overview's history, kept across restarts (SQLite's version 15)",
         sql: &[super::readings::READINGS_TABLE],
     },
     Migration {
-        version: 9,
+        version: 10,
         name: "paused_tools: a paused tool's calls are kept but claimed by no node \
-               (SQLite's version 15)",
+               (SQLite's version 16)",
         sql: &[super::paused::PAUSED_TOOLS_TABLE],
     },
     Migration {
-        version: 10,
+        version: 11,
         name: "bulk_jobs: cancel or re-run every call a filter matches, in the background \
-               (SQLite's version 16)",
+               (SQLite's version 17)",
         sql: &[super::bulk_jobs::BULK_JOBS_TABLE],
     },
 ];
+
+/// Step 7: a running call's last progress report (JSON), written with its
+/// lease's extension by the node that runs it, so any node can show it.
+const V7: &str = "ALTER TABLE calls ADD COLUMN progress_json text;";
 
 /// Step 5: the list's index, keys in byte order, and the count tables
 /// (`counts`).

@@ -19,14 +19,14 @@
 
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, stored_effect_id};
-use super::super::model::{Call, Created, CreatedClaimed, DueCall, Lease, NewCall};
+use super::super::model::{Call, CallProgress, Created, CreatedClaimed, DueCall, Lease, NewCall};
 use super::super::options::DueLimits;
 use super::error::violates;
 use super::session::GenericClient;
 use crate::status::Status;
-use ::postgres::types::{FromSql, ToSql, Type};
-use ::postgres::Row;
 use serde_json::Value;
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::Row;
 
 /// Create-or-get in one statement, `$1`..`$9` the new call; `$10` and
 /// `$11`, when not NULL, a lease of `$10` seconds from the database's clock
@@ -63,7 +63,7 @@ const CREATE_OR_GET: &str = "WITH claim AS (
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
        RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                  status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                 created_at, updated_at, next_attempt_at, cancel_requested_at,
+                 created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json,
                  (c.call_id <> $1) AS existed
      ), audited AS (
        INSERT INTO audit (ts, call_id, attempt, event, detail)
@@ -78,7 +78,7 @@ const CREATE_OR_GET: &str = "WITH claim AS (
 pub(super) fn create_or_get(
     client: &mut impl GenericClient,
     new: &NewCall,
-) -> Result<Created, ::postgres::Error> {
+) -> Result<Created, tokio_postgres::Error> {
     Ok(create_or_get_with(client, new, None)?.created)
 }
 
@@ -89,7 +89,7 @@ pub(super) fn create_claimed(
     new: &NewCall,
     owner: &str,
     lease_secs: f64,
-) -> Result<CreatedClaimed, ::postgres::Error> {
+) -> Result<CreatedClaimed, tokio_postgres::Error> {
     create_or_get_with(client, new, Some((owner, lease_secs)))
 }
 
@@ -97,17 +97,14 @@ fn create_or_get_with(
     client: &mut impl GenericClient,
     new: &NewCall,
     first_claim: Option<(&str, f64)>,
-) -> Result<CreatedClaimed, ::postgres::Error> {
+) -> Result<CreatedClaimed, tokio_postgres::Error> {
     // A gated call waits for a decision: never created claimed.
     if let Some(gate) = new.gate {
         let (call, existed) = super::approval::create_gated(client, new, gate)?;
         return resolve(client, new, call, existed);
     }
-    let mut attempts_left = 8;
-    let row = loop {
-        let call_id = new_call_id();
-        let effect_id = new_effect_id(&call_id);
-        let (owner, lease_secs) = first_claim.unzip();
+    let (owner, lease_secs) = first_claim.unzip();
+    let row = with_fresh_call_id(|call_id, effect_id| {
         let params: [&(dyn ToSql + Sync); 11] = [
             &call_id,
             &new.tenant,
@@ -121,12 +118,8 @@ fn create_or_get_with(
             &lease_secs,
             &owner,
         ];
-        match client.query_one(CREATE_OR_GET, &params) {
-            // Another node drew the same id in the same millisecond: draw again.
-            Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
-            other => break other?,
-        }
-    };
+        client.query_one(CREATE_OR_GET, &params)
+    })?;
     let existed: bool = row.get("existed");
     resolve(client, new, call_from_row(&row)?, existed)
 }
@@ -139,7 +132,7 @@ fn resolve(
     new: &NewCall,
     call: Call,
     existed: bool,
-) -> Result<CreatedClaimed, ::postgres::Error> {
+) -> Result<CreatedClaimed, tokio_postgres::Error> {
     if !existed {
         return Ok(CreatedClaimed {
             lease: call.lease(),
@@ -167,14 +160,14 @@ fn resolve(
 fn reset_failed(
     client: &mut impl GenericClient,
     call_id: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const RESET: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', result_json = NULL, error_json = NULL,
                   lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
             WHERE call_id = $1 AND status = 'failed'
            RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                      status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                     created_at, updated_at, next_attempt_at, cancel_requested_at
+                     created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
          ), a AS (
            INSERT INTO audit (ts, call_id, attempt, event, detail)
            SELECT updated_at, call_id, attempt, 'retry_reset', 'after attempt ' || attempt FROM r
@@ -284,7 +277,7 @@ pub(super) fn claim_named(
     call_ids: &[String],
     owner: &str,
     lease_secs: f64,
-) -> Result<Vec<Lease>, ::postgres::Error> {
+) -> Result<Vec<Lease>, tokio_postgres::Error> {
     let rows = client.query(CLAIM_NAMED, &[&call_ids, &lease_secs, &owner])?;
     Ok(rows.iter().map(lease_from_row).collect())
 }
@@ -294,7 +287,7 @@ pub(super) fn claim_due_within(
     limits: &DueLimits,
     owner: &str,
     lease_secs: f64,
-) -> Result<Vec<Lease>, ::postgres::Error> {
+) -> Result<Vec<Lease>, tokio_postgres::Error> {
     let total = limits.total as i64;
     let tools: Vec<&str> = limits.per_tool.iter().map(|(t, _)| t.as_str()).collect();
     let free: Vec<i64> = limits.per_tool.iter().map(|(_, n)| *n as i64).collect();
@@ -336,7 +329,7 @@ pub(super) fn finish_fenced(
     client: &mut impl GenericClient,
     lease: &Lease,
     finish: &Finish<'_>,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const FINISH: &str = "WITH done AS (
            UPDATE calls SET status = $3, result_json = $4, error_json = $5,
                   lease_until = NULL, owner = NULL, updated_at = extract(epoch FROM now())::float8
@@ -381,7 +374,7 @@ pub(super) fn retry_later(
     error_json: &str,
     delay_secs: f64,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const RETRY: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', error_json = $3,
                   next_attempt_at = extract(epoch FROM now())::float8 + $4,
@@ -413,7 +406,7 @@ pub(super) fn release(
     client: &mut impl GenericClient,
     lease: &Lease,
     detail: &str,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const RELEASE: &str = "WITH r AS (
            UPDATE calls SET status = 'pending', lease_until = NULL, owner = NULL,
                   updated_at = extract(epoch FROM now())::float8
@@ -438,7 +431,7 @@ pub(super) fn already_recorded(
     client: &mut impl GenericClient,
     lease: &Lease,
     event: Event,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     const RECORDED: &str = "SELECT EXISTS (SELECT 1 FROM audit
                               WHERE call_id = $1 AND attempt = $2 AND event = $3)";
     let row = client.query_one(RECORDED, &[&lease.call_id, &lease.attempt, &event.as_str()])?;
@@ -450,7 +443,7 @@ pub(super) fn audit_stale(
     client: &mut impl GenericClient,
     lease: &Lease,
     would_have: Event,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     let detail = audit::stale_completion(lease.attempt, would_have);
     let event = Event::StaleCompletion;
     audit_row(client, &lease.call_id, lease.attempt, event, &detail)
@@ -462,7 +455,7 @@ fn audit_row(
     attempt: i64,
     event: Event,
     detail: &str,
-) -> Result<(), ::postgres::Error> {
+) -> Result<(), tokio_postgres::Error> {
     client.execute(
         "INSERT INTO audit (ts, call_id, attempt, event, detail)
          VALUES (extract(epoch FROM now())::float8, $1, $2, $3, $4)",
@@ -472,32 +465,41 @@ fn audit_row(
 }
 
 /// Extend each lease by `lease_secs` from now, only while its call is
-/// `running` under the lease's attempt; the (call, attempt) pairs still held.
+/// `running` under the lease's attempt, and store the progress its tool
+/// reported (`progress[i]` for `leases[i]`, if any) in the same update;
+/// the (call, attempt) pairs still held.
 pub(super) fn extend(
     client: &mut impl GenericClient,
     leases: &[Lease],
+    progress: &[Option<CallProgress>],
     lease_secs: f64,
-) -> Result<Vec<(String, i64)>, ::postgres::Error> {
+) -> Result<Vec<(String, i64)>, tokio_postgres::Error> {
     const EXTEND: &str = "WITH held AS MATERIALIZED (
-           SELECT calls.call_id
-             FROM calls JOIN unnest($1::text[], $2::int8[]) AS l(call_id, attempt)
+           SELECT calls.call_id, l.progress
+             FROM calls JOIN unnest($1::text[], $2::int8[], $4::text[])
+                               AS l(call_id, attempt, progress)
                ON calls.call_id = l.call_id AND calls.attempt = l.attempt
             WHERE calls.status = 'running'
             ORDER BY calls.call_id FOR UPDATE OF calls
          )
-         UPDATE calls SET lease_until = extract(epoch FROM now())::float8 + $3
+         UPDATE calls SET lease_until = extract(epoch FROM now())::float8 + $3,
+                          progress_json = coalesce(held.progress, calls.progress_json)
            FROM held WHERE calls.call_id = held.call_id AND calls.status = 'running'
          RETURNING calls.call_id, calls.attempt";
     let ids: Vec<&str> = leases.iter().map(|l| l.call_id.as_str()).collect();
     let attempts: Vec<i64> = leases.iter().map(|l| l.attempt).collect();
-    let rows = client.query(EXTEND, &[&ids, &attempts, &lease_secs])?;
+    let reports: Vec<Option<String>> = (0..leases.len())
+        .map(|i| progress.get(i).and_then(Option::as_ref))
+        .map(|p| p.map(|p| p.to_json().to_string()))
+        .collect();
+    let rows = client.query(EXTEND, &[&ids, &attempts, &lease_secs, &reports])?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 pub(super) fn due_calls(
     client: &mut impl GenericClient,
     limit: usize,
-) -> Result<Vec<DueCall>, ::postgres::Error> {
+) -> Result<Vec<DueCall>, tokio_postgres::Error> {
     const DUE: &str = "SELECT call_id, tool FROM calls
           WHERE status = 'pending'
             AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
@@ -513,14 +515,28 @@ pub(super) fn due_calls(
         .collect())
 }
 
+/// The `replayed_by_content` row (`$2`) of the tenant's (`$3`) call `$1`,
+/// under its current attempt; whether the call was there.
+pub(super) fn note_replay_by_content(
+    client: &mut impl GenericClient,
+    tenant: &str,
+    call_id: &str,
+    detail: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    const NOTE: &str = "INSERT INTO audit (ts, call_id, attempt, event, detail)
+         SELECT extract(epoch FROM now())::float8, call_id, attempt, 'replayed_by_content', $2
+           FROM calls WHERE call_id = $1 AND tenant = $3";
+    Ok(client.execute(NOTE, &[&call_id, &detail, &tenant])? == 1)
+}
+
 pub(super) fn select_call(
     client: &mut impl GenericClient,
     call_id: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const BY_ID: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                created_at, updated_at, next_attempt_at, cancel_requested_at
+                created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
            FROM calls WHERE call_id = $1";
     one_call(client, BY_ID, &[&call_id])
 }
@@ -530,11 +546,11 @@ pub(super) fn select_tenant_call(
     client: &mut impl GenericClient,
     tenant: &str,
     call_id: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const BY_TENANT_ID: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                created_at, updated_at, next_attempt_at, cancel_requested_at
+                created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
            FROM calls WHERE call_id = $1 AND tenant = $2";
     one_call(client, BY_TENANT_ID, &[&call_id, &tenant])
 }
@@ -543,11 +559,11 @@ pub(super) fn select_call_by_key(
     client: &mut impl GenericClient,
     tenant: &str,
     idem_key: &str,
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     const BY_KEY: &str =
         "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                 status, result_json, error_json, attempt, lease_until, owner, effect_id,
-                created_at, updated_at, next_attempt_at, cancel_requested_at
+                created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
            FROM calls WHERE tenant = $1 AND idem_key = $2";
     one_call(client, BY_KEY, &[&tenant, &idem_key])
 }
@@ -558,17 +574,34 @@ fn one_call(
     client: &mut impl GenericClient,
     sql: &str,
     params: &[&(dyn ToSql + Sync)],
-) -> Result<Option<Call>, ::postgres::Error> {
+) -> Result<Option<Call>, tokio_postgres::Error> {
     client
         .query_opt(sql, params)?
         .map(|r| call_from_row(&r))
         .transpose()
 }
 
+/// Run `insert` with a newly drawn call id and its effect id; when another
+/// node drew the same id in the same millisecond (`calls_pkey`), draw again,
+/// up to eight times. The one place a new call's identity is drawn.
+pub(super) fn with_fresh_call_id(
+    mut insert: impl FnMut(&str, &str) -> Result<Row, tokio_postgres::Error>,
+) -> Result<Row, tokio_postgres::Error> {
+    let mut attempts_left = 8;
+    loop {
+        let call_id = new_call_id();
+        let effect_id = new_effect_id(&call_id);
+        match insert(&call_id, &effect_id) {
+            Err(e) if violates(&e, "calls_pkey") && attempts_left > 0 => attempts_left -= 1,
+            other => return other,
+        }
+    }
+}
+
 /// One `calls` row, its columns in the order every statement here returns
-/// them: `call_id` first, `cancel_requested_at` last. A status this release
+/// them: `call_id` first, `cancel_requested_at` and `progress_json` last. A status this release
 /// does not know is an error (`StatusColumn`), never a guess.
-pub(super) fn call_from_row(row: &Row) -> Result<Call, ::postgres::Error> {
+pub(super) fn call_from_row(row: &Row) -> Result<Call, tokio_postgres::Error> {
     let json_col = |i: usize| -> Option<Value> {
         row.get::<_, Option<String>>(i)
             .and_then(|s| serde_json::from_str(&s).ok())
@@ -594,6 +627,9 @@ pub(super) fn call_from_row(row: &Row) -> Result<Call, ::postgres::Error> {
         updated_at: row.get(16),
         next_attempt_at: row.get(17),
         cancel_requested_at: row.get(18),
+        progress: row
+            .get::<_, Option<String>>(19)
+            .and_then(|text| CallProgress::from_json(&text)),
         expires_at: None,
     })
 }

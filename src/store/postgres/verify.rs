@@ -13,7 +13,7 @@ use super::super::verify::{
     MAX_EXAMPLES,
 };
 use super::error::store_error;
-use ::postgres::{Client, IsolationLevel, Transaction};
+use super::session::{GenericClient, Session, Transaction};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -21,9 +21,9 @@ pub(in crate::store) fn verify(
     target: &PgTarget,
     effect_tools: &[&str],
 ) -> Result<Report, VerifyError> {
-    let mut client = super::connect::connect_once(target)
+    let mut session = super::connect::connect_once(target, None)
         .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
-    verify_on(&mut client, target, effect_tools, None)
+    verify_on(&mut session, target, effect_tools, None)
 }
 
 /// `verify` on a connection already open, each statement bounded by what is
@@ -31,12 +31,13 @@ pub(in crate::store) fn verify(
 /// answer is `TimedOut`, never a check that reads as violated because it was
 /// cut short.
 pub(in crate::store) fn verify_on(
-    client: &mut Client,
+    session: &mut Session,
     target: &PgTarget,
     effect_tools: &[&str],
     deadline: Option<Instant>,
 ) -> Result<Report, VerifyError> {
-    let report = snapshot(client, target, effect_tools, Bound(deadline));
+    session.set_deadline(deadline);
+    let report = snapshot(session, target, effect_tools, Bound(deadline));
     match deadline {
         Some(deadline) if Instant::now() >= deadline => Err(VerifyError::TimedOut),
         _ => report,
@@ -60,18 +61,14 @@ impl Bound {
 }
 
 fn snapshot(
-    client: &mut Client,
+    session: &mut Session,
     target: &PgTarget,
     effect_tools: &[&str],
     bound: Bound,
 ) -> Result<Report, VerifyError> {
-    let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .map_err(failed)?;
+    let failed =
+        |e: tokio_postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
+    let mut tx = session.snapshot().map_err(failed)?;
     bound.apply(&mut tx);
     let tables: i64 = tx
         .query_one(
@@ -154,7 +151,7 @@ fn to_postgres(sql: &str) -> String {
 /// to hold); a savepoint keeps the snapshot usable for the next one.
 fn run(tx: &mut Transaction<'_>, spec: &Spec) -> Check {
     let sql = to_postgres(&spec.sql);
-    let found = match tx.transaction() {
+    let found = match tx.savepoint("verify_check") {
         Ok(mut savepoint) => {
             let rows = savepoint.query(sql.as_str(), &[]).map(|rows| {
                 rows.iter()
@@ -199,10 +196,11 @@ pub(in crate::store) fn tools_outside(
     target: &PgTarget,
     known: &[&str],
 ) -> Result<Vec<String>, VerifyError> {
-    let failed = |e: ::postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
-    let mut client = super::connect::connect_once(target)
+    let failed =
+        |e: tokio_postgres::Error| VerifyError::Postgres(target.to_string(), store_error(e));
+    let mut session = super::connect::connect_once(target, None)
         .map_err(|e| VerifyError::Postgres(target.to_string(), e))?;
-    let rows = client
+    let rows = session
         .query("SELECT DISTINCT tool FROM calls ORDER BY tool", &[])
         .map_err(failed)?;
     Ok(rows

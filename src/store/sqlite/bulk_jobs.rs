@@ -1,4 +1,4 @@
-//! Bulk jobs on SQLite (migration 16; `store::bulk_job` has the rules): the
+//! Bulk jobs on SQLite (migration 17; `store::bulk_job` has the rules): the
 //! table, the create-or-get under a tenant's key, the claim of a job under a
 //! lease, and one batch — the calls' cancels or re-runs (by the same steps
 //! as a single cancel or re-run, `cancel`, `rerun`), the job's cursor and
@@ -18,7 +18,7 @@ use super::{cancel, rerun};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::time::Duration;
 
-/// Migration 16. `UNIQUE (tenant, idem_key)` makes a retried create find
+/// Migration 17. `UNIQUE (tenant, idem_key)` makes a retried create find
 /// its job; the partial index is what a claim scans (the running jobs, a
 /// handful).
 pub(super) const BULK_JOBS_TABLE: &str = "

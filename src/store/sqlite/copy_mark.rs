@@ -55,7 +55,7 @@ impl RestoredCopy {
     /// The snapshot's time as `backup` printed it and as
     /// `--accept-restored-copy` takes it (RFC 3339, UTC, milliseconds).
     pub fn snapshot(&self) -> String {
-        crate::log::rfc3339_millis(self.snapshot_time())
+        crate::rfc3339::rfc3339_millis(self.snapshot_time())
     }
 }
 

@@ -127,7 +127,7 @@ DROP INDEX IF EXISTS idx_calls_status;
 CREATE INDEX idx_calls_status ON calls(status, tenant, tool, call_id);
 ";
 
-/// Migration 13, the failures by error code (`store::counts`): the table,
+/// Migration 14, the failures by error code (`store::counts`): the table,
 /// its triggers — a call that enters `failed`, inserted so or moved there,
 /// adds one to its (tenant, tool, code); nothing else fires them, so a
 /// call's create, claim and success cost only the `WHEN` — and the backfill

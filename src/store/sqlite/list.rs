@@ -34,7 +34,7 @@ pub const GROUP_IDS_FILTERED: &str = "SELECT call_id FROM calls
     AND +idem_key >= ?7 AND (?8 IS NULL OR +idem_key < ?8)
   ORDER BY call_id DESC LIMIT ?6";
 
-/// Migration 13: `calls.error_code`, the code of the call's error as a
+/// Migration 14: `calls.error_code`, the code of the call's error as a
 /// column computed from `error_json` (virtual: nothing more is written per
 /// call), and the list's index of it — partial, so only the calls that hold
 /// an error (a failure, a retry waiting, a cancel) have an entry, and a
@@ -382,10 +382,11 @@ fn summaries(
     .collect()
 }
 
-/// `CALL_COLUMNS` with `args_json` and `result_json` read as empty: a page
-/// is a list of summaries, and a call's args may be 64 KiB.
+/// `CALL_COLUMNS` with `args_json`, `result_json` and `progress_json` read
+/// as empty: a page is a list of summaries, and a call's args may be 64 KiB.
 fn summary_columns() -> String {
     CALL_COLUMNS
         .replace("args_json", "'' AS args_json")
         .replace("result_json", "NULL AS result_json")
+        .replace("progress_json", "NULL AS progress_json")
 }

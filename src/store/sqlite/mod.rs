@@ -83,8 +83,8 @@ use super::instance::{log_gone, Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
 use super::list::{ListPage, ListQuery};
 use super::model::{
-    AuditEvent, Backlog, Call, Completion, Created, CreatedClaimed, DueCall, Health, Lease,
-    LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
+    AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
+    Lease, LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
 use super::options::{DueLimits, StoreOptions};
 use super::verify::{Report, VerifyError};
@@ -392,12 +392,28 @@ impl Backend for SqliteStore {
         self.writer.submit(op, then)
     }
 
-    fn extend(&self, leases: &[Lease], lease: Duration) -> Result<Vec<bool>, StoreError> {
-        let leases = leases.to_vec();
+    fn extend(
+        &self,
+        leases: &[Lease],
+        progress: &[Option<CallProgress>],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
+        let (leases, progress) = (leases.to_vec(), progress.to_vec());
         self.write(move |conn| {
             let lease_until = now() + lease.as_secs_f64();
-            sql::extend_leases(conn, &leases, lease_until)
+            sql::extend_leases(conn, &leases, &progress, lease_until)
         })
+    }
+
+    fn note_replay_by_content(
+        &self,
+        tenant: &str,
+        call_id: &str,
+        window_secs: u64,
+    ) -> Result<bool, StoreError> {
+        let (tenant, call_id) = (tenant.to_string(), call_id.to_string());
+        let detail = audit::replayed_by_content(window_secs);
+        self.write(move |conn| sql::note_replay_by_content(conn, &tenant, &call_id, &detail))
     }
 
     fn release(&self, lease: &Lease, tool: &ToolAtRelease) -> Result<Completion, StoreError> {

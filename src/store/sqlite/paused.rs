@@ -1,4 +1,4 @@
-//! Paused tools on SQLite (migration 15; `store::paused` has the rules):
+//! Paused tools on SQLite (migration 16; `store::paused` has the rules):
 //! the table, the pause and the resume (each one writer operation), and the
 //! one read of every paused tool. Every claim statement of this wing checks
 //! the table itself (`sql::claim_one`, the created-claimed insert, the scan
@@ -11,7 +11,7 @@ use super::super::ids::now;
 use super::super::paused::{PausedTool, Toggled};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-/// Migration 15: a row per paused tool. Small (a handful of rows, usually
+/// Migration 16: a row per paused tool. Small (a handful of rows, usually
 /// none), read by primary key on every claim.
 pub(super) const PAUSED_TOOLS_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS paused_tools (

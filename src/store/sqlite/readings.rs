@@ -1,4 +1,4 @@
-//! The overview's history on SQLite (migration 14; `store::readings` has
+//! The overview's history on SQLite (migration 15; `store::readings` has
 //! what a reading is and which are kept): the table, the write of one
 //! reading (and the thinning of old ones, in the same operation), and the
 //! read of the reading at or before each point of a chart.
@@ -8,7 +8,7 @@
 use super::super::readings::{kept, Reading, READINGS_KEPT_SECS, READING_EVERY, THINNING};
 use rusqlite::{params, Connection, OptionalExtension};
 
-/// Migration 14: one row per reading, its totals as JSON
+/// Migration 15: one row per reading, its totals as JSON
 /// (`Reading::totals_json`).
 pub(super) const READINGS_TABLE: &str = "
 CREATE TABLE IF NOT EXISTS rate_readings (

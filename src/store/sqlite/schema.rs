@@ -137,6 +137,13 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 13,
+        name: "calls.progress_json: a running call's last progress, for every process",
+        // Written with the lease's extension (`extend_leases`), so it costs
+        // no write of its own; read with the call. No index.
+        apply: |conn| add_column(conn, "calls", "progress_json", "TEXT"),
+    },
+    Migration {
+        version: 14,
         name: "calls.error_code, idx_calls_error, error_counts: the list by error code, failures by code",
         // A virtual column computed from `error_json` (nothing more written
         // per call), a partial index holding only the calls with an error,
@@ -151,17 +158,17 @@ const MIGRATIONS: &[Migration] = &[
         },
     },
     Migration {
-        version: 14,
+        version: 15,
         name: "rate_readings: the overview's history, kept across restarts",
         apply: |conn| conn.execute_batch(super::readings::READINGS_TABLE),
     },
     Migration {
-        version: 15,
+        version: 16,
         name: "paused_tools: a paused tool's calls are kept but not claimed",
         apply: |conn| conn.execute_batch(super::paused::PAUSED_TOOLS_TABLE),
     },
     Migration {
-        version: 16,
+        version: 17,
         name: "bulk_jobs: cancel or re-run every call a filter matches, in the background",
         apply: |conn| conn.execute_batch(super::bulk_jobs::BULK_JOBS_TABLE),
     },

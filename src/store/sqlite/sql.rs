@@ -13,7 +13,8 @@ use super::super::approval::Gate;
 use super::super::audit::{self, Event};
 use super::super::ids::{new_call_id, new_effect_id, now, stored_effect_id};
 use super::super::model::{
-    Call, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect, RetryDelay,
+    Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Lease, NewCall, NewEffect,
+    RetryDelay,
 };
 use super::cancel::{cancelled_or_stale, end_cancelled};
 use crate::status::Status;
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 pub(super) const CALL_COLUMNS: &str = "call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json, \
      status, result_json, error_json, attempt, lease_until, owner, effect_id, created_at, updated_at, \
-     next_attempt_at, cancel_requested_at";
+     next_attempt_at, cancel_requested_at, progress_json";
 
 pub(super) fn create_or_get_op(
     new: NewCall,
@@ -234,19 +235,28 @@ pub(super) fn retry_later_op(
 
 /// Extend each lease to `lease_until` while its tool runs, under the same
 /// fence as a completion: only a row still `running` under the lease's
-/// attempt moves. Returns, in order, whether each lease is still held.
+/// attempt moves; and store the progress its tool reported
+/// (`progress[i]` for `leases[i]`, if any) in the same update. Returns, in
+/// order, whether each lease is still held.
 pub(super) fn extend_leases(
     conn: &Connection,
     leases: &[Lease],
+    progress: &[Option<CallProgress>],
     lease_until: f64,
 ) -> rusqlite::Result<Vec<bool>> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE calls SET lease_until = ?1
+        "UPDATE calls SET lease_until = ?1, progress_json = coalesce(?4, progress_json)
           WHERE call_id = ?2 AND status = 'running' AND attempt = ?3",
     )?;
     leases
         .iter()
-        .map(|lease| Ok(stmt.execute(params![lease_until, lease.call_id, lease.attempt])? == 1))
+        .enumerate()
+        .map(|(i, lease)| {
+            let report = progress.get(i).and_then(Option::as_ref);
+            let report = report.map(|p| p.to_json().to_string());
+            let params = params![lease_until, lease.call_id, lease.attempt, report];
+            Ok(stmt.execute(params)? == 1)
+        })
         .collect()
 }
 
@@ -418,6 +428,29 @@ pub(super) fn audit(
     Ok(())
 }
 
+/// The `replayed_by_content` row of the tenant's call `call_id`, under its
+/// current attempt; whether the call was there.
+pub(super) fn note_replay_by_content(
+    conn: &Connection,
+    tenant: &str,
+    call_id: &str,
+    detail: &str,
+) -> rusqlite::Result<bool> {
+    let written = conn
+        .prepare_cached(
+            "INSERT INTO audit (ts, call_id, attempt, event, detail)
+             SELECT ?1, call_id, attempt, ?2, ?3 FROM calls WHERE call_id = ?4 AND tenant = ?5",
+        )?
+        .execute(params![
+            now(),
+            Event::ReplayedByContent.as_str(),
+            detail,
+            call_id,
+            tenant
+        ])?;
+    Ok(written == 1)
+}
+
 pub(super) fn select_call(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Call>> {
     one_call(conn, "call_id = ?1", params![call_id])
 }
@@ -490,6 +523,9 @@ pub(super) fn call_from_row(row: &Row) -> rusqlite::Result<Call> {
         updated_at: row.get(16)?,
         next_attempt_at: row.get(17)?,
         cancel_requested_at: row.get(18)?,
+        progress: row
+            .get::<_, Option<String>>(19)?
+            .and_then(|text| CallProgress::from_json(&text)),
         expires_at: None,
     })
 }

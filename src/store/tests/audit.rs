@@ -59,6 +59,29 @@ fn cancel_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError>
     Ok(written)
 }
 
+/// A third call answered again by its content: one `replayed_by_content`
+/// row under its attempt, and none through another tenant.
+fn replay_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError> {
+    let call = created_call(store.create_or_get(new_call("content-x", "fp"))?);
+    let id = call.call_id.as_str();
+    assert!(store.note_replay_by_content(crate::auth::ANONYMOUS, id, 600)?);
+    assert!(!store.note_replay_by_content("another-tenant", id, 600)?);
+    assert!(!store.note_replay_by_content(crate::auth::ANONYMOUS, "c_none", 600)?);
+    let written: Vec<(String, String)> = store
+        .audit_for(crate::auth::ANONYMOUS, id)?
+        .expect("the call")
+        .into_iter()
+        .map(|e| (e.event, e.detail.unwrap_or_default()))
+        .skip(1)
+        .collect();
+    let expected = vec![(
+        Event::ReplayedByContent.as_str().to_string(),
+        audit::replayed_by_content(600),
+    )];
+    assert_eq!(written, expected);
+    Ok(written)
+}
+
 /// A retry whose downstream asked for a day, cut to nothing by its cap.
 fn capped() -> RetryDelay {
     RetryDelay {
@@ -187,6 +210,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
     let mut written = written;
     written.extend(cancel_events(&store)?);
     written.extend(approval_events(&store)?);
+    written.extend(replay_events(&store)?);
     for event in Event::ALL {
         assert!(
             written.iter().any(|(name, _)| name == event.as_str()),

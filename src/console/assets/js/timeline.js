@@ -3,10 +3,11 @@
 // each attempt's error (a failure's whole error, a retry's code and
 // message), retries, recoveries of expired leases or dead owners,
 // completions fenced off because their attempt was stale, releases at a
-// stop, cancels, an operator's re-run, and approval requests with their
-// decision (who, from which source, why). Each row has its date and time
-// (in the chosen zone) and its offset from the first. The audit's own text
-// is shown as it is, as text.
+// stop, cancels, an operator's re-run, approval requests with their
+// decision (who, from which source, why), and keyless MCP requests answered
+// with the call by their content. Each row has its date and time (in the
+// chosen zone) and its offset from the first. The audit's own text is shown
+// as it is, as text.
 
 import {h} from './dom.js';
 import {preciseTime} from './format.js';
@@ -28,6 +29,7 @@ const EVENTS = {
   approval_requested: ['Waiting for approval', 'warn'],
   approved: ['Approved', 'ok'],
   denied: ['Denied', 'bad'],
+  replayed_by_content: ['Answered again by its content (keyless MCP)', 'info'],
 };
 
 /** A retry's failed attempt, from its row: `attempt N failed (code: message); …`. */
