@@ -10,13 +10,14 @@
 //! - `410 call_expired`: it is past its retention;
 //! - `409 duplicate_intent`: another live call holds its business key
 //!   (`error.call_id` and `Location` name it);
+//! - `403 role_required`: the token is not an operator's or an admin's;
 //! - `404 not_found`: no such call in the caller's scope.
 //!
 //! Who asked is the authenticated tenant; it goes into the audit with the
 //! reason. Nothing here decides an outcome.
 
 use super::error::ApiError;
-use super::operate::operating_scope;
+use super::operate::{may_operate, operating_scope, Operation};
 use super::router::{render, Api};
 use super::validate::reason_of;
 use crate::auth::Tenant;
@@ -35,8 +36,11 @@ impl Api {
         call_id: &str,
         exchange: &mut Exchange,
     ) -> Result<Response, ApiError> {
-        let reason = reason_of(&req.body, "a re-run")?;
+        // A re-run is an operator's act (`Action::Operate`), not a caller's:
+        // an agent's own token never brings back what a person cancelled.
         let scope = operating_scope(tenant);
+        may_operate(tenant, Operation::OnCalls(scope))?;
+        let reason = reason_of(&req.body, "a re-run")?;
         let rerun = self
             .calls
             .rerun(scope, call_id, &tenant.name, reason.as_deref())?;

@@ -8,6 +8,7 @@
 //! after the resume (PostgreSQL: paused on one node, posted to another);
 //! and who may do which (`api::operate`).
 
+use crate::support::auth::sha256_hex;
 use crate::support::downstream::{Downstream, ToolsFile};
 use crate::support::{count, eventually, AuthFile, Http, Server, TempDb, TempDir, DEADLINE};
 use idempotent_tool::temp::postgres::{connect, PgServer};
@@ -240,9 +241,28 @@ fn bulk_cancel_goes_on_after_a_kill(db: &Db, second_before_kill: bool) {
 }
 
 #[test]
-fn the_list_finds_calls_by_error_code_and_the_overview_groups_failures() {
-    let db = Db::sqlite("operator-errors");
+fn the_list_finds_calls_by_error_code_and_the_overview_groups_failures_on_sqlite() {
+    list_by_error_code_and_failures_by_code(&Db::sqlite("operator-errors"));
+}
+
+/// PostgreSQL keeps the code in a column of its own (`calls_error`, its
+/// trigger) and the failures by code in `error_counts`: the same answers.
+#[test]
+fn the_list_finds_calls_by_error_code_and_the_overview_groups_failures_on_postgres() {
+    list_by_error_code_and_failures_by_code(&Db::postgres("operator_errors"));
+}
+
+/// Three failures and a success: the list by `error_code` finds exactly the
+/// failures, newest first, with their exact total; another code finds none;
+/// a malformed code is `400`; the overview groups the failures by code over
+/// the shortest and the longest range.
+fn list_by_error_code_and_failures_by_code(db: &Db) {
     let server = db.start(&[]);
+    // Failures are counted from the first reading on (`rates.since`); on
+    // PostgreSQL it is taken once the rates thread has a connection.
+    eventually("the first reading", || {
+        !server.get("/v1/overview").1["rates"]["since"].is_null()
+    });
     let mut failed = Vec::new();
     for n in 0..3 {
         let (_, call) = server.post(&format!("f{n}"), &json!({"tool": "fail", "args": {}}));
@@ -256,6 +276,11 @@ fn the_list_finds_calls_by_error_code_and_the_overview_groups_failures() {
     failed.reverse();
     assert_eq!(ids, failed, "newest first, only the failures");
     assert_eq!(page["total"], json!({"calls": 3, "exact": true}));
+    assert_eq!(
+        db.count("SELECT count(*) FROM calls WHERE error_code = 'tool_failed'"),
+        3,
+        "the column the list's index holds"
+    );
     let (_, none) = server.get("/v1/tool-calls?error_code=downstream_timeout&total=true");
     assert_eq!(none["total"]["calls"], 0);
     let (status, refused) = server.get("/v1/tool-calls?error_code=Not-A-Code");
@@ -389,15 +414,26 @@ fn mcp_tools(server: &Server) -> Vec<Value> {
     answer["result"]["tools"].as_array().expect("tools").clone()
 }
 
-/// A tenant re-runs its own calls only, may not pause a tool nor run a
-/// bulk job over another tenant's calls; an admin may do all three.
+/// Re-runs, bulk jobs and pauses are the operator role's and an admin's
+/// (`Action::Operate`): a caller's token (the tenant's own) is refused
+/// with `role_required` naming `operator`; an operator re-runs its own
+/// tenant's calls only (another tenant's call is not found), pauses a tool,
+/// and may not run a bulk job over another tenant's calls; an admin may do
+/// all of it.
 #[test]
-fn who_may_operate_is_the_tenant_for_its_calls_and_an_admin_for_everything() {
-    let auth = AuthFile::new(&[
-        ("acme", "acme-token", false),
-        ("globex", "globex-token", false),
-        ("ops", "ops-token", true),
-    ]);
+fn who_may_operate_is_an_operator_for_its_tenant_and_an_admin_for_everything() {
+    let tenant = |caller: &str, operator: &str| {
+        json!({"token_sha256": sha256_hex(caller),
+               "tokens": {"olga": {"token_sha256": sha256_hex(operator), "role": "operator"}}})
+    };
+    let auth = AuthFile::with_tenants(
+        json!({
+            "acme": tenant("acme-token", "acme-operator-token"),
+            "globex": tenant("globex-token", "globex-operator-token"),
+            "ops": {"token_sha256": sha256_hex("ops-token"), "admin": true},
+        }),
+        &[],
+    );
     let db = Db::sqlite("operator-who");
     let server = db.start(&["--auth-file", auth.path_str()]);
     let as_ = |token: &str, method: &str, path: &str, key: Option<&str>, body: &Value| {
@@ -408,6 +444,18 @@ fn who_may_operate_is_the_tenant_for_its_calls_and_an_admin_for_everything() {
         }
         server.request(method, path, &headers, Some(&body.to_string()))
     };
+    let refusal = |(status, body): (u16, Value)| {
+        (
+            status,
+            body["error"]["code"].as_str().unwrap_or("").to_string(),
+            body["error"]["role"].as_str().map(str::to_string),
+        )
+    };
+    let role_required = (
+        403,
+        "role_required".to_string(),
+        Some("operator".to_string()),
+    );
     let (_, call) = as_(
         "acme-token",
         "POST",
@@ -415,53 +463,55 @@ fn who_may_operate_is_the_tenant_for_its_calls_and_an_admin_for_everything() {
         Some("k"),
         &json!({"tool": "fail", "args": {}}),
     );
+    assert_eq!(call["status"], "failed", "{call}");
     let rerun = format!("/v1/tool-calls/{}/rerun", id(&call));
+    let nothing = json!({});
     assert_eq!(
-        as_("globex-token", "POST", &rerun, None, &json!({})).0,
+        refusal(as_("acme-token", "POST", &rerun, None, &nothing)),
+        role_required,
+        "a caller does not re-run, not even its own call"
+    );
+    assert_eq!(
+        as_("globex-operator-token", "POST", &rerun, None, &nothing).0,
         404,
         "another tenant's call is not found"
     );
-    assert_eq!(as_("acme-token", "POST", &rerun, None, &json!({})).0, 202);
-    assert_eq!(
+    let (status, again) = as_("acme-operator-token", "POST", &rerun, None, &nothing);
+    assert_eq!((status, again["status"].as_str()), (202, Some("pending")));
+
+    let pause = |token: &str, tool: &str| {
         as_(
-            "acme-token",
+            token,
             "POST",
-            "/v1/tools/fail/pause",
+            &format!("/v1/tools/{tool}/pause"),
             None,
-            &json!({})
+            &nothing,
         )
-        .0,
-        403
+    };
+    assert_eq!(refusal(pause("acme-token", "fail")), role_required);
+    assert_eq!(pause("acme-operator-token", "fail").0, 200);
+    let (status, resumed) = as_(
+        "acme-operator-token",
+        "POST",
+        "/v1/tools/fail/resume",
+        None,
+        &nothing,
     );
-    let bulk = json!({"action": "cancel", "filter": {"tenant": "globex"}});
+    assert_eq!((status, resumed["paused"].as_bool()), (200, Some(false)));
+    assert_eq!(pause("ops-token", "fail").0, 200);
+    assert_eq!(pause("ops-token", "nope").0, 404);
+
+    let mine = json!({"action": "cancel", "filter": {"tool": "sleep"}});
+    let theirs = json!({"action": "cancel", "filter": {"tenant": "globex"}});
+    let bulk = |token: &str, key: &str, body: &Value| {
+        refusal(as_(token, "POST", "/v1/bulk-actions", Some(key), body))
+    };
+    assert_eq!(bulk("acme-token", "b1", &mine), role_required);
     assert_eq!(
-        as_("acme-token", "POST", "/v1/bulk-actions", Some("b"), &bulk).0,
-        403
+        bulk("acme-operator-token", "b2", &theirs),
+        (403, "forbidden".to_string(), None),
+        "an operator acts on its own tenant's calls only"
     );
-    assert_eq!(
-        as_("ops-token", "POST", "/v1/bulk-actions", Some("b"), &bulk).0,
-        202
-    );
-    assert_eq!(
-        as_(
-            "ops-token",
-            "POST",
-            "/v1/tools/fail/pause",
-            None,
-            &json!({})
-        )
-        .0,
-        200
-    );
-    assert_eq!(
-        as_(
-            "ops-token",
-            "POST",
-            "/v1/tools/nope/pause",
-            None,
-            &json!({})
-        )
-        .0,
-        404
-    );
+    assert_eq!(bulk("acme-operator-token", "b3", &mine).0, 202);
+    assert_eq!(bulk("ops-token", "b4", &theirs).0, 202);
 }

@@ -20,7 +20,7 @@ use ::postgres::types::ToSql;
 const READ_LOCKED: &str =
     "SELECT call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
             status, result_json, error_json, attempt, lease_until, owner, effect_id,
-            created_at, updated_at, next_attempt_at, cancel_requested_at
+            created_at, updated_at, next_attempt_at, cancel_requested_at, progress_json
        FROM calls WHERE call_id = $1 AND ($2::text IS NULL OR tenant = $2)
         FOR UPDATE";
 
