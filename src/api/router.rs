@@ -326,7 +326,7 @@ impl Api {
             return Ok(returned_call(exchange, response, &call_id, true));
         }
         let call = self.waited(call, wait, &req.client)?;
-        let mut json = self.with_wait(call.to_json(), &call);
+        let mut json = with_progress(self.with_wait(call.to_json(), &call), &call);
         if duplicate_intent {
             json["duplicate_intent"] = true.into();
         }
@@ -342,7 +342,7 @@ impl Api {
         client: &ClientProbe,
     ) -> Result<Response, ApiError> {
         let call = self.waited(call, wait, client)?;
-        let json = self.with_wait(call.to_json(), &call);
+        let json = with_progress(self.with_wait(call.to_json(), &call), &call);
         Ok(render_json(&call, json))
     }
 
@@ -369,10 +369,15 @@ impl Api {
 /// request's business key; a running call's last `progress`, when its tool
 /// reported one (`calls::last_progress`: on any node).
 pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
-    let mut json = call.to_json();
+    let mut json = with_progress(call.to_json(), call);
     if duplicate_intent {
         json["duplicate_intent"] = true.into();
     }
+    render_json(call, json)
+}
+
+/// `json` (the call's) with its last `progress`, when its tool reported one.
+fn with_progress(mut json: serde_json::Value, call: &Call) -> serde_json::Value {
     if let Some(report) = crate::calls::last_progress(call) {
         json["progress"] = serde_json::json!({
             "progress": report.progress,
@@ -381,7 +386,7 @@ pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
             "at": report.at,
         });
     }
-    render_json(call, json)
+    json
 }
 
 /// `call`'s answer with `json` as its body: `200` once it is terminal,

@@ -34,7 +34,7 @@ const RELEASE_DEAD_HOLDER: &str = "UPDATE business_keys SET holding = false
       WHERE tenant = $1 AND tool = $2 AND bkey = $3 AND holding
         AND (expires_at <= extract(epoch FROM now())::float8
              OR NOT EXISTS (SELECT 1 FROM calls c WHERE c.call_id = business_keys.call_id
-                              AND c.status NOT IN ('failed', 'cancelled')))";
+                              AND c.status NOT IN ('failed', 'cancelled', 'denied')))";
 
 const HOLD_AGAIN: &str = "UPDATE business_keys
         SET holding = true, created_at = extract(epoch FROM now())::float8,
