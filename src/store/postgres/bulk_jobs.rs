@@ -19,8 +19,8 @@ use super::super::operator::StepPlan;
 use super::super::rerun::{Rerun, RerunRequest};
 use super::session::{GenericClient, Session, Transaction};
 use super::{cancel, rerun};
-use ::postgres::types::{FromSql, ToSql, Type};
-use ::postgres::Row;
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::Row;
 
 /// Schema step 11.
 pub(super) const BULK_JOBS_TABLE: &str = "
@@ -112,7 +112,7 @@ const CANCEL_TRIES: usize = 4;
 pub(super) fn create(
     client: &mut impl GenericClient,
     new: &NewBulkJob,
-) -> Result<JobCreated, ::postgres::Error> {
+) -> Result<JobCreated, tokio_postgres::Error> {
     let job_id = new_job_id();
     let filter = filter_to_json(&new.filter).to_string();
     let max = new.max_calls as i64;
@@ -140,7 +140,7 @@ pub(super) fn one(
     client: &mut impl GenericClient,
     tenant: Option<&str>,
     job_id: &str,
-) -> Result<Option<BulkJob>, ::postgres::Error> {
+) -> Result<Option<BulkJob>, tokio_postgres::Error> {
     client
         .query_opt(ONE, &[&job_id, &tenant])?
         .map(|r| job_from_row(&r))
@@ -153,7 +153,7 @@ pub(super) fn claim(
     client: &mut impl GenericClient,
     owner: &str,
     lease_secs: f64,
-) -> Result<Option<BulkJob>, ::postgres::Error> {
+) -> Result<Option<BulkJob>, tokio_postgres::Error> {
     if !client.query_one(WAITING, &[])?.get::<_, bool>(0) {
         return Ok(None);
     }
@@ -170,7 +170,7 @@ pub(super) fn step(
     plan: &StepPlan,
     lease_secs: f64,
     key_ttl: Option<f64>,
-) -> Result<Option<Step>, ::postgres::Error> {
+) -> Result<Option<Step>, tokio_postgres::Error> {
     let mut tx = client.transaction()?;
     if tx.execute(FENCE, &[&job.job_id, &job.claims, &lease_secs])? == 0 {
         tx.rollback()?;
@@ -227,7 +227,7 @@ fn cancel_one(
     tenant: &str,
     call_id: &str,
     step: &mut Step,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     let reason = job.reason.as_deref();
     let mut steps = cancel::Steps {
         client: tx,
@@ -254,11 +254,11 @@ pub(super) fn purge(
     client: &mut impl GenericClient,
     before: f64,
     limit: usize,
-) -> Result<usize, ::postgres::Error> {
+) -> Result<usize, tokio_postgres::Error> {
     Ok(client.execute(PURGE, &[&before, &(limit as i64)])? as usize)
 }
 
-fn job_from_row(r: &Row) -> Result<BulkJob, ::postgres::Error> {
+fn job_from_row(r: &Row) -> Result<BulkJob, tokio_postgres::Error> {
     Ok(BulkJob {
         job_id: r.get(0),
         tenant: r.get(1),

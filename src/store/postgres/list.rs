@@ -312,7 +312,7 @@ pub(super) fn total(
     query: &ListQuery,
     plan: &Plan,
     counts: &Counts,
-) -> Result<Total, ::postgres::Error> {
+) -> Result<Total, tokio_postgres::Error> {
     if let Some(calls) = plan.total_from_counts(query, counts) {
         return Ok(Total { calls, exact: true });
     }
@@ -378,7 +378,7 @@ fn prefix_candidates(
     tenants: &[String],
     prefix: &str,
     upper: &Option<String>,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     let cap = PREFIX_CANDIDATES as i64 + 1;
     let found: i64 = client
         .query_one(PREFIX_COUNT, &[&tenants, &prefix, upper, &cap])?

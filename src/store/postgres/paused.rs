@@ -9,7 +9,7 @@
 
 use super::super::paused::{PausedTool, Toggled};
 use super::session::GenericClient;
-use ::postgres::Row;
+use tokio_postgres::Row;
 
 /// Schema step 10.
 pub(super) const PAUSED_TOOLS_TABLE: &str = "
@@ -37,7 +37,7 @@ pub(super) fn pause(
     tool: &str,
     by: &str,
     reason: Option<&str>,
-) -> Result<Toggled, ::postgres::Error> {
+) -> Result<Toggled, tokio_postgres::Error> {
     if let Some(row) = client.query_opt(PAUSE, &[&tool, &by, &reason])? {
         return Ok(Toggled::Now(Some(paused_from_row(&row))));
     }
@@ -49,7 +49,7 @@ pub(super) fn pause(
 pub(super) fn resume(
     client: &mut impl GenericClient,
     tool: &str,
-) -> Result<Toggled, ::postgres::Error> {
+) -> Result<Toggled, tokio_postgres::Error> {
     Ok(match client.query_opt(RESUME, &[&tool])? {
         Some(_) => Toggled::Now(None),
         None => Toggled::Already(None),
@@ -57,7 +57,9 @@ pub(super) fn resume(
 }
 
 /// Every paused tool, by name.
-pub(super) fn all(client: &mut impl GenericClient) -> Result<Vec<PausedTool>, ::postgres::Error> {
+pub(super) fn all(
+    client: &mut impl GenericClient,
+) -> Result<Vec<PausedTool>, tokio_postgres::Error> {
     Ok(client
         .query(ALL, &[])?
         .iter()

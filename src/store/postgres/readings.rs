@@ -42,7 +42,7 @@ SELECT p.i, r.at, r.totals
 pub(super) fn record(
     client: &mut impl GenericClient,
     reading: &Reading,
-) -> Result<bool, ::postgres::Error> {
+) -> Result<bool, tokio_postgres::Error> {
     let half = READING_EVERY.as_secs_f64() / 2.0;
     let written = client.execute(RECORD, &[&reading.at, &reading.totals_json(), &half])?;
     client.execute(DROP_OLD, &[&(reading.at - READINGS_KEPT_SECS)])?;
@@ -64,7 +64,7 @@ pub(super) fn record(
 pub(super) fn at_points(
     client: &mut impl GenericClient,
     points: &[f64],
-) -> Result<Vec<Option<Reading>>, ::postgres::Error> {
+) -> Result<Vec<Option<Reading>>, tokio_postgres::Error> {
     Ok(client
         .query(AT_POINTS, &[&points])?
         .iter()

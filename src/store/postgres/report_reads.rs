@@ -35,7 +35,7 @@ pub(super) fn audit_timeline(
 pub(super) fn effect(
     client: &mut impl GenericClient,
     call_id: &str,
-) -> Result<Option<Effect>, ::postgres::Error> {
+) -> Result<Option<Effect>, tokio_postgres::Error> {
     Ok(client
         .query_opt(
             "SELECT effect_id, tool, amount, detail, created_at FROM effects WHERE call_id = $1",

@@ -13,7 +13,7 @@ use super::super::rerun::{rerun_with, Rerun, RerunRequest, RerunSteps};
 use super::error::violates;
 use super::session::{GenericClient, Session, Transaction};
 use super::sql::call_from_row;
-use ::postgres::types::ToSql;
+use tokio_postgres::types::ToSql;
 
 /// The call, in the request's scope (`$2` NULL: any tenant's), its row
 /// locked until the transaction ends.
@@ -65,7 +65,7 @@ const RESET: &str = "WITH r AS (
 pub(super) fn rerun(
     client: &mut Session,
     request: &RerunRequest,
-) -> Result<Option<Rerun>, ::postgres::Error> {
+) -> Result<Option<Rerun>, tokio_postgres::Error> {
     let mut tx = client.transaction()?;
     let found = rerun_in(&mut tx, request)?;
     tx.commit()?;
@@ -76,7 +76,7 @@ pub(super) fn rerun(
 pub(super) fn rerun_in(
     tx: &mut Transaction<'_>,
     request: &RerunRequest,
-) -> Result<Option<Rerun>, ::postgres::Error> {
+) -> Result<Option<Rerun>, tokio_postgres::Error> {
     let mut steps = Steps { tx, request };
     rerun_with(&mut steps, request, 1)
 }
@@ -87,9 +87,9 @@ struct Steps<'a, 'b> {
 }
 
 impl RerunSteps for Steps<'_, '_> {
-    type Error = ::postgres::Error;
+    type Error = tokio_postgres::Error;
 
-    fn read(&mut self) -> Result<Option<Call>, ::postgres::Error> {
+    fn read(&mut self) -> Result<Option<Call>, tokio_postgres::Error> {
         let params: [&(dyn ToSql + Sync); 2] = [&self.request.call_id, &self.request.tenant];
         self.tx
             .query_opt(READ_LOCKED, &params)?
@@ -97,7 +97,7 @@ impl RerunSteps for Steps<'_, '_> {
             .transpose()
     }
 
-    fn expired(&mut self, call: &Call) -> Result<bool, ::postgres::Error> {
+    fn expired(&mut self, call: &Call) -> Result<bool, tokio_postgres::Error> {
         let Some(ttl) = self.request.key_ttl else {
             return Ok(false);
         };
@@ -107,7 +107,7 @@ impl RerunSteps for Steps<'_, '_> {
             .get(0))
     }
 
-    fn hold_business_key(&mut self, call: &Call) -> Result<Option<String>, ::postgres::Error> {
+    fn hold_business_key(&mut self, call: &Call) -> Result<Option<String>, tokio_postgres::Error> {
         let Some(row) = self.tx.query_opt(CARRIED, &[&call.call_id])? else {
             return Ok(None);
         };
@@ -130,7 +130,7 @@ impl RerunSteps for Steps<'_, '_> {
         }
     }
 
-    fn reset(&mut self, call: &Call, detail: &str) -> Result<bool, ::postgres::Error> {
+    fn reset(&mut self, call: &Call, detail: &str) -> Result<bool, tokio_postgres::Error> {
         let row = self
             .tx
             .query_one(RESET, &[&call.call_id, &call.attempt, &detail])?;
