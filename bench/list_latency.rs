@@ -1,7 +1,9 @@
 //! `--console list`: how long a page of the list takes with a million calls
-//! in the database, under each filter alone, for one tenant and for every
-//! tenant, and how long the overview and `/stats` take — p50 and p99 over
-//! `--samples` requests each, one after another on one keep-alive connection.
+//! in the database, under each filter alone (the error code included, and
+//! with the filter's total), for one tenant and for every tenant, and how
+//! long the overview (over 15 minutes, a day and a week, its failures
+//! grouped by code) and `/stats` take — p50 and p99 over `--samples`
+//! requests each, one after another on one keep-alive connection.
 //!
 //! The database is the bench's mixed million (`store::bulk::MixedCalls`:
 //! 12 hours of calls in eight tenants, four tools, every status), loaded into a
@@ -108,6 +110,16 @@ fn queries(mix: &MixedCalls, tenant: Option<u64>) -> Vec<(&'static str, Query)> 
         ("status=pending (rare)", list("status=pending")),
         ("status=running (rare)", list("status=running")),
         ("tool=sleep", list("tool=sleep")),
+        ("error_code", list("error_code=downstream_timeout")),
+        (
+            "status+error_code",
+            list("status=failed&error_code=downstream_timeout"),
+        ),
+        (
+            "error_code + total",
+            list("error_code=downstream_timeout&total=true"),
+        ),
+        ("status + total", list("status=failed&total=true")),
         ("key", with_row(|m, n| format!("key={}", m.row(n).idem_key))),
         (
             "key_prefix (~11 keys)",
@@ -160,6 +172,14 @@ fn queries(mix: &MixedCalls, tenant: Option<u64>) -> Vec<(&'static str, Query)> 
         (
             "overview",
             Box::new(|_, _, _| Ok("/v1/overview?".to_string())),
+        ),
+        (
+            "overview, 24 h",
+            Box::new(|_, _, _| Ok("/v1/overview?range=24h".to_string())),
+        ),
+        (
+            "overview, 7 d",
+            Box::new(|_, _, _| Ok("/v1/overview?range=7d".to_string())),
         ),
         ("/stats", Box::new(|_, _, _| Ok("/stats?".to_string()))),
     ]

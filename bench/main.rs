@@ -28,16 +28,18 @@
 //! `invariants` (the checks after a run), `sweep` (the `--sweep` run and its
 //! pre-filled database), `report` (text and JSON), `cluster` (`--db
 //! postgres://…`: PostgreSQL with one and several nodes beside SQLite),
-//! `list_latency` and `console_load` (`--console`: the list's latency at a
-//! million calls, and what the console costs the write path), `cpu` (what the
-//! server spends: CPU time and context switches per request) and `check`
-//! (`--check`: that CPU per call held to the committed `bench/baseline.json`).
+//! `list_latency`, `console_load` and `bulk_load` (`--console`: the list's
+//! latency at a million calls, what the console costs the write path, and
+//! what a bulk job costs new calls), `cpu` (what the server spends: CPU time
+//! and context switches per request) and `check` (`--check`: that CPU per
+//! call held to the committed `bench/baseline.json`).
 #![forbid(unsafe_code)]
 // Without the `testing` feature the loading runs are left out (`loaders`), and
 // what only they use goes unused; with it (`cargo test`, `cargo clippy
 // --all-targets`) every part is built and linted.
 #![cfg_attr(not(feature = "testing"), allow(dead_code, unused_imports))]
 
+mod bulk_load;
 mod calibrate;
 mod check;
 mod cluster;
@@ -120,9 +122,10 @@ usage: bench [options]
                        poll: the distinct load with and without a console
                        polling every 2 s; writes: the distinct load as built,
                        with the old status index, and with migration 11's
-                       count triggers put back; each
-                       comparison interleaved, --rounds rounds, --duration per
-                       run (default 10 s)
+                       count triggers put back; bulk: the distinct load with
+                       and without a bulk job cancelling --rows waiting calls
+                       (default 100000); each comparison interleaved, --rounds
+                       rounds, --duration per run (default 10 s)
   --rows N             with --console list: calls to load (default 1000000)
   --samples N          with --console list: requests per query (default 200)
   --rounds N           with --console poll or writes: rounds (default 3)
@@ -186,6 +189,7 @@ enum Console {
     List,
     Poll,
     Writes,
+    Bulk,
 }
 
 /// What the command line asked for.
@@ -259,6 +263,7 @@ impl Config {
         };
         let (mut duration, mut count, mut latency) = (None, None, Duration::from_millis(50));
         let mut access_log_given = false;
+        let mut rows = None;
         let mut flags = Flags::new(args);
         while let Some(flag) = flags.next_flag()? {
             let mut value = || flags.value();
@@ -313,10 +318,13 @@ impl Config {
                         "list" => Console::List,
                         "poll" => Console::Poll,
                         "writes" => Console::Writes,
-                        other => return Err(bad_value("--console", other, "list, poll or writes")),
+                        "bulk" => Console::Bulk,
+                        other => {
+                            return Err(bad_value("--console", other, "list, poll, writes or bulk"))
+                        }
                     })
                 }
-                "--rows" => c.rows = number(&flag, &value()?)?,
+                "--rows" => rows = Some(number(&flag, &value()?)?),
                 "--samples" => c.samples = number(&flag, &value()?)? as usize,
                 "--rounds" => c.rounds = number(&flag, &value()?)? as usize,
                 "--json" => c.json = true,
@@ -335,6 +343,11 @@ impl Config {
             }
             c.setup.downstream_latency = Some(latency);
         }
+        c.rows = match (rows, c.console) {
+            (Some(n), _) => n,
+            (None, Some(Console::Bulk)) => 100_000,
+            (None, _) => c.rows,
+        };
         if let Some(d) = duration {
             c.stop = Stop::After(d);
         } else if let Some(n) = count {
@@ -480,6 +493,7 @@ fn main() -> ExitCode {
             Console::List => loaders::run_list_latency(&config),
             Console::Poll => console_load::run_poll_comparison(&config),
             Console::Writes => loaders::run_write_comparison(&config),
+            Console::Bulk => bulk_load::run_bulk_comparison(&config),
         }
     } else if let Some(url) = &config.postgres {
         cluster::run_cluster(&config, url)

@@ -4,14 +4,17 @@
 # What it does: builds the server, starts it on a temporary database with a tools
 # file (the built-ins, `fail` retried automatically, and a slow `export_report`
 # command tool capped at one at a time, so calls wait for its slot), posts a minute
-# of calls of every kind (charges, e-mails, failures, retries, slow exports), and
-# takes three pictures with headless Chromium: the overview, the calls filtered by
-# status, and one call's page with its audit timeline. Last, it opens the overview
-# in Chromium under chromedriver (WebDriver spoken with curl), kills the server
-# under it, and takes the page saying it is offline. It writes
-# docs/console-overview.png, docs/console-calls.png, docs/console-call.png and
-# docs/console-offline.png. Everything it started is stopped and its temporary
-# folder removed on exit.
+# of calls of every kind (charges, e-mails, failures, retries, slow exports), pauses
+# the export tool (its later calls wait, "paused"), and takes four pictures with
+# headless Chromium: the overview (failures grouped by code), the calls filtered by
+# status (their total, errors and why each pending call waits), one failed call's
+# page (its attempts' errors and the Re-run button), and the overview again in the
+# dark theme (Chromium asked for it). Last, it opens the overview in Chromium under
+# chromedriver (WebDriver spoken with curl), kills the server under it, and takes the
+# page saying it is offline. It writes docs/console-overview.png,
+# docs/console-calls.png, docs/console-call.png, docs/console-dark.png and
+# docs/console-offline.png. Everything it started is stopped and its temporary folder
+# removed on exit.
 #
 # Usage: scripts/console_screenshots.sh [--seconds N]
 #   --seconds N   how long to make calls before the pictures (default 60)
@@ -90,11 +93,11 @@ make_calls() {
     done
 }
 
-shot() { # URL FILE WIDTH HEIGHT
+shot() { # URL FILE WIDTH HEIGHT [CHROMIUM FLAG]
     chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
         --disable-background-networking --disable-component-update --disable-sync \
         --hide-scrollbars --force-device-scale-factor=1 --user-data-dir="$WORK/profile-$RANDOM" \
-        --window-size="$3,$4" --virtual-time-budget=5000 --screenshot="$2" "$1" 2>/dev/null
+        ${5:+"$5"} --window-size="$3,$4" --virtual-time-budget=5000 --screenshot="$2" "$1" 2>/dev/null
     echo "wrote $2"
 }
 
@@ -143,11 +146,14 @@ main() {
     write_tools_file
     start_server
     make_calls
+    curl -sS -o /dev/null -X POST "$BASE/v1/tools/export_report/pause" -d '{"reason":"reporting database upgrade"}'
+    post "export-2026-paused" '{"tool":"export_report","args":{"month":"2026-12"}}'
     local call
-    call=$(curl -sS "$BASE/v1/tool-calls/by-key/flaky-upstream-1" | grep -o '"call_id":"[^"]*"' | cut -d'"' -f4)
-    shot "$BASE/ui/" docs/console-overview.png 1280 1420
+    call=$(curl -sS "$BASE/v1/tool-calls/by-key/card-declined-3" | grep -o '"call_id":"[^"]*"' | cut -d'"' -f4)
+    shot "$BASE/ui/" docs/console-overview.png 1280 1700
     shot "$BASE/ui/calls?status=failed&status=pending&status=running" docs/console-calls.png 1280 1000
-    shot "$BASE/ui/calls/$call" docs/console-call.png 1280 1000
+    shot "$BASE/ui/calls/$call" docs/console-call.png 1280 1100
+    shot "$BASE/ui/" docs/console-dark.png 1280 1000 --force-dark-mode
     offline_shot docs/console-offline.png
 }
 

@@ -31,6 +31,11 @@
 //! - `approvals`: `POST /v1/tool-calls/{call_id}/approve` and `/deny`,
 //!   `GET /v1/tool-calls/{call_id}/approval` and `GET /v1/approvals` (the
 //!   queue);
+//! - `rerun`: `POST /v1/tool-calls/{call_id}/rerun`;
+//! - `bulk`: `POST /v1/bulk-actions`, `GET /v1/bulk-actions/{job_id}`;
+//! - `pause`: `POST /v1/tools/{name}/pause` and `/resume`, and the tools'
+//!   paused state in `GET /v1/tools`;
+//! - `operate`: who may re-run, run a bulk job, pause (`may_operate`);
 //! - `promise_check`: `GET /v1/verify`, `verify` on demand on a thread of
 //!   its own, one at a time, bounded in time.
 //!
@@ -38,14 +43,18 @@
 //! hold no data).
 
 mod approvals;
+mod bulk;
 mod cancel;
 mod error;
 mod exchange;
 mod list;
+mod operate;
 mod operations;
 mod overview;
+mod pause;
 mod promise_check;
 mod query;
+mod rerun;
 mod router;
 mod validate;
 

@@ -19,12 +19,13 @@ use crate::config::Config;
 use crate::descriptors::{self, Budget};
 use crate::lock::lock;
 use crate::mcp::{Mcp, McpOptions};
-use crate::metrics::rates::TotalsProbe;
+use crate::metrics::rates::ReadingProbe;
 use crate::metrics::{DatabaseSnapshot, Metrics, ProbeError, RateSampler};
 use crate::runner::{Notifier, OnPurged, Runner};
 use crate::server::{self, Handler, Observer, Server};
 use crate::store::{
-    now, CallStore, Database, RestoredCopy, Scope, StoreError, ToolLimit, Wake, WakeHandler,
+    now, CallStore, Database, Reading, RestoredCopy, Scope, StoreError, ToolLimit, Wake,
+    WakeHandler,
 };
 use crate::tools::ToolRegistry;
 use crate::webhook::Webhooks;
@@ -172,11 +173,7 @@ impl Service {
             .for_each(|spec| metrics.declare_tool(&spec.name));
         store.report_to(Arc::clone(&metrics));
         metrics.set_database_probe(database_probe(Arc::downgrade(&store)));
-        let rates = RateSampler::start(
-            Arc::clone(&metrics.rates),
-            totals_probe(Arc::downgrade(&store)),
-        )
-        .map_err(|e| {
+        let rates = RateSampler::start(reading_probe(Arc::downgrade(&store))).map_err(|e| {
             store.stop();
             StartError::Spawn(e)
         })?;
@@ -401,14 +398,16 @@ fn database_probe(
     }
 }
 
-/// What the `rates` thread reads every step: each tenant's running totals
-/// of calls created and failed (the count tables), and when. Holds the
-/// store weakly, as `database_probe` does.
-fn totals_probe(store: Weak<CallStore>) -> TotalsProbe {
-    Box::new(move || {
+/// What the `rates` thread does every step: read each tenant's running
+/// totals (the count tables) and keep them in the database as a reading at
+/// `at` (`store::readings`). Holds the store weakly, as `database_probe`
+/// does.
+fn reading_probe(store: Weak<CallStore>) -> ReadingProbe {
+    Box::new(move |at| {
         let store = store.upgrade().ok_or("the store is gone")?;
         let counts = store.counts(Scope::All)?;
-        Ok((now(), counts.totals_by_tenant()))
+        store.record_reading(&Reading::of(at, &counts))?;
+        Ok(())
     })
 }
 

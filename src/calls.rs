@@ -29,6 +29,9 @@
 //!   halted), and the bounded wait for a running one to end;
 //! - `decide`: a waiting call approved (handed to the runner) or denied,
 //!   and the reads of the approval queue and of a call's request;
+//! - `operate`: the operator's doors — re-run a call, pause and resume a
+//!   tool, bulk jobs, a filter's total, a call's effect — and why a pending
+//!   call waits (`Wait`);
 //! - `key_cache`: what this process knows about keys, and the settled
 //!   answers kept for retries;
 //! - `error`: `CallError`, every way the call path refuses.
@@ -38,6 +41,7 @@ mod check;
 mod decide;
 mod error;
 mod key_cache;
+mod operate;
 mod pushback;
 mod request;
 mod service;

@@ -300,6 +300,11 @@ impl Event<'_> {
         self.str_field("call_id", call_id)
     }
 
+    /// A bulk job, by its id (`b_` and hex the service drew).
+    pub fn job_id(self, job_id: &str) -> Self {
+        self.str_field("job_id", job_id)
+    }
+
     pub fn effect_id(self, effect_id: &str) -> Self {
         self.str_field("effect_id", effect_id)
     }

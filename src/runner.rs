@@ -61,8 +61,10 @@
 //!   completion once its commit is known and hands a refused one again;
 //! - `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
 //!   lease extension, heartbeat, `recovery`, key purge (`retention`), the
-//!   check for cancels of the calls running here (`cancels`), and the end
-//!   of approval requests whose time is over (`approval_expiry`);
+//!   check for cancels of the calls running here (`cancels`), the paused
+//!   tools (`paused`: `PausedSet`, what this process knows of them), the
+//!   bulk jobs (`bulk`: a batch at a time, under a rate), and the end of
+//!   approval requests whose time is over (`approval_expiry`);
 //! - `notifier`: `Notifier`; `stored_args`: a claimed call's args re-checked.
 //!
 //! Threads: `worker-N`, `maintenance`, `completer`; the poll runs on
@@ -71,6 +73,7 @@
 //! period ends.
 
 mod approval_expiry;
+mod bulk;
 mod cancels;
 mod capacity;
 mod completion;
@@ -79,6 +82,7 @@ mod lifecycle;
 mod limited;
 mod maintenance;
 mod notifier;
+mod paused;
 mod pool;
 mod recovery;
 mod retention;

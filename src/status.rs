@@ -1,6 +1,7 @@
 //! The call statuses, declared once: the table in `call_statuses!` below
 //! generates the `Status` enum, the list of every status (`Status::ALL`),
-//! their spellings, which are terminal, which let go of a business key, and
+//! their spellings, which are terminal, which let go of a business key,
+//! which an operator's re-run may bring back, and
 //! a `parse` that refuses a word it does not know. Everything else that
 //! names statuses — the metrics, the list's filter, MCP's output schema —
 //! takes them from here; what cannot (the console's JavaScript,
@@ -16,12 +17,13 @@
 use std::fmt;
 
 /// Declares the statuses: for each, its doc, its variant, its word, whether
-/// it is terminal (never executed again) and whether it lets go of its
-/// business key (a new intent with the same business key may then be made).
+/// it is terminal (never executed again), whether it lets go of its
+/// business key (a new intent with the same business key may then be made)
+/// and whether an operator's re-run may bring it back to `pending`.
 macro_rules! call_statuses {
     ($(
         $(#[$doc:meta])*
-        $variant:ident = $word:literal, terminal: $terminal:literal, releases_business_key: $releases:literal;
+        $variant:ident = $word:literal, terminal: $terminal:literal, releases_business_key: $releases:literal, rerun: $rerun:literal;
     )+) => {
         /// Where a call is in its life.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -64,6 +66,15 @@ macro_rules! call_statuses {
                     $(Status::$variant => $releases,)+
                 }
             }
+
+            /// An operator's re-run may send a call in this status back to
+            /// `pending` (`store::rerun`): it ended without an effect, and no
+            /// person refused it.
+            pub fn may_rerun(self) -> bool {
+                match self {
+                    $(Status::$variant => $rerun,)+
+                }
+            }
         }
     };
 }
@@ -73,23 +84,23 @@ call_statuses! {
     /// approval policy held for its arguments. It holds no lease and no
     /// worker's slot, and holds its business key; approved, it becomes
     /// `pending` and runs as any call.
-    AwaitingApproval = "awaiting_approval", terminal: false, releases_business_key: false;
+    AwaitingApproval = "awaiting_approval", terminal: false, releases_business_key: false, rerun: false;
     /// Accepted and on disk, waiting for a worker (or for its retry's time).
-    Pending = "pending", terminal: false, releases_business_key: false;
+    Pending = "pending", terminal: false, releases_business_key: false, rerun: false;
     /// Claimed: a worker holds its lease and runs its tool.
-    Running = "running", terminal: false, releases_business_key: false;
+    Running = "running", terminal: false, releases_business_key: false, rerun: false;
     /// Its tool answered; its effect, if any, is recorded with it.
-    Succeeded = "succeeded", terminal: true, releases_business_key: false;
+    Succeeded = "succeeded", terminal: true, releases_business_key: false, rerun: false;
     /// Its tool failed (`error.retryable` says whether a same-key retry may
     /// run it again).
-    Failed = "failed", terminal: true, releases_business_key: true;
+    Failed = "failed", terminal: true, releases_business_key: true, rerun: true;
     /// Stopped at its tenant's request before any effect was recorded: a
     /// pending call that never ran, or a running one whose tool was stopped
     /// (or ended without an effect) after the cancel was asked.
-    Cancelled = "cancelled", terminal: true, releases_business_key: true;
+    Cancelled = "cancelled", terminal: true, releases_business_key: true, rerun: true;
     /// Its approval was refused by a person, or no decision came before
     /// its request expired: it never ran and has no effect.
-    Denied = "denied", terminal: true, releases_business_key: true;
+    Denied = "denied", terminal: true, releases_business_key: true, rerun: false;
 }
 
 impl Status {
@@ -157,6 +168,16 @@ mod tests {
             assert!(seen.insert(word), "{word} twice");
             assert!(word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
         }
+    }
+
+    #[test]
+    fn a_rerun_brings_back_only_calls_that_ended_without_an_effect_or_a_refusal() {
+        let rerun: Vec<&str> = Status::ALL
+            .iter()
+            .filter(|s| s.may_rerun())
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(rerun, ["failed", "cancelled"]);
     }
 
     #[test]

@@ -34,11 +34,13 @@ const PARAMS: &[&str] = &[
     "key_prefix",
     "business_key",
     "effect_id",
+    "error_code",
     "created_after",
     "created_before",
     "limit",
     "next",
     "tenant",
+    "total",
 ];
 
 const DEFAULT_LIMIT: usize = 50;
@@ -55,6 +57,11 @@ impl Api {
     pub(super) fn list_calls(&self, req: &Request, tenant: &Tenant) -> Result<Response, ApiError> {
         let params = QueryParams::parse(req.query.as_deref(), PARAMS, &["status"])?;
         let mut query = list_query(&params, self.scope(&params, tenant)?)?;
+        let total = match params.one("total") {
+            None | Some("false") => None,
+            Some("true") => Some(self.calls.total(&query)?),
+            Some(other) => return Err(bad("total", other, "true or false")),
+        };
         let binding = binding(&query);
         if let Some(cursor) = params.one("next") {
             query.before_call_id = Some(position(cursor, &binding)?);
@@ -63,10 +70,24 @@ impl Api {
         let calls: Vec<Value> = page
             .calls
             .iter()
-            .map(|c| summary(c, tenant.admin))
+            .map(|c| self.with_wait(summary(c, tenant.admin), c))
             .collect();
         let next = page.next.map(|id| format!("{id}.{binding}"));
-        Ok(Response::json(200, &json!({"calls": calls, "next": next})))
+        let mut answer = json!({"calls": calls, "next": next});
+        if let Some(total) = total {
+            answer["total"] = json!({"calls": total.calls, "exact": total.exact});
+        }
+        Ok(Response::json(200, &answer))
+    }
+
+    /// `json` (a call's) with why it waits, when it is pending: its tool
+    /// paused, a retry's backoff, a slot of its tool, a token of its rate,
+    /// or a worker (`Calls::waiting_for`).
+    pub(super) fn with_wait(&self, mut json: Value, call: &Call) -> Value {
+        if let Some(wait) = self.calls.waiting_for(call) {
+            json["waiting_for"] = json!(wait.as_str());
+        }
+        json
     }
 
     /// Whose calls a read route answers with: `tenant=` (admins only; `*`
@@ -92,8 +113,26 @@ impl Api {
     }
 }
 
+/// The list's filters, by the names the list takes (a bulk job's filter
+/// takes the same).
+pub(super) const FILTERS: &[&str] = &[
+    "status",
+    "tool",
+    "key",
+    "key_prefix",
+    "business_key",
+    "effect_id",
+    "error_code",
+    "created_after",
+    "created_before",
+    "tenant",
+];
+
 /// The store's query for these parameters, in `scope`, without a cursor.
-fn list_query(params: &QueryParams, scope: Option<String>) -> Result<ListQuery, ApiError> {
+pub(super) fn list_query(
+    params: &QueryParams,
+    scope: Option<String>,
+) -> Result<ListQuery, ApiError> {
     let mut statuses = Vec::new();
     for status in params.all("status") {
         if Status::parse(status).is_err() {
@@ -119,6 +158,7 @@ fn list_query(params: &QueryParams, scope: Option<String>) -> Result<ListQuery, 
         key: bounded(params, "key", MAX_KEY_LEN)?,
         key_prefix: bounded(params, "key_prefix", MAX_KEY_LEN)?,
         business_key: params.one("business_key").map(business_key).transpose()?,
+        error_code: params.one("error_code").map(error_code).transpose()?,
         effect_id: match params.one("effect_id") {
             Some(id) if call_id_of_effect(id).is_none() => {
                 return Err(bad(
@@ -140,6 +180,23 @@ fn list_query(params: &QueryParams, scope: Option<String>) -> Result<ListQuery, 
         before_call_id: None,
         limit,
     })
+}
+
+/// An error code as calls carry it: 1 to 64 of `a-z 0-9 _` (the tool error
+/// codes, `cancelled`).
+fn error_code(value: &str) -> Result<String, ApiError> {
+    let word = (1..=64).contains(&value.len())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    match word {
+        true => Ok(value.to_string()),
+        false => Err(bad(
+            "error_code",
+            value,
+            "an error code (1 to 64 of a-z 0-9 _)",
+        )),
+    }
 }
 
 /// `name`'s value, refused past `max` bytes.
@@ -186,7 +243,7 @@ fn time_of(name: &'static str) -> impl Fn(&str) -> Result<f64, ApiError> {
 /// The first 16 hex of the SHA-256 of the query's scope and filters (not
 /// its page size): what a cursor is bound to.
 fn binding(q: &ListQuery) -> String {
-    let filters = json!([
+    let mut filters = json!([
         "v1",
         q.tenant.as_deref().unwrap_or("*"),
         q.statuses,
@@ -198,6 +255,10 @@ fn binding(q: &ListQuery) -> String {
         q.created_after,
         q.created_before,
     ]);
+    // Only when given, so the cursors of every other query stay as they were.
+    if let (Some(code), Some(all)) = (&q.error_code, filters.as_array_mut()) {
+        all.push(json!({"error_code": code}));
+    }
     hex_sha256(filters.to_string().as_bytes())[..BINDING_HEX].to_string()
 }
 

@@ -168,7 +168,8 @@ impl Api {
     }
 
     /// `GET /v1/tool-calls/{call_id}/audit`: the tenant's call's audit rows,
-    /// oldest first.
+    /// oldest first, and its effect row (`effect`: what the downstream said,
+    /// `null` until it succeeds with one).
     pub(super) fn audit(
         &self,
         tenant: &Tenant,
@@ -181,9 +182,10 @@ impl Api {
             .ok_or_else(|| ApiError::NotFound(format!("call {}", quote(call_id))))?;
         exchange.call_id = Some(call_id.to_string());
         let events: Vec<_> = events.iter().map(|e| e.to_json()).collect();
+        let effect = self.calls.effect(&tenant.name, call_id)?;
         Ok(Response::json(
             200,
-            &json!({"call_id": call_id, "events": events}),
+            &json!({"call_id": call_id, "events": events, "effect": effect.map(|e| e.to_json())}),
         ))
     }
 }

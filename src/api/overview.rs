@@ -4,9 +4,11 @@
 //!
 //! The overview's counts come from the count tables (`CallStore::counts`),
 //! the same read `/stats` makes, so for the same scope they are the same
-//! numbers; its rates from the history the `rates` thread keeps
-//! (`metrics::rates`). Neither reads `calls` but for the seek to the
-//! oldest pending call.
+//! numbers; its rates, and the failures by error code, over the range it is
+//! asked for (`?range=`, 15 minutes to 7 days), from the readings the
+//! `rates` thread keeps in the database (`metrics::rates`,
+//! `store::readings`): at most one per point of the chart. Neither reads
+//! `calls` but for the seek to the oldest pending call.
 //!
 //! This file never shows a tenant another tenant's counts or rates, nor
 //! the nodes (an admin's view of the deployment).
@@ -16,8 +18,10 @@ use super::query::QueryParams;
 use super::router::Api;
 use crate::auth::Tenant;
 use crate::http::{Request, Response};
+use crate::input::quote;
+use crate::metrics::rates::{points, range_secs, Rates, RANGES};
 use crate::status::Status;
-use crate::store::{now, Node, Scope};
+use crate::store::{now, Node, Reading, Scope};
 use serde_json::{json, Map, Value};
 
 impl Api {
@@ -32,8 +36,17 @@ impl Api {
 
     /// `GET /v1/overview`, in the caller's scope (`tenant=` as in the list).
     pub(super) fn overview(&self, req: &Request, tenant: &Tenant) -> Result<Response, ApiError> {
-        let params = QueryParams::parse(req.query.as_deref(), &["tenant"], &[])?;
+        let params = QueryParams::parse(req.query.as_deref(), &["tenant", "range"], &[])?;
         let scope = self.scope(&params, tenant)?;
+        let range_name = params.one("range").unwrap_or("15m");
+        let range = range_secs(range_name).ok_or_else(|| {
+            let names: Vec<&str> = RANGES.iter().map(|(n, _)| *n).collect();
+            ApiError::BadRequest(format!(
+                "range must be one of {}, not {}",
+                names.join(", "),
+                quote(range_name)
+            ))
+        })?;
         let counts = self.store.counts(Scope::of(scope.as_deref()))?;
         let mut by_status: Map<String, Value> =
             Status::words().map(|s| (s.to_string(), json!(0))).collect();
@@ -51,20 +64,24 @@ impl Api {
                     "running": counts.of_tool(&spec.name, "running"),
                     "waiting": counts.of_tool(&spec.name, "pending"),
                     "max_concurrency": spec.max_concurrency,
+                    "paused": self.calls.paused(&spec.name).is_some(),
                 })
             })
             .collect();
-        let rates = self.metrics.rates.rates(scope.as_deref());
+        let now = now();
+        let live = Reading::of(now, &counts);
+        let readings = self.store.readings_at(&points(now, range))?;
+        let rates = Rates::between(&readings, &live, range, scope.as_deref());
         let nodes = match tenant.admin {
             true => self.nodes_json()?,
             false => Vec::new(),
         };
         let oldest_age = counts
             .oldest_pending_created_at
-            .map(|created| (now() - created).max(0.0));
+            .map(|created| (now - created).max(0.0));
         let oldest_wait = counts
             .oldest_awaiting_since
-            .map(|since| (now() - since).max(0.0));
+            .map(|since| (now - since).max(0.0));
         let key_ttl_s = self.store.retention().key_ttl.map(|t| t.as_secs_f64());
         let overview = json!({
             "version": env!("CARGO_PKG_VERSION"),
@@ -88,11 +105,17 @@ impl Api {
             },
             "tools": tools,
             "rates": {
+                "range": range_name,
+                "range_s": rates.range_s,
                 "step_s": rates.step_s,
                 "until": rates.until,
+                "since": rates.since,
                 "created": rates.created,
                 "failed": rates.failed,
             },
+            "failures_by_code": rates.failed_by_code.iter()
+                .map(|(code, n)| json!({"error_code": code, "calls": n}))
+                .collect::<Vec<Value>>(),
             "nodes": nodes,
             "retention": {"key_ttl_s": key_ttl_s},
         });

@@ -41,7 +41,20 @@ impl QueryParams {
                     ))
                 })
             };
-            let (name, value) = (decode(name)?, decode(value)?);
+            pairs.push((decode(name)?, decode(value)?));
+        }
+        QueryParams::from_pairs(pairs, known, repeatable)
+    }
+
+    /// Pairs already decoded (a bulk job's filter, given as JSON), checked
+    /// by the same rules as a query string's.
+    pub(super) fn from_pairs(
+        given: Vec<(String, String)>,
+        known: &[&str],
+        repeatable: &[&str],
+    ) -> Result<QueryParams, ApiError> {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for (name, value) in given {
             if !known.contains(&name.as_str()) {
                 return Err(ApiError::BadRequest(format!(
                     "unknown query parameter {}; this route takes {}",

@@ -53,6 +53,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/tool-calls/{call_id}/deny"),
     ("GET", "/v1/tool-calls/{call_id}/approval"),
     ("GET", "/v1/approvals"),
+    ("POST", "/v1/tool-calls/{call_id}/rerun"),
+    ("POST", "/v1/bulk-actions"),
+    ("GET", "/v1/bulk-actions/{job_id}"),
+    ("POST", "/v1/tools/{name}/pause"),
+    ("POST", "/v1/tools/{name}/resume"),
     ("GET", "/v1/verify"),
     ("GET", "/ui"),
     ("GET", "/ui/{asset}"),
@@ -184,7 +189,11 @@ impl Api {
             }
             "/v1/tools" => {
                 allow("GET")?;
-                Ok(Response::json(200, &self.calls.tools().public_view()))
+                Ok(Response::json(200, &self.tools_view()))
+            }
+            "/v1/bulk-actions" => {
+                allow("POST")?;
+                self.create_bulk_job(req, &tenant, exchange)
             }
             "/mcp" => {
                 allow("POST")?;
@@ -216,6 +225,18 @@ impl Api {
                     })?;
                     exchange.call_id = Some(call.call_id.clone());
                     self.respond_with_call(call, wait_param(req)?, &req.client)
+                } else if let Some(job_id) = path.strip_prefix("/v1/bulk-actions/") {
+                    allow("GET")?;
+                    self.bulk_job(&tenant, job_id)
+                } else if let Some(rest) = path.strip_prefix("/v1/tools/") {
+                    let (name, action) = rest.rsplit_once('/').unwrap_or((rest, ""));
+                    match action {
+                        "pause" | "resume" => {
+                            allow("POST")?;
+                            self.pause_or_resume(req, &tenant, name, action == "pause")
+                        }
+                        _ => Err(ApiError::NotFound(format!("path {}", quote(path)))),
+                    }
                 } else if let Some(rest) = path.strip_prefix("/v1/tool-calls/") {
                     if let Some(call_id) = rest.strip_suffix("/cancel") {
                         allow("POST")?;
@@ -229,6 +250,10 @@ impl Api {
                             allow("POST")?;
                             return self.decide(req, &tenant, call_id, verdict, exchange);
                         }
+                    }
+                    if let Some(call_id) = rest.strip_suffix("/rerun") {
+                        allow("POST")?;
+                        return self.rerun(req, &tenant, call_id, exchange);
                     }
                     allow("GET")?;
                     if let Some(call_id) = rest.strip_suffix("/audit") {
@@ -254,8 +279,8 @@ impl Api {
     /// carries its `Location`; one that returns a call that already existed
     /// (not one it reset to run again) carries `Idempotent-Replayed: true`,
     /// and one that is another key's call holding the same business key also
-    /// says `"duplicate_intent": true`. A settled replay's answer is kept
-    /// for the key's next retry.
+    /// says `"duplicate_intent": true`. A final replay's answer (a
+    /// success's) is kept for the key's next retry.
     fn post_call(
         &self,
         req: &Request,
@@ -294,14 +319,18 @@ impl Api {
             Err(e) => return Err(refused(e, exchange)),
         };
         let call_id = call.call_id.clone();
-        if replayed && call.is_settled() && !duplicate_intent {
+        if replayed && call.is_final() && !duplicate_intent {
             let response = render(&call, false);
             self.calls
                 .keep_answer(tenant, key, call, &response.body, &req.body);
             return Ok(returned_call(exchange, response, &call_id, true));
         }
         let call = self.waited(call, wait, &req.client)?;
-        let response = render(&call, duplicate_intent);
+        let mut json = with_progress(self.with_wait(call.to_json(), &call), &call);
+        if duplicate_intent {
+            json["duplicate_intent"] = true.into();
+        }
+        let response = render_json(&call, json);
         Ok(returned_call(exchange, response, &call_id, replayed))
     }
 
@@ -313,7 +342,8 @@ impl Api {
         client: &ClientProbe,
     ) -> Result<Response, ApiError> {
         let call = self.waited(call, wait, client)?;
-        Ok(render(&call, false))
+        let json = with_progress(self.with_wait(call.to_json(), &call), &call);
+        Ok(render_json(&call, json))
     }
 
     /// With a wait, the call once it is terminal, the wait is over, or the
@@ -339,18 +369,43 @@ impl Api {
 /// request's business key; a running call's last `progress`, when its tool
 /// reported one (`calls::last_progress`: on any node).
 pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
-    let progress = crate::calls::last_progress(call).map(|report| {
+    // Written straight out: the bytes `call.to_json()` with these members
+    // would print (`Call::write_json`), without the tree.
+    let mut body = Vec::with_capacity(512);
+    call.write_json(&mut body, duplicate_intent, progress_json(call).as_ref());
+    answer(call, body)
+}
+
+/// A call's last `progress` as the answer shows it, when its tool reported
+/// one.
+fn progress_json(call: &Call) -> Option<serde_json::Value> {
+    crate::calls::last_progress(call).map(|report| {
         serde_json::json!({
             "progress": report.progress,
             "total": report.total,
             "message": report.message,
             "at": report.at,
         })
-    });
-    // Written straight out: the bytes `call.to_json()` with these members
-    // would print (`Call::write_json`), without the tree.
-    let mut body = Vec::with_capacity(512);
-    call.write_json(&mut body, duplicate_intent, progress.as_ref());
+    })
+}
+
+/// `json` (the call's) with its last `progress`, when its tool reported one.
+fn with_progress(mut json: serde_json::Value, call: &Call) -> serde_json::Value {
+    if let Some(progress) = progress_json(call) {
+        json["progress"] = progress;
+    }
+    json
+}
+
+/// `call`'s answer with `json` as its body (the paths that add members to
+/// the call's: a wait's outcome, a re-run).
+fn render_json(call: &Call, json: serde_json::Value) -> Response {
+    answer(call, json.to_string().into_bytes())
+}
+
+/// `200` once the call is terminal, `202` (with `Retry-After`, a poll
+/// interval) while it is not.
+fn answer(call: &Call, body: Vec<u8>) -> Response {
     if call.status.is_terminal() {
         Response::json_bytes(200, body)
     } else {

@@ -66,6 +66,16 @@ pub(super) fn wait_param(req: &Request) -> Result<Option<Duration>, ApiError> {
 /// The body as an object with only the known fields. Parsed strictly: a
 /// member name repeated at any depth is refused, not resolved (see `input`).
 pub(super) fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    object_with(body, &["tool", "args", "client_id", "seq"], "a tool call")
+}
+
+/// The body as an object whose fields are among `fields` (`what` names it
+/// in a refusal), parsed as strictly as a tool call's.
+pub(super) fn object_with(
+    body: &[u8],
+    fields: &[&str],
+    what: &str,
+) -> Result<Map<String, Value>, ApiError> {
     let value = parse_strict(body).map_err(|e| {
         // A data error is the strict parser's own refusal (a repeated name):
         // well-formed JSON that two readers could understand differently.
@@ -84,13 +94,11 @@ pub(super) fn parse_body(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let Value::Object(map) = value else {
         return Err(ApiError::BadRequest("body must be a JSON object".into()));
     };
-    if let Some(field) = map
-        .keys()
-        .find(|k| !["tool", "args", "client_id", "seq"].contains(&k.as_str()))
-    {
+    if let Some(field) = map.keys().find(|k| !fields.contains(&k.as_str())) {
         return Err(ApiError::BadRequest(format!(
-            "{} is not a field of a tool call (expected: tool, args, client_id, seq)",
-            quote(field)
+            "{} is not a field of {what} (expected: {})",
+            quote(field),
+            fields.join(", ")
         )));
     }
     Ok(map)
@@ -158,19 +166,25 @@ fn depth(value: &Value) -> usize {
 /// at most `MAX_CANCEL_REASON_BYTES` (or `null`), parsed strictly, no other
 /// member. The reason, if one was given.
 pub(super) fn cancel_reason(body: &[u8]) -> Result<Option<String>, ApiError> {
+    reason_of(body, "a cancel")
+}
+
+/// The optional body of an action on a call or a tool (`what`: "a cancel",
+/// "a re-run", "a pause"): as a cancel's, `{"reason": "..."}` or nothing.
+pub(super) fn reason_of(body: &[u8], what: &str) -> Result<Option<String>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
     let value = parse_strict(body)
-        .map_err(|e| ApiError::BadRequest(format!("a cancel's body is not valid JSON: {e}")))?;
+        .map_err(|e| ApiError::BadRequest(format!("{what}'s body is not valid JSON: {e}")))?;
     let Value::Object(mut map) = value else {
-        return Err(ApiError::BadRequest(
-            "a cancel's body must be a JSON object".into(),
-        ));
+        return Err(ApiError::BadRequest(format!(
+            "{what}'s body must be a JSON object"
+        )));
     };
     if let Some(field) = map.keys().find(|k| k.as_str() != "reason") {
         return Err(ApiError::BadRequest(format!(
-            "{} is not a field of a cancel (expected: reason)",
+            "{} is not a field of {what} (expected: reason)",
             quote(field)
         )));
     }

@@ -2,13 +2,13 @@
 //! reads its tenant's calls (lists, details, the audit, the console, the
 //! approval queue); beyond that:
 //!
-//! | Role | Makes calls (REST, MCP) | Cancels | Approves, denies | Every tenant |
-//! |---|---|---|---|---|
-//! | `viewer` | | | | |
-//! | `caller` (a tenant's token without a role: today's meaning) | yes | yes | | |
-//! | `operator` | | yes | | |
-//! | `approver` | | yes | yes | |
-//! | `admin` (`"admin": true`) | yes | yes | yes | yes |
+//! | Role | Makes calls (REST, MCP) | Cancels | Re-runs, bulk jobs, pauses tools | Approves, denies | Every tenant |
+//! |---|---|---|---|---|---|
+//! | `viewer` | | | | | |
+//! | `caller` (a tenant's token without a role: today's meaning) | yes | yes | | | |
+//! | `operator` | | yes | yes | | |
+//! | `approver` | | yes | | yes | |
+//! | `admin` (`"admin": true`) | yes | yes | yes | yes | yes |
 //!
 //! So no role but `admin` both makes calls and decides them: a caller can
 //! never approve its own call. A refusal (`role_required`) names the role
@@ -25,7 +25,7 @@ pub enum Role {
     /// Makes and reads its tenant's calls, and cancels them (a tenant's
     /// token before roles existed).
     Caller,
-    /// Reads and cancels.
+    /// Reads, cancels, re-runs calls, runs bulk jobs, pauses tools.
     Operator,
     /// Reads, cancels, and approves or denies waiting calls.
     Approver,
@@ -42,6 +42,9 @@ pub enum Action {
     Cancel,
     /// Approve or deny a waiting call.
     Decide,
+    /// Re-run a call, run a bulk job, pause or resume a tool (over whose
+    /// calls: `api::operate`).
+    Operate,
 }
 
 impl Role {
@@ -76,6 +79,7 @@ impl Role {
             Action::Call => matches!(self, Role::Caller | Role::Admin),
             Action::Cancel => !matches!(self, Role::Viewer),
             Action::Decide => matches!(self, Role::Approver | Role::Admin),
+            Action::Operate => matches!(self, Role::Operator | Role::Admin),
         }
     }
 }
@@ -88,12 +92,14 @@ impl fmt::Display for Role {
 
 impl Action {
     /// The role a refusal names: the one that exists for this action
-    /// (`caller` makes calls, `operator` cancels, `approver` decides).
+    /// (`caller` makes calls, `operator` cancels and operates, `approver`
+    /// decides).
     pub fn role(self) -> Role {
         match self {
             Action::Call => Role::Caller,
             Action::Cancel => Role::Operator,
             Action::Decide => Role::Approver,
+            Action::Operate => Role::Operator,
         }
     }
 
@@ -112,6 +118,7 @@ impl Action {
             Action::Call => "making a call",
             Action::Cancel => "cancelling a call",
             Action::Decide => "approving or denying a call",
+            Action::Operate => "re-running calls, a bulk action or pausing a tool",
         }
     }
 }
@@ -122,12 +129,20 @@ mod tests {
 
     #[test]
     fn the_table_holds() {
-        let may = |role: Role| [Action::Call, Action::Cancel, Action::Decide].map(|a| role.may(a));
-        assert_eq!(may(Role::Viewer), [false, false, false]);
-        assert_eq!(may(Role::Caller), [true, true, false]);
-        assert_eq!(may(Role::Operator), [false, true, false]);
-        assert_eq!(may(Role::Approver), [false, true, true]);
-        assert_eq!(may(Role::Admin), [true, true, true]);
+        let may = |role: Role| {
+            [
+                Action::Call,
+                Action::Cancel,
+                Action::Decide,
+                Action::Operate,
+            ]
+            .map(|a| role.may(a))
+        };
+        assert_eq!(may(Role::Viewer), [false, false, false, false]);
+        assert_eq!(may(Role::Caller), [true, true, false, false]);
+        assert_eq!(may(Role::Operator), [false, true, false, true]);
+        assert_eq!(may(Role::Approver), [false, true, true, false]);
+        assert_eq!(may(Role::Admin), [true, true, true, true]);
     }
 
     #[test]
@@ -141,7 +156,12 @@ mod tests {
 
     #[test]
     fn a_refusal_names_a_role_that_may_and_words_parse_back() {
-        for action in [Action::Call, Action::Cancel, Action::Decide] {
+        for action in [
+            Action::Call,
+            Action::Cancel,
+            Action::Decide,
+            Action::Operate,
+        ] {
             assert!(action.role().may(action), "{action:?}");
             assert!(action.roles().contains(&action.role().as_str()));
         }

@@ -3,7 +3,7 @@
 //!
 //! It owns a bounded map from key to what is known about it, and must never
 //! answer anything the database does not still say: it holds only facts that
-//! no transition can change (a committed row's key and fingerprint; a settled
+//! no transition can change (a committed row's key and fingerprint; a final
 //! call's whole answer), and whatever deletes a call row must `forget` its key.
 //! It never grows past its byte budget, and never reads or writes the database.
 //!
@@ -12,8 +12,9 @@
 //!   first on a read connection cost the new-call rate about 15%.
 //! - A key that has a row (created or found here) is read first: a retry of a
 //!   call in progress is answered without joining the write queue.
-//! - A settled call (`succeeded`, or `failed` without `retryable`) keeps its
-//!   rendered answer: a retry of it reads nothing.
+//! - A final call (`succeeded`) keeps its rendered answer: a retry of it
+//!   reads nothing. A failure or a cancel is not final — an operator may
+//!   re-run it (`store::rerun`), on any node — so its retries read the row.
 //! - It also keeps the body of the request it last answered (up to
 //!   `REMEMBERED_REQUEST_BYTES`): a retry whose body is byte for byte that one
 //!   is answered before its JSON is parsed or fingerprinted. The same bytes
@@ -22,8 +23,8 @@
 //!
 //! Every answer stays correct across processes and restarts: an unknown key
 //! only takes the slower, authoritative path; a committed row's key and
-//! fingerprint never change; and a settled row never changes at all (no
-//! transition leaves those states). The fingerprint is kept so a conflicting
+//! fingerprint never change; and a succeeded row never changes at all (no
+//! transition leaves that state). The fingerprint is kept so a conflicting
 //! request still reaches the store and gets its `409`.
 //!
 //! **The bound is in bytes**: every entry is charged its key, its fingerprint,

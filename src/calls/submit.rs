@@ -285,11 +285,12 @@ impl Calls {
         Some(answer)
     }
 
-    /// Keep a settled call's REST answer `body`, given to a request whose
-    /// raw body was `request`, for the retries of its key. Only a settled
-    /// call's answer may be kept: no transition leaves those states.
+    /// Keep a final call's REST answer `body`, given to a request whose raw
+    /// body was `request`, for the retries of its key. Only a final call's
+    /// answer may be kept (`succeeded`): no transition leaves that state —
+    /// a failed or cancelled call may be re-run by an operator, on any node.
     pub fn keep_answer(&self, tenant: &Tenant, key: &str, call: Call, body: &[u8], request: &[u8]) {
-        debug_assert!(call.is_settled(), "only a settled answer never changes");
+        debug_assert!(call.is_final(), "only a final answer never changes");
         let cache_key = scoped_key(&tenant.name, key);
         let kept = (call.call_id.as_str(), call.expires_at);
         self.keys

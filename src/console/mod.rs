@@ -38,7 +38,10 @@ pub(crate) fn owns(path: &str) -> bool {
 
 /// The answer to `method` on a console `path`: a page (every page is the
 /// one HTML document; its script draws the page the path names), an asset,
-/// `404 not_found`, or `405` for anything but `GET`.
+/// the document with `404` for a path that names no page (its script draws
+/// the console's own not-found page), `404 not_found` for an asset that is
+/// not there (a path whose last part has a dot), or `405` for anything but
+/// `GET`.
 pub(crate) fn answer(method: &str, path: &str) -> Response {
     let response = if method != "GET" {
         Response::method_not_allowed("GET")
@@ -47,6 +50,17 @@ pub(crate) fn answer(method: &str, path: &str) -> Response {
             status: 200,
             headers: vec![("Content-Type".into(), asset.content_type.into())],
             body: asset.body.to_vec(),
+            stream: None,
+        }
+    } else if !names_a_file(path) {
+        let page = ASSETS
+            .iter()
+            .find(|asset| asset.name == "index.html")
+            .expect("the document is an asset");
+        Response {
+            status: 404,
+            headers: vec![("Content-Type".into(), page.content_type.into())],
+            body: page.body.to_vec(),
             stream: None,
         }
     } else {
@@ -71,6 +85,14 @@ fn find(path: &str) -> Option<&'static Asset> {
         rest.strip_prefix('/')?
     };
     ASSETS.iter().find(|asset| asset.name == name)
+}
+
+/// Whether `path` asks for a file (its last part has a dot: `app.css`,
+/// `nope.js`) rather than a page.
+fn names_a_file(path: &str) -> bool {
+    path.rsplit('/')
+        .next()
+        .is_some_and(|last| last.contains('.'))
 }
 
 /// The console's page paths (after `/ui`): the overview, the calls, one
@@ -111,13 +133,19 @@ mod tests {
             script.header("Content-Type"),
             Some("text/javascript; charset=utf-8")
         );
-        for (path, status) in [
-            ("/ui/app.css", 200),
-            ("/ui/nope.js", 404),
-            ("/ui/calls/a/b", 404),
+        for (path, status, html) in [
+            ("/ui/app.css", 200, false),
+            ("/ui/nope.js", 404, false),
+            ("/ui/calls/a/b", 404, true),
+            ("/ui/no-such-page", 404, true),
         ] {
             let response = answer("GET", path);
             assert_eq!(response.status, status, "{path}");
+            let is_html = response.header("Content-Type") == Some("text/html; charset=utf-8");
+            assert_eq!(
+                is_html, html,
+                "{path}: the console's own not-found page or not"
+            );
             for (name, value) in SECURITY_HEADERS {
                 assert_eq!(response.header(name), Some(value), "{path} {name}");
             }

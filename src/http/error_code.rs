@@ -93,6 +93,19 @@ error_codes! {
     /// An approve or deny whose `fingerprint` is not the waiting request's:
     /// what was reviewed is not what would run; nothing was decided.
     FingerprintMismatch => (409, "fingerprint_mismatch"),
+    /// A re-run of a call that succeeded: its effect happened, it never
+    /// runs again; `error.call_id` names it, `call` is the call.
+    CallSucceeded => (409, "call_succeeded"),
+    /// A re-run of a call whose approval was denied: it never runs;
+    /// `error.call_id` and `error.status` name it, `call` is the call.
+    CallDenied => (409, "call_denied"),
+    /// A re-run of a call that is `awaiting_approval`, `pending` or
+    /// `running`: it has not ended;
+    /// `error.call_id` and `error.status` name it, `call` is the call.
+    CallInFlight => (409, "call_in_flight"),
+    /// A re-run of a call past its retention (`--key-ttl`): it may be purged
+    /// at any moment and is not brought back; `error.call_id` names it.
+    CallExpired => (410, "call_expired"),
     /// The body, or the canonical `args`, is over its limit.
     PayloadTooLarge => (413, "payload_too_large"),
     /// The request line is over its limit.

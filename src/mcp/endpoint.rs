@@ -183,6 +183,7 @@ fn answer_one(
         "tools/list" => {
             let cursor = params.get("cursor").and_then(Value::as_str);
             tools_list::list(mcp.calls.tools(), revision, cursor, mcp.options.keyless)
+                .map(|page| tools_list::mark_paused(page, |tool| mcp.calls.paused(tool)))
                 .map_err(|e| (INVALID_PARAMS, e.to_string(), None))
         }
         "tools/call" => {

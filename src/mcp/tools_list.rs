@@ -4,7 +4,9 @@
 //! honest annotations — `idempotentHint` is true only where a repeat cannot
 //! add an effect (a tool with a business key, and `get_tool_call`, which
 //! reads) — and in `_meta` its business-key rule and approval policy.
-//! Pages of `PAGE_SIZE` tools, with an opaque cursor.
+//! Pages of `PAGE_SIZE` tools, with an opaque cursor. A paused tool is
+//! still listed (its calls are accepted and wait), marked paused
+//! (`mark_paused`).
 //!
 //! It never reveals a URL, argv, header or env value (only what
 //! `GET /v1/tools` shows), and never runs anything.
@@ -12,6 +14,7 @@
 use super::handshake::Revision;
 use crate::calls::MAX_WAIT_SECS;
 use crate::status::Status;
+use crate::store::PausedTool;
 use crate::tools::schema::Schema;
 use crate::tools::{ArgsError, Keyless, McpResult, TaskSupport, ToolRegistry, ToolSpec};
 use serde_json::{json, Map, Value};
@@ -27,6 +30,28 @@ pub const META_BUSINESS_KEY: &str = "dev.idempotent-tool/business-key";
 pub const META_KEYLESS: &str = "dev.idempotent-tool/keyless";
 /// The `_meta` key under which a tool's approval policy is shown.
 pub const META_APPROVAL: &str = "dev.idempotent-tool/approval";
+/// The `_meta` key under which a paused tool's pause is shown.
+pub const META_PAUSED: &str = "dev.idempotent-tool/paused";
+
+/// `page` with each paused tool (`paused` says which: its pause, if it is
+/// one) marked: its pause under `_meta`, and its description saying what a
+/// call of it does now.
+pub fn mark_paused(mut page: Value, paused: impl Fn(&str) -> Option<PausedTool>) -> Value {
+    for tool in page["tools"].as_array_mut().into_iter().flatten() {
+        let Some(pause) = tool["name"].as_str().and_then(&paused) else {
+            continue;
+        };
+        if !tool["_meta"].is_object() {
+            tool["_meta"] = json!({});
+        }
+        tool["_meta"][META_PAUSED] = pause.to_json();
+        let note = " Paused by an operator now: a call is accepted and waits (pending) until the tool is resumed.";
+        if let Some(text) = tool["description"].as_str() {
+            tool["description"] = format!("{text}{note}").into();
+        }
+    }
+    page
+}
 
 /// The schema of every `tools/call` answer's `structuredContent`.
 pub fn output_schema() -> Value {

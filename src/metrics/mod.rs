@@ -13,19 +13,22 @@
 //! Map (this file holds no type): `series` the metrics in atomics and their
 //! families; `registry` the families a process exports and the rendering;
 //! `service` the families of this service; `approvals` those of approval
-//! gates and their webhook; `rates` the overview's history
-//! of calls created and failed per second, and the thread that samples it;
+//! gates and their webhook; `operator` the operator's (paused tools,
+//! re-runs, bulk jobs); `rates` the overview's history of calls created and
+//! failed per second and failures by code, over a range, and the thread
+//! that samples it into the database;
 //! and, for the tests, `exposition`, the strict parser of a scrape that the
 //! integration tests use too.
 
 mod approvals;
+pub mod operator;
 pub mod rates;
 mod registry;
 mod series;
 pub mod service;
 
 pub use approvals::{ApprovalMetrics, DeliveryOutcome};
-pub use rates::{RateHistory, RateSampler};
+pub use rates::RateSampler;
 pub use series::Counter;
 pub use service::{
     CancelOutcome, DatabaseSnapshot, Metrics, ProbeError, Route, SubmitOutcome, ToolOutcome,

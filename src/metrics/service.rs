@@ -83,6 +83,14 @@ pub enum Route {
     GetApproval,
     /// `GET /v1/approvals`: the approval queue.
     Approvals,
+    RerunToolCall,
+    /// `POST /v1/bulk-actions`.
+    PostBulkAction,
+    /// `GET /v1/bulk-actions/{job_id}`.
+    GetBulkAction,
+    /// `POST /v1/tools/{name}/pause` and `/resume`.
+    PauseTool,
+    ResumeTool,
     /// `GET /v1/verify`: the promise check.
     Verify,
     /// `/ui` and everything under it: the console's pages and files.
@@ -92,7 +100,7 @@ pub enum Route {
 }
 
 impl Route {
-    pub const ALL: [Route; 20] = [
+    pub const ALL: [Route; 25] = [
         Route::PostToolCall,
         Route::GetToolCall,
         Route::GetToolCallByKey,
@@ -110,6 +118,11 @@ impl Route {
         Route::DenyToolCall,
         Route::GetApproval,
         Route::Approvals,
+        Route::RerunToolCall,
+        Route::PostBulkAction,
+        Route::GetBulkAction,
+        Route::PauseTool,
+        Route::ResumeTool,
         Route::Verify,
         Route::Console,
         Route::Other,
@@ -137,6 +150,11 @@ impl Route {
             Route::DenyToolCall => "/v1/tool-calls/{call_id}/deny",
             Route::GetApproval => "/v1/tool-calls/{call_id}/approval",
             Route::Approvals => "/v1/approvals",
+            Route::RerunToolCall => "/v1/tool-calls/{call_id}/rerun",
+            Route::PostBulkAction => "/v1/bulk-actions",
+            Route::GetBulkAction => "/v1/bulk-actions/{job_id}",
+            Route::PauseTool => "/v1/tools/{name}/pause",
+            Route::ResumeTool => "/v1/tools/{name}/resume",
         }
     }
 }
@@ -318,9 +336,8 @@ pub struct Metrics {
     probe: Mutex<Option<Probe>>,
     /// What the probe read for the scrape being rendered.
     snapshot: Arc<Mutex<Option<DatabaseSnapshot>>>,
-    /// Calls created and failed per second, per tenant, for the overview
-    /// (sampled by the `rates` thread the service starts).
-    pub rates: Arc<super::RateHistory>,
+    /// The operator's families: paused tools, re-runs, bulk jobs.
+    pub operator: super::operator::OperatorMetrics,
     /// Approval requests, decisions, the oldest wait, webhook deliveries.
     pub approvals: super::ApprovalMetrics,
 }
@@ -467,7 +484,7 @@ impl Metrics {
             probe: Mutex::new(None),
             approvals: super::ApprovalMetrics::register(&r, snapshot.clone()),
             snapshot: Self::register_database_gauges(&r, snapshot.clone()),
-            rates: Arc::default(),
+            operator: super::operator::OperatorMetrics::new(&r),
             registry: r,
         }
     }
@@ -564,6 +581,7 @@ impl Metrics {
             self.tool_runs.with(&[tool, outcome.label()]);
         }
         self.tool_run_duration.with(&[tool]);
+        self.operator.declare_tool(tool);
     }
 
     /// Create the zero series of a tool's limit, so its rates exist before

@@ -26,9 +26,10 @@
 
 use super::capacity::Capacity;
 use super::completion::Completions;
-use super::limited::LimitedTools;
+use super::limited::{LimitedTools, Split};
 use super::maintenance::Doorbell;
 use super::notifier::Notifier;
+use super::paused::PausedSet;
 use super::pool::WorkerPool;
 use super::tasks::{Task, TaskTable};
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
@@ -70,6 +71,10 @@ pub(super) struct Dispatch {
     capacity: Capacity,
     /// The tools whose limits the database holds: claimed by the poll alone.
     limited: LimitedTools,
+    /// The tools paused now, as this process knows: their calls are not
+    /// queued, reserved or polled for (the store refuses their claims
+    /// anyway, `store::paused`).
+    paused: Arc<PausedSet>,
     /// Rung to poll at once (a new call of a limited tool).
     doorbell: Arc<Doorbell>,
     /// The last poll claimed all it was allowed (every free worker, or every
@@ -94,12 +99,14 @@ impl Dispatch {
         store: Arc<CallStore>,
         (notifier, doorbell): (Arc<Notifier>, Arc<Doorbell>),
         metrics: Arc<Metrics>,
+        paused: Arc<PausedSet>,
     ) -> Dispatch {
         Dispatch {
             tasks,
             pool: RwLock::new(None),
             capacity: Capacity::new(workers),
             limited: LimitedTools::new(&store.limits_in_database(), &metrics),
+            paused,
             doorbell,
             more_due: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
@@ -152,6 +159,10 @@ impl Dispatch {
         if self.is_stopping() {
             // The call stays `pending` in the database, the safe place for
             // it, and the next process runs it.
+            return;
+        }
+        if self.paused.is_paused(tool) {
+            // It waits `pending`; the poll after the resume claims it.
             return;
         }
         if self.limited.holds(tool) {
@@ -279,7 +290,11 @@ impl Dispatch {
     /// a stop has begun: claim nothing then, and `submit` instead.
     /// `quick`: as for `submit`.
     pub(super) fn reserve(&self, tool: &str, quick: bool) -> Option<Reservation<'_>> {
-        if self.is_stopping() || self.limited.holds(tool) || self.capacity.reserve(1, quick) == 0 {
+        if self.is_stopping()
+            || self.limited.holds(tool)
+            || self.paused.is_paused(tool)
+            || self.capacity.reserve(1, quick) == 0
+        {
             return None;
         }
         if !self.tasks.reserve_slot(tool) {
@@ -339,7 +354,7 @@ impl Dispatch {
             return 0;
         }
         let reserved = self.tasks.reserve_free_slots(workers);
-        let split = self.limited.split(&reserved, workers);
+        let split = self.without_paused(self.limited.split(&reserved, workers));
         let owner = owner_name(self.store.instance(), "poll");
         let (mut leases, mut filled) = self.claim_limited(split.limited, workers, &owner);
         let left = workers - leases.len().min(workers);
@@ -428,6 +443,34 @@ impl Dispatch {
                     .emit_or_count(&CLAIM_DUE_FAILED);
                 Vec::new()
             })
+    }
+
+    /// `split` with every paused tool at zero in both claims, so a poll
+    /// spends no room on calls the store would not let it claim.
+    fn without_paused(&self, mut split: Split) -> Split {
+        for paused in self.paused.all() {
+            for (tool, free) in split.limited.iter_mut().chain(split.others.iter_mut()) {
+                if *tool == paused.tool {
+                    *free = 0;
+                }
+            }
+            if !split.others.iter().any(|(tool, _)| *tool == paused.tool) {
+                split.others.push((paused.tool, 0));
+            }
+        }
+        split
+    }
+
+    /// Calls ended elsewhere than a worker (a bulk job cancelled them): the
+    /// requests waiting for them re-read them now.
+    pub(super) fn notify_ended(&self, call_ids: &[String]) {
+        self.notifier.notify(call_ids.iter().map(String::as_str));
+    }
+
+    /// Poll soon (on the maintenance thread): a paused tool was resumed, or
+    /// calls were sent back to `pending` here.
+    pub(super) fn poll_soon(&self) {
+        self.doorbell.ring();
     }
 
     /// Poll at once (on the maintenance thread): once however many ask

@@ -14,11 +14,13 @@
 //! given back, and only then do the ticker and the completer end.
 
 use super::approval_expiry::ApprovalExpiry;
+use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
 use super::completion::Completer;
 use super::dispatch::{Assignment, Dispatch, Reservation};
 use super::maintenance::{self, Doorbell, Heartbeat, LeaseExtension, Ticker};
 use super::notifier::Notifier;
+use super::paused::{PauseRefresh, PausedSet};
 use super::pool::WorkerPool;
 use super::recovery::Recovery;
 use super::retention::{OnPurged, Purge};
@@ -27,7 +29,7 @@ use super::worker::Worker;
 use crate::lock::lock;
 use crate::log;
 use crate::metrics::Metrics;
-use crate::store::{CallStore, Lease, ToolAtRelease};
+use crate::store::{CallStore, Lease, PausedTool, StoreError, Toggled, ToolAtRelease};
 use crate::tools::ToolRegistry;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,6 +67,10 @@ pub struct Runner {
     /// Joined by `stop` once every completion already handed to the store is
     /// recorded.
     completer: Mutex<Option<Completer>>,
+    /// The tools paused now, as this process knows (`paused`).
+    paused: Arc<PausedSet>,
+    /// For a pause or a resume made here.
+    store: Arc<CallStore>,
 }
 
 impl Runner {
@@ -81,6 +87,7 @@ impl Runner {
         let (completions, handoffs) = mpsc::channel();
         let (doorbell, listener) = Doorbell::new();
         let doorbell = Arc::new(doorbell);
+        let paused = Arc::new(PausedSet::default());
         let dispatch = Arc::new(Dispatch::new(
             TaskTable::new(&tools, options.lease, completions),
             options.workers,
@@ -88,6 +95,7 @@ impl Runner {
             Arc::clone(&store),
             (Arc::clone(&notifier), Arc::clone(&doorbell)),
             Arc::clone(&metrics),
+            Arc::clone(&paused),
         ));
         let recovery = Recovery {
             dispatch: Arc::clone(&dispatch),
@@ -105,7 +113,10 @@ impl Runner {
             cancels,
             ticker: Mutex::new(None),
             completer: Mutex::new(None),
+            paused,
+            store: Arc::clone(&store),
         });
+        runner.refresh_paused(&metrics);
         let completer = Completer::start(
             Arc::clone(&runner.dispatch),
             Arc::clone(&store),
@@ -168,6 +179,21 @@ impl Runner {
         ),
     ) -> std::io::Result<()> {
         let dispatch = &self.dispatch;
+        let extra = maintenance::Extra {
+            pauses: PauseRefresh {
+                paused: Arc::clone(&self.paused),
+                dispatch: Arc::clone(dispatch),
+                store: Arc::clone(&store),
+                metrics: Arc::clone(&metrics),
+            },
+            bulk: BulkWork::new(
+                Arc::clone(dispatch),
+                Arc::clone(&store),
+                Arc::clone(&metrics),
+                options.lease,
+            ),
+            expiry,
+        };
         let chores = maintenance::chores(
             LeaseExtension {
                 dispatch: Arc::clone(dispatch),
@@ -185,7 +211,7 @@ impl Runner {
                 on_purged,
             },
             self.cancels.clone(),
-            expiry,
+            extra,
         );
         let ticker = Ticker::start(Arc::clone(dispatch), chores, doorbell, listener)?;
         *lock(&self.ticker) = Some(ticker);
@@ -308,5 +334,55 @@ impl Runner {
     /// Returns how many were claimed.
     pub fn claim_due_work(&self) -> usize {
         self.dispatch.claim_due_work()
+    }
+
+    /// Calls were sent back to `pending` here (a re-run): poll for them at
+    /// once rather than at the next interval.
+    pub fn poll_soon(&self) {
+        self.dispatch.poll_soon();
+    }
+
+    /// Every paused tool, as this process knows (`paused`).
+    pub fn paused_tools(&self) -> Vec<PausedTool> {
+        self.paused.all()
+    }
+
+    /// `tool`'s pause, if it is paused.
+    pub fn paused(&self, tool: &str) -> Option<PausedTool> {
+        self.paused.get(tool)
+    }
+
+    /// Whether this process holds `call_id` waiting for its tool's slot.
+    pub fn waits_for_slot(&self, call_id: &str) -> bool {
+        self.dispatch.tasks().waits_for_slot(call_id)
+    }
+
+    /// Pause `tool` for every process (`store::paused`), and know it here
+    /// at once.
+    pub fn pause(&self, tool: &str, by: &str, reason: Option<&str>) -> Result<Toggled, StoreError> {
+        let toggled = self.store.pause_tool(tool, by, reason)?;
+        if let Toggled::Now(Some(paused)) | Toggled::Already(Some(paused)) = &toggled {
+            self.paused.insert(paused.clone());
+        }
+        Ok(toggled)
+    }
+
+    /// Resume `tool` for every process, and poll for its calls at once.
+    pub fn resume(&self, tool: &str) -> Result<Toggled, StoreError> {
+        let toggled = self.store.resume_tool(tool)?;
+        self.paused.remove(tool);
+        self.dispatch.poll_soon();
+        Ok(toggled)
+    }
+
+    /// Read the paused tools now (start-up; then every interval).
+    fn refresh_paused(&self, metrics: &Arc<Metrics>) {
+        PauseRefresh {
+            paused: Arc::clone(&self.paused),
+            dispatch: Arc::clone(&self.dispatch),
+            store: Arc::clone(&self.store),
+            metrics: Arc::clone(metrics),
+        }
+        .run_once();
     }
 }

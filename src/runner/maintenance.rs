@@ -13,6 +13,9 @@
 //! - key purge (`Purge`, `PURGE_EVERY`, see `retention`);
 //! - the check for cancels of the calls running here (`CancelCheck`,
 //!   `HEARTBEAT_EVERY`, see `cancels`);
+//! - the paused tools read again (`PauseRefresh`, `HEARTBEAT_EVERY`, see
+//!   `paused`);
+//! - a batch of the bulk job this process works (`BulkWork`, see `bulk`).
 //! - approval expiry (`ApprovalExpiry`, every second, see
 //!   `approval_expiry`): requests whose time is over end `denied`.
 //!
@@ -27,8 +30,10 @@
 //! never decides who executes a call.
 
 use super::approval_expiry::ApprovalExpiry;
+use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
 use super::dispatch::Dispatch;
+use super::paused::PauseRefresh;
 use super::recovery::Recovery;
 use super::retention::Purge;
 use super::tasks::TaskTable;
@@ -76,7 +81,7 @@ pub(super) fn chores(
     recovery: Recovery,
     purge: Purge,
     cancels: CancelCheck,
-    expiry: ApprovalExpiry,
+    extra: Extra,
 ) -> Vec<Box<dyn Chore>> {
     vec![
         Box::new(extension),
@@ -84,8 +89,19 @@ pub(super) fn chores(
         Box::new(recovery),
         Box::new(purge),
         Box::new(cancels),
-        Box::new(expiry),
+        Box::new(extra.pauses),
+        Box::new(extra.bulk),
+        Box::new(extra.expiry),
     ]
+}
+
+/// The chores after the call path's: the paused tools read again
+/// (`paused`), bulk jobs worked a batch at a time (`bulk`), and approval
+/// requests whose time is over ended (`approval_expiry`).
+pub(super) struct Extra {
+    pub(super) pauses: PauseRefresh,
+    pub(super) bulk: BulkWork,
+    pub(super) expiry: ApprovalExpiry,
 }
 
 /// How the ticker is asked to poll at once, and told to end: a channel whose
@@ -178,7 +194,7 @@ fn tick_until_silenced(
     listener: &mpsc::Receiver<()>,
 ) {
     loop {
-        let next = scheduled.iter().map(|s| s.next).min().expect("six jobs");
+        let next = scheduled.iter().map(|s| s.next).min().expect("eight jobs");
         let mut idle = next.saturating_duration_since(Instant::now());
         if let Some(token) = dispatch.scheduled_poll_in() {
             idle = idle.min(token);

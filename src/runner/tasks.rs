@@ -531,6 +531,14 @@ impl<H: Clone> TaskTable<H> {
         held
     }
 
+    /// Whether this process holds the call waiting for a slot of its tool.
+    pub(super) fn waits_for_slot(&self, call_id: &str) -> bool {
+        lock(&self.table)
+            .entries
+            .get(call_id)
+            .is_some_and(|e| e.state == State::WaitingForSlot)
+    }
+
     /// Where a call is, if this process has it.
     #[cfg(test)]
     pub(super) fn state(&self, call_id: &str) -> Option<State> {

@@ -53,6 +53,9 @@ pub(in crate::store) enum Event {
     /// Its request was denied, by a person or by its expiry: the call is
     /// `denied`.
     Denied,
+    /// A `failed` or `cancelled` call sent back to `pending` by an operator:
+    /// who, why, and after which attempt (`rerun`; see `store::rerun`).
+    Rerun,
     /// A keyless MCP `tools/call` with the same tool and arguments was
     /// answered with this call, by its content key: nothing ran again
     /// (`replayed_by_content`).
@@ -81,6 +84,7 @@ impl Event {
         Event::ApprovalRequested,
         Event::Approved,
         Event::Denied,
+        Event::Rerun,
         Event::ReplayedByContent,
         Event::InputAnswered,
     ];
@@ -102,6 +106,7 @@ impl Event {
             Event::ApprovalRequested => "approval_requested",
             Event::Approved => "approved",
             Event::Denied => "denied",
+            Event::Rerun => "rerun",
             Event::ReplayedByContent => "replayed_by_content",
             Event::InputAnswered => "input_answered",
         }
@@ -133,11 +138,17 @@ pub(in crate::store) fn claimed(owner: &str, attempt: i64) -> String {
     format!("{owner} attempt={attempt}")
 }
 
-/// `retry_scheduled`'s detail: which attempt failed with what code, and
-/// when the next one may start.
-pub(in crate::store) fn retry_scheduled(attempt: i64, code: &str, delay: RetryDelay) -> String {
+/// `retry_scheduled`'s detail: which attempt failed with what error (its
+/// code and message, so the timeline shows every attempt's error, not only
+/// the last one the call keeps), and when the next one may start.
+pub(in crate::store) fn retry_scheduled(
+    attempt: i64,
+    code: &str,
+    message: &str,
+    delay: RetryDelay,
+) -> String {
     let scheduled = format!(
-        "attempt {attempt} failed ({code}); attempt {} in {:.3} s",
+        "attempt {attempt} failed ({code}: {message}); attempt {} in {:.3} s",
         attempt + 1,
         delay.delay.as_secs_f64()
     );
@@ -218,6 +229,16 @@ pub(in crate::store) fn cancelled_pending(by: &str, reason: Option<&str>, attemp
         ),
     };
     format!("{}; {state}", asked(by, reason))
+}
+
+/// `rerun`'s detail: who asked and why, and which attempt ended how.
+pub(in crate::store) fn rerun(
+    by: &str,
+    reason: Option<&str>,
+    attempt: i64,
+    ended: crate::status::Status,
+) -> String {
+    format!("{}; after attempt {attempt} ({ended})", asked(by, reason))
 }
 
 /// `cancelled`'s detail when the owner stopped the attempt: whether its

@@ -20,6 +20,7 @@ use super::model::{
     AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
     Lease, LeaseHeld, NewCall, NewEffect, Purged, RetryDelay, Scope, Stats, Then, ToolAtRelease,
 };
+use super::operator::Operator;
 use super::options::DueLimits;
 use super::verify::{Report, VerifyError};
 use super::wake::WakeHandler;
@@ -32,7 +33,9 @@ use std::time::{Duration, Instant};
 /// What a backend must do. The calls it returns carry no `expires_at`: the
 /// facade stamps it. (`Any` lets a wing's own tests reach its store behind
 /// a `CallStore`.)
-pub(in crate::store) trait Backend: Any + Send + Sync {
+/// Beside it, `Operator` (`operator.rs`): what an operator does beyond a
+/// call's own path, each wing's in a file of its own.
+pub(in crate::store) trait Backend: Any + Send + Sync + Operator {
     /// `sqlite` or `postgres`, for logs and the bench.
     fn name(&self) -> &'static str;
 

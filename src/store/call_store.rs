@@ -10,6 +10,7 @@
 
 use super::approval::{Approval, Decided, Decision, Delivery, Notification, Waiting};
 use super::backend::Backend;
+use super::bulk_job::{BulkJob, JobCreated, NewBulkJob, Step};
 use super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::cancel::Cancel;
 use super::counts::Counts;
@@ -17,13 +18,17 @@ use super::database::DatabaseRef;
 use super::error::StoreError;
 use super::instance::{Instance, Node};
 use super::limits::{LimitedClaim, ToolLimit};
-use super::list::{ListPage, ListQuery};
+use super::list::{ListPage, ListQuery, Total};
 use super::model::{
     AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
     Lease, LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
     ToolAtRelease,
 };
+use super::operator::{Effect, StepPlan};
 use super::options::{DueLimits, StoreOptions};
+use super::paused::{PausedTool, Toggled};
+use super::readings::Reading;
+use super::rerun::{Rerun, RerunRequest};
 use super::verify::{Report, VerifyError};
 use super::wake::WakeHandler;
 use crate::metrics::Metrics;
@@ -438,6 +443,87 @@ impl CallStore {
     /// `call` as handed out: with when it may be purged.
     fn stamp(&self, call: Call) -> Call {
         self.retention.stamp(call)
+    }
+}
+
+/// `Operator`'s methods (re-run, pause, bulk jobs, totals, readings),
+/// each a pass-through but for the stamping of calls and the retention a
+/// re-run is held to.
+impl CallStore {
+    /// `Operator::rerun`, within this store's retention (`--key-ttl`).
+    pub fn rerun(&self, mut request: RerunRequest) -> Result<Rerun, StoreError> {
+        request.key_ttl = self.retention.key_ttl.map(|t| t.as_secs_f64());
+        Ok(self.backend.rerun(&request)?.map(|c| self.stamp(c)))
+    }
+
+    /// `Operator::pause_tool`.
+    pub fn pause_tool(
+        &self,
+        tool: &str,
+        by: &str,
+        reason: Option<&str>,
+    ) -> Result<Toggled, StoreError> {
+        self.backend.pause_tool(tool, by, reason)
+    }
+
+    /// `Operator::resume_tool`.
+    pub fn resume_tool(&self, tool: &str) -> Result<Toggled, StoreError> {
+        self.backend.resume_tool(tool)
+    }
+
+    /// `Operator::paused_tools`.
+    pub fn paused_tools(&self) -> Result<Vec<PausedTool>, StoreError> {
+        self.backend.paused_tools()
+    }
+
+    /// `Operator::create_job`.
+    pub fn create_job(&self, new: NewBulkJob) -> Result<JobCreated, StoreError> {
+        self.backend.create_job(new)
+    }
+
+    /// `Operator::job`.
+    pub fn job(&self, tenant: Option<&str>, job_id: &str) -> Result<Option<BulkJob>, StoreError> {
+        self.backend.job(tenant, job_id)
+    }
+
+    /// `Operator::claim_job`.
+    pub fn claim_job(&self, owner: &str, lease: Duration) -> Result<Option<BulkJob>, StoreError> {
+        self.backend.claim_job(owner, lease)
+    }
+
+    /// `Operator::job_step`.
+    pub fn job_step(
+        &self,
+        job: &BulkJob,
+        plan: &StepPlan,
+        lease: Duration,
+    ) -> Result<Option<Step>, StoreError> {
+        self.backend.job_step(job, plan, lease)
+    }
+
+    /// `Operator::total`.
+    pub fn total(&self, query: &ListQuery) -> Result<Total, StoreError> {
+        self.backend.total(query)
+    }
+
+    /// `Operator::record_reading`.
+    pub fn record_reading(&self, reading: &Reading) -> Result<bool, StoreError> {
+        self.backend.record_reading(reading)
+    }
+
+    /// `Operator::readings_at`.
+    pub fn readings_at(&self, points: &[f64]) -> Result<Vec<Option<Reading>>, StoreError> {
+        self.backend.readings_at(points)
+    }
+
+    /// `Operator::effect`.
+    pub fn effect(&self, call_id: &str) -> Result<Option<Effect>, StoreError> {
+        self.backend.effect(call_id)
+    }
+
+    /// `Operator::purge_jobs`.
+    pub fn purge_jobs(&self, before: f64, limit: usize) -> Result<usize, StoreError> {
+        self.backend.purge_jobs(before, limit)
     }
 }
 

@@ -97,10 +97,12 @@ pub(in crate::store) trait CancelSteps {
 }
 
 /// Cancel the call `steps` reads: read it, then the one update its status
-/// calls for; a lost race (the call moved between the read and the update)
-/// reads again, up to `tries` times. `None`: it kept moving.
+/// calls for, audited as asked `by` (`None`: by the call's own tenant); a
+/// lost race (the call moved between the read and the update) reads again,
+/// up to `tries` times. `None`: it kept moving.
 pub(in crate::store) fn cancel_with<S: CancelSteps>(
     steps: &mut S,
+    by: Option<&str>,
     reason: Option<&str>,
     tries: usize,
 ) -> Result<Option<Cancel>, S::Error> {
@@ -123,14 +125,16 @@ pub(in crate::store) fn cancel_with<S: CancelSteps>(
                 return Ok(Some(Cancel::Requested { call, now: false }))
             }
             Status::Pending => {
-                let detail = audit::cancelled_pending(&call.tenant, reason, call.attempt);
+                let by = by.unwrap_or(&call.tenant);
+                let detail = audit::cancelled_pending(by, reason, call.attempt);
                 if steps.cancel_pending(&call, &detail)? {
                     return Ok(steps.read()?.map(Cancel::done_now));
                 }
             }
             Status::Running => {
                 let owner = call.owner.as_deref();
-                let detail = audit::cancel_requested(&call.tenant, reason, call.attempt, owner);
+                let by = by.unwrap_or(&call.tenant);
+                let detail = audit::cancel_requested(by, reason, call.attempt, owner);
                 if steps.request_stop(&call, &detail)? {
                     return Ok(steps.read()?.map(Cancel::done_now));
                 }

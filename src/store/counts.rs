@@ -12,7 +12,11 @@
 //! - `effect_counts`, per tenant: effects written for its calls (`effects`),
 //!   and how many of those lost their call to key retention (`detached`);
 //!   effects are never deleted, so a tenant's kept effects are the
-//!   difference, and every effect ever written is the sum of `effects`.
+//!   difference, and every effect ever written is the sum of `effects`;
+//! - `error_counts`, per (tenant, tool, error code): how many calls ever
+//!   entered `failed` with that code (`failed`, a running total that never
+//!   goes down): the overview's failures by code over a range are
+//!   differences of it (`store::readings`).
 //!
 //! On PostgreSQL each row is also keyed by the writing backend (see
 //! `postgres/counts.rs`), and a read sums them; here they are already one.
@@ -39,12 +43,24 @@ pub struct CountRow {
     pub entered: i64,
 }
 
+/// One row of `error_counts` (summed over PostgreSQL's shards).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureRow {
+    pub tenant: String,
+    pub tool: String,
+    /// `""` for a failure that carried no code.
+    pub error_code: String,
+    /// Calls that ever entered `failed` with this code (never decreases).
+    pub failed: i64,
+}
+
 /// The counts of one scope (a tenant, or every tenant), read in one
-/// snapshot: the calls' rows, the effects, the oldest pending call and
-/// the oldest open approval request.
+/// snapshot: the calls' rows, the failures by code, the effects, the
+/// oldest pending call and the oldest open approval request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counts {
     pub rows: Vec<CountRow>,
+    pub failures: Vec<FailureRow>,
     /// Effects of this scope: every effect for every tenant; a tenant's
     /// effects of the calls it still has.
     pub effects: i64,

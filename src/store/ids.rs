@@ -124,6 +124,12 @@ pub(super) fn new_call_id() -> String {
     format!("c_{:011x}{low:05x}", millis & 0xFFF_FFFF_FFFF)
 }
 
+/// A bulk job's id: `b_` + 16 hex drawn as a call id's are (time first,
+/// so jobs sort by creation).
+pub(super) fn new_job_id() -> String {
+    format!("b_{}", &new_call_id()[2..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

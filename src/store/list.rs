@@ -18,11 +18,15 @@
 //!   each (tenant, tool) of the scope;
 //! - `key_prefix`, while it matches at most `PREFIX_CANDIDATES` keys: a
 //!   range of `UNIQUE (tenant, idem_key)`;
-//! - anything else (no filter, `status`, `tool`, times, a prefix matching
-//!   many keys): `(tenant, tool, status, call_id)` read backwards in every
-//!   group the count table says holds calls and the filters admit, at most a
-//!   page from each, merged — or, for every tenant with neither `tool` nor
-//!   `status`, the primary key backwards. A prefix that matches many keys is
+//! - anything else (no filter, `status`, `tool`, `error_code`, times, a
+//!   prefix matching many keys): `(tenant, tool, status, call_id)` read
+//!   backwards in every group the count table says holds calls and the
+//!   filters admit, at most a page from each, merged — or, for every tenant
+//!   with neither `tool`, `status` nor `error_code`, the primary key
+//!   backwards. With `error_code` each group is read from the error index
+//!   instead, `(tenant, tool, status, error_code, call_id)` (its entries are
+//!   only the calls that hold an error), so a code found on few of a
+//!   group's million calls costs a seek, not a scan. A prefix that matches many keys is
 //!   checked on the page's rows, a page of ids at a time from the index alone
 //!   (`Ordered::read`), for a few rounds; if it still has not filled a page
 //!   (it matches only some), the database checks it on every row it reads.
@@ -52,6 +56,10 @@ pub(in crate::store) const PREFIX_CANDIDATES: usize = 8;
 /// before a filter the index cannot apply is left to the database.
 const UNFILTERED_ROUNDS: usize = 3;
 
+/// How far a total is counted (`ListQuery::total`): past it, the answer is
+/// "at least this many". A bulk job acts on at most as many calls.
+pub const TOTAL_CAP: usize = super::bulk_job::MAX_BULK_CALLS;
+
 /// What to list. Every filter given must hold (`AND`); `statuses`, when not
 /// empty, is any of them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -67,6 +75,9 @@ pub struct ListQuery {
     /// The business key as `business_keys` stores it (canonical JSON).
     pub business_key: Option<String>,
     pub effect_id: Option<String>,
+    /// The call's error code (`error.code`): its last failure's, or
+    /// `cancelled`.
+    pub error_code: Option<String>,
     /// Created at or after this (seconds), by the call id's millisecond.
     pub created_after: Option<f64>,
     /// Created before this (seconds), by the call id's millisecond.
@@ -75,6 +86,14 @@ pub struct ListQuery {
     pub before_call_id: Option<String>,
     /// Calls per page.
     pub limit: usize,
+}
+
+/// How many calls a query matches, counted up to a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Total {
+    pub calls: i64,
+    /// `false`: the count stopped at its cap; there may be more.
+    pub exact: bool,
 }
 
 /// One page: at most `limit` calls, newest first, without `args` and
@@ -119,6 +138,9 @@ pub(in crate::store) struct Ordered {
     /// empty with `whole_table`: the primary key.
     pub groups: Vec<(String, String, String)>,
     pub whole_table: bool,
+    /// Read each group from the error index, only the calls with this
+    /// error code (never with `whole_table`).
+    pub error_code: Option<String>,
     pub bounds: IdBounds,
     /// Filters the index does not hold, checked on each row it reads.
     pub residual: Residual,
@@ -230,13 +252,15 @@ impl ListQuery {
 
     /// The ordered plan: every group the filters admit, or the primary key.
     fn ordered(&self, counts: &Counts) -> Plan {
-        let whole_table = self.tool.is_none() && self.statuses.is_empty();
+        let whole_table =
+            self.tool.is_none() && self.statuses.is_empty() && self.error_code.is_none();
         let groups: Vec<(String, String, String)> = counts
             .groups()
             .into_iter()
             .filter(|(_, tool, status)| {
                 self.tool.as_deref().is_none_or(|t| t == *tool)
                     && (self.statuses.is_empty() || self.statuses.iter().any(|s| s == status))
+                    && !(self.error_code.is_some() && never_has_an_error(status))
             })
             .map(|(tenant, tool, status)| (tenant.into(), tool.into(), status.into()))
             .collect();
@@ -251,6 +275,7 @@ impl ListQuery {
                 groups
             },
             whole_table: whole_table && self.tenant.is_none(),
+            error_code: self.error_code.clone(),
             bounds: self.id_bounds(),
             residual: Residual {
                 key_prefix: self
@@ -264,7 +289,7 @@ impl ListQuery {
 
     /// The ids a page may hold: below the cursor, and within the creation
     /// times (an id's first 11 hex digits are its millisecond).
-    fn id_bounds(&self) -> IdBounds {
+    pub(in crate::store) fn id_bounds(&self) -> IdBounds {
         let lower = self
             .created_after
             .map(|t| id_at_millis(millis(t)))
@@ -289,6 +314,10 @@ impl ListQuery {
             && some_is(&self.tool, &call.tool)
             && some_is(&self.key, &call.idem_key)
             && some_is(&self.effect_id, &call.effect_id)
+            && self
+                .error_code
+                .as_deref()
+                .is_none_or(|code| call.error_code() == Some(code))
             && (self.statuses.is_empty() || self.statuses.iter().any(|s| s == call.status.as_str()))
             && self
                 .key_prefix
@@ -320,6 +349,50 @@ impl ListQuery {
             .flatten();
         ListPage { calls: rows, next }
     }
+}
+
+impl Plan {
+    /// The total of `query` straight from the count table, when its plan
+    /// reads whole groups (no times, no cursor, no key prefix, no error
+    /// code): the sum of the groups' calls, exact however many.
+    pub(in crate::store) fn total_from_counts(
+        &self,
+        query: &ListQuery,
+        counts: &Counts,
+    ) -> Option<i64> {
+        let Plan::Ordered(o) = self else {
+            return None;
+        };
+        let whole = query.created_after.is_none()
+            && query.created_before.is_none()
+            && query.before_call_id.is_none()
+            && o.residual.is_empty()
+            && o.error_code.is_none();
+        if !whole {
+            return None;
+        }
+        let admitted = |(tenant, tool, status): (&str, &str, &str)| {
+            query.tenant.as_deref().is_none_or(|t| t == tenant)
+                && query.tool.as_deref().is_none_or(|t| t == tool)
+                && (query.statuses.is_empty() || query.statuses.iter().any(|s| s == status))
+        };
+        Some(
+            counts
+                .rows
+                .iter()
+                .filter(|r| admitted((&r.tenant, &r.tool, &r.status)))
+                .map(|r| r.calls)
+                .sum(),
+        )
+    }
+}
+
+/// A group of this status holds no call with an error: a success clears
+/// the error of the attempts before it (`finish_fenced`). Its groups — the
+/// largest, usually — are left out of a query by error code, so no backend
+/// has to prove each of their calls has no code.
+fn never_has_an_error(status: &str) -> bool {
+    status == crate::status::Status::Succeeded.as_str()
 }
 
 /// Greater than every call id (`c_` and 16 hex digits, in any collation:
@@ -467,6 +540,26 @@ mod tests {
         let mut none = query();
         none.tool = Some("nope".into());
         assert_eq!(none.plan(&c), Plan::Empty);
+    }
+
+    /// By error code, a group of successes is never read (a success holds
+    /// no error), and the groups are read from the error index.
+    #[test]
+    fn an_error_code_reads_no_group_of_successes() {
+        let c = counts(&[
+            ("a", "charge", "succeeded"),
+            ("a", "charge", "failed"),
+            ("a", "charge", "cancelled"),
+        ]);
+        let mut q = query();
+        q.error_code = Some("downstream_timeout".into());
+        let Plan::Ordered(o) = q.plan(&c) else {
+            panic!("ordered")
+        };
+        let statuses: Vec<&str> = o.groups.iter().map(|g| g.2.as_str()).collect();
+        assert_eq!(statuses, ["cancelled", "failed"]);
+        assert_eq!(o.error_code.as_deref(), Some("downstream_timeout"));
+        assert!(!o.whole_table);
     }
 
     /// The most selective filter decides the plan.

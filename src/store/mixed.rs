@@ -10,6 +10,7 @@
 //! shape is shared so that SQLite and PostgreSQL hold the same million.
 
 use super::ids::effect_id_for;
+use super::readings::{kept, Reading, TenantTotals, READING_EVERY};
 
 /// How many calls, in how many tenants, ending when.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -52,6 +53,14 @@ const SPAN_S: f64 = 43_200.0;
 /// with a retry scheduled a day from now, a quarter `running` under a lease
 /// as long, so the running service neither claims nor recovers them).
 const IN_FLIGHT: u64 = 2_000;
+
+/// The errors failed and waiting calls carry, by a third each: the codes
+/// the list's `error_code` filter and the overview's failures by code read.
+const ERRORS: [&str; 3] = [
+    r#"{"code":"tool_failed","message":"bulk","retryable":false}"#,
+    r#"{"code":"downstream_timeout","message":"bulk","retryable":false}"#,
+    r#"{"code":"downstream_rejected","message":"bulk","retryable":false}"#,
+];
 
 /// Distinct business keys: about twenty calls each.
 const BUSINESS_KEYS: u64 = 50_000;
@@ -96,7 +105,7 @@ impl MixedCalls {
             args_json: r#"{"amount":1}"#,
             result_json: (status == "succeeded").then_some(r#"{"ok":true}"#),
             error_json: (status == "failed" || status == "pending")
-                .then_some(r#"{"code":"tool_failed","message":"bulk","retryable":false}"#),
+                .then_some(ERRORS[(h % 3) as usize]),
             lease_until: (status == "running").then_some(later),
             owner: (status == "running").then_some("bulk:loader"),
             next_attempt_at: (status == "pending").then_some(later),
@@ -105,6 +114,43 @@ impl MixedCalls {
             business_key: (tool == "charge" && h.is_multiple_of(10))
                 .then(|| format!(r#"["user-{}"]"#, n % BUSINESS_KEYS)),
         }
+    }
+
+    /// A week of the overview's readings ending at `now`, as the `rates`
+    /// thread would have left them (one every `READING_EVERY`, thinned as
+    /// `readings::kept` keeps them): each tenant's totals growing steadily
+    /// to what the mix holds, failures by the mix's three codes.
+    pub fn readings(&self) -> Vec<Reading> {
+        let step = READING_EVERY.as_secs_f64();
+        let end = (self.now / step).floor() * step;
+        let week = 7.0 * 86_400.0;
+        let per_tenant = (self.count / self.tenants.max(1)) as f64;
+        let mut out = Vec::new();
+        let mut at = end - week;
+        while at <= end {
+            if kept(at, end) {
+                let share = (at - (end - week)) / week;
+                let created = (per_tenant * share) as i64;
+                let failed = created / 10;
+                let tenants = (0..self.tenants)
+                    .map(|t| {
+                        let codes = ["tool_failed", "downstream_timeout", "downstream_rejected"]
+                            .iter()
+                            .map(|c| (c.to_string(), failed / 3))
+                            .collect();
+                        let totals = TenantTotals {
+                            created,
+                            failed,
+                            failed_by_code: codes,
+                        };
+                        (format!("t{t}"), totals)
+                    })
+                    .collect();
+                out.push(Reading { at, tenants });
+            }
+            at += step;
+        }
+        out
     }
 
     /// The tenant of row `n`.

@@ -33,7 +33,12 @@
 //! (cancelling: its rules, `Cancel`, the steps a wing runs), `approval`
 //! (approval gates: their rules, `Decision`, `Decided`, the webhook
 //! outbox's `Notification`, the answers an MCP client gave), `gate` (what a
-//! new gated call carries: `Gate`, `Approvers`), `wake`
+//! new gated call carries: `Gate`, `Approvers`), `rerun` (re-running a
+//! failed or cancelled call: its rules, `Rerun`, the steps a wing runs),
+//! `paused` (paused tools), `bulk_job` (bulk jobs: the rules, `BulkJob`, a
+//! batch's `Step`), `readings` (the overview's history, and its
+//! arithmetic), `operator` (`Operator`, the second contract: re-run, pause,
+//! bulk jobs, totals, readings), `wake`
 //! (another node's news), `business_key` (the second layer's types),
 //! `mixed` (the bench's mixed million, row by row; feature `testing`)
 //! and `verify` (the offline checker's invariants and report); this file
@@ -76,6 +81,7 @@
 mod approval;
 mod audit;
 mod backend;
+mod bulk_job;
 mod business_key;
 mod call_store;
 mod cancel;
@@ -91,8 +97,12 @@ mod list;
 #[cfg(any(test, feature = "testing"))]
 mod mixed;
 mod model;
+mod operator;
 mod options;
+mod paused;
 mod postgres;
+mod readings;
+mod rerun;
 mod sqlite;
 #[cfg(test)]
 mod tests;
@@ -103,27 +113,35 @@ pub use approval::{
     input_answers, Approval, Approvers, Decided, Decision, Delivery, Gate, Notification, Ruling,
     Source, Verdict, Waiting, APPROVAL_REQUESTED, MAX_DECISION_REASON_BYTES,
 };
+pub use bulk_job::{
+    filter_from_json, filter_to_json, BulkAction, BulkJob, JobCreated, JobState, NewBulkJob, Step,
+    MAX_BULK_CALLS,
+};
 pub use business_key::{BusinessKey, Guarded, IntentLedger};
 pub use call_store::CallStore;
 pub use cancel::{Cancel, MAX_CANCEL_REASON_BYTES};
-pub use counts::{CountRow, Counts, Totals};
+pub use counts::{CountRow, Counts, FailureRow, Totals};
 pub use database::{Database, DatabaseRef, DatabaseUrlError};
 pub use db_schema::{DbSchema, DB_SCHEMA_RULE, DEFAULT_DB_SCHEMA};
 pub use error::{Cause, StoreError};
 pub use ids::{call_id_of_effect, effect_id_for, now};
 pub use instance::{owner_name, Instance, Node, DEAD_AFTER, HEARTBEAT_EVERY, NODES_LISTED};
 pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
-pub use list::{ListPage, ListQuery};
+pub use list::{ListPage, ListQuery, Total, TOTAL_CAP};
 pub use model::{
     AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
     Lease, LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
     ToolAtRelease, WriterStats,
 };
+pub use operator::{Effect, StepPlan};
 pub use options::{
     DueLimits, PgTimeouts, StoreOptions, DEFAULT_PG_OPERATION_TIMEOUT, DEFAULT_POOL_SIZE,
 };
+pub use paused::{PausedTool, Toggled};
 pub use postgres::PG_SCHEMA_VERSION;
 pub use postgres::{PgTarget, SslMode};
+pub use readings::{Reading, TenantTotals, READING_EVERY};
+pub use rerun::{Rerun, RerunRequest, MAX_RERUN_REASON_BYTES};
 pub(crate) use sqlite::backup;
 pub use sqlite::{RestoredCopy, LEDGER_SQL, MAX_READERS, SCHEMA_VERSION};
 
@@ -150,13 +168,15 @@ pub mod list_sql {
     /// On SQLite.
     pub mod sqlite {
         pub use crate::store::sqlite::{
-            ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT,
+            ALL_IDS, ALL_IDS_FILTERED, ERROR_IDS, ERROR_IDS_FILTERED, GROUP_IDS,
+            GROUP_IDS_FILTERED, PREFIX_COUNT,
         };
     }
     /// On PostgreSQL.
     pub mod postgres {
         pub use crate::store::postgres::{
-            ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT,
+            ALL_IDS, ALL_IDS_FILTERED, ERROR_IDS, ERROR_IDS_FILTERED, GROUP_IDS,
+            GROUP_IDS_FILTERED, PREFIX_COUNT,
         };
     }
 }

@@ -118,13 +118,28 @@ impl Call {
                 .unwrap_or(false)
     }
 
-    /// Whether the call can never change again: `succeeded`, `cancelled`,
-    /// `denied`, or a failure its client may not retry.
+    /// Whether the call has ended and its client cannot run it again:
+    /// `succeeded`, `cancelled`, `denied`, or a failure its client may not
+    /// retry (an operator may still re-run a failed or cancelled one:
+    /// `is_final`).
     pub fn is_settled(&self) -> bool {
         matches!(
             self.status,
             Status::Succeeded | Status::Cancelled | Status::Denied
         ) || (self.status == Status::Failed && !self.is_retryable_failure())
+    }
+
+    /// Whether the call can never change again, by anyone: `succeeded` (its
+    /// effect happened; it is never re-run) or `denied` (a person refused
+    /// it). A failed or cancelled call may be re-run by an operator
+    /// (`store::rerun`).
+    pub fn is_final(&self) -> bool {
+        matches!(self.status, Status::Succeeded | Status::Denied)
+    }
+
+    /// Its error's code (`error.code`): its last failure's, or `cancelled`.
+    pub fn error_code(&self) -> Option<&str> {
+        self.error.as_ref()?.get("code")?.as_str()
     }
 
     /// The row `insert_call` writes, built here so it need not be read back:
@@ -210,6 +225,7 @@ impl Call {
             "expires_at": self.expires_at,
             "next_attempt_at": self.next_attempt_at,
             "cancel_requested_at": self.cancel_requested_at,
+            "lease_until": self.lease_until,
         })
     }
 

@@ -7,7 +7,9 @@
 //! The topics: `create`, `create_claimed`, `claims`, `claim_due`,
 //! `recovery`, `retry`, `cancel`, `approvals`, `limits`, `tenants`, `audit`,
 //! `effect_ids`, `counts` (the count tables against counting the rows),
-//! `list` (every plan of the list, pages, tenants kept apart); `backends`
+//! `list` (every plan of the list, pages, tenants kept apart), `operator`
+//! (re-runs, paused tools, bulk jobs, the list by error code, totals,
+//! readings); `backends`
 //! (the two backends each test runs on) and `wings` (neither wing names
 //! the other).
 
@@ -30,6 +32,7 @@ mod create_claimed;
 mod effect_ids;
 mod limits;
 mod list;
+mod operator;
 mod recovery;
 mod retry;
 mod tenants;

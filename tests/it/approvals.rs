@@ -271,6 +271,13 @@ fn a_denial_and_an_expiry_end_it_denied_with_no_effect() {
     let server = start(&db, &auth, &tools);
     let (_, big) = post(&server, CALLER, "deny-me", &charge(900));
     let call_id = id(&big);
+    let rerun = format!("/v1/tool-calls/{call_id}/rerun");
+    let (status, early) = with(&server, OPERATOR, "POST", &rerun, &[], Some(json!({})));
+    assert_eq!(
+        (status, early["error"]["code"].as_str()),
+        (409, Some("call_in_flight")),
+        "a call awaiting approval has not ended: {early}"
+    );
     let (status, refused) = decide(&server, APPROVER, &call_id, "deny", json!({}));
     assert_eq!(status, 400, "a denial needs a reason: {refused}");
     let (status, denied) = decide(
@@ -291,6 +298,23 @@ fn a_denial_and_an_expiry_end_it_denied_with_no_effect() {
     assert_eq!(
         (status, late["error"]["decision"].as_str()),
         (409, Some("denied"))
+    );
+    // A person's refusal is not re-run, even by an operator; the call stays denied.
+    let (status, again) = with(&server, OPERATOR, "POST", &rerun, &[], Some(json!({})));
+    assert_eq!(
+        (
+            status,
+            again["error"]["code"].as_str(),
+            again["error"]["status"].as_str()
+        ),
+        (409, Some("call_denied"), Some("denied")),
+        "{again}"
+    );
+    assert_eq!(again["call"]["status"], "denied");
+    let (_, still) = get(&server, CALLER, &format!("/v1/tool-calls/{call_id}"));
+    assert_eq!(
+        (still["status"].as_str(), still["attempt"].as_i64()),
+        (Some("denied"), Some(0))
     );
 
     // No decision within its second: expiry ends it denied.

@@ -352,7 +352,7 @@ fn console_list_times_every_filter_and_each_finds_its_calls() {
         (Some("sqlite"), Some(20000))
     );
     let queries = report["queries"].as_array().unwrap();
-    assert_eq!(queries.len(), 28, "14 queries in two scopes: {report}");
+    assert_eq!(queries.len(), 40, "20 queries in two scopes: {report}");
     for q in queries {
         assert_eq!(q["failed"], 0, "{q}");
         let (p50, p99) = (q["p50_ms"].as_f64().unwrap(), q["p99_ms"].as_f64().unwrap());
@@ -360,11 +360,43 @@ fn console_list_times_every_filter_and_each_finds_its_calls() {
         let found = q["calls_per_page"].as_f64().unwrap();
         match q["query"].as_str().unwrap() {
             "key" | "effect_id" => assert_eq!(found, 1.0, "{q}"),
-            "newest page" | "status=failed" | "key_prefix (every key)" => {
+            "newest page"
+            | "status=failed"
+            | "key_prefix (every key)"
+            | "error_code"
+            | "status+error_code"
+            | "error_code + total" => {
                 assert_eq!(found, 50.0, "{q}")
             }
             _ => {}
         }
+    }
+}
+
+/// `--console bulk`, short: the load ran beside a bulk cancel of every
+/// waiting call, which finished and cancelled each of them.
+#[test]
+fn console_bulk_runs_the_load_beside_a_bulk_cancel() {
+    let report = console_report(
+        &[
+            "--console",
+            "bulk",
+            "--rows",
+            "300",
+            "--rounds",
+            "1",
+            "--duration",
+            "0.5",
+            "--concurrency",
+            "2",
+        ],
+        "\"comparison\"",
+    );
+    assert_eq!(report["waiting_calls"], 300, "{report}");
+    for series in ["without_job_per_s", "with_job_per_s", "ratio", "job_s"] {
+        let values = report[series].as_array().unwrap();
+        assert_eq!(values.len(), 1, "{report}");
+        assert!(values[0].as_f64().unwrap() > 0.0, "{report}");
     }
 }
 

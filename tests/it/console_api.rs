@@ -382,7 +382,8 @@ fn the_overview_agrees_with_stats_and_nodes_show_this_process() {
     assert_eq!(
         charge_tool,
         Some(
-            &json!({"name": "charge", "kind": "builtin", "running": 0, "waiting": 0, "max_concurrency": null})
+            &json!({"name": "charge", "kind": "builtin", "running": 0, "waiting": 0,
+                    "max_concurrency": null, "paused": false})
         )
     );
     let (_, everyone) = ops.get("/v1/overview?tenant=*");

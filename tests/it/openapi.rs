@@ -191,6 +191,11 @@ fn it_describes_every_route_of_the_api() {
         "POST /v1/tool-calls/{call_id}/deny",
         "GET /v1/tool-calls/{call_id}/approval",
         "GET /v1/approvals",
+        "POST /v1/tool-calls/{call_id}/rerun",
+        "POST /v1/bulk-actions",
+        "GET /v1/bulk-actions/{job_id}",
+        "POST /v1/tools/{name}/pause",
+        "POST /v1/tools/{name}/resume",
         "GET /v1/verify",
         "GET /ui",
         "GET /ui/{asset}",
@@ -260,15 +265,22 @@ fn the_headers_are_where_the_api_sets_them() {
             if status == "405" {
                 assert!(names.contains("Allow"), "{place}: Allow");
             }
-            // Create-or-get's answers: a cancel's call is not a replay.
-            let returns_call = method == "post"
-                && path == "/v1/tool-calls"
+            // Create-or-get's answers, a bulk action's (its job, which may be
+            // the key's), and a re-run's call (never a replay); a cancel's
+            // call is neither.
+            let created = method == "post"
+                && (path == "/v1/tool-calls" || path == "/v1/bulk-actions")
                 && (status == "200" || status == "202");
-            for header in ["Location", "Idempotent-Replayed"] {
+            let rerun = path.ends_with("/rerun") && status == "202";
+            let new_job = path == "/v1/bulk-actions" && status == "202";
+            for (header, expected) in [
+                ("Location", created || rerun),
+                ("Idempotent-Replayed", created && !new_job),
+            ] {
                 // A `409 duplicate_intent` names the live call in `Location`.
                 let optional = status == "409" && header == "Location";
                 if !optional {
-                    assert_eq!(names.contains(header), returns_call, "{place}: {header}");
+                    assert_eq!(names.contains(header), expected, "{place}: {header}");
                 }
             }
         }

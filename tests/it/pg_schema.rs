@@ -92,9 +92,20 @@ fn an_earlier_release_tables_in_public_move_into_the_schema_at_start() {
     // What a release before `--db-schema` left: its steps only, 1 to 3 (the
     // one that came with `--db-schema` makes `tool_limits`; the next, the
     // count tables and the list's index; step 6, approvals and their outbox;
-    // step 7, the progress column).
+    // step 7, the progress column; the later ones, the error index and counts,
+    // the readings, the paused tools and the bulk jobs).
     db.batch_execute(
         "DELETE FROM public.idem_schema WHERE version >= 4;
+         DROP TRIGGER calls_failures_counted ON public.calls;
+         DROP TRIGGER calls_failures_counted_on_update ON public.calls;
+         DROP FUNCTION public.idem_count_failures();
+         DROP TABLE public.error_counts, public.rate_readings, public.paused_tools,
+                    public.bulk_jobs;
+         DROP INDEX public.calls_error;
+         DROP TRIGGER calls_error_code ON public.calls;
+         DROP TRIGGER calls_error_code_on_update ON public.calls;
+         DROP FUNCTION public.idem_error_code();
+         ALTER TABLE public.calls DROP COLUMN error_code;
          DROP TABLE public.approvals, public.notifications;
          ALTER TABLE public.calls DROP COLUMN progress_json;
          DROP TABLE public.tool_limits;

@@ -58,9 +58,11 @@ fn schema_has_unique_constraints_and_no_duplicate_effects() {
         [
             "idx_approvals_open",
             "idx_audit_call",
+            "idx_bulk_jobs_running",
             "idx_business_keys_key",
             "idx_business_keys_live",
             "idx_calls_client_seq",
+            "idx_calls_error",
             "idx_calls_status",
             "idx_notifications_due"
         ]

@@ -70,6 +70,10 @@ fn named_sets() -> Vec<(&'static str, BTreeSet<String>)> {
             "the statuses that let go of a business key",
             words(Status::releases_business_key),
         ),
+        (
+            "the statuses a re-run brings back",
+            words(Status::may_rerun),
+        ),
     ]
 }
 

@@ -407,7 +407,11 @@ fn get_tools_shows_the_contract_and_nothing_else() {
     assert_eq!(refund["business_key"], Value::Null, "none configured");
     assert_eq!(refund["rate"], Value::Null, "none configured");
     assert_eq!(refund["approval"], Value::Null, "none configured");
-    assert_eq!(refund.as_object().unwrap().len(), 9, "{refund}");
+    assert_eq!(
+        (&refund["paused"], &refund["pause"]),
+        (&json!(false), &Value::Null)
+    );
+    assert_eq!(refund.as_object().unwrap().len(), 11, "{refund}");
     let text = list.to_string();
     for hidden in [SECRET, "Authorization", downstream.base.as_str()] {
         assert!(!text.contains(hidden), "{hidden} in {text}");

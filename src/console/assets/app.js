@@ -4,7 +4,9 @@
 //
 // A page is a module with `render(main, context)`; it returns a function
 // that stops whatever it started (its `poll`), called before the next page
-// is drawn. Every filter a page has lives in the address bar, so a URL can
+// is drawn. A path under `/ui/` that names no page gets the console's own
+// not-found page. The time-zone choice (`timezone.js`) is the top bar's;
+// changing it draws the page again. Every filter a page has lives in the address bar, so a URL can
 // be shared and a reload shows the same thing. Who the console speaks as
 // is read through `poll` too, so a console opened while the service is
 // down says so and starts by itself when the service answers.
@@ -13,6 +15,7 @@ import {token, whenUnauthorized} from './js/api.js';
 import {forget, signInForm, signOut, whoami} from './js/auth.js';
 import {h, notice, replace} from './js/dom.js';
 import {liveView, poll} from './js/poll.js';
+import {setZone, zone, zoneLabel} from './js/timezone.js';
 import * as overview from './js/overview.js';
 import * as calls from './js/calls.js';
 import * as call from './js/call.js';
@@ -46,9 +49,18 @@ function render() {
   const route = ROUTES.find(([pattern]) => pattern.test(path));
   markTab(route ? route[1] : null);
   if (!route) {
-    replace(main, notice('error', 'No such page. ', h('a', {href: '/ui/', 'data-nav': true}, 'Go to the overview.')));
+    document.title = 'Not found · idempotent-tool console';
+    replace(main, h('section', {class: 'panel not-found', id: 'not-found'},
+      h('h1', null, 'No such page'),
+      h('p', null, 'The console has no page at ', h('code', null, path), '. Its pages are:'),
+      h('ul', null,
+        h('li', null, h('a', {href: '/ui/', 'data-nav': true}, 'Overview')),
+        h('li', null, h('a', {href: '/ui/calls', 'data-nav': true}, 'Calls'), ' (one call: /ui/calls/{call_id})'),
+        h('li', null, h('a', {href: '/ui/tools', 'data-nav': true}, 'Tools')),
+        h('li', null, h('a', {href: '/ui/verify', 'data-nav': true}, 'Promise check')))));
     return;
   }
+  document.title = 'idempotent-tool console';
   const [pattern, , page] = route;
   const view = liveView();
   replace(main, view.banner, h('p', {class: 'muted'}, 'Loading…'));
@@ -83,11 +95,23 @@ function showSignIn(refusal) {
   signInForm(main, hadToken && refusal.status === 401, () => render());
 }
 
+/** The one time-zone choice, in the top bar: UTC or local, the zone said. */
+function zonePicker() {
+  const select = h('select', {id: 'zone', 'aria-label': 'Time zone', on: {change: () => {
+    setZone(select.value);
+    render();
+  }}}, h('option', {value: 'local'}, 'local time'), h('option', {value: 'utc'}, 'UTC'));
+  select.value = zone();
+  return h('span', {class: 'zone'}, 'Times: ', select,
+    h('span', {class: 'zone-label', id: 'zone-label'}, zoneLabel()), ' · 24 h');
+}
+
 function showWho(who) {
   const el = document.getElementById('who');
-  if (!who) return replace(el);
+  if (!who) return replace(el, zonePicker());
   const role = who.admin ? 'admin' : 'tenant';
   replace(el,
+    zonePicker(),
     h('span', {class: `role role-${role}`, id: 'role'}, role),
     who.tenant ? h('span', {class: 'tenant', id: 'tenant-name', title: 'tenant'}, who.tenant) : null,
     who.role ? h('span', {class: 'tenant', id: 'token-role', title: `${who.principal || ''}: role`}, who.role) : null,

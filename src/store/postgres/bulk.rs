@@ -11,7 +11,7 @@
 
 use super::super::error::StoreError;
 use super::super::mixed::{MixedCalls, MixedRow};
-use super::counts::{BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS};
+use super::counts::{BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS, BACKFILL_ERROR_COUNTS};
 use super::error::store_error;
 use super::target::PgTarget;
 use std::fmt::Write as _;
@@ -33,9 +33,11 @@ pub(in crate::store) fn insert_mixed(
     let mut tx = client.transaction().map_err(store_error)?;
     tx.batch_execute(
         "ALTER TABLE calls DISABLE TRIGGER calls_counted;
+         ALTER TABLE calls DISABLE TRIGGER calls_failures_counted;
          ALTER TABLE effects DISABLE TRIGGER effects_counted;
          DELETE FROM call_counts;
-         DELETE FROM effect_counts;",
+         DELETE FROM effect_counts;
+         DELETE FROM error_counts;",
     )
     .map_err(store_error)?;
     for first in (0..mix.count).step_by(ROWS_PER_COPY as usize) {
@@ -73,11 +75,23 @@ pub(in crate::store) fn insert_mixed(
             }),
         )?;
     }
-    for backfill in [BACKFILL_CALL_COUNTS, BACKFILL_EFFECT_COUNTS] {
+    copy(
+        &mut tx,
+        "COPY rate_readings (at, totals) FROM STDIN",
+        mix.readings()
+            .iter()
+            .map(|r| format!("{}\t{}\n", r.at, r.totals_json())),
+    )?;
+    for backfill in [
+        BACKFILL_CALL_COUNTS,
+        BACKFILL_EFFECT_COUNTS,
+        BACKFILL_ERROR_COUNTS,
+    ] {
         tx.batch_execute(backfill).map_err(store_error)?;
     }
     tx.batch_execute(
         "ALTER TABLE calls ENABLE TRIGGER calls_counted;
+         ALTER TABLE calls ENABLE TRIGGER calls_failures_counted;
          ALTER TABLE effects ENABLE TRIGGER effects_counted;",
     )
     .map_err(store_error)?;

@@ -19,7 +19,7 @@
 //!
 //! This module never reads `calls` in full except in the one backfill.
 
-use super::super::counts::{CountRow, Counts};
+use super::super::counts::{CountRow, Counts, FailureRow};
 use super::super::model::Scope;
 use super::session::{GenericClient, Session};
 
@@ -124,6 +124,52 @@ SELECT coalesce(c.tenant, ''), 0, count(*), count(*) - count(c.call_id)
   FROM effects e LEFT JOIN calls c ON c.call_id = e.call_id
  GROUP BY coalesce(c.tenant, '')";
 
+/// Schema step 8, failures by error code (`store::counts`): the table,
+/// sharded like the others, its triggers — a call that enters `failed`,
+/// inserted so or moved there, adds one to its (tenant, tool, code); the
+/// `WHEN` keeps every other insert or update from calling the function —
+/// and the backfill from the failed calls already there.
+pub(super) const ERROR_COUNTS: &str = "
+CREATE TABLE error_counts (
+  tenant      text NOT NULL,
+  tool        text NOT NULL,
+  error_code  text NOT NULL,
+  shard       integer NOT NULL,
+  failed      bigint NOT NULL,
+  PRIMARY KEY (tenant, tool, error_code, shard)
+);
+
+CREATE FUNCTION idem_count_failures() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO error_counts AS n (tenant, tool, error_code, shard, failed)
+  VALUES (NEW.tenant, NEW.tool, coalesce((NEW.error_json::jsonb) ->> 'code', ''),
+          pg_backend_pid(), 1)
+  ON CONFLICT (tenant, tool, error_code, shard) DO UPDATE SET failed = n.failed + 1;
+  RETURN NULL;
+END $$;
+
+CREATE TRIGGER calls_failures_counted AFTER INSERT ON calls
+  FOR EACH ROW WHEN (NEW.status = 'failed') EXECUTE FUNCTION idem_count_failures();
+CREATE TRIGGER calls_failures_counted_on_update AFTER UPDATE OF status ON calls
+  FOR EACH ROW WHEN (NEW.status = 'failed' AND OLD.status IS DISTINCT FROM 'failed')
+  EXECUTE FUNCTION idem_count_failures();
+";
+
+/// The failures of the calls already there, into an empty `error_counts`:
+/// step 8's backfill, and the bulk loader's count.
+pub(super) const BACKFILL_ERROR_COUNTS: &str = "
+INSERT INTO error_counts (tenant, tool, error_code, shard, failed)
+SELECT tenant, tool, coalesce((error_json::jsonb) ->> 'code', ''), 0, count(*)
+  FROM calls WHERE status = 'failed'
+ GROUP BY tenant, tool, coalesce((error_json::jsonb) ->> 'code', '')";
+
+/// `error_counts`' rows of `scope`, summed over the shards.
+const FAILURE_ROWS: &str = "
+SELECT tenant, tool, error_code, sum(failed)::bigint
+  FROM error_counts
+ WHERE $1::text IS NULL OR tenant = $1
+ GROUP BY tenant, tool, error_code";
+
 /// The count rows of `scope`, summed over the shards.
 const COUNT_ROWS: &str = "
 SELECT tenant, tool, status, attempt,
@@ -179,6 +225,16 @@ pub(super) fn counts(
             (client.query_one(TENANT_EFFECTS, &[&tenant])?.get(0), oldest)
         }
     };
+    let failures = client
+        .query(FAILURE_ROWS, &[&scope.tenant()])?
+        .iter()
+        .map(|r| FailureRow {
+            tenant: r.get(0),
+            tool: r.get(1),
+            error_code: r.get(2),
+            failed: r.get(3),
+        })
+        .collect();
     let oldest_awaiting_since = match rows
         .iter()
         .any(|r| r.status == "awaiting_approval" && r.calls > 0)
@@ -191,6 +247,7 @@ pub(super) fn counts(
     };
     Ok(Counts {
         rows,
+        failures,
         effects,
         oldest_pending_created_at,
         oldest_awaiting_since,
@@ -247,6 +304,16 @@ ON CONFLICT (tenant, tool, status, attempt, shard) DO UPDATE
    SET calls = n.calls + EXCLUDED.calls, inserted = n.inserted + EXCLUDED.inserted,
        entered = n.entered + EXCLUDED.entered";
 
+const FOLD_ERROR_COUNTS: &str = "
+WITH gone AS (
+  DELETE FROM error_counts
+   WHERE shard <> 0 AND shard NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
+  RETURNING tenant, tool, error_code, failed
+)
+INSERT INTO error_counts AS n (tenant, tool, error_code, shard, failed)
+SELECT tenant, tool, error_code, 0, sum(failed) FROM gone GROUP BY tenant, tool, error_code
+ON CONFLICT (tenant, tool, error_code, shard) DO UPDATE SET failed = n.failed + EXCLUDED.failed";
+
 const FOLD_EFFECT_COUNTS: &str = "
 WITH gone AS (
   DELETE FROM effect_counts
@@ -268,6 +335,7 @@ pub(super) fn fold(client: &mut Session) -> Result<bool, tokio_postgres::Error> 
     if locked {
         tx.execute(FOLD_CALL_COUNTS, &[])?;
         tx.execute(FOLD_EFFECT_COUNTS, &[])?;
+        tx.execute(FOLD_ERROR_COUNTS, &[])?;
     }
     tx.commit()?;
     Ok(locked)

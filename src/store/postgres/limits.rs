@@ -79,7 +79,9 @@ const CLAIM_LIMITED: &str = "WITH lim AS (
          FROM lim
      ), allowed AS (
        SELECT tool, per_second, at, refilled_at, tokens, cap_room,
-              least(free, coalesce(cap_room, free), coalesce(floor(tokens)::int8, free)) AS n
+              CASE WHEN EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = room.tool) THEN 0
+                   ELSE least(free, coalesce(cap_room, free), coalesce(floor(tokens)::int8, free))
+              END AS n
          FROM room
      ), picked AS MATERIALIZED (
        SELECT d.call_id, d.created_seq, d.due_since

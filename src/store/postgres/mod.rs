@@ -17,7 +17,9 @@
 //! business key, schema step 2), `cancel` (cancelling, schema step 3),
 //! `approval` (approval gates and the webhook outbox, schema step 6),
 //! `limits` (a tool's `max_concurrency` and `rate` shared by every node,
-//! schema step 4), `home_schema` (`--db-schema` made, an earlier release's
+//! schema step 4), `readings` (the overview's history, step 9), `paused`
+//! (paused tools, step 10), `rerun`, `bulk_jobs` (step 11) and `operator`
+//! (`Operator` on them), `home_schema` (`--db-schema` made, an earlier release's
 //! tables moved into it), `listen` (`LISTEN`/`NOTIFY` wake-ups between the
 //! nodes, a cancel's included). `open` is the wing's one entry point; `PgStore`
 //! implements `Backend`. Its own tests: `tests` (several nodes, migrations,
@@ -36,6 +38,7 @@
 mod approval;
 #[cfg(any(test, feature = "testing"))]
 pub(super) mod bulk;
+mod bulk_jobs;
 mod business_key;
 mod cancel;
 mod connect;
@@ -47,8 +50,12 @@ mod instances;
 mod limits;
 mod list;
 mod listen;
+mod operator;
+mod paused;
 mod pool;
+mod readings;
 mod report_reads;
+mod rerun;
 mod retention;
 mod schema;
 mod session;
@@ -65,7 +72,10 @@ use verify::verify_on;
 pub(super) use verify::{tools_outside, verify};
 
 #[cfg(any(test, feature = "testing"))]
-pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
+pub use list::{
+    ALL_IDS, ALL_IDS_FILTERED, ERROR_IDS, ERROR_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED,
+    PREFIX_COUNT,
+};
 pub use schema::PG_SCHEMA_VERSION;
 pub use target::{PgTarget, SslMode};
 
@@ -423,7 +433,8 @@ impl Backend for PgStore {
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default();
-        let detail = audit::retry_scheduled(lease.attempt, code, delay);
+        let message = crate::input::clip(error["message"].as_str().unwrap_or_default());
+        let detail = audit::retry_scheduled(lease.attempt, code, message, delay);
         let if_cancelled = audit::ended_after_cancel(lease.attempt, code);
         let error = error.to_string();
         then(
@@ -520,7 +531,7 @@ impl Backend for PgStore {
                 call_id,
                 reason,
             };
-            cancel_with(&mut steps, reason, CANCEL_TRIES)
+            cancel_with(&mut steps, None, reason, CANCEL_TRIES)
         })?;
         match &found {
             Some(Cancel::Requested { now: true, .. }) => self.wake.announce_cancel(),

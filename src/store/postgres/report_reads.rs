@@ -1,5 +1,5 @@
 //! The reads behind the operations endpoints on PostgreSQL: a call's audit
-//! timeline and `/healthz`'s probe (the counts of `/stats` and `/metrics`
+//! timeline, its effect row, and `/healthz`'s probe (the counts of `/stats` and `/metrics`
 //! are `counts`'). Each runs in the caller's read-only transaction
 //! (REPEATABLE READ where it makes several statements, so they describe one
 //! moment).
@@ -8,6 +8,7 @@
 //! tenant's answer.
 
 use super::super::model::AuditEvent;
+use super::super::operator::Effect;
 use super::session::GenericClient;
 
 /// A call's audit rows in the order they were written (`audit_call`).
@@ -28,6 +29,27 @@ pub(super) fn audit_timeline(
             detail: r.get(3),
         })
         .collect())
+}
+
+/// The effect row of `call_id`, if it has one.
+pub(super) fn effect(
+    client: &mut impl GenericClient,
+    call_id: &str,
+) -> Result<Option<Effect>, tokio_postgres::Error> {
+    Ok(client
+        .query_opt(
+            "SELECT effect_id, tool, amount, detail, created_at FROM effects WHERE call_id = $1",
+            &[&call_id],
+        )?
+        .map(|r| Effect {
+            effect_id: r.get(0),
+            tool: r.get(1),
+            amount: r.get(2),
+            detail: r
+                .get::<_, Option<String>>(3)
+                .and_then(|d| serde_json::from_str(&d).ok()),
+            created_at: r.get(4),
+        }))
 }
 
 /// Whether the database answers a read of `calls` now.

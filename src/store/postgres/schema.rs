@@ -73,6 +73,33 @@ const MIGRATIONS: &[Migration] = &[
                (SQLite's version 13)",
         sql: &[V7],
     },
+    Migration {
+        version: 8,
+        name: "calls.error_code, calls_error, error_counts: the list by error code, \
+               failures by code (SQLite's version 15)",
+        sql: &[
+            super::list::ERROR_CODE_COLUMN,
+            super::counts::ERROR_COUNTS,
+            super::counts::BACKFILL_ERROR_COUNTS,
+        ],
+    },
+    Migration {
+        version: 9,
+        name: "rate_readings: the overview's history, kept across restarts (SQLite's version 16)",
+        sql: &[super::readings::READINGS_TABLE],
+    },
+    Migration {
+        version: 10,
+        name: "paused_tools: a paused tool's calls are kept but claimed by no node \
+               (SQLite's version 17)",
+        sql: &[super::paused::PAUSED_TOOLS_TABLE],
+    },
+    Migration {
+        version: 11,
+        name: "bulk_jobs: cancel or re-run every call a filter matches, in the background \
+               (SQLite's version 18)",
+        sql: &[super::bulk_jobs::BULK_JOBS_TABLE],
+    },
 ];
 
 /// Step 7: a running call's last progress report (JSON), written with its

@@ -32,7 +32,8 @@ use tokio_postgres::Row;
 /// `$11`, when not NULL, a lease of `$10` seconds from the database's clock
 /// to owner `$11`: the new call is then created already claimed, `running`
 /// under attempt 1, audited `created` then `claimed` (the detail a claim
-/// writes), and otherwise `pending`, audited `created`.
+/// writes) — unless its tool is paused (`paused_tools`: `claim` then names
+/// no owner) — and otherwise `pending`, audited `created`.
 ///
 /// `ON CONFLICT ... DO UPDATE` (a no-op update of the key to itself) rather
 /// than `DO NOTHING` and a second read: under READ COMMITTED that read could
@@ -44,15 +45,21 @@ use tokio_postgres::Row;
 /// that is sturdier than the `xmax <> 0` idiom, which reads a detail of the
 /// heap. The audit rows are written only for a new call, by the same
 /// statement, each only up to the attempt the call was created with.
-const CREATE_OR_GET: &str = "WITH ins AS (
+const CREATE_OR_GET: &str = "WITH claim AS (
+       SELECT CASE WHEN EXISTS (SELECT 1 FROM paused_tools WHERE tool = $7) THEN NULL
+                   ELSE $11::text END AS owner
+     ), ins AS (
        INSERT INTO calls AS c (call_id, tenant, idem_key, fingerprint, client_id, seq, tool,
                               args_json, status, attempt, lease_until, owner, effect_id,
                               created_at, updated_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-               CASE WHEN $11::text IS NULL THEN 'pending' ELSE 'running' END,
-               CASE WHEN $11::text IS NULL THEN 0 ELSE 1 END,
-               extract(epoch FROM now())::float8 + $10, $11, $9,
-               extract(epoch FROM now())::float8, extract(epoch FROM now())::float8)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8,
+              CASE WHEN claim.owner IS NULL THEN 'pending' ELSE 'running' END,
+              CASE WHEN claim.owner IS NULL THEN 0 ELSE 1 END,
+              CASE WHEN claim.owner IS NULL THEN NULL
+                   ELSE extract(epoch FROM now())::float8 + $10 END,
+              claim.owner, $9,
+              extract(epoch FROM now())::float8, extract(epoch FROM now())::float8
+         FROM claim
        ON CONFLICT (tenant, idem_key) DO UPDATE SET idem_key = EXCLUDED.idem_key
        RETURNING call_id, tenant, idem_key, fingerprint, client_id, seq, tool, args_json,
                  status, result_json, error_json, attempt, lease_until, owner, effect_id,
@@ -173,7 +180,8 @@ fn reset_failed(
 }
 
 /// `claim_many`: the named calls, each only if claimable now (a lapsed lease
-/// whose cancel was asked is not: recovery ends it `cancelled`). The rows are
+/// whose cancel was asked is not: recovery ends it `cancelled`; nor is any
+/// call of a paused tool, `paused_tools`). The rows are
 /// locked in `call_id` order, as every statement here that takes several
 /// rows' locks does (`extend`, recovery), so two of them never deadlock; a row
 /// another statement holds at this moment is skipped (it is being claimed or
@@ -190,6 +198,7 @@ const CLAIM_NAMED: &str = "WITH due AS MATERIALIZED (
           AND ((status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8))
                OR (status = 'running' AND cancel_requested_at IS NULL
                    AND lease_until <= extract(epoch FROM now())::float8))
+          AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
         ORDER BY call_id FOR UPDATE SKIP LOCKED
      ), u AS (
        UPDATE calls SET status = 'running', attempt = calls.attempt + 1,
@@ -206,7 +215,9 @@ const CLAIM_NAMED: &str = "WITH due AS MATERIALIZED (
 
 /// `claim_due_within`: the oldest due calls nobody else is claiming at this
 /// moment, at most `$1` of them, and of each capped tool `$4[i]` at most
-/// `$5[i]` (this node's free slots for it; zero for a tool at its cap).
+/// `$5[i]` (this node's free slots for it; zero for a tool at its cap);
+/// never a call of a paused tool (`paused_tools`), whatever this node has
+/// heard of the pause.
 /// `FOR UPDATE SKIP LOCKED` makes claimers on several nodes pass over each
 /// other's rows instead of queueing on them; the lock holds until the update
 /// in the same statement has moved the row to `running`.
@@ -232,12 +243,14 @@ const CLAIM_DUE: &str = "WITH capped AS (
            SELECT call_id, created_seq FROM calls
             WHERE status = 'pending' AND tool = capped.tool
               AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
+              AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = capped.tool)
             ORDER BY created_seq LIMIT capped.free FOR UPDATE SKIP LOCKED
          ) d
      ), other_due AS MATERIALIZED (
        SELECT call_id, created_seq FROM calls
         WHERE status = 'pending' AND tool <> ALL($4::text[])
           AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
+          AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
         ORDER BY created_seq LIMIT $1 FOR UPDATE SKIP LOCKED
      ), due AS MATERIALIZED (
        SELECT call_id FROM (
@@ -490,6 +503,7 @@ pub(super) fn due_calls(
     const DUE: &str = "SELECT call_id, tool FROM calls
           WHERE status = 'pending'
             AND (next_attempt_at IS NULL OR next_attempt_at <= extract(epoch FROM now())::float8)
+            AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
           ORDER BY created_seq LIMIT $1";
     let rows = client.query(DUE, &[&(limit as i64)])?;
     Ok(rows

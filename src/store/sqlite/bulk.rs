@@ -79,7 +79,8 @@ pub fn insert_succeeded_charges(
 }
 
 /// Insert `mix`'s calls, their effects and business keys into the database
-/// at `path` (whose schema must exist), in large unsynced transactions, then
+/// at `path` (whose schema must exist), in large unsynced transactions, and
+/// a week of the overview's readings (`MixedCalls::readings`), then
 /// checkpoint the WAL; the count tables are then counted from the rows.
 pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
     let mut conn = Connection::open(path)?;
@@ -135,6 +136,14 @@ pub fn insert_mixed(path: &Path, mix: &MixedCalls) -> Result<(), StoreError> {
         }
         tx.commit()?;
     }
+    let tx = conn.transaction()?;
+    {
+        let mut reading = tx.prepare("INSERT INTO rate_readings (at, totals) VALUES (?1, ?2)")?;
+        for r in mix.readings() {
+            reading.execute(params![r.at, r.totals_json()])?;
+        }
+    }
+    tx.commit()?;
     // No statement here notes its rows for the count tables: count them all.
     super::counts::recount(&conn)?;
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;

@@ -56,7 +56,7 @@ pub(super) fn create_or_get_op(
 
 /// Let go of the key's holder if it no longer blocks: its window is over,
 /// or its call failed, was cancelled or denied (or was purged).
-fn release_dead_holder(
+pub(super) fn release_dead_holder(
     conn: &Connection,
     tenant: &str,
     tool: &str,

@@ -35,18 +35,18 @@ pub(super) fn cancel_op(
             call_id: &call_id,
             reason: reason.as_deref(),
         };
-        let found = cancel_with(&mut steps, reason.as_deref(), 1)?;
+        let found = cancel_with(&mut steps, None, reason.as_deref(), 1)?;
         // Inside one write transaction the row cannot move under the read.
         found.ok_or(rusqlite::Error::QueryReturnedNoRows)
     }
 }
 
-struct Steps<'a> {
-    conn: &'a Connection,
-    now: f64,
-    tenant: &'a str,
-    call_id: &'a str,
-    reason: Option<&'a str>,
+pub(super) struct Steps<'a> {
+    pub(super) conn: &'a Connection,
+    pub(super) now: f64,
+    pub(super) tenant: &'a str,
+    pub(super) call_id: &'a str,
+    pub(super) reason: Option<&'a str>,
 }
 
 impl CancelSteps for Steps<'_> {

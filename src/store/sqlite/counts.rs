@@ -14,7 +14,7 @@
 //! This module never reads `calls` in full except in the migration's
 //! one backfill and a recount.
 
-use super::super::counts::{CountRow, Counts};
+use super::super::counts::{CountRow, Counts, FailureRow};
 use super::super::model::Scope;
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -147,6 +147,42 @@ DROP INDEX IF EXISTS idx_calls_status;
 CREATE INDEX idx_calls_status ON calls(status, tenant, tool, call_id);
 ";
 
+/// Migration 15, the failures by error code (`store::counts`): the table,
+/// its triggers — a call that enters `failed`, inserted so or moved there,
+/// adds one to its (tenant, tool, code); nothing else fires them, so a
+/// call's create, claim and success cost only the `WHEN` — and the backfill
+/// from the failed calls already there (the only count they can have).
+pub(super) const ERROR_COUNTS: &str = "
+CREATE TABLE IF NOT EXISTS error_counts (
+  tenant      TEXT NOT NULL,
+  tool        TEXT NOT NULL,
+  error_code  TEXT NOT NULL,
+  failed      INTEGER NOT NULL,
+  PRIMARY KEY (tenant, tool, error_code)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS calls_failures_counted_on_insert AFTER INSERT ON calls
+WHEN new.status = 'failed'
+BEGIN
+  INSERT INTO error_counts (tenant, tool, error_code, failed)
+  VALUES (new.tenant, new.tool, coalesce(new.error_code, ''), 1)
+  ON CONFLICT (tenant, tool, error_code) DO UPDATE SET failed = failed + 1;
+END;
+
+CREATE TRIGGER IF NOT EXISTS calls_failures_counted AFTER UPDATE OF status ON calls
+WHEN new.status = 'failed' AND old.status IS NOT 'failed'
+BEGIN
+  INSERT INTO error_counts (tenant, tool, error_code, failed)
+  VALUES (new.tenant, new.tool, coalesce(new.error_code, ''), 1)
+  ON CONFLICT (tenant, tool, error_code) DO UPDATE SET failed = failed + 1;
+END;
+
+DELETE FROM error_counts;
+INSERT INTO error_counts (tenant, tool, error_code, failed)
+SELECT tenant, tool, coalesce(error_code, ''), count(*)
+  FROM calls WHERE status = 'failed' GROUP BY tenant, tool, coalesce(error_code, '');
+";
+
 /// `scope`'s counts, in the caller's read transaction.
 pub(super) fn counts(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Counts> {
     let rows = count_rows(conn, scope)?;
@@ -162,6 +198,7 @@ pub(super) fn counts(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Co
     };
     let mut counts = Counts {
         rows,
+        failures: failure_rows(conn, scope)?,
         effects,
         oldest_pending_created_at: None,
         oldest_awaiting_since: None,
@@ -204,6 +241,24 @@ pub(super) fn count_rows(conn: &Connection, scope: Scope<'_>) -> rusqlite::Resul
             .query_map(params![tenant], row)?
             .collect(),
     }
+}
+
+/// `error_counts`' rows of `scope`.
+fn failure_rows(conn: &Connection, scope: Scope<'_>) -> rusqlite::Result<Vec<FailureRow>> {
+    let row = |r: &rusqlite::Row| {
+        Ok(FailureRow {
+            tenant: r.get(0)?,
+            tool: r.get(1)?,
+            error_code: r.get(2)?,
+            failed: r.get(3)?,
+        })
+    };
+    conn.prepare_cached(
+        "SELECT tenant, tool, error_code, failed FROM error_counts
+          WHERE ?1 IS NULL OR tenant = ?1",
+    )?
+    .query_map([scope.tenant()], row)?
+    .collect()
 }
 
 /// The oldest pending call's `created_at`: in each (tenant, tool) with

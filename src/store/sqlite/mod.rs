@@ -14,7 +14,10 @@
 //! `rate`, shared by every process on the file), `report_reads` (the
 //! operations endpoints), `counts` (the count tables, their DDL and
 //! reads), `count_book` (what each write changes in them, folded in by the
-//! writer before each commit), `list` (the list's statements), `schema` (DDL, pragmas,
+//! writer before each commit), `list` (the list's statements, and a
+//! filter's total), `rerun`, `paused` (paused tools), `bulk_jobs`,
+//! `readings` (the overview's history) and `operator` (`Operator` on them),
+//! `schema` (DDL, pragmas,
 //! migrations), `ownership` (a file another program made is refused),
 //! `backup` (a consistent copy of a live file), `error` (a SQLite error
 //! as `Unavailable` or `Internal`), `copy_mark` (the mark a
@@ -30,6 +33,7 @@ mod approval;
 pub mod backup;
 #[cfg(any(test, feature = "testing"))]
 pub mod bulk;
+mod bulk_jobs;
 mod business_key;
 mod cancel;
 mod checkpointer;
@@ -43,9 +47,13 @@ mod health_probe;
 mod instances;
 mod limits;
 mod list;
+mod operator;
 mod ownership;
+mod paused;
 mod reader_pool;
+mod readings;
 mod report_reads;
+mod rerun;
 mod retention;
 mod savepoint;
 mod schema;
@@ -61,7 +69,10 @@ mod writer;
 pub use business_key::LEDGER_SQL;
 pub use copy_mark::RestoredCopy;
 #[cfg(any(test, feature = "testing"))]
-pub use list::{ALL_IDS, ALL_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED, PREFIX_COUNT};
+pub use list::{
+    ALL_IDS, ALL_IDS_FILTERED, ERROR_IDS, ERROR_IDS_FILTERED, GROUP_IDS, GROUP_IDS_FILTERED,
+    PREFIX_COUNT,
+};
 pub use reader_pool::MAX_READERS;
 pub use schema::SCHEMA_VERSION;
 use verify::verify_within;
@@ -387,10 +398,10 @@ impl Backend for SqliteStore {
         then: Then<Completion>,
     ) {
         let code = error["code"].as_str().unwrap_or_default().to_string();
-        self.writer.submit(
-            sql::retry_later_op(lease.clone(), error.to_string(), code, delay),
-            then,
-        )
+        let message = crate::input::clip(error["message"].as_str().unwrap_or_default());
+        let detail = audit::retry_scheduled(lease.attempt, &code, message, delay);
+        let op = sql::retry_later_op(lease.clone(), error.to_string(), code, detail, delay);
+        self.writer.submit(op, then)
     }
 
     fn extend(

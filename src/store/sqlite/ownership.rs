@@ -60,6 +60,20 @@ const OUR_TABLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("effect_counts", &["tenant", "effects", "detached"]),
+    ("error_counts", &["tenant", "tool", "error_code", "failed"]),
+    ("rate_readings", &["at", "totals"]),
+    ("paused_tools", &["tool", "paused_at", "paused_by"]),
+    (
+        "bulk_jobs",
+        &[
+            "job_id",
+            "tenant",
+            "idem_key",
+            "action",
+            "filter_json",
+            "state",
+        ],
+    ),
     // In a copy `backup` made, until a start accepts it (`copy_mark`).
     ("backup_mark", &["snapshot_ms", "source", "host"]),
 ];

@@ -1,4 +1,5 @@
-//! The reads behind the operations endpoints: a call's audit timeline and
+//! The reads behind the operations endpoints: a call's audit timeline, its
+//! effect row, and
 //! the fresh read `/healthz` makes (the counts of `/stats` and `/metrics`
 //! are `counts`'). Each runs on a connection it is given; one that reads
 //! more than one statement does it in one read transaction.
@@ -7,8 +8,9 @@
 //! tenant's answer.
 
 use super::super::model::AuditEvent;
+use super::super::operator::Effect;
 use super::sql;
-use rusqlite::{params, Connection, OpenFlags};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::path::Path;
 
 /// The tenant's call's audit rows, oldest first, in one read transaction;
@@ -41,6 +43,24 @@ fn audit_timeline(conn: &Connection, call_id: &str) -> rusqlite::Result<Vec<Audi
         })
     })?
     .collect()
+}
+
+/// The effect row of `call_id`, if it has one.
+pub(super) fn effect(conn: &Connection, call_id: &str) -> rusqlite::Result<Option<Effect>> {
+    conn.prepare_cached(
+        "SELECT effect_id, tool, amount, detail, created_at FROM effects WHERE call_id = ?1",
+    )?
+    .query_row(params![call_id], |r| {
+        let detail: Option<String> = r.get(3)?;
+        Ok(Effect {
+            effect_id: r.get(0)?,
+            tool: r.get(1)?,
+            amount: r.get(2)?,
+            detail: detail.and_then(|d| serde_json::from_str(&d).ok()),
+            created_at: r.get(4)?,
+        })
+    })
+    .optional()
 }
 
 /// Whether the file can be opened and read now, on a new connection: the

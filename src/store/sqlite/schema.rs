@@ -151,6 +151,36 @@ const MIGRATIONS: &[Migration] = &[
         // of the writer's work (docs/performance.md).
         apply: |conn| conn.execute_batch(super::counts::DROP_COUNT_TRIGGERS),
     },
+    Migration {
+        version: 15,
+        name: "calls.error_code, idx_calls_error, error_counts: the list by error code, failures by code",
+        // A virtual column computed from `error_json` (nothing more written
+        // per call), a partial index holding only the calls with an error,
+        // and the running totals of failures by code, kept by triggers that
+        // fire only when a call fails. See `list` and `counts`.
+        apply: |conn| {
+            if !has_column(conn, "calls", "error_code")? {
+                conn.execute_batch(super::list::ERROR_COLUMN)?;
+            }
+            conn.execute_batch(super::list::ERROR_INDEX)?;
+            conn.execute_batch(super::counts::ERROR_COUNTS)
+        },
+    },
+    Migration {
+        version: 16,
+        name: "rate_readings: the overview's history, kept across restarts",
+        apply: |conn| conn.execute_batch(super::readings::READINGS_TABLE),
+    },
+    Migration {
+        version: 17,
+        name: "paused_tools: a paused tool's calls are kept but not claimed",
+        apply: |conn| conn.execute_batch(super::paused::PAUSED_TOOLS_TABLE),
+    },
+    Migration {
+        version: 18,
+        name: "bulk_jobs: cancel or re-run every call a filter matches, in the background",
+        apply: |conn| conn.execute_batch(super::bulk_jobs::BULK_JOBS_TABLE),
+    },
 ];
 
 /// The schema version this release writes.

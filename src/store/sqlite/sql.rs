@@ -61,10 +61,13 @@ fn create_or_get(
             lease: None,
         });
     }
-    // A gated call waits for a decision: it is never created claimed.
-    let first_claim = first_claim
-        .filter(|_| new.gate.is_none())
-        .map(|(owner, lease)| (owner, now + lease.as_secs_f64()));
+    // A gated call waits for a decision, and a paused tool's call waits for
+    // its resume: neither is ever created claimed.
+    let first_claim = match first_claim {
+        Some(_) if new.gate.is_some() => None,
+        Some(_) if super::paused::is_paused(conn, &new.tool)? => None,
+        claim => claim.map(|(owner, lease)| (owner, now + lease.as_secs_f64())),
+    };
     let gate = new.gate;
     let call = insert_call_as(conn, new, now, first_claim)?;
     audit_created(conn, &call, gate, now)?;
@@ -94,10 +97,10 @@ pub(super) fn audit_created(
 
 /// A claim takes a `pending` call that is due (no automatic retry scheduled
 /// for later), or a `running` one whose lease has expired — unless its
-/// cancel was asked: recovery ends that one `cancelled` instead. Two
-/// statements, one per state a claim takes a call from, so that each knows
-/// the group it moves the call out of (`count_book`); the second runs only
-/// when the first found no pending call.
+/// cancel was asked: recovery ends that one `cancelled` instead — and never
+/// a call of a paused tool (`paused`). Two statements, one per state a claim
+/// takes a call from, so that each knows the group it moves the call out of
+/// (`count_book`); the second runs only when the first found no pending call.
 pub(super) fn claim_one(
     conn: &Connection,
     call_id: &str,
@@ -125,6 +128,7 @@ pub(super) fn claim_one(
                     lease_until = ?1, owner = ?2, updated_at = ?3, next_attempt_at = NULL
               WHERE call_id = ?4
                 AND status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?3)
+                AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
           RETURNING attempt, tool, args_json, effect_id, tenant",
         )?
         .query_row(params![lease_until, owner, now, call_id], row)
@@ -140,6 +144,7 @@ pub(super) fn claim_one(
                       WHERE call_id = ?4
                         AND status = 'running' AND lease_until <= ?3
                         AND cancel_requested_at IS NULL
+                        AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
                   RETURNING attempt, tool, args_json, effect_id, tenant",
                 )?
                 .query_row(params![lease_until, owner, now, call_id], row)
@@ -255,7 +260,8 @@ pub(super) fn fail_op(
     }
 }
 
-/// A retryable failure before the tool's last attempt: back to `pending`,
+/// A retryable failure before the tool's last attempt (`detail`: its audit
+/// row's, `audit::retry_scheduled`): back to `pending`,
 /// not to be claimed before `now + delay`, fenced like a completion (a call
 /// whose cancel was asked ends `cancelled` instead, never to run again). The
 /// error stays on the call (the client sees why it is waiting); the next
@@ -264,6 +270,7 @@ pub(super) fn retry_later_op(
     lease: Lease,
     error: String,
     code: String,
+    detail: String,
     delay: RetryDelay,
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Completion> + Send + 'static {
     move |conn| {
@@ -292,7 +299,6 @@ pub(super) fn retry_later_op(
             let detail = audit::ended_after_cancel(lease.attempt, &code);
             return cancelled_or_stale(conn, now, &lease, &detail, Event::RetryScheduled);
         }
-        let detail = audit::retry_scheduled(lease.attempt, &code, delay);
         audit_lease(conn, now, &lease, Event::RetryScheduled, &detail)?;
         Ok(Completion::Applied)
     }
@@ -674,7 +680,8 @@ pub(super) fn release_op(
     }
 }
 
-/// Up to `limit` `pending` calls that are due at `now`, oldest first.
+/// Up to `limit` `pending` calls that are due at `now`, oldest first; a
+/// paused tool's are not due (and cannot hold the others back).
 pub(super) fn due_calls(
     conn: &Connection,
     now: f64,
@@ -687,6 +694,7 @@ pub(super) fn due_calls(
         // own would cost every create and claim one more B-tree write.
         "SELECT call_id, tool FROM calls
           WHERE status = 'pending' AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+            AND NOT EXISTS (SELECT 1 FROM paused_tools p WHERE p.tool = calls.tool)
           ORDER BY lease_until, rowid LIMIT ?2",
     )?
     .query_map(params![now, limit as i64], |r| {

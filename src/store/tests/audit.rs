@@ -15,14 +15,23 @@ fn waited(submit: impl FnOnce(Then<Completion>)) -> Result<Completion, StoreErro
     rx.recv().unwrap()
 }
 
-/// A second call, cancelled while it runs and stopped by its owner: the
-/// two cancel events, as `audit.rs` words them.
+/// A second call, cancelled while it runs and stopped by its owner, then
+/// re-run by an operator: the two cancel events and the re-run, as
+/// `audit.rs` words them.
 fn cancel_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError> {
     let call = created_call(store.create_or_get(new_call("cancelled", "fp"))?);
     let id = call.call_id.as_str();
     let lease = store.claim(id, "w", Duration::from_secs(30))?.unwrap();
     store.cancel(crate::auth::ANONYMOUS, id, Some("why"))?;
     waited(|then| store.stopped_then(&lease, true, "how", then))?;
+    let rerun = crate::store::RerunRequest {
+        tenant: None,
+        call_id: id.to_string(),
+        by: "ops".into(),
+        reason: Some("again".into()),
+        key_ttl: None,
+    };
+    assert!(matches!(store.rerun(rerun)?, crate::store::Rerun::Done(_)));
     let written: Vec<(String, String)> = store
         .audit_for(crate::auth::ANONYMOUS, id)?
         .expect("the call")
@@ -37,6 +46,10 @@ fn cancel_events(store: &CallStore) -> Result<Vec<(String, String)>, StoreError>
             audit::cancel_requested(by, Some("why"), 1, Some("w")),
         ),
         (Event::Cancelled, audit::stopped(1, true, "how")),
+        (
+            Event::Rerun,
+            audit::rerun("ops", Some("again"), 1, Status::Cancelled),
+        ),
     ];
     let expected: Vec<(String, String)> = expected
         .into_iter()
@@ -221,7 +234,7 @@ fn every_event_is_written_with_the_words_of_audit_rs(db: &TestDb) -> Result<(), 
         (Event::Claimed, audit::claimed("w", 1)),
         (
             Event::RetryScheduled,
-            audit::retry_scheduled(1, "busy", capped()),
+            audit::retry_scheduled(1, "busy", "m", capped()),
         ),
         (Event::Claimed, audit::claimed("w", 2)),
         (Event::Recover, "lease expired (owner w)".to_string()),

@@ -38,10 +38,11 @@ export function whenUnauthorized(listener) {
 /**
  * One request to the service. Resolves to `{status, body}` for 2xx answers;
  * rejects with `ApiError` otherwise (a 401 also tells the listeners, unless
- * `quiet`: the sign-in's own probes). `signal` aborts it (a poll giving up).
+ * `quiet`: the sign-in's own probes). `signal` aborts it (a poll giving up);
+ * `headers` adds to the request's (an `Idempotency-Key`).
  */
-export async function request(method, path, body, {quiet = false, signal} = {}) {
-  const headers = {Accept: 'application/json'};
+export async function request(method, path, body, {quiet = false, signal, headers: extra = {}} = {}) {
+  const headers = Object.assign({Accept: 'application/json'}, extra);
   const t = token();
   if (t) headers.Authorization = `Bearer ${t}`;
   if (body !== undefined) headers['Content-Type'] = 'application/json';

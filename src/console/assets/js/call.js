@@ -1,16 +1,22 @@
 // One call (`GET /v1/tool-calls/{id}` and its audit): status, tool, key,
-// business key, args, result or error, effect id, attempts, its approval
-// request and decision, the audit timeline, and — while it is awaiting
-// approval, pending or running, for a role that may cancel — a cancel button that
-// asks for confirmation (and an optional reason) before it sends
-// `POST /v1/tool-calls/{id}/cancel`. Read every 2 s through `poll` until
-// the call is settled; while the service cannot be read, the last state
-// read stays, greyed, and its cancel button is off.
+// business key, args, result or error, effect id and what the downstream
+// said (the effect's detail), attempts, its approval request and decision,
+// the audit timeline with every attempt's error; while it runs, its
+// lease's expiry, how long it has run and how long its tool has left
+// before its timeout; while it is pending, why it waits. While it is
+// awaiting approval, pending or running, for a role that may cancel, a
+// cancel button that asks for confirmation (and an optional reason) before
+// it sends `POST /v1/tool-calls/{id}/cancel`; once it failed or was
+// cancelled, for an operator or an admin, a re-run button (`rerun.js`).
+// Read every 2 s through `poll` (with a pause toggle) until the call is
+// settled; while the service cannot be read, the last state read stays,
+// greyed, and its buttons are off.
 
 import {get, request, segment} from './api.js';
 import {facts, h, link, notice, panel, replace} from './dom.js';
-import {dateTime, pretty, statusBadge, TERMINAL, when} from './format.js';
+import {dateTime, duration, pretty, statusBadge, TERMINAL, until, WAITS, when} from './format.js';
 import {liveView, poll} from './poll.js';
+import {rerunButton, rerunnable} from './rerun.js';
 import {timeline} from './timeline.js';
 
 export function render(main, {params, who}) {
@@ -20,7 +26,7 @@ export function render(main, {params, who}) {
   // the reading marker stay.
   const state = h('span', {class: 'call-state'});
   const head = h('div', {class: 'page-head'},
-    h('h1', null, 'Call ', h('code', {id: 'call-id'}, callId)), state, view.marker);
+    h('h1', null, 'Call ', h('code', {id: 'call-id'}, callId)), state, view.marker, view.toggle);
   const body = h('div', {id: 'call-body'}, h('p', {class: 'muted'}, 'Loading…'));
   const message = h('div', {id: 'call-message'});
   main.append(h('p', {class: 'crumbs'}, link('/ui/calls', '« Calls')), head, view.banner, message, body);
@@ -36,12 +42,12 @@ export function render(main, {params, who}) {
     const gated = events.some((e) => e.event === 'approval_requested');
     const approval = gated
       ? await get(`/v1/tool-calls/${segment(callId)}/approval`, signal).catch(() => null) : null;
-    return {call, events, approval};
+    return {call, events, effect: audit.effect || null, approval};
   }
 
   const reading = poll({
     read,
-    draw: ({call, events, approval}) => draw(call, events, approval),
+    draw: ({call, events, effect, approval}) => draw(call, events, effect, approval),
     done: ({call}) => TERMINAL.has(call.status),
     refused: (e) => {
       replace(state);
@@ -53,7 +59,7 @@ export function render(main, {params, who}) {
     stale: [state, body],
   });
 
-  function draw(call, events, approval) {
+  function draw(call, events, effect, approval) {
     const settled = TERMINAL.has(call.status);
     const awaiting = call.status === 'awaiting_approval';
     replace(state,
@@ -62,7 +68,9 @@ export function render(main, {params, who}) {
         ? h('a', {href: '/ui/approvals', 'data-nav': true, id: 'decide-link'}, 'Approve or deny in the queue')
         : null,
       settled || who.role === 'viewer' ? null : h('button', {type: 'button', class: 'danger', id: 'cancel-button',
-        on: {click: () => confirmCancel(call)}}, 'Cancel call…'));
+        on: {click: () => confirmCancel(call)}}, 'Cancel call…'),
+      rerunnable(call, who) ? rerunButton(call, message, () => reading.now()) : null);
+    const tool = (tools || []).find((t) => t.name === call.tool);
     replace(body,
       panel('Call', {id: 'call-facts'}, facts([
         ['Status', statusBadge(call.status), 'status'],
@@ -77,6 +85,8 @@ export function render(main, {params, who}) {
         ['Created', dateTime(call.created_at), 'created'],
         ['Updated', when(call.updated_at), 'updated'],
         ['Next attempt', call.next_attempt_at ? dateTime(call.next_attempt_at) : null, 'next-attempt'],
+        call.status === 'pending' ? ['Waiting for', waiting(call), 'waiting-for'] : null,
+        ...running(call, tool),
         ['Cancel asked', call.cancel_requested_at ? dateTime(call.cancel_requested_at) : null, 'cancel-requested'],
         ['Progress', progressText(call.progress), 'progress'],
         approval ? ['Approval', decision(approval), 'approval'] : null,
@@ -89,7 +99,36 @@ export function render(main, {params, who}) {
           : panel('Result', null, call.result === null || call.result === undefined
             ? h('p', {class: 'muted', id: 'call-result'}, settled ? 'No result.' : 'Not yet: the call has not settled.')
             : h('pre', {class: 'json', id: 'call-result'}, pretty(call.result)))),
+      effect ? panel('Effect', {id: 'effect'}, facts([
+        ['Effect id', h('code', null, effect.effect_id), 'effect-effect-id'],
+        ['Recorded', dateTime(effect.created_at), 'effect-created'],
+        effect.amount === null || effect.amount === undefined ? null : ['Amount', String(effect.amount), 'effect-amount'],
+      ]), h('h3', null, 'What the downstream said'),
+      effect.detail === null || effect.detail === undefined
+        ? h('p', {class: 'muted', id: 'effect-detail'}, 'Nothing recorded (a built-in tool).')
+        : h('pre', {class: 'json', id: 'effect-detail'}, pretty(effect.detail))) : null,
       panel('Audit timeline', {id: 'audit'}, timeline(events)));
+  }
+
+  /** Why a pending call waits, as the service said. */
+  function waiting(call) {
+    if (!call.waiting_for) return null;
+    return h('span', {id: 'waiting-for', dataset: {wait: call.waiting_for}},
+      h('strong', null, call.waiting_for), ` — ${WAITS[call.waiting_for] || ''}`,
+      call.waiting_for === 'backoff' && call.next_attempt_at ? ` (${until(call.next_attempt_at)})` : '');
+  }
+
+  /** A running call's lease and time: expiry, time running, time left. */
+  function running(call, tool) {
+    if (call.status !== 'running') return [];
+    // A claim sets `updated_at`; a lease's extension does not.
+    const ran = Date.now() / 1000 - call.updated_at;
+    const timeout = tool ? tool.timeout_ms / 1000 : null;
+    return [
+      ['Lease expires', call.lease_until ? `${dateTime(call.lease_until)} (${until(call.lease_until)})` : null, 'lease-expires'],
+      ['Running for', duration(ran), 'running-for'],
+      ['Time left', timeout === null ? null : `${duration(Math.max(0, timeout - ran))} of its ${duration(timeout)} timeout`, 'time-left'],
+    ];
   }
 
   /** A running call's last progress report: "message (2 of 5)"; null if none. */

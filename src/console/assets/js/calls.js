@@ -1,17 +1,22 @@
 // The calls (`GET /v1/tool-calls`): every filter of the list API is a
 // parameter of this page's URL under the same name (`status` repeated,
-// `tool`, `key`, `key_prefix`, `business_key`, `effect_id`,
+// `tool`, `key`, `key_prefix`, `business_key`, `effect_id`, `error_code`,
 // `created_after`, `created_before`, `limit`, `tenant` for an admin, and
 // `next`, the cursor of the page shown), so a URL can be shared and a
 // reload shows the same page. `q` is the one search box (see search.js).
-// The list is one snapshot, read through `poll` (which says when it was
-// read, and tries again with backoff until the service answers).
+// The list is read every 2 s through `poll` (with a pause toggle), with
+// how many calls the filter matches (`total=true`); each row says its
+// error code, why a pending call waits, how long a running one has run.
+// For an operator or an admin, rows can be selected, and the selection or
+// "all N matching" cancelled or re-run (bulk.js).
 
 import {get, query, scope} from './api.js';
 import {h, link, notice, replace} from './dom.js';
-import {count, dateTime, statusBadge, STATUSES, when} from './format.js';
+import {count, dateTime, duration, statusBadge, STATUSES, waitTag, when} from './format.js';
 import {liveView, poll} from './poll.js';
 import {search} from './search.js';
+import {bulkBar, jobProgress, selectAllBox, selectBox} from './bulk.js';
+import {fromInputValue, toInputValue, zoneLabel} from './timezone.js';
 
 /** The list API's filters, in the order the form shows them. */
 const TEXT_FILTERS = [
@@ -21,25 +26,71 @@ const TEXT_FILTERS = [
   ['effect_id', 'Effect id'],
 ];
 const LIMITS = ['20', '50', '100', '200', '500'];
+/** Error codes offered as the filter is typed (any code may be typed). */
+const ERROR_CODES = ['cancelled', 'bad_args', 'tool_failed', 'downstream_unavailable', 'downstream_timeout',
+  'downstream_rejected', 'downstream_certificate', 'downstream_tls', 'downstream_response_too_large',
+  'downstream_protocol_error', 'downstream_error', 'command_tempfail', 'command_timeout', 'command_failed',
+  'command_killed', 'command_output_too_large', 'command_spawn_failed'];
+/** The list API's filter names (what a bulk job's filter takes). */
+const FILTER_NAMES = ['tool', 'key', 'key_prefix', 'business_key', 'effect_id', 'error_code',
+  'created_after', 'created_before'];
 
 export function render(main, {query: params, who, navigate}) {
   const results = h('div', {id: 'results', class: 'panel results'}, h('p', {class: 'muted'}, 'Loading…'));
+  const message = h('div', {id: 'bulk-message'});
+  const jobSlot = h('div', {id: 'job-slot'});
   const view = liveView();
   main.append(
-    h('div', {class: 'page-head'}, h('h1', null, 'Calls'), view.marker),
+    h('div', {class: 'page-head'}, h('h1', null, 'Calls'), view.marker, view.toggle),
     searchBox(params.get('q') || '', navigate),
     filterForm(params, who, navigate),
+    message,
+    jobSlot,
     view.banner,
     results);
   const q = params.get('q');
-  return poll({
-    read: (signal) => (q ? search(q, params, who, navigate, signal) : listPage(params, who, signal)),
-    draw: (nodes) => replace(results, nodes),
-    every: null,
+  const selection = new Set();
+  let last = null;
+  let stopJob = () => {};
+  const redraw = () => {
+    if (last) replace(results, draw(last));
+  };
+  const show = (job, error) => {
+    stopJob();
+    stopJob = jobProgress(jobSlot, job, error);
+    reading.now();
+  };
+  function draw(page) {
+    if (page.nodes) return page.nodes;
+    const filter = apiFilter(params, who);
+    // Bulk actions are an operator's (or an admin's): other roles see the
+    // list without boxes.
+    const operates = ['operator', 'admin'].includes(who.role);
+    return [
+      operates ? bulkBar({selection, total: page.total, filter, message, changed: () => {
+        redraw();
+        reading.now();
+      }, show}) : null,
+      callTable(page.calls, who, null, operates ? {selection, changed: redraw} : null),
+      pager(page, params),
+    ];
+  }
+  const reading = poll({
+    read: async (signal) => (q
+      ? {nodes: await search(q, params, who, navigate, signal)}
+      : get(`/v1/tool-calls${query(Object.assign(apiParams(params, who), {total: 'true'}))}`, signal)),
+    draw: (page) => {
+      last = page;
+      replace(results, draw(page));
+    },
     refused: (e) => replace(results, notice('error', failure(e))),
     view,
     stale: results,
-  }).stop;
+  });
+  return () => {
+    reading.stop();
+    stopJob();
+  };
 }
 
 function failure(e) {
@@ -50,27 +101,35 @@ function failure(e) {
 
 /** The list API's parameters from this page's URL (the same names). */
 function apiParams(params, who) {
+  const out = apiFilter(params, who);
+  for (const name of ['limit', 'next']) out[name] = params.get(name);
+  return out;
+}
+
+/** The page's filter alone (no page size, no cursor): a bulk job's. */
+function apiFilter(params, who) {
   const out = {status: params.getAll('status')};
-  for (const name of ['tool', 'key', 'key_prefix', 'business_key', 'effect_id',
-    'created_after', 'created_before', 'limit', 'next']) {
-    out[name] = params.get(name);
-  }
+  for (const name of FILTER_NAMES) out[name] = params.get(name);
   out.tenant = scope(params, who);
   return out;
 }
 
-/** One page of the list, with the links to the next and the first. */
-async function listPage(params, who, signal) {
-  const answer = await get(`/v1/tool-calls${query(apiParams(params, who))}`, signal);
+/** The count of the filter's calls, and the links to the next page and the first. */
+function pager(answer, params) {
   const calls = answer.calls || [];
   const here = new URLSearchParams(params);
   here.delete('next');
   const first = `/ui/calls${here.toString() ? `?${here}` : ''}`;
-  const pager = h('nav', {class: 'pager', 'aria-label': 'Pages'},
+  const total = answer.total;
+  const matching = total
+    ? `${total.exact ? '' : 'at least '}${count(total.calls)} matching`
+    : null;
+  return h('nav', {class: 'pager', 'aria-label': 'Pages'},
     params.get('next') ? link(first, '« First page') : null,
-    h('span', {class: 'muted', id: 'page-size'}, `${count(calls.length)} call${calls.length === 1 ? '' : 's'} on this page`),
+    h('span', {class: 'muted', id: 'page-size'},
+      matching ? h('strong', {id: 'total'}, matching) : null, matching ? ' · ' : '',
+      `${count(calls.length)} call${calls.length === 1 ? '' : 's'} on this page`),
     answer.next ? link(`/ui/calls?${withParam(params, 'next', answer.next)}`, 'Next page »') : null);
-  return [callTable(calls, who), pager];
 }
 
 function withParam(params, name, value) {
@@ -79,21 +138,39 @@ function withParam(params, name, value) {
   return next.toString();
 }
 
-/** The table of calls; `matched` (optional) names why each was found. */
-export function callTable(calls, who, matched) {
+/** What a row says beside its status: why it waits, or how long it has run. */
+function stateNote(c) {
+  if (c.status === 'pending') return waitTag(c.waiting_for);
+  if (c.status === 'running') {
+    return h('span', {class: 'tag', title: c.lease_until ? `lease until ${dateTime(c.lease_until)}` : ''},
+      `runs ${duration(Date.now() / 1000 - c.updated_at)}`);
+  }
+  return null;
+}
+
+/**
+ * The table of calls; `matched` (optional) names why each was found;
+ * `select` (optional: `{selection, changed}`) adds a box to each row.
+ */
+export function callTable(calls, who, matched, select) {
   if (!calls.length) {
     return h('p', {class: 'empty muted', id: 'no-calls'}, 'No calls match.');
   }
   const showTenant = who.admin && calls.some((c) => c.tenant !== undefined);
-  const columns = ['Status', 'Call', 'Tool', 'Key', showTenant ? 'Tenant' : null,
+  const head = [select ? selectAllBox(calls, select.selection, select.changed) : null,
+    'Status', 'Call', 'Tool', 'Key', 'Error', showTenant ? 'Tenant' : null,
     matched ? 'Found by' : null, 'Attempt', 'Created', 'Updated'].filter(Boolean);
   return h('table', {class: 'table calls', id: 'calls-table'},
-    h('thead', null, h('tr', null, columns.map((c) => h('th', null, c)))),
+    h('thead', null, h('tr', null, head.map((c) => h('th', null, c)))),
     h('tbody', null, calls.map((c, i) => h('tr', {dataset: {callId: c.call_id, status: c.status}},
-      h('td', {'data-label': 'Status'}, statusBadge(c.status)),
+      select ? h('td', {'data-label': 'Select', class: 'select'}, selectBox(c, select.selection, select.changed)) : null,
+      h('td', {'data-label': 'Status'}, statusBadge(c.status), stateNote(c)),
       h('td', {'data-label': 'Call'}, link(`/ui/calls/${encodeURIComponent(c.call_id)}`, h('code', null, c.call_id))),
       h('td', {'data-label': 'Tool'}, c.tool),
       h('td', {'data-label': 'Key', class: 'key'}, h('code', {class: 'idem-key'}, c.idem_key)),
+      h('td', {'data-label': 'Error', class: 'error-cell'}, c.error && c.error.code
+        ? link(`/ui/calls?${new URLSearchParams({error_code: c.error.code})}`, h('code', {class: 'error-code'}, c.error.code))
+        : null),
       showTenant ? h('td', {'data-label': 'Tenant', class: 'tenant-cell'}, c.tenant) : null,
       matched ? h('td', {'data-label': 'Found by'}, matched[i]) : null,
       h('td', {'data-label': 'Attempt', class: 'num'}, String(c.attempt)),
@@ -123,15 +200,19 @@ function filterForm(params, who, navigate) {
   const limit = h('select', {name: 'limit'}, LIMITS.map((n) => h('option', {value: n}, n)));
   limit.value = LIMITS.includes(params.get('limit')) ? params.get('limit') : '50';
   const active = [...params.keys()].filter((name) => name !== 'q' && name !== 'next').length;
+  const codes = h('datalist', {id: 'error-codes'}, ERROR_CODES.map((code) => h('option', {value: code})));
+  const zoned = ` (${zoneLabel()})`;
   const form = h('form', {id: 'filters', on: {submit}},
     h('fieldset', {class: 'statuses'}, h('legend', null, 'Status'), statusBoxes),
     h('div', {class: 'fields'},
       h('label', {class: 'field'}, h('span', null, 'Tool'), tool),
+      text('error_code', 'Error code', params.get('error_code'), {list: 'error-codes', placeholder: 'any'}),
       TEXT_FILTERS.map(([name, label]) => text(name, label, params.get(name))),
-      text('created_after', 'Created after', toLocal(params.get('created_after')), {type: 'datetime-local', step: 1}),
-      text('created_before', 'Created before', toLocal(params.get('created_before')), {type: 'datetime-local', step: 1}),
+      text('created_after', `Created after${zoned}`, toInput(params.get('created_after')), {type: 'datetime-local', step: 1}),
+      text('created_before', `Created before${zoned}`, toInput(params.get('created_before')), {type: 'datetime-local', step: 1}),
       who.admin ? text('tenant', 'Tenant', params.get('tenant'), {placeholder: 'every tenant'}) : null,
       h('label', {class: 'field'}, h('span', null, 'Per page'), limit)),
+    codes,
     h('div', {class: 'row'},
       h('button', {type: 'submit', class: 'primary', id: 'apply-filters'}, 'Apply filters'),
       link('/ui/calls', 'Clear')));
@@ -167,17 +248,15 @@ async function toolOptions(select, current) {
   }
 }
 
-/** A `datetime-local` value (local time) as RFC 3339 in UTC, to the second. */
-function toRfc3339(local) {
-  const d = new Date(local);
-  return Number.isNaN(d.getTime()) ? local : d.toISOString().replace(/\.\d{3}Z$/, 'Z');
+/** A `datetime-local` value (in the chosen zone) as RFC 3339 in UTC, to the second. */
+function toRfc3339(value) {
+  const d = fromInputValue(value);
+  return d && !Number.isNaN(d.getTime()) ? d.toISOString().replace(/\.\d{3}Z$/, 'Z') : value;
 }
 
-/** RFC 3339 back into a `datetime-local` value, for the form. */
-function toLocal(rfc3339) {
+/** RFC 3339 back into a `datetime-local` value (in the chosen zone), for the form. */
+function toInput(rfc3339) {
   if (!rfc3339) return '';
   const d = new Date(rfc3339);
-  if (Number.isNaN(d.getTime())) return '';
-  const pad = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return Number.isNaN(d.getTime()) ? '' : toInputValue(d);
 }

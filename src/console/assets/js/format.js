@@ -1,7 +1,10 @@
 // How values read on the page: times, ages, rates, statuses. Pure
-// functions of their inputs; they return strings or nodes built with `h`.
+// functions of their inputs (and of the one time-zone choice,
+// `timezone.js`); they return strings or nodes built with `h`. Every time
+// is on the 24-hour clock.
 
 import {h} from './dom.js';
+import {formatDateTime, formatPrecise, formatTimeOfDay} from './timezone.js';
 
 /** Every status a call can have, in the order a call moves through them. */
 export const STATUSES = ['awaiting_approval', 'pending', 'running', 'succeeded', 'failed', 'cancelled', 'denied'];
@@ -19,27 +22,21 @@ export function statusBadge(status) {
     h('span', {class: 'glyph', 'aria-hidden': 'true'}, GLYPHS[known] || '?'), String(status));
 }
 
-/** Unix seconds as a local date and time, to the second. */
+/** Unix seconds as a date and time in the chosen zone, to the second. */
 export function dateTime(unix) {
   if (unix === null || unix === undefined) return null;
-  const d = new Date(unix * 1000);
-  const pad = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
-    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return formatDateTime(new Date(unix * 1000));
 }
 
-/** A `Date` as a local time of day, to the second: `14:03:27`. */
+/** A `Date` as a time of day in the chosen zone, to the second: `14:03:27`. */
 export function timeOfDay(date) {
-  const pad = (n) => String(n).padStart(2, '0');
-  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+  return formatTimeOfDay(date);
 }
 
-/** Unix seconds as a time with milliseconds (the audit timeline). */
+/** Unix seconds as a date and time with milliseconds (the audit timeline). */
 export function preciseTime(unix) {
   if (unix === null || unix === undefined) return null;
-  const d = new Date(unix * 1000);
-  const pad = (n, w = 2) => String(n).padStart(w, '0');
-  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+  return formatPrecise(new Date(unix * 1000));
 }
 
 /** A duration in seconds, short: `850 ms`, `12 s`, `4 min 3 s`, `2 h 5 min`. */
@@ -62,6 +59,29 @@ function two(big, bigUnit, small, smallUnit) {
 export function ago(unix) {
   if (unix === null || unix === undefined) return null;
   return `${duration(Date.now() / 1000 - unix)} ago`;
+}
+
+/** How long until a Unix time: `in 12 s`, or `overdue 3 s`. */
+export function until(unix) {
+  if (unix === null || unix === undefined) return null;
+  const left = unix - Date.now() / 1000;
+  return left >= 0 ? `in ${duration(left)}` : `overdue ${duration(-left)}`;
+}
+
+/** Why a pending call waits (`waiting_for`), in words. */
+export const WAITS = {
+  paused: 'its tool is paused',
+  backoff: 'backoff before its next attempt',
+  slot: 'a slot of its tool (max_concurrency)',
+  rate: 'a token of its tool\u2019s rate',
+  worker: 'a worker to claim it',
+};
+
+/** A pending call's reason to wait, as a small tag. */
+export function waitTag(reason) {
+  if (!reason) return null;
+  return h('span', {class: `tag wait wait-${reason}`, dataset: {wait: reason}, title: WAITS[reason] || reason},
+    reason === 'paused' ? '⏸ paused' : `waits: ${reason}`);
 }
 
 /** A time shown as its age, the exact time in its tooltip. */

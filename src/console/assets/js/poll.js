@@ -11,6 +11,10 @@
 // never wiped and never shown as live. A read that hangs (a paused
 // service) is given up after READ_TIMEOUT_MS and counts as failed.
 //
+// A page that follows live data has a pause toggle (`view.toggle`):
+// paused, it reads nothing until resumed, and says "paused" with the time
+// of its last read — never "live".
+//
 // An outage is a read the service did not answer: no connection, a
 // timeout, or a 5xx/408/429. Any other refusal (a 404 for an unknown
 // call, a 400 for a bad filter) is the service's answer: the page shows
@@ -49,6 +53,8 @@ export function liveView() {
   return {
     marker: h('span', {class: 'live-state', id: 'live-state', dataset: {state: 'loading'}}),
     banner: h('div', {class: 'offline-slot'}),
+    toggle: h('button', {type: 'button', class: 'pause-toggle', id: 'pause-toggle', hidden: true,
+      'aria-pressed': 'false', title: 'Stop refreshing this page (and start again)'}, 'Pause'),
   };
 }
 
@@ -73,7 +79,22 @@ export function poll({read, draw, every = REFRESH_MS, done = () => false, refuse
   let failures = 0;
   let offlineSince = null;
   let lastGood = null;
+  let paused = false;
   const switchedOff = new Set();
+  if (view.toggle && every !== null) {
+    view.toggle.hidden = false;
+    view.toggle.addEventListener('click', () => {
+      paused = !paused;
+      view.toggle.textContent = paused ? 'Resume' : 'Pause';
+      view.toggle.setAttribute('aria-pressed', String(paused));
+      if (paused) {
+        clearTimeout(timer);
+        showMarker('paused');
+      } else {
+        once();
+      }
+    });
+  }
 
   async function once() {
     clearTimeout(timer);
@@ -98,11 +119,13 @@ export function poll({read, draw, every = REFRESH_MS, done = () => false, refuse
     replace(view.banner);
     draw(data);
     const finished = every === null || done(data);
+    if (paused) return showMarker('paused');
     showMarker(finished ? 'read' : 'live');
     if (!finished) timer = setTimeout(once, every);
   }
 
   function failed(error) {
+    if (paused) return;
     failures += 1;
     const wait = retryDelay(failures);
     const next = new Date(Date.now() + wait);
@@ -133,6 +156,10 @@ export function poll({read, draw, every = REFRESH_MS, done = () => false, refuse
     } else if (state === 'read') {
       m.title = '';
       replace(m, h('span', {class: 'muted'}, `read at ${timeOfDay(lastGood)}`));
+    } else if (state === 'paused') {
+      m.title = 'not refreshing; Resume reads again';
+      replace(m, h('span', {class: 'pause-mark', 'aria-hidden': 'true'}, '⏸'), 'paused',
+        h('span', {class: 'muted'}, lastGood ? ` · read at ${timeOfDay(lastGood)}` : ''));
     } else if (state === 'offline') {
       m.title = 'the service cannot be read; the page keeps trying';
       replace(m, h('span', {class: 'square', 'aria-hidden': 'true'}), `offline since ${timeOfDay(offlineSince)}`);

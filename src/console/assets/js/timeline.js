@@ -1,10 +1,13 @@
 // A call's audit timeline (`GET /v1/tool-calls/{id}/audit`), told as what
 // happened: who claimed each attempt (the owner `pid:thread@instance`),
-// retries, recoveries of expired leases or dead owners, completions fenced
-// off because their attempt was stale, releases at a stop, cancels, approval
-// requests with their decision (who, from which source, why), and keyless
-// MCP requests answered with the call by their content. The
-// audit's own text is shown as it is, as text.
+// each attempt's error (a failure's whole error, a retry's code and
+// message), retries, recoveries of expired leases or dead owners,
+// completions fenced off because their attempt was stale, releases at a
+// stop, cancels, an operator's re-run, approval requests with their
+// decision (who, from which source, why), and keyless MCP requests answered
+// with the call by their content. Each row has its date and time (in the
+// chosen zone) and its offset from the first. The audit's own text is shown
+// as it is, as text.
 
 import {h} from './dom.js';
 import {preciseTime} from './format.js';
@@ -22,12 +25,19 @@ const EVENTS = {
   released: ['Lease released at a stop', 'warn'],
   cancel_requested: ['Cancel requested', 'warn'],
   cancelled: ['Cancelled', 'muted'],
+  rerun: ['Re-run by an operator', 'warn'],
   approval_requested: ['Waiting for approval', 'warn'],
   approved: ['Approved', 'ok'],
   denied: ['Denied', 'bad'],
   replayed_by_content: ['Answered again by its content (keyless MCP)', 'info'],
   input_answered: ['Its MCP client answered the approval\'s questions', 'info'],
 };
+
+/** A retry's failed attempt, from its row: `attempt N failed (code: message); …`. */
+function retryError(detail) {
+  const match = /^attempt \d+ failed \(([a-z0-9_]+)(?:: ([^)]*))?\); (.*)$/.exec(detail || '');
+  return match ? {code: match[1], message: match[2] || '', rest: match[3]} : null;
+}
 
 /** The owner named in a `claimed` row (`pid:thread@instance attempt=N`). */
 function owner(detail) {
@@ -50,8 +60,13 @@ function describe(event) {
   if (who) return ['owner ', h('code', {class: 'owner'}, who)];
   const error = event.event === 'failed' ? errorOf(event.detail) : null;
   if (error) {
-    return [h('code', null, error.code), ': ', error.message || '',
+    return [h('code', {class: 'attempt-error'}, error.code), ': ', error.message || '',
       error.retryable ? h('span', {class: 'tag'}, 'retryable') : null];
+  }
+  const retry = event.event === 'retry_scheduled' ? retryError(event.detail) : null;
+  if (retry) {
+    return [h('code', {class: 'attempt-error'}, retry.code), retry.message ? `: ${retry.message}` : '',
+      h('span', {class: 'muted'}, ` · ${retry.rest}`)];
   }
   return event.detail === null || event.detail === undefined ? [] : [String(event.detail)];
 }
@@ -64,7 +79,7 @@ export function timeline(events) {
     const [label, tone] = EVENTS[event.event] || [event.event, 'info'];
     return h('li', {class: `event tone-${tone}`, dataset: {event: event.event}},
       h('div', {class: 'event-time'},
-        h('span', null, preciseTime(event.at)),
+        h('time', {datetime: new Date(event.at * 1000).toISOString()}, preciseTime(event.at)),
         h('span', {class: 'muted'}, `+${((event.at - start) * 1000).toFixed(0)} ms`)),
       h('div', {class: 'event-body'},
         h('div', {class: 'event-head'},
