@@ -94,6 +94,7 @@ fn run(config: &Config, calls: u64, with_job: bool) -> Result<Run, BenchError> {
         keep_alive: config.keep_alive,
         stop: config.stop,
         prefix: format!("bulk-{}", run_id()),
+        hold_open: false,
     });
     let job = match job_id {
         Some(id) => Some(wait_done(&mut connect(&target)?, &id, job_started)?),

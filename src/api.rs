@@ -15,8 +15,11 @@
 //! token, a header value or a call's args in a log line or an error body.
 //!
 //! Map (this file holds no type):
-//! - `router`: `Api` and its constructor, the routes (`ROUTES`),
-//!   `POST /v1/tool-calls` and the answer with a call, `?wait=` included;
+//! - `service`: `Api` and its constructor, what every handler holds;
+//!   `health`: the last health check, kept for `/healthz`;
+//! - `router`: which handler answers each method and path (`ROUTES`), and
+//!   `POST /v1/tool-calls`, `?wait=` included;
+//! - `answer`: a call as REST answers it (`200`/`202`, written straight);
 //! - `validate`: the key, `?wait=` and the body of a call request;
 //! - `error`: `ApiError` and the one mapping from it to a response;
 //! - `exchange`: wraps every request (request id, tenant, access log,
@@ -42,11 +45,13 @@
 //! `/ui` is answered by `crate::console` before authentication (its files
 //! hold no data).
 
+mod answer;
 mod approvals;
 mod bulk;
 mod cancel;
 mod error;
 mod exchange;
+mod health;
 mod list;
 mod operate;
 mod operations;
@@ -56,8 +61,10 @@ mod promise_check;
 mod query;
 mod rerun;
 mod router;
+mod service;
 mod validate;
 
 pub use error::ApiError;
-pub use router::{Api, Endpoint, POLL_AFTER_SECS, ROUTES};
+pub use router::ROUTES;
+pub use service::{Api, Endpoint, POLL_AFTER_SECS};
 pub use validate::percent_decode;

@@ -57,12 +57,16 @@
 //! - `tasks`: `TaskTable`, one entry per call taken on, and the slots;
 //! - `pool`: `WorkerPool`, the threads (`worker-N`); `worker`: `Worker`, what
 //!   each does with an assignment (claim, run, hand the completion over);
+//! - `handed`: what a worker hands the store (`Finish`, `Handed`) and where
+//!   the commit's outcome comes back (`Completions`): a leaf;
 //! - `completion`: the `Completer` thread (`completer`), which records each
 //!   completion once its commit is known and hands a refused one again;
-//! - `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
+//! - `chore`: `Chore` and `Doorbell`, the ticker's contract with its jobs (a
+//!   leaf); `maintenance`: the `Ticker` thread (`maintenance`) and its chores —
 //!   lease extension, heartbeat, `recovery`, key purge (`retention`), the
 //!   check for cancels of the calls running here (`cancels`), the paused
-//!   tools (`paused`: `PausedSet`, what this process knows of them), the
+//!   tools (`paused`, keeping `paused_set`'s `PausedSet`, what this process
+//!   knows of them, a leaf), the
 //!   bulk jobs (`bulk`: a batch at a time, under a rate), and the end of
 //!   approval requests whose time is over (`approval_expiry`);
 //! - `notifier`: `Notifier`; `stored_args`: a claimed call's args re-checked.
@@ -76,13 +80,16 @@ mod approval_expiry;
 mod bulk;
 mod cancels;
 mod capacity;
+mod chore;
 mod completion;
 mod dispatch;
+mod handed;
 mod lifecycle;
 mod limited;
 mod maintenance;
 mod notifier;
 mod paused;
+mod paused_set;
 mod pool;
 mod recovery;
 mod retention;

@@ -18,7 +18,7 @@
 
 use super::error::ApiError;
 use super::query::QueryParams;
-use super::router::Api;
+use super::service::Api;
 use crate::auth::{Action, Tenant};
 use crate::calls::{by_person, MAX_QUEUE_PAGE};
 use crate::http::{ErrorCode, Request, Response};

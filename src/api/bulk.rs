@@ -20,7 +20,7 @@ use super::error::ApiError;
 use super::list::{list_query, FILTERS};
 use super::operate::{may_operate, operating_scope, Operation};
 use super::query::QueryParams;
-use super::router::{Api, POLL_AFTER_SECS};
+use super::service::{Api, POLL_AFTER_SECS};
 use super::validate::{idempotency_key, object_with};
 use crate::auth::Tenant;
 use crate::fingerprint::{canonical, hex_sha256};

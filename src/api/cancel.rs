@@ -16,7 +16,7 @@
 //! reason. Nothing here decides an outcome.
 
 use super::error::ApiError;
-use super::router::{render, Api};
+use super::service::Api;
 use super::validate::{cancel_reason, wait_param};
 use crate::auth::Tenant;
 use crate::calls::{CancelAnswer, DEFAULT_CANCEL_WAIT};
@@ -52,7 +52,7 @@ impl Api {
             CancelAnswer::Cancelled(call) | CancelAnswer::Stopping(call) => call,
         };
         exchange.call_id = Some(call.call_id.clone());
-        Ok(render(&call, false))
+        Ok(self.answer_with_call(&call, false))
     }
 }
 

@@ -9,7 +9,7 @@
 //! and `Idempotency-Key`, nor a body, nor a query string.
 
 use super::error::ApiError;
-use super::router::Api;
+use super::service::Api;
 use crate::http::{Request, Response};
 use crate::log::{self, AccessRecord, Exchange};
 use crate::metrics::Route;

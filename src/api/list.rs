@@ -16,7 +16,7 @@
 
 use super::error::ApiError;
 use super::query::QueryParams;
-use super::router::Api;
+use super::service::Api;
 use crate::auth::Tenant;
 use crate::calls::MAX_KEY_LEN;
 use crate::fingerprint::{canonical, hex_sha256};

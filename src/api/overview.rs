@@ -15,7 +15,7 @@
 
 use super::error::ApiError;
 use super::query::QueryParams;
-use super::router::Api;
+use super::service::Api;
 use crate::auth::Tenant;
 use crate::http::{Request, Response};
 use crate::input::quote;

@@ -8,7 +8,7 @@
 
 use super::error::ApiError;
 use super::operate::{may_operate, Operation};
-use super::router::Api;
+use super::service::Api;
 use super::validate::{percent_decode, reason_of};
 use crate::auth::Tenant;
 use crate::http::{Request, Response};

@@ -18,7 +18,7 @@
 
 use super::error::ApiError;
 use super::operate::{may_operate, operating_scope, Operation};
-use super::router::{render, Api};
+use super::service::Api;
 use super::validate::reason_of;
 use crate::auth::Tenant;
 use crate::http::{ErrorCode, Request, Response};
@@ -55,7 +55,9 @@ impl Api {
         };
         let response = match rerun {
             Rerun::NotFound => return Err(ApiError::NotFound(format!("call {}", quote(call_id)))),
-            Rerun::Done(call) => render(&call, false).with_header("Location", &call.url()),
+            Rerun::Done(call) => self
+                .answer_with_call(&call, false)
+                .with_header("Location", &call.url()),
             Rerun::Succeeded(call) => refused(
                 ErrorCode::CallSucceeded,
                 &call,

@@ -10,23 +10,23 @@
 //! role first (`role_required`): making a call (`POST /v1/tool-calls`,
 //! `POST /mcp`), cancelling, approving and denying.
 
+use super::answer::render;
 use super::error::ApiError;
 use super::exchange::returned_call;
-use super::operations::{self, HealthCache};
-use super::promise_check::PromiseCheck;
+use super::operations;
+use super::service::Api;
 use super::validate::{
     idempotency_key, optional_integer, optional_string, parse_body, percent_decode, tool_and_args,
     wait_param,
 };
-use crate::auth::{Action, Auth, Tenant};
-use crate::calls::{CallError, CallRequest, Calls, Submitted};
+use crate::auth::{Action, Tenant};
+use crate::calls::{CallError, CallRequest, Submitted};
 use crate::console;
-use crate::http::{ClientProbe, OriginPolicy, Request, Response, TrustedProxies};
+use crate::http::{ClientProbe, Request, Response};
 use crate::input::quote;
 use crate::log::Exchange;
-use crate::metrics::{Metrics, Transport};
-use crate::request_id::RequestIds;
-use crate::store::{Call, CallStore, Verdict};
+use crate::metrics::Transport;
+use crate::store::{Call, Verdict};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,66 +63,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/ui/{asset}"),
 ];
 
-/// The poll interval a `202` suggests in `Retry-After`, in whole seconds.
-pub const POLL_AFTER_SECS: &str = "1";
-
-/// An endpoint mounted on a path the router authenticates but does not
-/// answer itself (`POST /mcp`): the request, its tenant, and the exchange to
-/// note its key and call in. The router knows it only by this shape, so the
-/// protocol behind it and the REST routes need not know each other.
-pub type Endpoint = Box<dyn Fn(&Request, &Tenant, &mut Exchange) -> Response + Send + Sync>;
-
-/// The REST routes, over one `Calls` service.
-pub struct Api {
-    pub(super) calls: Arc<Calls>,
-    /// For the operations endpoints only (`/healthz`, `/stats`); calls are
-    /// read through `calls`.
-    pub(super) store: Arc<CallStore>,
-    /// `POST /mcp`.
-    mcp: Endpoint,
-    /// Who each request is: the tenants of `--auth-file`, or anonymous.
-    pub(super) auth: Auth,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) request_ids: RequestIds,
-    pub(super) health: HealthCache,
-    /// `GET /v1/verify`: the one promise check that may run at a time.
-    promise_check: PromiseCheck,
-    /// Whose `X-Forwarded-For` names the client in the access log.
-    pub(super) trusted_proxies: TrustedProxies,
-    /// The `Host` names answered without `--auth-file` (DNS rebinding).
-    trusted_names: OriginPolicy,
-}
-
 impl Api {
-    /// The routes over `calls`, answering `POST /mcp` with `mcp`.
-    pub fn new(
-        calls: Arc<Calls>,
-        store: Arc<CallStore>,
-        auth: Auth,
-        metrics: Arc<Metrics>,
-        mcp: Endpoint,
-        trusted_proxies: TrustedProxies,
-        trusted_names: OriginPolicy,
-    ) -> Api {
-        let effect_tools = calls.tools().effect_tools();
-        let promise_check = PromiseCheck::new(
-            Arc::clone(&store),
-            effect_tools.into_iter().map(String::from).collect(),
-        );
-        Api {
-            calls,
-            store,
-            promise_check,
-            mcp,
-            auth,
-            metrics,
-            request_ids: RequestIds::new(),
-            health: HealthCache::default(),
-            trusted_proxies,
-            trusted_names,
-        }
-    }
-
     /// The routes. `/healthz` needs no token; every other path is answered
     /// for the authenticated tenant (`401` first, before any path is told
     /// apart, so an unauthenticated client learns nothing of the routes).
@@ -326,11 +267,7 @@ impl Api {
             return Ok(returned_call(exchange, response, &call_id, true));
         }
         let call = self.waited(call, wait, &req.client)?;
-        let mut json = with_progress(self.with_wait(call.to_json(), &call), &call);
-        if duplicate_intent {
-            json["duplicate_intent"] = true.into();
-        }
-        let response = render_json(&call, json);
+        let response = self.answer_with_call(&call, duplicate_intent);
         Ok(returned_call(exchange, response, &call_id, replayed))
     }
 
@@ -342,8 +279,7 @@ impl Api {
         client: &ClientProbe,
     ) -> Result<Response, ApiError> {
         let call = self.waited(call, wait, client)?;
-        let json = with_progress(self.with_wait(call.to_json(), &call), &call);
-        Ok(render_json(&call, json))
+        Ok(self.answer_with_call(&call, false))
     }
 
     /// With a wait, the call once it is terminal, the wait is over, or the
@@ -363,56 +299,6 @@ impl Api {
     }
 }
 
-/// A call as REST answers it: `200` once it is terminal, `202` (with
-/// `Retry-After`, a poll interval) while it is pending or running; marked
-/// `"duplicate_intent": true` when it is another key's call that holds the
-/// request's business key; a running call's last `progress`, when its tool
-/// reported one (`calls::last_progress`: on any node).
-pub(super) fn render(call: &Call, duplicate_intent: bool) -> Response {
-    // Written straight out: the bytes `call.to_json()` with these members
-    // would print (`Call::write_json`), without the tree.
-    let mut body = Vec::with_capacity(512);
-    call.write_json(&mut body, duplicate_intent, progress_json(call).as_ref());
-    answer(call, body)
-}
-
-/// A call's last `progress` as the answer shows it, when its tool reported
-/// one.
-fn progress_json(call: &Call) -> Option<serde_json::Value> {
-    crate::calls::last_progress(call).map(|report| {
-        serde_json::json!({
-            "progress": report.progress,
-            "total": report.total,
-            "message": report.message,
-            "at": report.at,
-        })
-    })
-}
-
-/// `json` (the call's) with its last `progress`, when its tool reported one.
-fn with_progress(mut json: serde_json::Value, call: &Call) -> serde_json::Value {
-    if let Some(progress) = progress_json(call) {
-        json["progress"] = progress;
-    }
-    json
-}
-
-/// `call`'s answer with `json` as its body (the paths that add members to
-/// the call's: a wait's outcome, a re-run).
-fn render_json(call: &Call, json: serde_json::Value) -> Response {
-    answer(call, json.to_string().into_bytes())
-}
-
-/// `200` once the call is terminal, `202` (with `Retry-After`, a poll
-/// interval) while it is not.
-fn answer(call: &Call, body: Vec<u8>) -> Response {
-    if call.status.is_terminal() {
-        Response::json_bytes(200, body)
-    } else {
-        Response::json_bytes(202, body).with_header("Retry-After", POLL_AFTER_SECS)
-    }
-}
-
 /// What the call path refused, as REST says it; a conflict's access line
 /// names the call that holds the key.
 fn refused(e: CallError, exchange: &mut Exchange) -> ApiError {
@@ -420,68 +306,4 @@ fn refused(e: CallError, exchange: &mut Exchange) -> ApiError {
         exchange.call_id = Some(call_id.clone());
     }
     e.into()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::Status;
-    use serde_json::json;
-
-    fn call(status: Status) -> Call {
-        Call {
-            call_id: "c_0193a1b2c3d4e5f6".into(),
-            tenant: "acme".into(),
-            idem_key: "k \"quoted\" \\ é \u{1}".into(),
-            fingerprint: "f".repeat(64),
-            client_id: Some("agent-7".into()),
-            seq: Some(-3),
-            tool: "charge".into(),
-            args_json: r#"{"amount":1.5,"memo":"ß","nested":{"b":[1,2],"a":null}}"#.into(),
-            status,
-            result: Some(json!({"ok": true, "n": 1e300, "s": "x\ny"})),
-            error: None,
-            attempt: 2,
-            lease_until: Some(1.5),
-            owner: Some("api".into()),
-            effect_id: "eff_0193a1b2c3d4e5f6_0123456789abcdef0123456789abcdef".into(),
-            created_at: 1_733_500_000.123_456,
-            updated_at: 1_733_500_001.5,
-            expires_at: None,
-            next_attempt_at: Some(f64::NAN),
-            cancel_requested_at: Some(0.1),
-            progress: None,
-        }
-    }
-
-    /// The answer is written without a tree, and is the tree's text byte
-    /// for byte, with each member an answer may add in its place.
-    #[test]
-    fn a_call_written_straight_out_is_its_trees_text() {
-        let progress = json!({"progress": 3.0, "total": null, "message": "half", "at": 1.5});
-        for (duplicate_intent, progress) in [(false, None), (true, Some(&progress))] {
-            let call = call(Status::Running);
-            let mut tree = call.to_json();
-            if duplicate_intent {
-                tree["duplicate_intent"] = true.into();
-            }
-            if let Some(progress) = progress {
-                tree["progress"] = progress.clone();
-            }
-            let mut written = Vec::new();
-            call.write_json(&mut written, duplicate_intent, progress);
-            assert_eq!(
-                String::from_utf8(written).unwrap(),
-                tree.to_string(),
-                "duplicate_intent {duplicate_intent}, progress {progress:?}"
-            );
-        }
-        let settled = call(Status::Succeeded);
-        let response = render(&settled, false);
-        assert_eq!(response.status, 200);
-        assert_eq!(
-            response.body,
-            format!("{}\n", settled.to_json()).into_bytes()
-        );
-    }
 }

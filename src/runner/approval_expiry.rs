@@ -6,7 +6,7 @@
 //!
 //! It never chooses which call ends: the store's conditional update does.
 
-use super::maintenance::Chore;
+use super::chore::Chore;
 use super::notifier::Notifier;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::metrics::Metrics;

@@ -17,8 +17,8 @@
 //! It never decides what happens to a call (the store's statements do), and
 //! never holds a lock across a store operation.
 
+use super::chore::Chore;
 use super::dispatch::Dispatch;
-use super::maintenance::Chore;
 use crate::lock::lock;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::metrics::Metrics;

@@ -13,8 +13,8 @@
 //! completion itself. Nothing here writes to the store or decides an
 //! outcome, and nothing runs when no tool is running.
 
+use super::chore::Chore;
 use super::dispatch::Dispatch;
-use super::maintenance::Chore;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::store::{CallStore, HEARTBEAT_EVERY};
 use std::sync::Arc;

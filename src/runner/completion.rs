@@ -29,18 +29,14 @@
 //! up a commit. It never decides a transition — the store's fence already
 //! did.
 
+use super::chore::Doorbell;
 use super::dispatch::Dispatch;
-use super::maintenance::Doorbell;
+use super::handed::{Handed, Handoff, Transition};
 use super::notifier::Notifier;
-use super::tasks::Task;
 use crate::chaos;
 use crate::log::{self, Repeats};
 use crate::metrics::Metrics;
-use crate::status::Status;
-use crate::store::{
-    CallStore, Completion, Lease, LeaseHeld, NewEffect, RetryDelay, StoreError, Then,
-};
-use crate::tools::{Effect, Outcome};
+use crate::store::{CallStore, Completion, LeaseHeld, StoreError};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -58,97 +54,6 @@ static COMPLETION_HELD: Repeats = Repeats::every(Duration::from_secs(1));
 /// woken, so a flood of completions still wakes waiters in good time.
 const MAX_BATCH: usize = 256;
 
-/// Where the writer sends each completion's outcome.
-pub(super) type Completions = mpsc::Sender<Handoff>;
-
-/// A completion and what its commit said.
-pub(super) type Handoff = (Handed, Result<Completion, StoreError>);
-
-/// What a worker asks the store to record when its tool returns: kept with
-/// the completion until it is committed or fenced off, so that a commit
-/// that failed can be asked for again.
-pub(super) struct Finish {
-    pub(super) lease: Lease,
-    pub(super) outcome: Outcome,
-    /// A retryable failure with attempts left: back to `pending` after this.
-    pub(super) retry: Option<RetryDelay>,
-}
-
-/// What a worker handed to the store: enough to record it once committed.
-pub(super) struct Handed {
-    task: Task,
-    attempt: i64,
-    transition: Transition,
-    /// The tool wrote an effect row along with its success.
-    writes_effect: bool,
-    /// The `_crash_after_commit` chaos hook is armed.
-    crash_after_commit: bool,
-    /// What was asked of the store, to ask again if the commit failed.
-    finish: Arc<Finish>,
-    /// How many times it has been handed to the store.
-    tries: u32,
-}
-
-impl Handed {
-    /// The completion of `task`'s attempt, not yet handed to the store. A
-    /// completion belongs to an attempt the store claimed, so its attempt
-    /// is at least 1.
-    pub(super) fn new(task: Task, finish: Finish, crash_after_commit: bool) -> Handed {
-        debug_assert!(
-            finish.lease.attempt >= 1,
-            "a completion of attempt {}: no claim makes one",
-            finish.lease.attempt
-        );
-        let (transition, writes_effect) = match (&finish.outcome, finish.retry) {
-            (Outcome::Succeeded { effect, .. }, _) => (Transition::Succeeded, effect.is_some()),
-            (Outcome::Failed { .. }, Some(_)) => (Transition::RetryScheduled, false),
-            (Outcome::Failed { .. }, None) => (Transition::Failed, false),
-            (Outcome::Stopped { .. }, _) => (Transition::Cancelled, false),
-        };
-        Handed {
-            task,
-            attempt: finish.lease.attempt,
-            transition,
-            writes_effect,
-            crash_after_commit,
-            finish: Arc::new(finish),
-            tries: 1,
-        }
-    }
-
-    /// Submit the completion to the store's writer, its outcome to be sent
-    /// through `completions`: the first time, and again when a commit
-    /// failed for a reason that may pass.
-    pub(super) fn hand_to(self, store: &CallStore, completions: Completions) {
-        let finish = Arc::clone(&self.finish);
-        let Finish {
-            lease,
-            outcome,
-            retry,
-        } = &*finish;
-        let then = hand_back(completions, self);
-        match outcome {
-            Outcome::Succeeded { result, effect } => {
-                store.succeed_then(lease, result, effect.as_ref().map(effect_record), then)
-            }
-            Outcome::Failed { error, .. } => match retry {
-                Some(delay) => store.retry_later_then(lease, &error.to_json(), *delay, then),
-                None => store.fail_then(lease, &error.to_json(), then),
-            },
-            Outcome::Stopped { sent, how } => store.stopped_then(lease, *sent, how, then),
-        }
-    }
-}
-
-/// The `effects` row the store writes for a tool's effect: the runner is
-/// where tools and the store meet, so neither depends on the other.
-fn effect_record(effect: &Effect) -> NewEffect {
-    NewEffect {
-        amount: effect.amount,
-        detail: effect.detail.clone(),
-    }
-}
-
 /// A completion whose commit failed, and when to hand it to the store again.
 struct Held {
     due: Instant,
@@ -160,48 +65,6 @@ struct Held {
 fn retry_delay(tries: u32) -> Duration {
     let doublings = tries.saturating_sub(1).min(5);
     (RETRY_FIRST * 2u32.pow(doublings)).min(RETRY_AT_MOST)
-}
-
-/// The transition a completion asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Transition {
-    Succeeded,
-    Failed,
-    /// A retryable failure with attempts left: back to `pending` until its
-    /// retry is due.
-    RetryScheduled,
-    /// The tool was stopped because its call was cancelled.
-    Cancelled,
-}
-
-impl Transition {
-    fn event(self) -> &'static str {
-        match self {
-            Transition::Succeeded => "succeeded",
-            Transition::Failed => "failed",
-            Transition::RetryScheduled => "retry_scheduled",
-            Transition::Cancelled => "cancelled",
-        }
-    }
-
-    fn to_status(self) -> &'static str {
-        match self {
-            Transition::Succeeded => Status::Succeeded,
-            Transition::Failed => Status::Failed,
-            Transition::RetryScheduled => Status::Pending,
-            Transition::Cancelled => Status::Cancelled,
-        }
-        .as_str()
-    }
-}
-
-/// The writer's callback for one completion: the handoff, and nothing else.
-fn hand_back(completions: Completions, handed: Handed) -> Then<Completion> {
-    Box::new(move |committed| {
-        // The completer has gone only if it panicked; the call is then left
-        // to recovery, like any completion whose fate is unknown.
-        let _ = completions.send((handed, committed));
-    })
 }
 
 /// The completer's thread; it ends once every `Completions` sender is gone:
@@ -427,8 +290,11 @@ impl Recorder {
 
 #[cfg(test)]
 mod tests {
+    use super::super::handed::Finish;
+    use super::super::tasks::Task;
     use super::*;
-    use crate::tools::{ToolError, ToolErrorCode};
+    use crate::store::{Lease, RetryDelay};
+    use crate::tools::{Outcome, ToolError, ToolErrorCode};
 
     #[test]
     fn a_held_completion_waits_twice_as_long_each_time_up_to_a_second() {

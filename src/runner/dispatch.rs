@@ -25,11 +25,11 @@
 //! tool: the workers do (`worker`).
 
 use super::capacity::Capacity;
-use super::completion::Completions;
+use super::chore::Doorbell;
+use super::handed::Completions;
 use super::limited::{LimitedTools, Split};
-use super::maintenance::Doorbell;
 use super::notifier::Notifier;
-use super::paused::PausedSet;
+use super::paused_set::PausedSet;
 use super::pool::WorkerPool;
 use super::tasks::{Task, TaskTable};
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};

@@ -16,11 +16,13 @@
 use super::approval_expiry::ApprovalExpiry;
 use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
+use super::chore::Doorbell;
 use super::completion::Completer;
 use super::dispatch::{Assignment, Dispatch, Reservation};
-use super::maintenance::{self, Doorbell, Heartbeat, LeaseExtension, Ticker};
+use super::maintenance::{self, Heartbeat, LeaseExtension, Ticker};
 use super::notifier::Notifier;
-use super::paused::{PauseRefresh, PausedSet};
+use super::paused::PauseRefresh;
+use super::paused_set::PausedSet;
 use super::pool::WorkerPool;
 use super::recovery::Recovery;
 use super::retention::{OnPurged, Purge};

@@ -32,15 +32,15 @@
 use super::approval_expiry::ApprovalExpiry;
 use super::bulk::BulkWork;
 use super::cancels::CancelCheck;
+use super::chore::{Chore, Doorbell};
 use super::dispatch::Dispatch;
 use super::paused::PauseRefresh;
 use super::recovery::Recovery;
 use super::retention::Purge;
 use super::tasks::TaskTable;
-use crate::lock::lock;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::store::{CallProgress, CallStore, Lease, HEARTBEAT_EVERY};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -53,19 +53,6 @@ static LEASE_EXTENSION_FAILED: Repeats = Repeats::every(BACKGROUND_FAILURE_EVERY
 /// No job runs more often than this: a lease of a few milliseconds (tests)
 /// must not spin the thread.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
-
-/// One periodic job of the ticker.
-pub(super) trait Chore: Send {
-    /// How often it runs (never more often than `MIN_INTERVAL`).
-    fn every(&self) -> Duration;
-
-    /// Whether it goes on during a stop's grace period.
-    fn while_stopping(&self) -> bool {
-        false
-    }
-
-    fn run(&self);
-}
 
 /// The jobs, in the order a tick runs the due ones.
 ///
@@ -102,36 +89,6 @@ pub(super) struct Extra {
     pub(super) pauses: PauseRefresh,
     pub(super) bulk: BulkWork,
     pub(super) expiry: ApprovalExpiry,
-}
-
-/// How the ticker is asked to poll at once, and told to end: a channel whose
-/// sender the ticker's drop takes away.
-pub(super) struct Doorbell {
-    bell: Mutex<Option<mpsc::Sender<()>>>,
-}
-
-impl Doorbell {
-    /// A doorbell, and the receiver the ticker listens on.
-    pub(super) fn new() -> (Doorbell, mpsc::Receiver<()>) {
-        let (bell, listener) = mpsc::channel();
-        let doorbell = Doorbell {
-            bell: Mutex::new(Some(bell)),
-        };
-        (doorbell, listener)
-    }
-
-    /// Poll now (`Dispatch::claim_due_work`) rather than at the next
-    /// interval; nothing once the ticker has ended.
-    pub(super) fn ring(&self) {
-        if let Some(bell) = lock(&self.bell).as_ref() {
-            let _ = bell.send(());
-        }
-    }
-
-    /// Take the sender away: the ticker wakes at once and ends.
-    fn silence(&self) {
-        drop(lock(&self.bell).take());
-    }
 }
 
 /// The running ticker; dropping it ends the thread and joins it.

@@ -8,8 +8,8 @@
 //! It never chooses what to take back — the store's conditional `UPDATE`
 //! does, told which leases this process still holds — and never runs a tool.
 
+use super::chore::Chore;
 use super::dispatch::Dispatch;
-use super::maintenance::Chore;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::metrics::Metrics;
 use crate::store::CallStore;

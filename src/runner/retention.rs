@@ -7,8 +7,8 @@
 //! It never chooses what to delete: the store's conditional `DELETE` does,
 //! and it never deletes a `pending` or `running` call or an effect.
 
+use super::chore::Chore;
 use super::dispatch::Dispatch;
-use super::maintenance::Chore;
 use crate::log::{self, Repeats, BACKGROUND_FAILURE_EVERY};
 use crate::metrics::Metrics;
 use crate::store::{CallStore, Purged};

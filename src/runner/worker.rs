@@ -31,8 +31,8 @@
 //! call (the claim does) and never records a completion itself (the
 //! completer does, once the commit is known).
 
-use super::completion::{Finish, Handed};
 use super::dispatch::{log_claimed, Assignment, Dispatch};
+use super::handed::{Finish, Handed};
 use super::stored_args::parse_stored_args;
 use super::tasks::{Task, ToolRuns};
 use crate::chaos;

@@ -69,7 +69,7 @@ pub(in crate::store) enum Event {
 impl Event {
     /// Every event, for the tests that hold SQL to these names.
     #[cfg(test)]
-    pub(in crate::store) const ALL: [Event; 16] = [
+    pub(in crate::store) const ALL: [Event; 17] = [
         Event::Created,
         Event::Claimed,
         Event::Succeeded,

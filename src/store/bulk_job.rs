@@ -24,8 +24,10 @@
 use super::list::ListQuery;
 use serde_json::{json, Value};
 
-/// The most calls one job acts on: a larger selection is several jobs.
-pub const MAX_BULK_CALLS: usize = 100_000;
+/// The most calls one job acts on: a larger selection is several jobs. As
+/// far as a list's total is counted, so a job's selection can be shown
+/// whole.
+pub const MAX_BULK_CALLS: usize = super::list::TOTAL_CAP;
 
 /// What a job does to each call it finds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -57,8 +57,9 @@ pub(in crate::store) const PREFIX_CANDIDATES: usize = 8;
 const UNFILTERED_ROUNDS: usize = 3;
 
 /// How far a total is counted (`ListQuery::total`): past it, the answer is
-/// "at least this many". A bulk job acts on at most as many calls.
-pub const TOTAL_CAP: usize = super::bulk_job::MAX_BULK_CALLS;
+/// "at least this many". A bulk job acts on at most as many calls
+/// (`bulk_job::MAX_BULK_CALLS` is this).
+pub const TOTAL_CAP: usize = 100_000;
 
 /// What to list. Every filter given must hold (`AND`); `statuses`, when not
 /// empty, is any of them.

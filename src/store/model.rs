@@ -233,8 +233,15 @@ impl Call {
     /// (every answer to a `POST` renders a call, and the tree and its text
     /// were a tenth of a connection thread's CPU: docs/performance.md). With
     /// the two members an answer may add, each in its sorted place, as the
-    /// tree would put it: `duplicate_intent` (only when true) and `progress`.
-    pub fn write_json(&self, out: &mut Vec<u8>, duplicate_intent: bool, progress: Option<&Value>) {
+    /// tree would put it: `duplicate_intent` (only when true), `progress`
+    /// and `waiting_for`.
+    pub fn write_json(
+        &self,
+        out: &mut Vec<u8>,
+        duplicate_intent: bool,
+        progress: Option<&Value>,
+        waiting_for: Option<&str>,
+    ) {
         let args = serde_json::from_str::<Value>(&self.args_json).unwrap_or(Value::Null);
         let mut member = JsonMembers::new(out);
         member.value("args", &args);
@@ -250,6 +257,7 @@ impl Call {
         member.value("error", &self.error);
         member.value("expires_at", &self.expires_at);
         member.value("idem_key", &self.idem_key);
+        member.value("lease_until", &self.lease_until);
         member.value("next_attempt_at", &self.next_attempt_at);
         if let Some(progress) = progress {
             member.value("progress", progress);
@@ -260,6 +268,9 @@ impl Call {
         member.value("status", self.status.as_str());
         member.value("tool", &self.tool);
         member.value("updated_at", &self.updated_at);
+        if let Some(waiting_for) = waiting_for {
+            member.value("waiting_for", waiting_for);
+        }
         member.out.push(b'}');
     }
 }

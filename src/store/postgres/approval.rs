@@ -19,7 +19,7 @@ use super::super::audit::{self, Event};
 use super::super::model::{Call, NewCall};
 
 use super::session::GenericClient;
-use super::sql::{call_from_row, select_call, select_tenant_call, with_fresh_call_id};
+use super::steps::{call_from_row, select_call, select_tenant_call, with_fresh_call_id};
 use std::time::Duration;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;

@@ -20,6 +20,7 @@ use super::super::model::{Created, NewCall};
 use super::error::violates;
 use super::session::{GenericClient, Session, Transaction};
 use super::sql;
+use super::steps;
 
 /// Schema step 2. `holding` marks the one row per key that blocks; the other
 /// rows stay for the ledger and for a retryable failure to take its key back.
@@ -121,7 +122,7 @@ fn guarded_create(
 ) -> Result<Option<Guarded>, tokio_postgres::Error> {
     let window = key.window_secs;
     let scope = (&new.tenant, &new.tool, &key.value);
-    if let Some(existing) = sql::select_call_by_key(tx, &new.tenant, &new.idem_key)? {
+    if let Some(existing) = steps::select_call_by_key(tx, &new.tenant, &new.idem_key)? {
         let resets = existing.fingerprint == new.fingerprint && existing.is_retryable_failure();
         if resets {
             tx.execute(RELEASE_DEAD_HOLDER, &[scope.0, scope.1, scope.2])?;
@@ -170,5 +171,5 @@ fn holder(
         return Ok(None);
     };
     let call_id: String = row.get(0);
-    Ok(sql::select_call(tx, &call_id)?.map(Guarded::Duplicate))
+    Ok(steps::select_call(tx, &call_id)?.map(Guarded::Duplicate))
 }

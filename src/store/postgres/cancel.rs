@@ -13,7 +13,7 @@
 use super::super::cancel::{CancelSteps, NO_REASON};
 use super::super::model::{Call, LeaseHeld};
 use super::session::GenericClient;
-use super::sql::select_tenant_call;
+use super::steps::select_tenant_call;
 
 /// `pending` → `cancelled` under the attempt read (`$2`), with the reason
 /// (`$3`, or `NO_REASON`, `$4`, when none was given, in its `error_json`)

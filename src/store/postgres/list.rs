@@ -18,7 +18,7 @@ use super::super::ids::effect_id_for;
 use super::super::list::{ListQuery, Ordered, Plan, Total, PREFIX_CANDIDATES, TOTAL_CAP};
 use super::super::model::Call;
 use super::session::GenericClient;
-use super::sql::call_from_row;
+use super::steps::call_from_row;
 use tokio_postgres::types::ToSql;
 
 /// Newest first in each (tenant, tool, status) group, between two ids, at

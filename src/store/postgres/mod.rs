@@ -9,7 +9,8 @@
 //! timeouts), `target` (a `--db` URL parsed into the client's settings),
 //! `contact` (whether this node may judge others dead), `tls` (rustls for `sslmode`), `error` (SQLSTATE → `Unavailable` or
 //! `Internal`), `schema` (DDL and migrations under an advisory lock), `sql`
-//! (the state machine), `instances` (heartbeats and recovery), `retention`
+//! (the state machine), `steps` (what its statements share: a call read by
+//! id or key, a fresh call id), `instances` (heartbeats and recovery), `retention`
 //! (key purge), `report_reads` (audit, health), `counts` (the count tables,
 //! sharded by backend, and their fold), `list` (the list's statements),
 //! `bulk` (the bench's loader), `verify`
@@ -60,6 +61,7 @@ mod retention;
 mod schema;
 mod session;
 mod sql;
+mod steps;
 mod target;
 #[cfg(test)]
 mod tests;
@@ -626,15 +628,15 @@ impl Backend for PgStore {
     }
 
     fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
-        self.run(|c| sql::select_call(c, call_id))
+        self.run(|c| steps::select_call(c, call_id))
     }
 
     fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
-        self.run(|c| sql::select_tenant_call(c, tenant, call_id))
+        self.run(|c| steps::select_tenant_call(c, tenant, call_id))
     }
 
     fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
-        self.run(|c| sql::select_call_by_key(c, tenant, idem_key))
+        self.run(|c| steps::select_call_by_key(c, tenant, idem_key))
     }
 
     fn audit_for(
@@ -642,7 +644,7 @@ impl Backend for PgStore {
         tenant: &str,
         call_id: &str,
     ) -> Result<Option<Vec<AuditEvent>>, StoreError> {
-        self.snapshot(|tx| match sql::select_tenant_call(tx, tenant, call_id)? {
+        self.snapshot(|tx| match steps::select_tenant_call(tx, tenant, call_id)? {
             Some(_) => Ok(Some(report_reads::audit_timeline(tx, call_id)?)),
             None => Ok(None),
         })

@@ -12,7 +12,7 @@ use super::super::model::Call;
 use super::super::rerun::{rerun_with, Rerun, RerunRequest, RerunSteps};
 use super::error::violates;
 use super::session::{GenericClient, Session, Transaction};
-use super::sql::call_from_row;
+use super::steps::call_from_row;
 use tokio_postgres::types::ToSql;
 
 /// The call, in the request's scope (`$2` NULL: any tenant's), its row

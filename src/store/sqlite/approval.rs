@@ -17,7 +17,7 @@ use super::super::audit::{self, Event};
 use super::super::ids::now;
 use super::super::model::Call;
 use super::count_book;
-use super::sql::{audit, group, select_call};
+use super::steps::{audit, group, select_call};
 use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::time::Duration;
@@ -309,7 +309,7 @@ fn select_scoped(
     call_id: &str,
 ) -> rusqlite::Result<Option<Call>> {
     match tenant {
-        Some(tenant) => super::sql::select_tenant_call(conn, tenant, call_id),
+        Some(tenant) => super::steps::select_tenant_call(conn, tenant, call_id),
         None => select_call(conn, call_id),
     }
 }

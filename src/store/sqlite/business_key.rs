@@ -13,6 +13,7 @@ use super::super::business_key::{BusinessKey, Guarded, IntentLedger};
 use super::super::ids::{new_call_id, now};
 use super::super::model::{Created, NewCall};
 use super::sql;
+use super::steps;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 /// The idempotency key first: a known key is answered as always (a replay
@@ -25,7 +26,7 @@ pub(super) fn create_or_get_op(
 ) -> impl FnOnce(&Connection) -> rusqlite::Result<Guarded> + Send + 'static {
     move |conn| {
         let now = now();
-        if let Some(existing) = sql::select_call_by_key(conn, &new.tenant, &new.idem_key)? {
+        if let Some(existing) = steps::select_call_by_key(conn, &new.tenant, &new.idem_key)? {
             let resets = existing.fingerprint == new.fingerprint && existing.is_retryable_failure();
             if resets {
                 release_dead_holder(conn, &new.tenant, &new.tool, &key.value, now)?;
@@ -117,7 +118,7 @@ fn duplicate(conn: &Connection, new: &NewCall, key: &BusinessKey) -> rusqlite::R
         .query_row(params![new.tenant, new.tool, key.value], |r| r.get(0))
         .optional()?;
     let holder = holder.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
-    let call = sql::select_call(conn, &holder)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    let call = steps::select_call(conn, &holder)?.ok_or(rusqlite::Error::QueryReturnedNoRows)?;
     Ok(Guarded::Duplicate(call))
 }
 

@@ -16,7 +16,9 @@ use super::super::cancel::{cancel_with, Cancel, CancelSteps, NO_REASON};
 use super::super::ids::now;
 use super::super::model::{Call, Completion, Lease, LeaseHeld};
 use super::count_book;
-use super::sql::{audit, discard_stale, group, left_running, select_tenant_call, tenant_and_tool};
+use super::steps::{
+    audit, discard_stale, group, left_running, select_tenant_call, tenant_and_tool,
+};
 use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension};
 

@@ -12,7 +12,7 @@ use super::super::ids::now;
 use super::super::instance::{pid_is_alive, Instance, Node, Reclaimable, DEAD_AFTER, NODES_LISTED};
 use super::super::model::LeaseHeld;
 use super::cancel::end_cancelled;
-use super::sql::{audit, left_running, tenant_and_tool};
+use super::steps::{audit, left_running, tenant_and_tool};
 use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension};
 

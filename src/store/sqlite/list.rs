@@ -18,7 +18,7 @@ use super::super::list::{
     IdBounds, ListQuery, Ordered, Plan, Residual, Total, PREFIX_CANDIDATES, TOTAL_CAP,
 };
 use super::super::model::Call;
-use super::sql::{call_from_row, CALL_COLUMNS};
+use super::steps::{call_from_row, CALL_COLUMNS};
 use rusqlite::{params, Connection, Params, ToSql};
 
 /// Newest first within one group of `idx_calls_status`, between two ids.

@@ -8,7 +8,8 @@
 //! work to one of those threads (`handoff`) and waits at most
 //! `--db-timeout-ms` (`deadline`); `/healthz`'s read on a fresh connection
 //! runs on a thread of its own (`health_probe`). The statements: `sql`
-//! (the state machine), `instances` (the process registry and recovery,
+//! (the state machine), `steps` (what every statement shares: a call's row,
+//! its audit row, its count group), `instances` (the process registry and recovery,
 //! the nodes), `business_key`, `cancel`, `approval` (approval gates and
 //! the webhook outbox), `retention`, `limits` (a tool's
 //! `rate`, shared by every process on the file), `report_reads` (the
@@ -58,6 +59,7 @@ mod retention;
 mod savepoint;
 mod schema;
 mod sql;
+mod steps;
 mod sync_mode;
 mod syncer;
 #[cfg(test)]
@@ -611,18 +613,18 @@ impl Backend for SqliteStore {
 
     fn get(&self, call_id: &str) -> Result<Option<Call>, StoreError> {
         let call_id = call_id.to_string();
-        self.read(move |conn| sql::select_call(conn, &call_id))
+        self.read(move |conn| steps::select_call(conn, &call_id))
     }
 
     fn get_for(&self, tenant: &str, call_id: &str) -> Result<Option<Call>, StoreError> {
         let (tenant, call_id) = (tenant.to_string(), call_id.to_string());
-        self.read(move |conn| sql::select_tenant_call(conn, &tenant, &call_id))
+        self.read(move |conn| steps::select_tenant_call(conn, &tenant, &call_id))
     }
 
     /// On a read connection, without taking the write lock.
     fn find_by_key(&self, tenant: &str, idem_key: &str) -> Result<Option<Call>, StoreError> {
         let (tenant, idem_key) = (tenant.to_string(), idem_key.to_string());
-        self.read(move |conn| sql::select_call_by_key(conn, &tenant, &idem_key))
+        self.read(move |conn| steps::select_call_by_key(conn, &tenant, &idem_key))
     }
 
     fn audit_for(

@@ -9,7 +9,7 @@
 
 use super::super::model::AuditEvent;
 use super::super::operator::Effect;
-use super::sql;
+use super::steps;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::path::Path;
 
@@ -21,7 +21,7 @@ pub(super) fn tenant_audit(
     call_id: &str,
 ) -> rusqlite::Result<Option<Vec<AuditEvent>>> {
     let snapshot = conn.unchecked_transaction()?;
-    let events = match sql::select_tenant_call(conn, tenant, call_id)? {
+    let events = match steps::select_tenant_call(conn, tenant, call_id)? {
         Some(_) => Some(audit_timeline(conn, call_id)?),
         None => None,
     };

@@ -11,11 +11,11 @@
 use super::super::audit::Event;
 use super::super::ids::now;
 use super::super::model::Call;
-use crate::status::Status;
 use super::super::rerun::{rerun_with, Rerun, RerunRequest, RerunSteps};
 use super::business_key::release_dead_holder;
 use super::count_book;
-use super::sql::{audit, group, select_call, select_tenant_call};
+use super::steps::{audit, group, select_call, select_tenant_call};
+use crate::status::Status;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 /// One re-run, in the writer's transaction.
@@ -117,7 +117,11 @@ impl RerunSteps for Steps<'_> {
             // and attempt, back to `pending`.
             let (tenant, tool) = (&call.tenant, &call.tool);
             let from = group(tenant, tool, call.status, call.attempt);
-            count_book::moved(self.conn, from, group(tenant, tool, Status::Pending, call.attempt))?;
+            count_book::moved(
+                self.conn,
+                from,
+                group(tenant, tool, Status::Pending, call.attempt),
+            )?;
         }
         Ok(changed == 1)
     }

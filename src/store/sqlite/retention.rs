@@ -17,7 +17,7 @@
 use super::super::ids::now;
 use super::super::model::Purged;
 use super::count_book;
-use super::sql::{group, StatusColumn};
+use super::steps::{group, StatusColumn};
 use crate::status::Status;
 use rusqlite::{params, Connection, OptionalExtension};
 

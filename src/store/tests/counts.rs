@@ -2,15 +2,19 @@
 //! (plain, claimed, guarded), claim, a lapsed lease taken over, automatic
 //! retry, fail, succeed with an effect, a same-key retry reset, release,
 //! recovery, a cancel (of a pending call, and of a running one its owner
-//! ends), an approval gate (approved, denied, cancelled while it waits) and
-//! purge — `/stats`, the backlog and `counts` answer exactly what counting `calls` and
+//! ends), an approval gate (approved, denied, cancelled while it waits), a
+//! re-run and purge — `/stats`, the backlog and `counts` answer exactly what counting `calls` and
 //! `effects` answers, for every tenant and for each one.
 
 use super::super::approval::{Approvers, Decided, Decision, Gate, Source, Verdict};
 use super::*;
 use crate::store::business_key::BusinessKey;
+use crate::store::rerun::{Rerun, RerunRequest};
 
-on_both_backends!(counts_stay_exact_through_every_transition);
+on_both_backends!(
+    counts_stay_exact_through_every_transition,
+    a_rerun_keeps_the_counts_exact,
+);
 
 const TENANTS: [&str; 2] = ["acme", "beta"];
 
@@ -188,6 +192,31 @@ fn counts_stay_exact_through_every_transition(db: &TestDb) -> Result<(), StoreEr
         "the two succeeded calls, the three cancelled and the denied: {purged:?}"
     );
     assert_exact(db, &store, "purged");
+    Ok(())
+}
+
+/// A re-run moves a failed call back to `pending`, and its next claim on to
+/// a new attempt: the counts follow each move (`count_book` on SQLite).
+fn a_rerun_keeps_the_counts_exact(db: &TestDb) -> Result<(), StoreError> {
+    let store = db.open()?;
+    let call = created_call(store.create_or_get(new_call_in(TENANTS[0], "r1", "fp"))?);
+    let lease = store.claim(&call.call_id, "1:w", Duration::from_secs(30))?;
+    let permanent = json!({"code": "tool_failed", "message": "x", "retryable": false});
+    fail(&store, &lease.expect("claimed"), &permanent)?;
+    assert_exact(db, &store, "failed");
+    let rerun = RerunRequest {
+        tenant: None,
+        call_id: call.call_id.clone(),
+        by: "ops".into(),
+        reason: None,
+        key_ttl: None,
+    };
+    let again = store.rerun(rerun)?;
+    assert!(matches!(again, Rerun::Done(_)), "{again:?}");
+    assert_exact(db, &store, "re-run");
+    let lease = store.claim(&call.call_id, "1:w", Duration::from_secs(30))?;
+    assert_eq!(lease.expect("claimed again").attempt, 2);
+    assert_exact(db, &store, "claimed after the re-run");
     Ok(())
 }
 
