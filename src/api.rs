@@ -17,8 +17,11 @@
 //! Map (this file holds no type):
 //! - `service`: `Api` and its constructor, what every handler holds;
 //!   `health`: the last health check, kept for `/healthz`;
-//! - `router`: which handler answers each method and path (`ROUTES`), and
-//!   `POST /v1/tool-calls`, `?wait=` included;
+//! - `route`: `Route::parse`, the one reading of a method and path, and
+//!   `ROUTES`, generated from the same table;
+//! - `router`: `Api::route`, the order that matters and one `match` naming
+//!   each route's handler; `POST /v1/tool-calls` and the reads of a call,
+//!   `?wait=` included;
 //! - `answer`: a call as REST answers it (`200`/`202`, written straight);
 //! - `validate`: the key, `?wait=` and the body of a call request;
 //! - `error`: `ApiError` and the one mapping from it to a response;
@@ -60,11 +63,12 @@ mod pause;
 mod promise_check;
 mod query;
 mod rerun;
+mod route;
 mod router;
 mod service;
 mod validate;
 
 pub use error::ApiError;
-pub use router::ROUTES;
+pub use route::ROUTES;
 pub use service::{Api, Endpoint, POLL_AFTER_SECS};
 pub use validate::percent_decode;

@@ -1,8 +1,8 @@
-//! `Api`: the REST routes over one `Calls` service — which handler answers
-//! each method and path, `POST /v1/tool-calls`, and the answer with a call
-//! (`200` once it is terminal, `202` while it is not, and the `?wait=` that
-//! holds the request until it is). `POST /mcp` is answered by the endpoint
-//! it was built with, after the same authentication.
+//! The REST routes over one `Calls` service: which handler answers each
+//! method and path (`Api::route`, on `route`'s parse), `POST /v1/tool-calls`
+//! and the reads of one call, with the `?wait=` that holds the request until
+//! it is terminal (`answer` renders it). `POST /mcp` is answered by the
+//! endpoint it was built with, after the same authentication.
 //!
 //! It must never answer with a call before that call is committed, and never
 //! tell an unauthenticated client anything about the routes: `401` comes
@@ -14,6 +14,7 @@ use super::answer::render;
 use super::error::ApiError;
 use super::exchange::returned_call;
 use super::operations;
+use super::route::{Route, RouteKind, Unrouted};
 use super::service::Api;
 use super::validate::{
     idempotency_key, optional_integer, optional_string, parse_body, percent_decode, tool_and_args,
@@ -30,59 +31,21 @@ use crate::store::{Call, Verdict};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Every route the router answers, as (method, path template): what
-/// `openapi.yaml` must describe. A test holds the live router to this list
-/// (each answers, a wrong method gets `405` with exactly these methods in
-/// `Allow`) and the document to the router.
-pub const ROUTES: &[(&str, &str)] = &[
-    ("POST", "/v1/tool-calls"),
-    ("GET", "/v1/tool-calls/{call_id}"),
-    ("GET", "/v1/tool-calls/by-key/{key}"),
-    ("GET", "/v1/tool-calls/{call_id}/audit"),
-    ("GET", "/stats"),
-    ("GET", "/healthz"),
-    ("GET", "/metrics"),
-    ("GET", "/openapi.yaml"),
-    ("GET", "/v1/tools"),
-    ("POST", "/mcp"),
-    ("GET", "/v1/tool-calls"),
-    ("GET", "/v1/nodes"),
-    ("GET", "/v1/overview"),
-    ("POST", "/v1/tool-calls/{call_id}/cancel"),
-    ("POST", "/v1/tool-calls/{call_id}/approve"),
-    ("POST", "/v1/tool-calls/{call_id}/deny"),
-    ("GET", "/v1/tool-calls/{call_id}/approval"),
-    ("GET", "/v1/approvals"),
-    ("POST", "/v1/tool-calls/{call_id}/rerun"),
-    ("POST", "/v1/bulk-actions"),
-    ("GET", "/v1/bulk-actions/{job_id}"),
-    ("POST", "/v1/tools/{name}/pause"),
-    ("POST", "/v1/tools/{name}/resume"),
-    ("GET", "/v1/verify"),
-    ("GET", "/ui"),
-    ("GET", "/ui/{asset}"),
-];
-
 impl Api {
-    /// The routes. `/healthz` needs no token; every other path is answered
-    /// for the authenticated tenant (`401` first, before any path is told
-    /// apart, so an unauthenticated client learns nothing of the routes).
+    /// The routes, in the order that matters: `/healthz` needs no token;
+    /// without `--auth-file` the `Host` is checked (DNS rebinding); the
+    /// console's files carry no data; every other path is answered for the
+    /// authenticated tenant (`401` first, before any path is told apart, so
+    /// an unauthenticated client learns nothing of the routes). Then one
+    /// `match` names each route's handler, in its concern's file.
     pub(super) fn route(
         &self,
         req: &Request,
         exchange: &mut Exchange,
     ) -> Result<Response, ApiError> {
-        let method = req.method.as_str();
-        let path = req.path.as_str();
-        let allow = |allowed: &'static str| {
-            if allowed.split(", ").any(|m| m == method) {
-                Ok(())
-            } else {
-                Err(ApiError::MethodNotAllowed(allowed))
-            }
-        };
+        let (method, path) = (req.method.as_str(), req.path.as_str());
         if path == "/healthz" {
-            allow("GET")?;
+            Route::parse(method, path).map_err(|e| unrouted(e, path))?;
             return Ok(self.healthz());
         }
         if !self.auth.is_required() {
@@ -91,7 +54,6 @@ impl Api {
                 .check_tokenless_host(host)
                 .map_err(ApiError::HostRefused)?;
         }
-        // The console's files carry no data; its pages ask for a token.
         if console::owns(path) {
             return Ok(console::answer(method, path));
         }
@@ -100,119 +62,80 @@ impl Api {
             .authenticate(req.header("authorization"))
             .map_err(ApiError::Unauthorized)?;
         exchange.tenant = Some(Arc::clone(&tenant.name));
-        match path {
-            "/stats" => {
-                allow("GET")?;
-                self.stats(req, &tenant)
-            }
-            "/metrics" => {
-                allow("GET")?;
-                self.metrics_text(&tenant)
-            }
-            "/openapi.yaml" => {
-                allow("GET")?;
-                Ok(operations::openapi())
-            }
-            "/v1/tool-calls" => {
-                allow("GET, POST")?;
-                match method {
-                    "GET" => self.list_calls(req, &tenant),
-                    _ => self.post_call(req, &tenant, exchange),
-                }
-            }
-            "/v1/nodes" => {
-                allow("GET")?;
-                self.nodes(req, &tenant)
-            }
-            "/v1/overview" => {
-                allow("GET")?;
-                self.overview(req, &tenant)
-            }
-            "/v1/tools" => {
-                allow("GET")?;
-                Ok(Response::json(200, &self.tools_view()))
-            }
-            "/v1/bulk-actions" => {
-                allow("POST")?;
-                self.create_bulk_job(req, &tenant, exchange)
-            }
-            "/mcp" => {
-                allow("POST")?;
+        let Route { kind, param } = Route::parse(method, path).map_err(|e| unrouted(e, path))?;
+        match kind {
+            RouteKind::PostCall => self.post_call(req, &tenant, exchange),
+            RouteKind::GetCall => self.get_call(req, &tenant, param, exchange),
+            RouteKind::CallByKey => self.get_call_by_key(req, &tenant, param, exchange),
+            RouteKind::CallAudit => self.audit(&tenant, param, exchange),
+            RouteKind::Stats => self.stats(req, &tenant),
+            RouteKind::Healthz => Ok(self.healthz()),
+            RouteKind::Metrics => self.metrics_text(&tenant),
+            RouteKind::OpenApi => Ok(operations::openapi()),
+            RouteKind::Tools => Ok(Response::json(200, &self.tools_view())),
+            RouteKind::Mcp => {
                 ApiError::unless_may(&tenant, Action::Call)?;
                 Ok((self.mcp)(req, &tenant, exchange))
             }
-            "/v1/approvals" => {
-                allow("GET")?;
-                self.approval_queue(req, &tenant)
+            RouteKind::ListCalls => self.list_calls(req, &tenant),
+            RouteKind::Nodes => self.nodes(req, &tenant),
+            RouteKind::Overview => self.overview(req, &tenant),
+            RouteKind::Cancel => {
+                ApiError::unless_may(&tenant, Action::Cancel)?;
+                self.cancel(req, &tenant, param, exchange)
             }
-            "/v1/verify" => {
-                allow("GET")?;
-                if !tenant.admin {
-                    return Err(ApiError::Forbidden("/v1/verify"));
-                }
-                self.promise_check.answer(req)
-            }
-            _ => {
-                if let Some(key) = path.strip_prefix("/v1/tool-calls/by-key/") {
-                    allow("GET")?;
-                    let key = percent_decode(key).ok_or_else(|| {
-                        ApiError::BadRequest(
-                            "the key in the path is not valid percent-encoded UTF-8".into(),
-                        )
-                    })?;
-                    let call = self.calls.get_by_key(&tenant.name, &key)?;
-                    let call = call.ok_or_else(|| {
-                        ApiError::NotFound(format!("call with key {}", quote(&key)))
-                    })?;
-                    exchange.call_id = Some(call.call_id.clone());
-                    self.respond_with_call(call, wait_param(req)?, &req.client)
-                } else if let Some(job_id) = path.strip_prefix("/v1/bulk-actions/") {
-                    allow("GET")?;
-                    self.bulk_job(&tenant, job_id)
-                } else if let Some(rest) = path.strip_prefix("/v1/tools/") {
-                    let (name, action) = rest.rsplit_once('/').unwrap_or((rest, ""));
-                    match action {
-                        "pause" | "resume" => {
-                            allow("POST")?;
-                            self.pause_or_resume(req, &tenant, name, action == "pause")
-                        }
-                        _ => Err(ApiError::NotFound(format!("path {}", quote(path)))),
-                    }
-                } else if let Some(rest) = path.strip_prefix("/v1/tool-calls/") {
-                    if let Some(call_id) = rest.strip_suffix("/cancel") {
-                        allow("POST")?;
-                        ApiError::unless_may(&tenant, Action::Cancel)?;
-                        return self.cancel(req, &tenant, call_id, exchange);
-                    }
-                    for (suffix, verdict) in
-                        [("/approve", Verdict::Approve), ("/deny", Verdict::Deny)]
-                    {
-                        if let Some(call_id) = rest.strip_suffix(suffix) {
-                            allow("POST")?;
-                            return self.decide(req, &tenant, call_id, verdict, exchange);
-                        }
-                    }
-                    if let Some(call_id) = rest.strip_suffix("/rerun") {
-                        allow("POST")?;
-                        return self.rerun(req, &tenant, call_id, exchange);
-                    }
-                    allow("GET")?;
-                    if let Some(call_id) = rest.strip_suffix("/audit") {
-                        return self.audit(&tenant, call_id, exchange);
-                    }
-                    if let Some(call_id) = rest.strip_suffix("/approval") {
-                        return self.approval(&tenant, call_id, exchange);
-                    }
-                    let call = self.calls.get(&tenant.name, rest)?;
-                    let call =
-                        call.ok_or_else(|| ApiError::NotFound(format!("call {}", quote(rest))))?;
-                    exchange.call_id = Some(call.call_id.clone());
-                    self.respond_with_call(call, wait_param(req)?, &req.client)
-                } else {
-                    Err(ApiError::NotFound(format!("path {}", quote(path))))
-                }
-            }
+            RouteKind::Approve => self.decide(req, &tenant, param, Verdict::Approve, exchange),
+            RouteKind::Deny => self.decide(req, &tenant, param, Verdict::Deny, exchange),
+            RouteKind::Approval => self.approval(&tenant, param, exchange),
+            RouteKind::Approvals => self.approval_queue(req, &tenant),
+            RouteKind::Rerun => self.rerun(req, &tenant, param, exchange),
+            RouteKind::CreateBulkJob => self.create_bulk_job(req, &tenant, exchange),
+            RouteKind::BulkJob => self.bulk_job(&tenant, param),
+            RouteKind::Pause => self.pause_or_resume(req, &tenant, param, true),
+            RouteKind::Resume => self.pause_or_resume(req, &tenant, param, false),
+            RouteKind::Verify => self.verify(req, &tenant),
+            RouteKind::Ui | RouteKind::UiAsset => Ok(console::answer(method, path)),
         }
+    }
+
+    /// `GET /v1/verify`: the promise check, for an admin alone.
+    fn verify(&self, req: &Request, tenant: &Tenant) -> Result<Response, ApiError> {
+        if !tenant.admin {
+            return Err(ApiError::Forbidden("/v1/verify"));
+        }
+        self.promise_check.answer(req)
+    }
+
+    /// `GET /v1/tool-calls/{call_id}`, `?wait=` included.
+    fn get_call(
+        &self,
+        req: &Request,
+        tenant: &Tenant,
+        call_id: &str,
+        exchange: &mut Exchange,
+    ) -> Result<Response, ApiError> {
+        let call = self.calls.get(&tenant.name, call_id)?;
+        let call = call.ok_or_else(|| ApiError::NotFound(format!("call {}", quote(call_id))))?;
+        exchange.call_id = Some(call.call_id.clone());
+        self.respond_with_call(call, wait_param(req)?, &req.client)
+    }
+
+    /// `GET /v1/tool-calls/by-key/{key}`: the key percent-decoded.
+    fn get_call_by_key(
+        &self,
+        req: &Request,
+        tenant: &Tenant,
+        key: &str,
+        exchange: &mut Exchange,
+    ) -> Result<Response, ApiError> {
+        let key = percent_decode(key).ok_or_else(|| {
+            ApiError::BadRequest("the key in the path is not valid percent-encoded UTF-8".into())
+        })?;
+        let call = self.calls.get_by_key(&tenant.name, &key)?;
+        let call =
+            call.ok_or_else(|| ApiError::NotFound(format!("call with key {}", quote(&key))))?;
+        exchange.call_id = Some(call.call_id.clone());
+        self.respond_with_call(call, wait_param(req)?, &req.client)
     }
 
     /// `POST /v1/tool-calls`: validate, then create-or-get under the key,
@@ -296,6 +219,14 @@ impl Api {
             }
             _ => Ok(call),
         }
+    }
+}
+
+/// A method and path no route answers, as REST says it.
+fn unrouted(e: Unrouted, path: &str) -> ApiError {
+    match e {
+        Unrouted::NotFound => ApiError::NotFound(format!("path {}", quote(path))),
+        Unrouted::MethodNotAllowed(allowed) => ApiError::MethodNotAllowed(allowed),
     }
 }
 
