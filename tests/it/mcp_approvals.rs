@@ -12,6 +12,7 @@
 
 use crate::support::auth::sha256_hex;
 use crate::support::downstream::ToolsFile;
+use crate::support::mcp_stateless::rpc;
 use crate::support::{audit_events, eventually, AuthFile, Counts, Http, Server, TempDb};
 use serde_json::{json, Value};
 
@@ -33,41 +34,6 @@ fn capabilities(tasks: bool) -> Value {
         true => json!({"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}),
         false => json!({"elicitation": {}}),
     }
-}
-
-/// A 2026-07-28 request declaring `capabilities`, with its token if any.
-fn rpc(
-    server: &Server,
-    token: Option<&str>,
-    caps: &Value,
-    method: &str,
-    mut params: Value,
-) -> Value {
-    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = "2026-07-28".into();
-    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = caps.clone();
-    let name = params["name"]
-        .as_str()
-        .or(params["taskId"].as_str())
-        .map(str::to_string);
-    let mut headers = vec![
-        ("Content-Type".to_string(), "application/json".to_string()),
-        ("MCP-Protocol-Version".into(), "2026-07-28".into()),
-        ("Mcp-Method".into(), method.into()),
-    ];
-    if let Some(name) = name {
-        headers.push(("Mcp-Name".into(), name));
-    }
-    if let Some(token) = token {
-        headers.push(("Authorization".into(), format!("Bearer {token}")));
-    }
-    let headers: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    server
-        .call("POST", "/mcp", &headers, Some(&body.to_string()))
-        .json()
 }
 
 fn accept(content: Value) -> Value {

@@ -17,35 +17,10 @@ const FIXTURES: &str = concat!(
 );
 const KEY: &str = "dev.idempotent-tool/idempotency-key";
 
-/// A 2026-07-28 request: version and capabilities in `_meta` (tasks
-/// declared), the mirrored headers, an optional bearer token.
-fn rpc(server: &Server, token: Option<&str>, method: &str, mut params: Value) -> Value {
-    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = "2026-07-28".into();
-    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
-        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
-    let name = params["name"]
-        .as_str()
-        .or(params["taskId"].as_str())
-        .map(str::to_string);
-    let mut headers = vec![
-        ("Content-Type".to_string(), "application/json".to_string()),
-        ("MCP-Protocol-Version".into(), "2026-07-28".into()),
-        ("Mcp-Method".into(), method.into()),
-    ];
-    if let Some(name) = name {
-        headers.push(("Mcp-Name".into(), name));
-    }
-    if let Some(token) = token {
-        headers.push(("Authorization".into(), format!("Bearer {token}")));
-    }
-    let headers: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    server
-        .call("POST", "/mcp", &headers, Some(&body.to_string()))
-        .json()
+/// A 2026-07-28 request declaring the tasks extension.
+fn rpc(server: &Server, token: Option<&str>, method: &str, params: Value) -> Value {
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    crate::support::mcp_stateless::rpc(server, token, &tasks, method, params)
 }
 
 fn start(db: &TempDb, extra: &[&str]) -> Server {

@@ -18,6 +18,7 @@ pub mod exposition;
 pub mod fake_upstream;
 pub mod in_process;
 pub mod loop_ext4;
+pub mod mcp_stateless;
 pub mod openapi;
 pub mod own_process;
 pub mod pg_faults;
