@@ -28,7 +28,8 @@ use crate::http::{ErrorCode, Request, Response};
 use crate::input::quote;
 use crate::log::Exchange;
 use crate::store::{
-    now, BulkAction, BulkJob, JobCreated, NewBulkJob, MAX_BULK_CALLS, MAX_RERUN_REASON_BYTES,
+    next_millisecond, now, BulkAction, BulkJob, JobCreated, NewBulkJob, MAX_BULK_CALLS,
+    MAX_RERUN_REASON_BYTES,
 };
 use serde_json::{json, Map, Value};
 
@@ -106,7 +107,9 @@ impl Api {
         let scope = self.scope(&params, tenant)?;
         may_operate(tenant, Operation::OnCalls(scope.as_deref()))?;
         let mut filter = list_query(&params, scope)?;
-        let accepted = now();
+        // Every call made before the job was accepted, its millisecond
+        // included: the bound is read to the millisecond (`store::list`).
+        let accepted = next_millisecond(now());
         filter.created_before = Some(filter.created_before.map_or(accepted, |t| t.min(accepted)));
         let reason = match object.get("reason") {
             None | Some(Value::Null) => None,

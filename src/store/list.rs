@@ -401,6 +401,14 @@ fn never_has_an_error(status: &str) -> bool {
 pub(in crate::store) const ABOVE_EVERY_CALL_ID: &str = "c_g";
 
 /// Milliseconds since the epoch, as a call id counts them.
+/// The first instant of the millisecond after `t`'s: as a `created_before`
+/// bound it admits every call created in `t`'s millisecond (the bound is
+/// read to the millisecond), so a call made before `t` in that same
+/// millisecond is never left out.
+pub fn next_millisecond(t: f64) -> f64 {
+    (millis(t) + 1) as f64 / 1000.0
+}
+
 fn millis(seconds: f64) -> i64 {
     // To the microsecond first: `…:02.642Z` is 1796528982.642 only to
     // within a ulp, and a thousand times it may fall just below …642.
@@ -580,5 +588,18 @@ mod tests {
         q.key = None;
         q.key_prefix = Some("k".into());
         assert!(matches!(q.plan(&c), Plan::ByKeyPrefix { .. }));
+    }
+
+    #[test]
+    fn the_next_millisecond_admits_every_id_of_this_one() {
+        let t = 1_796_692_330.767_295_1;
+        let bound = next_millisecond(t);
+        assert_eq!(millis(bound), millis(t) + 1);
+        let q = ListQuery {
+            created_before: Some(bound),
+            ..ListQuery::default()
+        };
+        let same_ms = id_at_millis(millis(t));
+        assert!(q.id_bounds().upper > same_ms, "{:?}", q.id_bounds().upper);
     }
 }

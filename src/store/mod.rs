@@ -19,7 +19,8 @@
 //! each rule in its method's doc), `call_store` (the facade: it holds a
 //! backend behind that contract and stamps each call's `expires_at`),
 //! `model` (the types of the API, `Then`, `CallCounts`; the call statuses
-//! are `crate::status`'s, re-exported here), `counts` (what
+//! are `crate::status`'s, re-exported here), `call_json` (a call as the API
+//! shows it, as a tree or written straight), `counts` (what
 //! the count tables hold: `/stats`, `/metrics` and the overview without
 //! reading `calls`), `list` (`ListQuery`, and the plan both wings follow to
 //! answer it from indexes), `error` (`StoreError`), `database` (which
@@ -83,6 +84,7 @@ mod audit;
 mod backend;
 mod bulk_job;
 mod business_key;
+mod call_json;
 mod call_store;
 mod cancel;
 mod counts;
@@ -127,7 +129,7 @@ pub use error::{Cause, StoreError};
 pub use ids::{call_id_of_effect, effect_id_for, now};
 pub use instance::{owner_name, Instance, Node, DEAD_AFTER, HEARTBEAT_EVERY, NODES_LISTED};
 pub use limits::{Limit, LimitedClaim, Rate, ToolLimit};
-pub use list::{ListPage, ListQuery, Total, TOTAL_CAP};
+pub use list::{next_millisecond, ListPage, ListQuery, Total, TOTAL_CAP};
 pub use model::{
     AuditEvent, Backlog, Call, CallProgress, Completion, Created, CreatedClaimed, DueCall, Health,
     Lease, LeaseHeld, NewCall, NewEffect, Purged, Retention, RetryDelay, Scope, Stats, Then,
